@@ -1,0 +1,27 @@
+"""rollbox.sandbox: isolated execution with kernel-enforced limits, and the status taxonomy.
+
+The lowest layer of rollbox; it imports nothing else of rollbox.
+"""
+
+from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError
+from ._limits import Limits, Network, parse_duration, parse_size
+from ._process import InsecureBackendWarning
+from ._result import ExecResult, Status
+from ._sandbox import Backend, Sandbox, run
+
+__all__ = [
+    "Backend",
+    "ExecResult",
+    "InsecureBackendWarning",
+    "IsolationUnavailable",
+    "Limits",
+    "Network",
+    "RollboxError",
+    "Sandbox",
+    "SandboxError",
+    "SandboxStateError",
+    "Status",
+    "parse_duration",
+    "parse_size",
+    "run",
+]

@@ -1,0 +1,352 @@
+"""The host end of the agent protocol (``agent.c``), and the life of one command from request to result.
+
+Both backends run the same agent; they differ only in how it is launched and in how a command's processes
+are contained (a cgroup, or a process group). The host never trusts what the agent says beyond "this child
+exited with this status": limits are enforced and usage is measured from outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ._errors import SandboxError
+from ._limits import Limits
+from ._result import ExecResult, Status
+from ._streams import OutputCapture, StdinFeeder
+
+__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Usage", "classify"]
+
+_MSG_EXEC, _MSG_READY, _MSG_EXITED = 1, 2, 3
+_EXEC_HEADER = struct.Struct("<IIIIqqq")
+_EXITED = struct.Struct("<Iiqq")
+_READY = struct.Struct("<I")
+_MAX_REQUEST = 1 << 20
+_START_TIMEOUT_S = 10.0
+_CLEANUP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One command to run."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    stdin: bytes | None
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a command used, measured from outside the sandbox once all its processes are dead."""
+
+    cpu_s: float
+    peak_memory_bytes: int | None
+    oom_kills: int = 0
+    pids_limit_hits: int = 0
+    disk_full: bool = False
+
+
+@dataclass(frozen=True)
+class _Exited:
+    wait_status: int
+    cpu_s: float
+    max_rss_bytes: int
+
+
+class ExecGroup(Protocol):
+    """Everything one command starts, as its backend contains it."""
+
+    def adopt(self, pid: int) -> None:
+        """Take in the command's first process (a host pid), before it execs."""
+
+    def kill(self) -> None:
+        """SIGKILL every process of the command and wait until they are gone."""
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by all of the command's processes."""
+
+    def pids_limit_hits(self) -> int:
+        """How many forks the pids limit refused so far."""
+
+    def usage(self, exited: _Exited | None) -> Usage:
+        """The final resource report (after ``kill``)."""
+
+
+def classify(
+    *, killed_for: Status | None, wait_status: int | None, usage: Usage, limits: Limits
+) -> tuple[Status, int | None, int | None]:
+    """Decide (status, exit_code, signal). The first limit hit wins; what the host saw first is first."""
+    exit_code = os.waitstatus_to_exitcode(wait_status) if wait_status is not None else None
+    signo = -exit_code if exit_code is not None and exit_code < 0 else None
+    if signo is not None:
+        exit_code = None
+    if killed_for is not None:
+        return killed_for, exit_code, signo
+    if usage.oom_kills > 0:
+        return Status.MEMORY_LIMIT, exit_code, signo
+    if signo == signal.SIGXCPU or usage.cpu_s >= limits.cpu_time_s:
+        return Status.CPU_TIME_LIMIT, exit_code, signo
+    if usage.pids_limit_hits > 0:
+        return Status.PIDS_LIMIT, exit_code, signo
+    if signo == signal.SIGXFSZ or usage.disk_full:
+        return Status.DISK_LIMIT, exit_code, signo
+    if signo is not None:
+        return Status.SIGNALED, exit_code, signo
+    if exit_code is None:
+        # The agent died without reporting: something inside killed the sandbox's supervisor.
+        return Status.SIGNALED, None, signal.SIGKILL
+    return (Status.OK if exit_code == 0 else Status.NONZERO_EXIT), exit_code, signo
+
+
+def _encode(request: ExecRequest, limits: Limits) -> bytes:
+    env = [f"{k}={v}" for k, v in request.env.items()]
+    strings = [request.cwd, *request.argv, *env]
+    if any("\0" in s for s in strings):
+        raise ValueError("arguments, environment and cwd must not contain NUL characters")
+    header = _EXEC_HEADER.pack(
+        _MSG_EXEC,
+        len(request.argv),
+        len(env),
+        0,
+        max(1, int(limits.cpu_time_s + 0.999)),
+        limits.open_files,
+        limits.effective_file_size_bytes,
+    )
+    message = header + b"".join(s.encode() + b"\0" for s in strings)
+    if len(message) > _MAX_REQUEST:
+        raise ValueError(f"command line and environment are {len(message)} bytes; the limit is {_MAX_REQUEST}")
+    return message
+
+
+class AgentConnection:
+    """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
+
+    def __init__(self, sock: socket.socket, process: subprocess.Popen[bytes]) -> None:
+        self._sock = sock
+        self._process = process
+        self._loop = asyncio.get_running_loop()
+        self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self.alive = True
+        sock.setblocking(False)
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = self._sock.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.alive = False
+            self._loop.remove_reader(self._sock.fileno())
+        self._inbox.put_nowait(data)
+
+    async def wait_ready(self) -> None:
+        """Wait for the agent's hello.
+
+        Raises:
+            SandboxError: the sandbox did not start; the message carries what bubblewrap or the launcher said.
+        """
+        try:
+            message = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
+        except TimeoutError:
+            message = b""
+        if len(message) >= _READY.size and _READY.unpack_from(message)[0] == _MSG_READY:
+            return
+        self.close()
+        stderr = self._process.stderr.read().decode(errors="replace").strip() if self._process.stderr else ""
+        raise SandboxError(f"the sandbox failed to start: {stderr or 'no message (the launcher died)'}")
+
+    def close(self) -> None:
+        """Close the control socket (the agent exits) and reap the launcher (idempotent)."""
+        if self._sock.fileno() >= 0:
+            with contextlib.suppress(ValueError, RuntimeError):
+                self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+        self.alive = False
+        if self._process.poll() is None:
+            try:
+                self._process.wait(timeout=_CLEANUP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._process.stderr:
+            self._process.stderr.close()
+
+    async def run(
+        self, request: ExecRequest, limits: Limits, group: ExecGroup, disk_full: Callable[[], bool]
+    ) -> ExecResult:
+        """Run one command to its end and report it. Infrastructure faults come back as ``infra_error``."""
+        message = _encode(request, limits)
+        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        sync_host, sync_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        passed = [stdin_r, out_w, err_w, sync_child.fileno()]
+        try:
+            self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))])
+        except OSError as exc:
+            for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            sync_host.close()
+            sync_child.close()
+            self.alive = False
+            return ExecResult.infra_error(f"the sandbox's agent is gone ({exc.strerror}); the sandbox restarts")
+        for fd in (stdin_r, out_w, err_w):
+            os.close(fd)
+        sync_child.close()
+        with sync_host:
+            pid = await self._child_pid(sync_host)
+            if pid is None:
+                os.close(stdin_w)
+                os.close(out_r)
+                os.close(err_r)
+                return await self._failed_start()
+            try:
+                group.adopt(pid)
+            except SandboxError as exc:
+                group.kill()
+                os.close(stdin_w)
+                os.close(out_r)
+                os.close(err_r)
+                await self._next_exited()
+                return ExecResult.infra_error(str(exc))
+            return await self._supervise(request, limits, group, disk_full, sync_host, stdin_w, out_r, err_r)
+
+    async def _child_pid(self, sync: socket.socket) -> int | None:
+        """The host pid of the new child, read from the credentials the kernel attached to its hello."""
+        sync.setblocking(False)
+        ready = self._loop.create_future()
+        self._loop.add_reader(sync.fileno(), lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, _START_TIMEOUT_S)
+            _data, ancillary, _flags, _addr = sync.recvmsg(1, socket.CMSG_SPACE(12))
+        except (TimeoutError, OSError):
+            return None
+        finally:
+            self._loop.remove_reader(sync.fileno())
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid: int = struct.unpack("iII", payload[:12])[0]
+                return pid
+        return None
+
+    async def _next_exited(self) -> _Exited | None:
+        while True:
+            try:
+                data = await asyncio.wait_for(self._inbox.get(), _CLEANUP_TIMEOUT_S)
+            except TimeoutError:
+                return None
+            if not data:
+                self._inbox.put_nowait(data)  # keep the EOF visible to whoever asks next
+                return None
+            if len(data) >= _EXITED.size and _EXITED.unpack_from(data)[0] == _MSG_EXITED:
+                _t, status, cpu_us, rss_kib = _EXITED.unpack_from(data)
+                return _Exited(status, cpu_us / 1e6, rss_kib * 1024)
+
+    async def _failed_start(self) -> ExecResult:
+        exited = await self._next_exited()
+        if exited is not None and exited.wait_status < 0:
+            return ExecResult.infra_error(f"the agent could not fork: {os.strerror(-exited.wait_status)}")
+        self.alive = self.alive and exited is not None
+        return ExecResult.infra_error("the command's process died before it could be started")
+
+    async def _supervise(
+        self,
+        request: ExecRequest,
+        limits: Limits,
+        group: ExecGroup,
+        disk_full: Callable[[], bool],
+        sync: socket.socket,
+        stdin_w: int,
+        out_r: int,
+        err_r: int,
+    ) -> ExecResult:
+        done: asyncio.Future[None] = self._loop.create_future()
+        killed_for: list[Status] = []
+
+        def stop(reason: Status) -> None:
+            if not killed_for:
+                killed_for.append(reason)
+                group.kill()
+            if not done.done():
+                done.set_result(None)
+
+        full_before = disk_full()
+        stdout = OutputCapture(out_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
+        stderr = OutputCapture(err_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
+        feeder = StdinFeeder(stdin_w, request.stdin or b"")
+        exited_task = asyncio.ensure_future(self._next_exited())
+        exited_task.add_done_callback(lambda _: done.done() or done.set_result(None))
+        timer = self._loop.call_later(request.timeout_s, stop, Status.TIMEOUT)
+        watcher = asyncio.ensure_future(self._watch(group, limits, stop))
+        start = time.monotonic()
+        try:
+            sync.send(b"g")
+        except OSError:
+            stop(Status.SIGNALED)
+        try:
+            await done
+            wall_s = time.monotonic() - start
+        finally:
+            timer.cancel()
+            watcher.cancel()
+            feeder.close()
+            group.kill()  # the command ended: whatever it left running (daemons, orphans) dies with it
+        exited = await exited_task
+        for capture in (stdout, stderr):
+            try:
+                await asyncio.wait_for(capture.eof, _CLEANUP_TIMEOUT_S)
+            except TimeoutError:
+                capture.close()
+        if exited is None and not self.alive and killed_for[:1] == [Status.SIGNALED]:
+            killed_for.clear()
+        usage = group.usage(exited)
+        if disk_full() and not full_before:
+            usage = Usage(usage.cpu_s, usage.peak_memory_bytes, usage.oom_kills, usage.pids_limit_hits, True)
+        status, exit_code, signo = classify(
+            killed_for=killed_for[0] if killed_for else None,
+            wait_status=exited.wait_status if exited is not None else None,
+            usage=usage,
+            limits=limits,
+        )
+        return ExecResult(
+            status=status,
+            exit_code=exit_code,
+            signal=signo,
+            stdout=bytes(stdout.data),
+            stderr=bytes(stderr.data),
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            wall_s=wall_s,
+            cpu_s=usage.cpu_s,
+            peak_memory_bytes=usage.peak_memory_bytes,
+        )
+
+    async def _watch(self, group: ExecGroup, limits: Limits, stop: Callable[[Status], None]) -> None:
+        """Poll what the kernel cannot stop by itself in time: total CPU over all processes, the pids limit."""
+        delay = 0.005
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+            try:
+                if group.pids_limit_hits() > 0:
+                    stop(Status.PIDS_LIMIT)
+                elif group.cpu_s() >= limits.cpu_time_s:
+                    stop(Status.CPU_TIME_LIMIT)
+            except (OSError, SandboxError):
+                return

@@ -1,0 +1,248 @@
+"""The ``bwrap`` backend: bubblewrap namespaces, cgroups, a syscall filter and an unprivileged uid.
+
+What the program inside sees: a read-only root with the system directories and the Python rollbox runs on
+(``python3`` on PATH), a size-limited writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net,
+cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own. The launcher
+(``agent.c launch``) puts bubblewrap into the sandbox's cgroup before it starts, so nothing escapes
+accounting, and bubblewrap dies with rollbox (``--die-with-parent``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ._agent import AgentConnection, ExecGroup, Usage, _Exited
+from ._cgroup import Cgroup, CgroupTree
+from ._errors import IsolationUnavailable, SandboxError
+from ._limits import Limits, Network
+from ._native import agent_binary
+from ._seccomp import build_filter
+from ._state import SANDBOX_UID, SandboxDir, StateDir
+
+__all__ = ["BwrapHost", "BwrapSandbox"]
+
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
+_AGENT_PATH = "/opt/rollbox/agent"
+# The interpreter's own directory comes first, so that ``python3`` is the interpreter rollbox runs on, found
+# where a virtual environment's pyvenv.cfg makes its installed packages visible.
+PATH = ":".join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]))
+
+
+class BwrapHost:
+    """What every bubblewrap sandbox on this host shares: bubblewrap, the agent, cgroups, the state dir."""
+
+    _instance: BwrapHost | None = None
+
+    def __init__(self) -> None:
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise IsolationUnavailable(
+                "bubblewrap is not installed: apt-get install bubblewrap (or dnf install bubblewrap), "
+                "or pass backend='process', which is not a security boundary."
+            )
+        if os.geteuid() != 0:
+            raise IsolationUnavailable(
+                "the bwrap backend manages cgroups and needs root; run rollbox as root (for example in its "
+                "container), or pass backend='process', which is not a security boundary."
+            )
+        self.bwrap = bwrap
+        self.agent = agent_binary()
+        self.cgroups = CgroupTree.detect()
+        self.state = StateDir()
+        self.state.ensure()
+        self.state.reap(self.cgroups)
+        self.runtime_binds = _runtime_binds()
+
+    @classmethod
+    def get(cls) -> BwrapHost:
+        """The host, probed once per process (and leftovers of dead rollbox processes reaped then)."""
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+
+def _runtime_binds() -> list[str]:
+    """Directories outside /usr that the Python interpreter needs (its prefixes), deduplicated."""
+    prefixes = {sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix}
+    binds = sorted(p for p in prefixes if not p.startswith("/usr/"))
+    return [p for p in binds if not any(p != q and p.startswith(q + "/") for q in binds)]
+
+
+class _CgroupExecGroup:
+    """A command's processes as one cgroup, with its own limits and its own resource report."""
+
+    def __init__(self, cgroup: Cgroup, limits: Limits) -> None:
+        self.cgroup = cgroup
+        cgroup.create()
+        cgroup.set_limits(memory_bytes=limits.memory_bytes, pids=limits.pids)
+
+    def adopt(self, pid: int) -> None:
+        self.cgroup.add(pid)
+
+    def kill(self) -> None:
+        self.cgroup.kill()
+
+    def cpu_s(self) -> float:
+        return self.cgroup.cpu_s()
+
+    def pids_limit_hits(self) -> int:
+        return self.cgroup.pids_limit_hits()
+
+    def usage(self, exited: _Exited | None) -> Usage:
+        stats = self.cgroup.stats()
+        return Usage(stats.cpu_s, stats.peak_memory_bytes, stats.oom_kills, stats.pids_limit_hits)
+
+
+class BwrapSandbox:
+    """One bubblewrap sandbox: its directory, uid, cgroup, and (while started) its agent."""
+
+    def __init__(self, limits: Limits, network: Network) -> None:
+        self.limits = limits
+        self.network = network
+        self.host = BwrapHost.get()
+        self.id = secrets.token_hex(6)
+        self.uid = -1
+        self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}")
+        self._dir: SandboxDir | None = None
+        self._uid_lock: int | None = None
+        self._agent: AgentConnection | None = None
+        self._execs = 0
+
+    @property
+    def writable_root(self) -> Path:
+        """The host directory holding workspace/, tmp/ and shm/."""
+        assert self._dir is not None
+        return self._dir.fs
+
+    async def start(self) -> None:
+        """Build the sandbox and start its agent.
+
+        Raises:
+            SandboxError: any step failed; everything made so far is removed.
+        """
+        try:
+            self.uid, self._uid_lock = self.host.state.allocate_uid()
+            self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
+            self._dir.record_cgroup(self._cgroup)
+            self._cgroup.create(delegate=True)
+            self._cgroup.child("agent").create()
+            self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
+            await self._start_agent()
+        except BaseException:
+            self.close()
+            raise
+
+    async def _start_agent(self) -> None:
+        assert self._dir is not None
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
+        seccomp_r, seccomp_w = os.pipe2(os.O_CLOEXEC)
+        program = build_filter(allow_inet=self.network is Network.LOOPBACK)
+        os.write(seccomp_w, program)
+        os.close(seccomp_w)
+        launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
+        launcher += ["--stage", str(self.host.state.stage)]
+        for procs in self._cgroup.child("agent").procs_files:
+            launcher += ["--cgroup", str(procs)]
+        staged = [*self.host.runtime_binds, str(self.host.agent)]
+        for source in staged:
+            launcher += ["--bind", source]
+        argv = [*launcher, "--", self.host.bwrap, *self._bwrap_args(staged, seccomp_r)]
+        argv += ["--", _AGENT_PATH, "serve", str(sandbox_end.fileno())]
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(sandbox_end.fileno(), seccomp_r),
+                env={},
+                cwd="/",
+            )
+        except OSError as exc:
+            host_end.close()
+            raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc.strerror}") from exc
+        finally:
+            sandbox_end.close()
+            os.close(seccomp_r)
+        self._agent = AgentConnection(host_end, process)
+        await self._agent.wait_ready()
+
+    def _bwrap_args(self, staged: list[str], seccomp_fd: int) -> list[str]:
+        assert self._dir is not None
+        args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
+        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
+        args += ["--hostname", "rollbox", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
+        for path in _SYSTEM_DIRS:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        for name in _ETC_FILES:
+            if os.path.exists(f"/etc/{name}"):
+                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        for name in ("passwd", "group", "hosts", "nsswitch.conf"):
+            args += ["--ro-bind", str(self.host.state.etc / name), f"/etc/{name}"]
+        stage = self.host.state.stage
+        for index, source in enumerate(staged):
+            target = _AGENT_PATH if source == str(self.host.agent) else source
+            args += ["--ro-bind", f"{stage}/{index}", target]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        fs = self._dir.fs
+        args += ["--bind", str(fs / "workspace"), "/workspace", "--bind", str(fs / "tmp"), "/tmp"]
+        args += ["--bind", str(fs / "shm"), "/dev/shm", "--remount-ro", "/", "--chdir", "/workspace"]
+        args += ["--seccomp", str(seccomp_fd)]
+        return args
+
+    def disk_full(self) -> bool:
+        """True when the writable tree has no block or no inode left."""
+        if self._dir is None:
+            return False
+        st = os.statvfs(self._dir.fs)
+        return st.f_bavail == 0 or st.f_favail == 0
+
+    async def exec_group(self) -> ExecGroup:
+        """A fresh cgroup for the next command, restarting the agent first if something killed it."""
+        if self._agent is None or not self._agent.alive:
+            if self._agent is not None:
+                self._agent.close()
+            self._cgroup.child("agent").kill()
+            await self._start_agent()
+        self._execs += 1
+        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self.limits)
+
+    @property
+    def agent(self) -> AgentConnection:
+        """The running agent."""
+        assert self._agent is not None
+        return self._agent
+
+    def finish_exec(self, group: ExecGroup) -> None:
+        """Remove a command's cgroup once its result is read."""
+        assert isinstance(group, _CgroupExecGroup)
+        group.cgroup.remove()
+
+    def close(self) -> None:
+        """Kill everything, remove the cgroup, unmount and delete the tree, free the uid (idempotent)."""
+        if self._agent is not None:
+            with contextlib.suppress(SandboxError):
+                self._cgroup.child("agent").kill()
+            self._agent.close()
+            self._agent = None
+        if self._dir is not None:
+            self._dir.destroy()
+            self._dir = None
+        else:
+            with contextlib.suppress(SandboxError):
+                self._cgroup.remove()
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)
+            self._uid_lock = None

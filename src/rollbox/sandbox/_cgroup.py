@@ -1,0 +1,340 @@
+"""cgroups: where a sandbox's processes are counted, limited and killed, on cgroup v2 or v1.
+
+A sandbox owns one cgroup directory, ``rollbox-<id>``, made under the cgroup rollbox itself runs in (so that
+a cgroup around rollbox, such as the test suite's guard, also bounds every sandbox). Inside it, ``agent``
+holds the sandbox's own supervisor and each command gets a fresh ``exec-<n>`` with its own limits, so that
+its resource report is its own and killing it kills exactly what it started. On cgroup v1 the same relative
+path exists once per hierarchy (memory, pids, cpuacct); on v2 once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import IsolationUnavailable, SandboxError
+
+__all__ = ["Cgroup", "CgroupStats", "CgroupTree"]
+
+_V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+_PARENT_ENV = "ROLLBOX_CGROUP_PARENT"
+
+
+@dataclass(frozen=True)
+class CgroupStats:
+    """What a cgroup's processes used, read after they are all dead."""
+
+    cpu_s: float
+    peak_memory_bytes: int | None
+    oom_kills: int
+    pids_limit_hits: int
+
+
+def _read(path: Path) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except OSError as exc:
+        raise SandboxError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+
+
+def _keyed(text: str, key: str) -> int:
+    """The value of ``key`` in a flat-keyed cgroup file such as ``memory.events``."""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
+
+
+def _mounts() -> Iterator[tuple[str, Path, set[str]]]:
+    """(fstype, mount point, super options) of every cgroup mount this process sees."""
+    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+        before, _, after = line.partition(" - ")
+        fstype, _source, options = (after.split(" ") + ["", ""])[:3]
+        if fstype in ("cgroup", "cgroup2"):
+            yield fstype, Path(before.split(" ")[4]), set(options.split(","))
+
+
+def _own_paths() -> dict[str, str]:
+    """This process's cgroup path per v1 controller, and under ``""`` its v2 path."""
+    paths: dict[str, str] = {}
+    for line in _read(Path("/proc/self/cgroup")).splitlines():
+        _id, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path
+    return paths
+
+
+class CgroupTree:
+    """The cgroup hierarchies rollbox uses on this machine, and the parent its sandboxes go under."""
+
+    def __init__(self, version: int, mounts: dict[str, Path], parents: dict[str, str]) -> None:
+        self.version = version
+        #: Mount point per controller; on v2 a single entry under ``""``.
+        self.mounts = mounts
+        #: The parent cgroup's path inside each hierarchy.
+        self.parents = parents
+
+    @classmethod
+    def detect(cls) -> CgroupTree:
+        """Find a usable cgroup hierarchy: v2 when it has the memory and pids controllers, else v1.
+
+        ``ROLLBOX_CGROUP_PARENT`` (a path inside the hierarchy, such as ``/rollbox.slice``) overrides the
+        default parent, which is the cgroup rollbox runs in.
+
+        Raises:
+            IsolationUnavailable: neither version is usable; the message says what is missing.
+        """
+        override = os.environ.get(_PARENT_ENV)
+        own = _own_paths()
+        mounts = list(_mounts())
+        for fstype, point, _ in mounts:
+            if fstype == "cgroup2" and {"memory", "pids"} <= set(_read(point / "cgroup.controllers").split()):
+                return cls._v2(point, override or own.get("", "/"), overridden=override is not None)
+        v1: dict[str, Path] = {}
+        for fstype, point, options in mounts:
+            for controller in _V1_CONTROLLERS:
+                if fstype == "cgroup" and controller in options:
+                    v1.setdefault(controller, point)
+        missing = [c for c in _V1_CONTROLLERS if c not in v1]
+        if missing:
+            raise IsolationUnavailable(
+                "no usable cgroup hierarchy: cgroup v2 lacks the memory or pids controller and cgroup v1 lacks "
+                f"{', '.join(missing)}. Mount cgroup2 at /sys/fs/cgroup (systemd does this by default) and run "
+                "rollbox as root, or pass --backend process (which is not a security boundary)."
+            )
+        return cls(1, v1, {c: override or own.get(c, "/") for c in v1})
+
+    @classmethod
+    def _v2(cls, point: Path, parent: str, *, overridden: bool) -> CgroupTree:
+        try:
+            _enable_v2_controllers(point, parent)
+        except SandboxError as own_error:
+            if overridden or parent.strip("/") == "":
+                raise IsolationUnavailable(f"{own_error}; set {_PARENT_ENV} to a delegated cgroup") from None
+            # Our own cgroup holds processes (ours), so v2 will not delegate controllers below it; use a
+            # cgroup of rollbox's own at the root of the hierarchy instead.
+            parent = "/rollbox.slice"
+            try:
+                (point / parent.lstrip("/")).mkdir(exist_ok=True)
+                _enable_v2_controllers(point, parent)
+            except (OSError, SandboxError) as exc:
+                raise IsolationUnavailable(
+                    f"cannot delegate the memory and pids controllers to sandboxes ({own_error}; {exc}). Run "
+                    f"rollbox as root, or set {_PARENT_ENV} to a delegated cgroup with no processes of its own."
+                ) from exc
+        return cls(2, {"": point}, {"": parent})
+
+    def cgroup(self, name: str) -> Cgroup:
+        """The cgroup ``name`` directly under the parent (it need not exist yet)."""
+        return Cgroup(self.version, self.mounts, {c: f"{p.rstrip('/')}/{name}" for c, p in self.parents.items()})
+
+    def sandbox_names(self) -> set[str]:
+        """Names of the cgroups under the parent that look like rollbox sandboxes (for reaping leftovers)."""
+        names: set[str] = set()
+        for controller, mount in self.mounts.items():
+            parent = mount / self.parents[controller].lstrip("/")
+            with contextlib.suppress(FileNotFoundError):
+                names.update(p.name for p in parent.iterdir() if p.name.startswith("rollbox-") and p.is_dir())
+        return names
+
+
+def _enable_v2_controllers(point: Path, parent: str) -> None:
+    """Enable memory and pids for the children of ``parent`` and of each of its ancestors."""
+    directory = point
+    for part in [""] + [p for p in parent.split("/") if p]:
+        directory = directory / part if part else directory
+        control = directory / "cgroup.subtree_control"
+        if {"memory", "pids"} <= set(_read(control).split()):
+            continue
+        try:
+            with open(control, "w") as f:
+                f.write("+memory +pids")
+        except OSError as exc:
+            reason = "it holds processes" if exc.errno == errno.EBUSY else exc.strerror
+            raise SandboxError(f"cannot enable memory and pids below {directory}: {reason}") from exc
+
+
+class Cgroup:
+    """One cgroup: the same path in each hierarchy (one on v2, memory + pids + cpuacct on v1)."""
+
+    def __init__(self, version: int, mounts: dict[str, Path], paths: dict[str, str]) -> None:
+        self.version = version
+        self._mounts = mounts
+        #: The cgroup's path inside each hierarchy, by controller (``""`` on v2).
+        self.paths = paths
+
+    def _dir(self, controller: str) -> Path:
+        key = "" if self.version == 2 else controller
+        return self._mounts[key] / self.paths[key].lstrip("/")
+
+    @property
+    def dirs(self) -> list[Path]:
+        """The cgroup's directory in each hierarchy."""
+        return [self._dir(c) for c in self.paths]
+
+    @property
+    def procs_files(self) -> list[Path]:
+        """The ``cgroup.procs`` file of each hierarchy (a process joins by writing its pid to all of them)."""
+        return [d / "cgroup.procs" for d in self.dirs]
+
+    def child(self, name: str) -> Cgroup:
+        """The child cgroup ``name`` (it need not exist yet)."""
+        return Cgroup(self.version, self._mounts, {c: f"{p}/{name}" for c, p in self.paths.items()})
+
+    def create(self, *, delegate: bool = False) -> None:
+        """Make the cgroup in every hierarchy; with ``delegate``, let its children use memory and pids (v2).
+
+        Raises:
+            SandboxError: the kernel refused.
+        """
+        made: list[Path] = []
+        try:
+            for d in self.dirs:
+                d.mkdir()
+                made.append(d)
+            if delegate and self.version == 2:
+                _write(self._dir("") / "cgroup.subtree_control", "+memory +pids")
+        except (OSError, SandboxError) as exc:
+            for d in reversed(made):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            if isinstance(exc, SandboxError):
+                raise
+            raise SandboxError(f"cannot create cgroup {exc.filename}: {exc.strerror}") from exc
+
+    def set_limits(self, *, memory_bytes: int, pids: int) -> None:
+        """Limit memory including swap, and processes plus threads."""
+        if self.version == 2:
+            _write(self._dir("") / "memory.max", str(memory_bytes))
+            if (self._dir("") / "memory.swap.max").exists():
+                _write(self._dir("") / "memory.swap.max", "0")
+            _write(self._dir("") / "memory.oom.group", "1")
+        else:
+            _write(self._dir("memory") / "memory.limit_in_bytes", str(memory_bytes))
+            memsw = self._dir("memory") / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                _write(memsw, str(memory_bytes))
+        _write(self._dir("pids") / "pids.max", str(pids))
+
+    def add(self, pid: int) -> None:
+        """Move a process into this cgroup."""
+        for procs in self.procs_files:
+            _write(procs, str(pid))
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by every process that was ever in this cgroup."""
+        if self.version == 2:
+            return _keyed(_read(self._dir("") / "cpu.stat"), "usage_usec") / 1e6
+        return int(_read(self._dir("cpuacct") / "cpuacct.usage")) / 1e9
+
+    def pids_limit_hits(self) -> int:
+        """How many forks or clones the pids limit has refused."""
+        return _keyed(_read(self._dir("pids") / "pids.events"), "max")
+
+    def stats(self) -> CgroupStats:
+        """Read the resource report."""
+        if self.version == 2:
+            peak_file = self._dir("") / "memory.peak"
+            peak = int(_read(peak_file)) if peak_file.exists() else None
+            oom = _keyed(_read(self._dir("") / "memory.events"), "oom_kill")
+        else:
+            memory = self._dir("memory")
+            memsw_peak = memory / "memory.memsw.max_usage_in_bytes"
+            peak = int(_read(memsw_peak if memsw_peak.exists() else memory / "memory.max_usage_in_bytes"))
+            oom = _keyed(_read(memory / "memory.oom_control"), "oom_kill")
+        return CgroupStats(
+            cpu_s=self.cpu_s(), peak_memory_bytes=peak, oom_kills=oom, pids_limit_hits=self.pids_limit_hits()
+        )
+
+    def pids(self) -> list[int]:
+        """The processes in this cgroup now."""
+        with contextlib.suppress(FileNotFoundError):
+            return [int(p) for p in _read(self._dir("pids") / "cgroup.procs").split()]
+        return []
+
+    def kill(self, *, timeout_s: float = 5.0) -> None:
+        """SIGKILL every process in this cgroup and wait until none is left.
+
+        Raises:
+            SandboxError: processes were still alive after ``timeout_s`` (a host problem: unkillable tasks).
+        """
+        deadline = time.monotonic() + timeout_s
+        kill_file = self._dir("pids") / "cgroup.kill"
+        delay = 0.0002
+        while pids := self.pids():
+            if self.version == 2 and kill_file.exists():
+                _write(kill_file, "1")
+            else:
+                for pid in pids:
+                    self._kill_member(pid)
+            if time.monotonic() > deadline:
+                raise SandboxError(f"processes {pids[:10]} in {self.dirs[0]} survived SIGKILL for {timeout_s} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
+    def _kill_member(self, pid: int) -> None:
+        # A pid read from cgroup.procs may have exited and been reused by a host process; the pidfd pins the
+        # process, and the membership check runs while it is pinned.
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        try:
+            if self._contains(pid):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(pidfd)
+
+    def _contains(self, pid: int) -> bool:
+        controller = "" if self.version == 2 else "pids"
+        mine = self.paths[controller]
+        try:
+            lines = _read(Path(f"/proc/{pid}/cgroup")).splitlines()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        for line in lines:
+            _id, controllers, path = line.split(":", 2)
+            if controller in controllers.split(",") or (controller == "" and controllers == ""):
+                return path == mine or path.startswith(mine + "/")
+        return False
+
+    def remove(self, *, timeout_s: float = 5.0) -> None:
+        """Kill what is left, then remove this cgroup and its children (deepest first); absent is fine.
+
+        Raises:
+            SandboxError: the cgroup could not be removed.
+        """
+        self.kill(timeout_s=timeout_s)
+        children: set[str] = set()
+        for d in self.dirs:
+            with contextlib.suppress(FileNotFoundError):
+                children.update(p.name for p in d.iterdir() if p.is_dir())
+        for name in sorted(children):
+            self.child(name).remove(timeout_s=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for d in self.dirs:
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                        raise SandboxError(f"cannot remove cgroup {d}: {exc.strerror}") from exc
+                    time.sleep(0.001)

@@ -1,0 +1,93 @@
+"""Host-side file access to a sandbox's writable tree that never follows a link the sandbox made.
+
+The program inside can plant symlinks anywhere it can write (``/workspace/x -> /etc/shadow``). Every path the
+host opens there is resolved with ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``, so a link fails the call
+instead of leading the host, which runs as root, somewhere else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+from pathlib import PurePosixPath
+
+__all__ = ["read_beneath", "resolve_sandbox_path", "write_beneath"]
+
+_SYS_OPENAT2 = 437  # the same number on x86_64 and on the asm-generic architectures (aarch64)
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+_libc = ctypes.CDLL(None, use_errno=True)
+
+#: Writable places in a sandbox and the name of their directory in the sandbox's host-side tree.
+WRITABLE_ROOTS = {"/workspace": "workspace", "/tmp": "tmp"}
+
+
+def resolve_sandbox_path(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """Split a sandbox path into (writable root name, path relative to it).
+
+    A relative path is relative to /workspace; an absolute one must lie in /workspace or /tmp.
+
+    Raises:
+        ValueError: the path is outside the writable roots or climbs out with ``..``.
+    """
+    pure = PurePosixPath(os.fspath(path))
+    if not pure.is_absolute():
+        pure = PurePosixPath("/workspace") / pure
+    if ".." in pure.parts:
+        raise ValueError(f"sandbox path {os.fspath(path)!r} must not contain '..'")
+    for root, name in WRITABLE_ROOTS.items():
+        if pure == PurePosixPath(root):
+            raise ValueError(f"sandbox path {os.fspath(path)!r} is a directory, not a file")
+        if pure.is_relative_to(root):
+            return name, str(pure.relative_to(root))
+    raise ValueError(
+        f"sandbox path {os.fspath(path)!r} is outside the writable directories ({', '.join(WRITABLE_ROOTS)})"
+    )
+
+
+def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
+    how = struct.pack("QQQ", flags | os.O_CLOEXEC, mode, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    buf = ctypes.create_string_buffer(how)
+    fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), buf, len(how))
+    if fd < 0:
+        err = ctypes.get_errno()
+        message = "is or passes through a symbolic link" if err == errno.ELOOP else os.strerror(err)
+        raise OSError(err, message, path)
+    return int(fd)
+
+
+def read_beneath(root: str, relative: str) -> bytes:
+    """Read the file ``relative`` under the directory ``root`` without following any link."""
+    dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = _openat2(dirfd, relative, os.O_RDONLY | os.O_NOFOLLOW)
+    finally:
+        os.close(dirfd)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, mode: int = 0o644) -> None:
+    """Write ``data`` to ``relative`` under ``root``, making parent directories, owned by ``uid``/``gid``."""
+    parts = PurePosixPath(relative).parts
+    dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=dirfd)
+                os.chown(part, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+            except FileExistsError:
+                pass
+            next_fd = _openat2(dirfd, part, os.O_PATH | os.O_DIRECTORY)
+            os.close(dirfd)
+            dirfd = next_fd
+        fd = _openat2(dirfd, parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    finally:
+        os.close(dirfd)
+    with os.fdopen(fd, "wb") as f:
+        os.fchown(f.fileno(), uid, gid)
+        os.fchmod(f.fileno(), mode)
+        f.write(data)

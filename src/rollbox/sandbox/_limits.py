@@ -1,0 +1,106 @@
+"""Limits: what a sandboxed command may use, and the parsers for human-friendly sizes and durations."""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, fields
+
+__all__ = ["Limits", "Network", "parse_duration", "parse_size"]
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """Parse ``"256M"``, ``"1.5G"``, ``"64k"``, ``"4096"`` (bytes) into a byte count; suffixes are binary.
+
+    Raises:
+        ValueError: the text is not a size; the message shows it and the accepted forms.
+    """
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"invalid size {text!r}: expected a number of bytes with an optional K, M, G or T suffix")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    return int(number * {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}[unit])
+
+
+def parse_duration(text: str | float) -> float:
+    """Parse ``"10"``, ``"2.5s"``, ``"500ms"``, ``"1m"`` into seconds.
+
+    Raises:
+        ValueError: the text is not a duration; the message shows it and the accepted forms.
+    """
+    if isinstance(text, int | float):
+        return float(text)
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"invalid duration {text!r}: expected seconds, optionally with ms, s, m or h")
+    unit = (match.group(2) or "s").lower()
+    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+
+
+class Network(str, enum.Enum):
+    """What network a sandbox has. Neither choice ever reaches the host's network."""
+
+    #: No network at all: only unix sockets can be created.
+    NONE = "none"
+    #: A loopback interface of the sandbox's own (127.0.0.1 and ::1 inside are not the host's).
+    LOOPBACK = "loopback"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Resource limits for every command run in a sandbox. The kernel enforces each one.
+
+    Each limit, when hit, ends the command with the status named in its description; when several are hit,
+    the first one wins.
+    """
+
+    #: Wall-clock seconds a command may run; then every process of it is killed (status ``timeout``).
+    timeout_s: float = 10.0
+    #: CPU seconds, summed over all processes and threads of a command (status ``cpu_time_limit``).
+    cpu_time_s: float = 5.0
+    #: Memory including swap and tmpfs pages the command wrote; the kernel's OOM killer fires at the limit
+    #: (status ``memory_limit``).
+    memory_bytes: int = 512 * MiB
+    #: Processes plus threads alive at once; the first fork or thread beyond it fails, and the command is
+    #: killed (status ``pids_limit``).
+    pids: int = 64
+    #: Bytes kept of each of stdout and stderr; the command is killed when either stream goes past it
+    #: (status ``output_limit``, with the stream marked truncated).
+    output_bytes: int = 1 * MiB
+    #: Bytes writable in /workspace, /tmp and /dev/shm together; writes beyond it fail with ENOSPC
+    #: (status ``disk_limit``).
+    disk_bytes: int = 256 * MiB
+    #: Open file descriptors per process; beyond it ``open`` fails with EMFILE (the program's own error).
+    open_files: int = 1024
+    #: Largest file a process may write; beyond it the write raises SIGXFSZ (status ``disk_limit``).
+    #: ``None`` means the disk limit.
+    file_size_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"Limits.{field.name} must be a finite number, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"Limits.{field.name} must be positive, got {value!r}")
+        if self.pids < 2:
+            raise ValueError(f"Limits.pids must be at least 2 (the command and one child), got {self.pids}")
+        if self.memory_bytes < 8 * MiB:
+            raise ValueError(f"Limits.memory_bytes must be at least 8 MiB, got {self.memory_bytes}")
+
+    @property
+    def effective_file_size_bytes(self) -> int:
+        """The file size limit in force: ``file_size_bytes``, or the disk limit when unset."""
+        return self.file_size_bytes if self.file_size_bytes is not None else self.disk_bytes

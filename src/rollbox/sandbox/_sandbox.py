@@ -1,0 +1,232 @@
+"""The public sandbox: a single-use async context manager that runs any number of commands, one at a time.
+
+    async with Sandbox(limits=Limits(timeout_s=5)) as sb:
+        await sb.write_file("main.py", "print(6 * 7)")
+        result = await sb.exec(["python3", "main.py"])
+        assert result.stdout == b"42\\n"
+
+State lives in the filesystem (/workspace and /tmp persist between commands); every process a command starts
+dies when it ends. ``run`` is the one-shot form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol
+
+from ._agent import AgentConnection, ExecGroup, ExecRequest
+from ._bwrap import PATH, BwrapSandbox
+from ._errors import SandboxError, SandboxStateError
+from ._files import read_beneath, resolve_sandbox_path, write_beneath
+from ._limits import Limits, Network
+from ._process import ProcessSandbox
+from ._result import ExecResult
+
+__all__ = ["Backend", "Sandbox", "run"]
+
+Backend = Literal["bwrap", "process"]
+
+
+class _Backend(Protocol):
+    limits: Limits
+    uid: int
+
+    @property
+    def writable_root(self) -> os.PathLike[str]: ...
+    @property
+    def agent(self) -> AgentConnection: ...
+    async def start(self) -> None: ...
+    async def exec_group(self) -> ExecGroup: ...
+    def finish_exec(self, group: ExecGroup) -> None: ...
+    def disk_full(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Sandbox:
+    """An isolated place to run commands: namespaces, cgroups, a syscall filter, no network by default.
+
+    Args:
+        limits: What every command may use (defaults: :class:`Limits`).
+        network: ``"none"`` (default) or ``"loopback"`` (a loopback of the sandbox's own).
+        backend: ``"bwrap"`` (default) or ``"process"`` (rlimits only; not a security boundary, warns).
+        env: Extra environment variables for every command (nothing of the host's environment is passed).
+
+    Raises:
+        IsolationUnavailable: on entry, when the machine cannot give the isolation asked for.
+        SandboxError: on entry, when the sandbox could not be built.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: Limits | None = None,
+        network: Network | str = Network.NONE,
+        backend: Backend = "bwrap",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.network = Network(network)
+        if backend not in ("bwrap", "process"):
+            raise ValueError(f"unknown backend {backend!r}: expected 'bwrap' or 'process'")
+        if backend == "process" and self.network is not Network.NONE:
+            raise ValueError("the process backend cannot give a private loopback: use backend='bwrap'")
+        self.backend: Backend = backend
+        self._extra_env = dict(env or {})
+        self._impl: _Backend | None = None
+        self._state = _State.NEW
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Sandbox:
+        if self._state is not _State.NEW:
+            raise SandboxStateError(f"this sandbox is {self._state.value}; a Sandbox can be entered only once")
+        impl: _Backend = (
+            BwrapSandbox(self.limits, self.network) if self.backend == "bwrap" else ProcessSandbox(self.limits)
+        )
+        await impl.start()
+        self._impl = impl
+        self._state = _State.OPEN
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Kill every process, remove the cgroup, unmount and delete the sandbox's files (idempotent)."""
+        if self._impl is not None:
+            async with self._lock:
+                impl, self._impl = self._impl, None
+                impl.close()
+        self._state = _State.CLOSED
+
+    def _open(self) -> _Backend:
+        if self._impl is None:
+            hint = "use 'async with Sandbox() as sb:'" if self._state is _State.NEW else "make a new Sandbox"
+            raise SandboxStateError(f"this sandbox is {self._state.value}; {hint}")
+        return self._impl
+
+    def _environment(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        home = "/workspace" if self.backend == "bwrap" else os.path.join(self._open().writable_root, "workspace")
+        tmp = "/tmp" if self.backend == "bwrap" else os.path.join(self._open().writable_root, "tmp")
+        env = {
+            "PATH": PATH if self.backend == "bwrap" else os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": home,
+            "TMPDIR": tmp,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "USER": "sandbox",
+            "LOGNAME": "sandbox",
+        }
+        env.update(self._extra_env)
+        env.update(extra or {})
+        return env
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | str | None = None,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "/workspace",
+    ) -> ExecResult:
+        """Run one command to its end; every process it starts dies with it.
+
+        Args:
+            argv: The program and its arguments (looked up on the sandbox's PATH).
+            stdin: Bytes (or text, UTF-8 encoded) for its stdin; without it, stdin reads as empty.
+            timeout_s: Wall-clock limit for this command (default: ``limits.timeout_s``).
+            env: Extra environment variables for this command.
+            cwd: Working directory inside the sandbox.
+
+        Returns:
+            The result with its status and its own resource report. A failure of rollbox or the host during
+            the run is a result with status ``infra_error``, never an exception.
+
+        Raises:
+            SandboxStateError: the sandbox is not open.
+            ValueError: ``argv`` is empty or contains NUL characters.
+        """
+        impl = self._open()
+        if not argv:
+            raise ValueError("argv must name a program")
+        if self.backend == "process" and cwd.startswith("/workspace"):
+            cwd = os.path.join(impl.writable_root, "workspace", os.path.relpath(cwd, "/workspace"))
+        request = ExecRequest(
+            argv=list(argv),
+            env=self._environment(env),
+            cwd=cwd,
+            stdin=stdin.encode() if isinstance(stdin, str) else stdin,
+            timeout_s=self.limits.timeout_s if timeout_s is None else timeout_s,
+        )
+        async with self._lock:
+            impl = self._open()
+            try:
+                group = await impl.exec_group()
+            except SandboxError as exc:
+                return ExecResult.infra_error(str(exc))
+            try:
+                result = await impl.agent.run(request, self.limits, group, impl.disk_full)
+            finally:
+                try:
+                    impl.finish_exec(group)
+                except SandboxError as exc:
+                    result = ExecResult.infra_error(f"cleaning up after the command failed: {exc}")
+            return result
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+        """Write a file in /workspace (relative paths) or /tmp, creating parent directories.
+
+        Raises:
+            ValueError: the path is outside /workspace and /tmp.
+            OSError: the write failed (for example, the disk limit is reached, or the path passes through a
+                symbolic link, which the host never follows).
+        """
+        root, relative = resolve_sandbox_path(path)
+        impl = self._open()
+        payload = data.encode() if isinstance(data, str) else data
+        write_beneath(os.path.join(impl.writable_root, root), relative, payload, uid=impl.uid, gid=impl.uid, mode=mode)
+
+    async def read_file(self, path: str) -> bytes:
+        """Read a file from /workspace (relative paths) or /tmp.
+
+        Raises:
+            ValueError: the path is outside /workspace and /tmp.
+            OSError: the file is missing, or the path passes through a symbolic link.
+        """
+        root, relative = resolve_sandbox_path(path)
+        return read_beneath(os.path.join(self._open().writable_root, root), relative)
+
+
+async def run(
+    argv: Sequence[str],
+    *,
+    limits: Limits | None = None,
+    network: Network | str = Network.NONE,
+    stdin: bytes | str | None = None,
+    files: Mapping[str, bytes | str] | None = None,
+    backend: Backend = "bwrap",
+) -> ExecResult:
+    """Run one command in a fresh sandbox and destroy it: the common case in one call.
+
+    ``files`` maps sandbox paths (relative to /workspace) to their contents. A sandbox that cannot be built
+    because rollbox or the host failed gives an ``infra_error`` result.
+
+    Raises:
+        IsolationUnavailable: the machine cannot give the isolation asked for.
+    """
+    try:
+        async with Sandbox(limits=limits, network=network, backend=backend) as sb:
+            for path, content in (files or {}).items():
+                await sb.write_file(path, content)
+            return await sb.exec(argv, stdin=stdin)
+    except SandboxError as exc:
+        return ExecResult.infra_error(str(exc))

@@ -1,0 +1,180 @@
+"""rollbox's host-side state: the state directory, sandbox uids, writable trees, and reaping leftovers.
+
+Layout (``ROLLBOX_STATE_DIR``, default ``/run/rollbox``)::
+
+    stage/                  an empty directory; each launcher mounts a private tmpfs here (invisible to the host)
+    etc/                    passwd, group, hosts, nsswitch.conf shown inside every sandbox
+    uids/<n>.lock           held (flock) by the sandbox that runs as uid UID_BASE + n
+    sandboxes/<id>/lock     held (flock) by the process that owns sandbox <id>; free means its owner died
+    sandboxes/<id>/cgroup   the sandbox's cgroup path per hierarchy, for the reaper
+    sandboxes/<id>/fs/      a size-limited tmpfs: workspace/, tmp/, shm/
+
+Locks are ``flock`` locks, so the kernel releases them when their owner dies however it dies, and the next
+rollbox start reaps what that owner left: processes, cgroups, mounts and directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+from ._cgroup import Cgroup, CgroupTree
+from ._errors import SandboxError
+
+__all__ = ["SandboxDir", "StateDir"]
+
+#: Host uids of sandboxes are UID_BASE + n: far above any login or system account.
+UID_BASE = 1_100_000
+UID_COUNT = 65_536
+SANDBOX_UID = 1000  # the uid the program sees inside
+
+_MS_NOSUID, _MS_NODEV = 0x2, 0x4
+_MNT_DETACH = 0x2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+_ETC = {
+    "passwd": f"root:x:0:0:root:/nonexistent:/bin/false\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/workspace:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    "group": f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1\tlocalhost rollbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+}
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive flock on ``path``, or None when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def mount_tmpfs(target: Path, *, size_bytes: int, inodes: int) -> None:
+    """Mount a size-limited tmpfs at ``target``."""
+    options = f"size={size_bytes},nr_inodes={inodes},mode=0711".encode()
+    if _libc.mount(b"rollbox", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"cannot mount a tmpfs at {target}: {os.strerror(err)} (rollbox must run as root)")
+
+
+def unmount(target: Path) -> None:
+    """Detach whatever is mounted at ``target`` (nothing mounted is fine)."""
+    if _libc.umount2(os.fsencode(target), _MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        if err not in (22, 2):  # EINVAL: not a mount point; ENOENT: gone
+            raise SandboxError(f"cannot unmount {target}: {os.strerror(err)}")
+
+
+class StateDir:
+    """The state directory of this host."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or Path(os.environ.get("ROLLBOX_STATE_DIR", "/run/rollbox"))
+        self.stage = self.root / "stage"
+        self.etc = self.root / "etc"
+        self.sandboxes = self.root / "sandboxes"
+        self.uids = self.root / "uids"
+
+    def ensure(self) -> None:
+        """Create the layout (idempotent, safe to race with other processes).
+
+        Raises:
+            SandboxError: the directory cannot be created (not root, read-only /run, ...).
+        """
+        try:
+            for d in (self.root, self.stage, self.etc, self.sandboxes, self.uids):
+                d.mkdir(mode=0o711, parents=True, exist_ok=True)
+                os.chmod(d, 0o755 if d == self.stage else 0o711)
+            for name, text in _ETC.items():
+                path = self.etc / name
+                if not path.exists() or path.read_text() != text:
+                    tmp = path.with_suffix(f".{os.getpid()}")
+                    tmp.write_text(text)
+                    tmp.chmod(0o644)
+                    tmp.replace(path)
+        except OSError as exc:
+            raise SandboxError(
+                f"cannot prepare rollbox's state directory {self.root}: {exc.strerror}. Run as root, or set "
+                "ROLLBOX_STATE_DIR to a directory root can write."
+            ) from exc
+
+    def allocate_uid(self) -> tuple[int, int]:
+        """Reserve a host uid no other live sandbox uses. Returns (uid, fd of the lock that holds it)."""
+        start = random.randrange(UID_COUNT)
+        for i in range(UID_COUNT):
+            n = (start + i) % UID_COUNT
+            fd = _try_lock(self.uids / f"{n}.lock")
+            if fd is not None:
+                return UID_BASE + n, fd
+        raise SandboxError(f"all {UID_COUNT} sandbox uids are in use")
+
+    def reap(self, tree: CgroupTree | None) -> list[str]:
+        """Remove what sandboxes whose owner died left behind. Returns the ids reaped."""
+        reaped: list[str] = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in self.sandboxes.iterdir():
+                lock = _try_lock(entry / "lock") if (entry / "lock").exists() else None
+                if lock is None and (entry / "lock").exists():
+                    continue  # its owner is alive
+                try:
+                    SandboxDir(entry, tree, lock_fd=lock).destroy()
+                    reaped.append(entry.name)
+                except (OSError, SandboxError):
+                    if lock is not None:
+                        os.close(lock)
+        return reaped
+
+
+class SandboxDir:
+    """One sandbox's host-side directory, the flock that says its owner lives, and its writable tmpfs."""
+
+    def __init__(self, path: Path, tree: CgroupTree | None, *, lock_fd: int | None) -> None:
+        self.path = path
+        self.fs = path / "fs"
+        self._tree = tree
+        self._lock_fd = lock_fd
+
+    @classmethod
+    def create(cls, state: StateDir, sandbox_id: str, tree: CgroupTree | None) -> SandboxDir:
+        """Make the directory and take its owner lock."""
+        path = state.sandboxes / sandbox_id
+        try:
+            path.mkdir(mode=0o711)
+        except OSError as exc:
+            raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
+        lock = _try_lock(path / "lock")
+        return cls(path, tree, lock_fd=lock)
+
+    def record_cgroup(self, cgroup: Cgroup) -> None:
+        """Remember where the sandbox's cgroup is, so that a reaper in another process can find it."""
+        (self.path / "cgroup").write_text(json.dumps({"version": cgroup.version, "paths": cgroup.paths}))
+
+    def make_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
+        """Mount the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid."""
+        self.fs.mkdir(mode=0o711)
+        mount_tmpfs(self.fs, size_bytes=size_bytes, inodes=max(1024, size_bytes // 4096))
+        for name in ("workspace", "tmp", "shm"):
+            d = self.fs / name
+            d.mkdir(mode=0o755)
+            os.chown(d, uid, gid)
+
+    def destroy(self) -> None:
+        """Kill and remove the cgroup, unmount the tmpfs, remove the directory, release the lock."""
+        record = self.path / "cgroup"
+        if record.exists() and self._tree is not None:
+            data = json.loads(record.read_text())
+            Cgroup(data["version"], self._tree.mounts, data["paths"]).remove()
+        unmount(self.fs)
+        shutil.rmtree(self.path, ignore_errors=False)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None

@@ -1,0 +1,223 @@
+/*
+ * rollbox-agent: the two small native pieces of rollbox's bubblewrap backend.
+ *
+ *   rollbox-agent launch --uid U --gid G --stage DIR [--cgroup PROCS_FILE]... [--bind SRC]... -- bwrap ARGS...
+ *       Runs on the host, as root, between rollbox and bubblewrap. It joins the sandbox's cgroups (so that
+ *       bubblewrap and everything it starts are accounted and killable from the first instruction), makes a
+ *       private mount namespace in which the runtime directories (for example a Python under /root, which the
+ *       sandbox uid could not traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the
+ *       sandbox's own unprivileged uid, and execs bubblewrap. Nothing it mounts is visible to the host.
+ *
+ *   rollbox-agent serve FD
+ *       Runs inside the sandbox as the command bubblewrap starts. FD is a SOCK_SEQPACKET socket to the
+ *       host. For each EXEC request (with stdin, stdout, stderr and a sync socket passed as SCM_RIGHTS) it
+ *       forks a child that starts a session, applies the rlimits, announces itself on the sync socket (the
+ *       kernel attaches its pid, translated into the host's pid namespace), waits for the host to place it
+ *       in the exec's cgroup, and execs the command. The agent reports the exit status and exits when the
+ *       host closes the socket. It keeps no state between requests.
+ *
+ * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside could kill it.
+ * Every limit and every measurement that matters is enforced or taken by the host through cgroups.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <grp.h>
+
+extern char **environ;
+
+/* Wire format, shared with rollbox/sandbox/_agent.py (little-endian, native sizes). */
+#define MSG_EXEC 1u
+#define MSG_READY 2u
+#define MSG_EXITED 3u
+#define MSG_MAX (1u << 20)
+
+struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
+    uint32_t type;
+    uint32_t argc;
+    uint32_t envc;
+    uint32_t reserved;
+    int64_t cpu_time_s;       /* RLIMIT_CPU soft limit; the hard limit is one second more; <0: none */
+    int64_t open_files;       /* RLIMIT_NOFILE; <0: inherit */
+    int64_t file_size_bytes;  /* RLIMIT_FSIZE; <0: inherit */
+};
+
+struct exited_msg {
+    uint32_t type;
+    int32_t wait_status;      /* as from wait(2); negative: -errno of a failed fork */
+    int64_t cpu_us;           /* user + system time of the command and the children it waited for */
+    int64_t max_rss_kib;
+};
+
+static void die(const char *what) {
+    dprintf(2, "rollbox-agent: %s: %s\n", what, strerror(errno));
+    _exit(125);
+}
+
+static void write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) die(path);
+    close(fd);
+}
+
+static int launch(int argc, char **argv) {
+    uid_t uid = (uid_t)-1;
+    gid_t gid = (gid_t)-1;
+    const char *stage = NULL;
+    const char *binds[64];
+    int nbinds = 0, i;
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+
+    for (i = 2; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (i + 1 >= argc) { dprintf(2, "rollbox-agent: %s needs a value\n", argv[i]); return 125; }
+        if (!strcmp(argv[i], "--uid")) uid = (uid_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--stage")) stage = argv[++i];
+        else if (!strcmp(argv[i], "--cgroup")) write_file(argv[++i], pid);
+        else if (!strcmp(argv[i], "--bind") && nbinds < 64) binds[nbinds++] = argv[++i];
+        else { dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]); return 125; }
+    }
+    if (i + 1 >= argc || uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL) {
+        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--cgroup F]... [--bind SRC]... -- CMD...\n");
+        return 125;
+    }
+    if (nbinds > 0) {
+        if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+        if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
+        for (int b = 0; b < nbinds; b++) {
+            char target[4096];
+            struct stat st;
+            snprintf(target, sizeof target, "%s/%d", stage, b);
+            if (stat(binds[b], &st) < 0) die(binds[b]);
+            if (S_ISDIR(st.st_mode) ? mkdir(target, 0755) : close(open(target, O_CREAT | O_WRONLY, 0644))) die(target);
+            if (mount(binds[b], target, NULL, MS_BIND | MS_REC, NULL) < 0) die(binds[b]);
+        }
+    }
+    if (setgroups(0, NULL) < 0) die("setgroups");
+    if (setresgid(gid, gid, gid) < 0) die("setresgid");
+    if (setresuid(uid, uid, uid) < 0) die("setresuid");
+    /* Credential changes clear the parent-death signal; bubblewrap must not outlive rollbox. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
+    if (getppid() == 1) _exit(125);
+    execvp(argv[i + 1], &argv[i + 1]);
+    die(argv[i + 1]);
+    return 125;
+}
+
+static void child(int fds[4], char *cwd, char **args, char **env, const struct exec_header *h) {
+    struct rlimit rl;
+    char go;
+    if (setsid() < 0) die("setsid");
+    signal(SIGPIPE, SIG_DFL);
+    for (int i = 0; i < 3; i++)
+        if (dup2(fds[i], i) < 0) die("dup2");
+    if (dup2(fds[3], 3) < 0) die("dup2");
+    if (syscall(SYS_close_range, 4, ~0U, 0) < 0) die("close_range");
+    if (h->cpu_time_s >= 0) {
+        rl.rlim_cur = (rlim_t)h->cpu_time_s;
+        rl.rlim_max = (rlim_t)h->cpu_time_s + 1;
+        if (setrlimit(RLIMIT_CPU, &rl) < 0) die("RLIMIT_CPU");
+    }
+    if (h->open_files >= 0) {
+        rl.rlim_cur = rl.rlim_max = (rlim_t)h->open_files;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) die("RLIMIT_NOFILE");
+    }
+    if (h->file_size_bytes >= 0) {
+        rl.rlim_cur = rl.rlim_max = (rlim_t)h->file_size_bytes;
+        if (setrlimit(RLIMIT_FSIZE, &rl) < 0) die("RLIMIT_FSIZE");
+    }
+    rl.rlim_cur = rl.rlim_max = 0;
+    setrlimit(RLIMIT_CORE, &rl);
+    /* Announce ourselves (the host reads our pid from SCM_CREDENTIALS) and wait to be placed in the cgroup. */
+    if (send(3, "r", 1, 0) != 1) _exit(125);
+    if (recv(3, &go, 1, 0) != 1) _exit(125);
+    close(3);
+    if (chdir(cwd) < 0) {
+        dprintf(2, "rollbox: cannot enter %s: %s\n", cwd, strerror(errno));
+        _exit(126);
+    }
+    environ = env;  /* execvp searches the PATH of the new environment, not the agent's */
+    execvp(args[0], args);
+    dprintf(2, "rollbox: cannot execute %s: %s\n", args[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+}
+
+static int serve(int sock) {
+    static char buf[MSG_MAX];
+    uint32_t ready = MSG_READY;
+    prctl(PR_SET_DUMPABLE, 0);  /* keep the program inside away from our fds through /proc */
+    if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
+    if (send(sock, &ready, sizeof ready, 0) < 0) die("send ready");
+    for (;;) {
+        int fds[4];
+        char cbuf[CMSG_SPACE(sizeof fds)];
+        struct iovec iov = {buf, sizeof buf};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+        ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+        if (n == 0) return 0;
+        if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        struct exec_header h;
+        if ((size_t)n < sizeof h || c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof fds)) {
+            dprintf(2, "rollbox-agent: malformed request\n");
+            return 125;
+        }
+        memcpy(fds, CMSG_DATA(c), sizeof fds);
+        memcpy(&h, buf, sizeof h);
+        char *end = buf + n, *p = buf + sizeof h;
+        char **args = calloc(h.argc + 1, sizeof *args), **env = calloc(h.envc + 1, sizeof *env);
+        char *cwd = p;
+        p = memchr(p, '\0', (size_t)(end - p));
+        if (h.type != MSG_EXEC || h.argc == 0 || !args || !env || p == NULL) {
+            dprintf(2, "rollbox-agent: malformed request\n");
+            return 125;
+        }
+        p++;
+        for (uint32_t k = 0; k < h.argc; k++) { args[k] = p; p = memchr(p, '\0', (size_t)(end - p)); if (!p) return 125; p++; }
+        for (uint32_t k = 0; k < h.envc; k++) { env[k] = p; p = memchr(p, '\0', (size_t)(end - p)); if (!p) return 125; p++; }
+        pid_t pid = fork();
+        if (pid < 0) {
+            struct exited_msg m = {MSG_EXITED, -errno, 0, 0};
+            send(sock, &m, sizeof m, 0);
+        } else if (pid == 0) {
+            child(fds, cwd, args, env, &h);
+        } else {
+            int status;
+            struct rusage ru;
+            for (int i = 0; i < 4; i++) close(fds[i]);
+            while (wait4(pid, &status, 0, &ru) < 0)
+                if (errno != EINTR) die("wait4");
+            struct exited_msg m = {MSG_EXITED, status,
+                                   (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+                                       ru.ru_utime.tv_usec + ru.ru_stime.tv_usec,
+                                   ru.ru_maxrss};
+            if (send(sock, &m, sizeof m, 0) < 0) return 0;
+        }
+        free(args);
+        free(env);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "launch")) return launch(argc, argv);
+    if (argc == 3 && !strcmp(argv[1], "serve")) return serve(atoi(argv[2]));
+    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD\n");
+    return 125;
+}
