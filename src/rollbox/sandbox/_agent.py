@@ -34,6 +34,7 @@ _READY = struct.Struct("<I")
 _MAX_REQUEST = 1 << 20
 _START_TIMEOUT_S = 10.0
 _CLEANUP_TIMEOUT_S = 10.0
+_EXIT_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,11 @@ def _encode(request: ExecRequest, limits: Limits) -> bytes:
     return message
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class AgentConnection:
     """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
 
@@ -179,7 +185,7 @@ class AgentConnection:
         self.alive = False
         if self._process.poll() is None:
             try:
-                self._process.wait(timeout=_CLEANUP_TIMEOUT_S)
+                self._process.wait(timeout=_EXIT_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
@@ -225,13 +231,13 @@ class AgentConnection:
                 os.close(err_r)
                 await self._next_exited()
                 return ExecResult.infra_error(str(exc))
-            return await self._supervise(request, limits, group, disk_full, sync_host, stdin_w, out_r, err_r)
+            return await self._supervise(request, limits, group, disk_full, (sync_host, stdin_w, out_r, err_r))
 
     async def _child_pid(self, sync: socket.socket) -> int | None:
         """The host pid of the new child, read from the credentials the kernel attached to its hello."""
         sync.setblocking(False)
         ready = self._loop.create_future()
-        self._loop.add_reader(sync.fileno(), lambda: ready.done() or ready.set_result(None))
+        self._loop.add_reader(sync.fileno(), _resolve, ready)
         try:
             await asyncio.wait_for(ready, _START_TIMEOUT_S)
             _data, ancillary, _flags, _addr = sync.recvmsg(1, socket.CMSG_SPACE(12))
@@ -271,11 +277,9 @@ class AgentConnection:
         limits: Limits,
         group: ExecGroup,
         disk_full: Callable[[], bool],
-        sync: socket.socket,
-        stdin_w: int,
-        out_r: int,
-        err_r: int,
+        channels: tuple[socket.socket, int, int, int],
     ) -> ExecResult:
+        sync, stdin_w, out_r, err_r = channels
         done: asyncio.Future[None] = self._loop.create_future()
         killed_for: list[Status] = []
 
@@ -283,15 +287,14 @@ class AgentConnection:
             if not killed_for:
                 killed_for.append(reason)
                 group.kill()
-            if not done.done():
-                done.set_result(None)
+            _resolve(done)
 
         full_before = disk_full()
         stdout = OutputCapture(out_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         stderr = OutputCapture(err_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         feeder = StdinFeeder(stdin_w, request.stdin or b"")
         exited_task = asyncio.ensure_future(self._next_exited())
-        exited_task.add_done_callback(lambda _: done.done() or done.set_result(None))
+        exited_task.add_done_callback(lambda _: _resolve(done))
         timer = self._loop.call_later(request.timeout_s, stop, Status.TIMEOUT)
         watcher = asyncio.ensure_future(self._watch(group, limits, stop))
         start = time.monotonic()

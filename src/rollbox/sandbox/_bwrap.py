@@ -180,7 +180,15 @@ class BwrapSandbox:
         assert self._dir is not None
         args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
         args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
-        args += ["--hostname", "rollbox", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
+        args += [
+            "--hostname",
+            "rollbox",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--cap-drop",
+            "ALL",
+        ]
         for path in _SYSTEM_DIRS:
             if os.path.islink(path):
                 args += ["--symlink", os.readlink(path), path]
@@ -233,8 +241,8 @@ class BwrapSandbox:
     def close(self) -> None:
         """Kill everything, remove the cgroup, unmount and delete the tree, free the uid (idempotent)."""
         if self._agent is not None:
-            with contextlib.suppress(SandboxError):
-                self._cgroup.child("agent").kill()
+            # Closing the socket ends the agent, then bubblewrap's init, then bubblewrap, each reaped by its
+            # parent; killing them all at once would orphan bubblewrap's init to the host's pid 1.
             self._agent.close()
             self._agent = None
         if self._dir is not None:

@@ -62,7 +62,7 @@ def _mounts() -> Iterator[tuple[str, Path, set[str]]]:
     """(fstype, mount point, super options) of every cgroup mount this process sees."""
     for line in _read(Path("/proc/self/mountinfo")).splitlines():
         before, _, after = line.partition(" - ")
-        fstype, _source, options = (after.split(" ") + ["", ""])[:3]
+        fstype, _source, options = [*after.split(" "), "", ""][:3]
         if fstype in ("cgroup", "cgroup2"):
             yield fstype, Path(before.split(" ")[4]), set(options.split(","))
 

@@ -49,7 +49,9 @@ def resolve_sandbox_path(path: str | os.PathLike[str]) -> tuple[str, str]:
 
 
 def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
-    how = struct.pack("QQQ", flags | os.O_CLOEXEC, mode, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    how = struct.pack(
+        "QQQ", flags | os.O_CLOEXEC, mode, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+    )
     buf = ctypes.create_string_buffer(how)
     fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), buf, len(how))
     if fd < 0:

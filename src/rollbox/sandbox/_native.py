@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -13,23 +14,19 @@ from ._errors import IsolationUnavailable
 
 __all__ = ["agent_binary"]
 
-_cached: Path | None = None
-
 
 def _cache_dir() -> Path:
     base = os.environ.get("ROLLBOX_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
     return Path(base) / "rollbox" if base else Path.home() / ".cache" / "rollbox"
 
 
+@functools.cache
 def agent_binary() -> Path:
     """The path of the compiled agent, building it on first use.
 
     Raises:
         IsolationUnavailable: no C compiler, or the build failed; the message says what to install.
     """
-    global _cached
-    if _cached is not None and _cached.exists():
-        return _cached
     source = resources.files("rollbox.sandbox").joinpath("agent.c").read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
     target = _cache_dir() / f"rollbox-agent-{digest}"
@@ -55,5 +52,4 @@ def agent_binary() -> Path:
         finally:
             src.unlink(missing_ok=True)
             tmp.unlink(missing_ok=True)
-    _cached = target
     return target

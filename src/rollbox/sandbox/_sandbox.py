@@ -74,7 +74,10 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.limits = limits or Limits()
-        self.network = Network(network)
+        try:
+            self.network = Network(network)
+        except ValueError:
+            raise ValueError(f"unknown network {network!r}: expected 'none' or 'loopback'") from None
         if backend not in ("bwrap", "process"):
             raise ValueError(f"unknown backend {backend!r}: expected 'bwrap' or 'process'")
         if backend == "process" and self.network is not Network.NONE:

@@ -196,8 +196,7 @@ def _assemble(program: list[_Insn | _Label]) -> bytes:
     if len(insns) > _MAX_INSNS:
         raise AssertionError(f"seccomp program has {len(insns)} instructions; the kernel allows {_MAX_INSNS}")
     return b"".join(
-        struct.pack("=HBBI", insn.code, offset(i, insn.jt), offset(i, insn.jf), insn.k)
-        for i, insn in enumerate(insns)
+        struct.pack("=HBBI", insn.code, offset(i, insn.jt), offset(i, insn.jf), insn.k) for i, insn in enumerate(insns)
     )
 
 

@@ -39,7 +39,8 @@ _MNT_DETACH = 0x2
 _libc = ctypes.CDLL(None, use_errno=True)
 
 _ETC = {
-    "passwd": f"root:x:0:0:root:/nonexistent:/bin/false\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/workspace:/bin/sh\n"
+    "passwd": "root:x:0:0:root:/nonexistent:/bin/false\n"
+    f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/workspace:/bin/sh\n"
     "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
     "group": f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n",
     "hosts": "127.0.0.1\tlocalhost rollbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",

@@ -6,7 +6,8 @@
  *       bubblewrap and everything it starts are accounted and killable from the first instruction), makes a
  *       private mount namespace in which the runtime directories (for example a Python under /root, which the
  *       sandbox uid could not traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the
- *       sandbox's own unprivileged uid, and execs bubblewrap. Nothing it mounts is visible to the host.
+ *       sandbox's own unprivileged uid, and runs bubblewrap as its child, reaping every process bubblewrap
+ *       orphans. Nothing it mounts is visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command bubblewrap starts. FD is a SOCK_SEQPACKET socket to the
@@ -116,9 +117,23 @@ static int launch(int argc, char **argv) {
     /* Credential changes clear the parent-death signal; bubblewrap must not outlive rollbox. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
     if (getppid() == 1) _exit(125);
-    execvp(argv[i + 1], &argv[i + 1]);
-    die(argv[i + 1]);
-    return 125;
+    /* bubblewrap's monitor exits without reaping the sandbox's init; as a subreaper we reap it, instead of
+     * leaving a zombie to a host pid 1 that may never reap (as in many containers). */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) die("PR_SET_CHILD_SUBREAPER");
+    pid_t bwrap = fork();
+    if (bwrap < 0) die("fork");
+    if (bwrap == 0) {
+        execvp(argv[i + 1], &argv[i + 1]);
+        die(argv[i + 1]);
+    }
+    int status, code = 125;
+    for (;;) {
+        pid_t pid = wait(&status);
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid < 0) break;
+        if (pid == bwrap) code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return code;
 }
 
 static void child(int fds[4], char *cwd, char **args, char **env, const struct exec_header *h) {

@@ -1,0 +1,64 @@
+"""``rollbox demo``: a short tour — the machine's isolation, ordinary commands, and attacks that are contained."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from rollbox.sandbox import Limits, Sandbox
+from rollbox.sandbox._doctor import diagnose
+
+_RUNS: list[tuple[str, list[str]]] = [
+    ("an ordinary program", ["python3", "-c", "import sys; print('hello from', sys.version.split()[0])"]),
+    (
+        "threads and subprocesses",
+        [
+            "python3",
+            "-c",
+            "import subprocess, threading; t = threading.Thread(target=print, args=('thread ok',));"
+            " t.start(); t.join();"
+            " print(subprocess.run(['sh', '-c', 'echo child ok'], capture_output=True, text=True).stdout.strip())",
+        ],
+    ),
+    ("attack: fork bomb", ["sh", "-c", "b() { b | b & }; b; sleep 5"]),
+    ("attack: memory bomb", ["python3", "-c", "x = []\nwhile True: x.append(bytearray(1 << 24))"]),
+    ("attack: read the host's /root and /etc/shadow", ["sh", "-c", "ls /root; cat /etc/shadow"]),
+    (
+        "attack: reach the network",
+        ["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 22), timeout=1)"],
+    ),
+    ("attack: leave a daemon behind", ["sh", "-c", "(sleep 1000 &) ; echo daemon started"]),
+    ("after the daemon: what is still running", ["sh", "-c", "ls /proc | grep -c '^[0-9]'"]),
+    ("attack: busy loop", ["python3", "-c", "while True: pass"]),
+]
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``demo`` subcommand."""
+    p = commands.add_parser("demo", help="a short tour: isolation checks, ordinary runs, contained attacks")
+    p.set_defaults(run=_run)
+
+
+async def _tour() -> None:
+    limits = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32)
+    async with Sandbox(limits=limits) as sb:
+        for title, argv in _RUNS:
+            r = await sb.exec(argv)
+            output = (r.stdout_text + r.stderr_text).strip().replace("\n", " | ")[:100]
+            print(
+                f"\n$ {' '.join(argv)[:90]}\n  {title}: {r.status.value}"
+                f" (exit {r.exit_code}, signal {r.signal}) in {r.wall_s:.2f} s; {output or '(no output)'}"
+            )
+
+
+def _run(args: argparse.Namespace) -> int:
+    print("rollbox doctor:")
+    checks = diagnose()
+    for c in checks:
+        print(f"  [{'ok' if c.ok else 'MISSING'}] {c.name}: {c.detail}")
+    if not all(c.ok for c in checks):
+        print("Fix the missing features first (rollbox doctor says how).")
+        return 1
+    print("\nOne sandbox, several commands (limits: 5 s wall, 2 s CPU, 128 MiB, 32 pids, no network):")
+    asyncio.run(_tour())
+    return 0

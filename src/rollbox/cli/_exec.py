@@ -1,0 +1,203 @@
+"""``rollbox exec``: run one command in a fresh sandbox (the JSON contract in DESIGN.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from rollbox.sandbox import (
+    ExecResult,
+    InsecureBackendWarning,
+    IsolationUnavailable,
+    Limits,
+    Network,
+    parse_duration,
+    parse_size,
+    run,
+)
+
+_EPILOG = """\
+exit status: 0 whenever the sandbox ran (whatever the command did: read "status"), 1 when rollbox or the
+host failed (status infra_error), 2 for a usage error.
+
+statuses: ok, nonzero_exit, signaled, timeout, cpu_time_limit, memory_limit, output_limit, pids_limit,
+disk_limit, infra_error.
+
+examples:
+  rollbox exec -- sh -c 'echo hello'
+  rollbox exec --json --timeout 2 -- python3 -c 'while True: pass'        # status: cpu_time_limit or timeout
+  rollbox exec --json --file ./solve.py:solve.py --stdin input.txt -- python3 solve.py
+"""
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:  # argparse shows only ArgumentTypeError messages
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``exec`` subcommand."""
+    defaults = Limits()
+    p = commands.add_parser(
+        "exec",
+        help="run one command in a fresh sandbox",
+        description="Run CMD in a fresh isolated sandbox and report what happened.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.add_argument(
+        "--memory",
+        type=_size,
+        default=defaults.memory_bytes,
+        metavar="SIZE",
+        help="memory including swap, e.g. 256M (default 512M)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_duration,
+        default=defaults.timeout_s,
+        metavar="S",
+        help="wall-clock seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--cpu-time",
+        type=_duration,
+        default=defaults.cpu_time_s,
+        metavar="S",
+        help="CPU seconds over all processes (default %(default)s)",
+    )
+    p.add_argument(
+        "--pids",
+        type=int,
+        default=defaults.pids,
+        metavar="N",
+        help="processes plus threads (default %(default)s)",
+    )
+    p.add_argument(
+        "--output-limit",
+        type=_size,
+        default=defaults.output_bytes,
+        metavar="BYTES",
+        help="bytes kept per stream; more kills the command (default 1M)",
+    )
+    p.add_argument(
+        "--disk",
+        type=_size,
+        default=defaults.disk_bytes,
+        metavar="SIZE",
+        help="writable space in /workspace, /tmp and /dev/shm together (default 256M)",
+    )
+    p.add_argument(
+        "--open-files",
+        type=int,
+        default=defaults.open_files,
+        metavar="N",
+        help="open file descriptors per process (default %(default)s)",
+    )
+    p.add_argument(
+        "--network",
+        choices=[n.value for n in Network],
+        default=Network.NONE.value,
+        help="none (default) or a loopback of the sandbox's own",
+    )
+    p.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="HOST:SANDBOX",
+        help="copy a host file in; a relative SANDBOX path lands under /workspace (repeatable)",
+    )
+    p.add_argument("--stdin", type=Path, metavar="FILE", help="feed FILE to the command's stdin")
+    p.add_argument(
+        "--backend",
+        choices=["bwrap", "process"],
+        default="bwrap",
+        help="bwrap (default) or process (rlimits only: NOT a security boundary)",
+    )
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...", help="the command and its arguments")
+    p.set_defaults(run=_run)
+
+
+def _fail(message: str) -> int:
+    print(f"rollbox exec: {message}", file=sys.stderr)
+    return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        return _fail("no command given: rollbox exec [OPTIONS] -- CMD...")
+    try:
+        limits = Limits(
+            timeout_s=args.timeout,
+            cpu_time_s=args.cpu_time,
+            memory_bytes=args.memory,
+            pids=args.pids,
+            output_bytes=args.output_limit,
+            disk_bytes=args.disk,
+            open_files=args.open_files,
+        )
+    except ValueError as exc:
+        return _fail(str(exc))
+    files: dict[str, bytes] = {}
+    for spec in args.file:
+        host, sep, inside = spec.rpartition(":")
+        if not sep or not host or not inside:
+            return _fail(f"--file {spec!r}: expected HOST:SANDBOX, for example ./solve.py:solve.py")
+        try:
+            files[inside] = Path(host).read_bytes()
+        except OSError as exc:
+            return _fail(f"--file {spec!r}: cannot read {host}: {exc.strerror}")
+    stdin = None
+    if args.stdin is not None:
+        try:
+            stdin = args.stdin.read_bytes()
+        except OSError as exc:
+            return _fail(f"--stdin {args.stdin}: {exc.strerror}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InsecureBackendWarning)
+        try:
+            result = asyncio.run(
+                run(cmd, limits=limits, network=args.network, stdin=stdin, files=files, backend=args.backend)
+            )
+        except IsolationUnavailable as exc:
+            result = ExecResult.infra_error(str(exc))
+        except ValueError as exc:
+            return _fail(str(exc))
+    for warning in caught:
+        print(f"rollbox: WARNING: {warning.message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        _print_human(result)
+    return 1 if result.error is not None else 0
+
+
+def _print_human(result: ExecResult) -> None:
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(result.stderr)
+    how = f"exit {result.exit_code}" if result.exit_code is not None else f"signal {result.signal}"
+    peak = f", peak {result.peak_memory_bytes / 2**20:.1f} MiB" if result.peak_memory_bytes else ""
+    truncated = [name for name, t in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)) if t]
+    note = f", {' and '.join(truncated)} truncated" if truncated else ""
+    print(
+        f"rollbox: {result.status.value} ({how}) in {result.wall_s:.3f} s wall, {result.cpu_s:.3f} s CPU{peak}{note}",
+        file=sys.stderr,
+    )
+    if result.error:
+        print(f"rollbox: error: {result.error}", file=sys.stderr)

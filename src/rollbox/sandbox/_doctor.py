@@ -1,0 +1,157 @@
+"""What isolation this machine really gives: each feature checked for real, with the fix when it is missing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ._cgroup import CgroupTree
+from ._errors import RollboxError
+from ._native import agent_binary
+
+__all__ = ["Check", "diagnose"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One feature: whether it works here, what was seen, and how to fix it when it does not."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return asdict(self)
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _static_checks() -> list[Check]:
+    checks: list[Check] = []
+    bwrap = shutil.which("bwrap")
+    if bwrap:
+        version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+        checks.append(Check("bubblewrap", True, f"{version} at {bwrap}"))
+    else:
+        checks.append(Check("bubblewrap", False, "not installed", "apt-get install bubblewrap"))
+    root = os.geteuid() == 0
+    checks.append(
+        Check(
+            "root",
+            root,
+            "running as root" if root else f"running as uid {os.geteuid()}",
+            None if root else "run rollbox as root (it manages cgroups and mounts)",
+        )
+    )
+    max_ns = _read("/proc/sys/user/max_user_namespaces")
+    userns_ok = max_ns not in (None, "0") and _read("/proc/sys/kernel/unprivileged_userns_clone") in (
+        None,
+        "1",
+    )
+    checks.append(
+        Check(
+            "user namespaces",
+            userns_ok,
+            f"user.max_user_namespaces={max_ns}",
+            None if userns_ok else "sysctl -w user.max_user_namespaces=65536 kernel.unprivileged_userns_clone=1",
+        )
+    )
+    restricted = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    if restricted is not None:
+        checks.append(
+            Check(
+                "apparmor userns restriction",
+                restricted == "0",
+                f"kernel.apparmor_restrict_unprivileged_userns={restricted}",
+                None if restricted == "0" else "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+            )
+        )
+    try:
+        tree = CgroupTree.detect()
+        parents = ", ".join(f"{c or 'unified'}:{p}" for c, p in tree.parents.items())
+        checks.append(Check("cgroups", True, f"cgroup v{tree.version}; sandboxes under {parents}"))
+    except RollboxError as exc:
+        checks.append(Check("cgroups", False, str(exc), "mount cgroup2 at /sys/fs/cgroup with memory and pids"))
+    try:
+        checks.append(Check("native agent", True, f"built at {agent_binary()}"))
+    except RollboxError as exc:
+        checks.append(Check("native agent", False, str(exc), "apt-get install gcc"))
+    return checks
+
+
+_PROBE = r"""
+st = {k: v.strip() for k, v in (l.split(':', 1) for l in open('/proc/self/status'))}
+import os, socket, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print('seccomp', st['Seccomp'] == '2')
+print('no_new_privs', st['NoNewPrivs'] == '1')
+print('no_capabilities', int(st['CapEff'], 16) == 0 and int(st['CapBnd'], 16) == 0)
+print('unprivileged_uid', os.getuid() != 0)
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+print('pid_namespace', pids[0] == 1 and len(pids) < 10)
+print('mount_refused', libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0)
+print('userns_refused', libc.unshare(0x10000000) != 0)
+print('host_files_hidden', not os.path.exists('/root/.bashrc') and not os.path.exists('/home'))
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM); print('network_none', False)
+except OSError:
+    print('network_none', True)
+"""
+
+
+async def _sandbox_checks() -> list[Check]:
+    from ._sandbox import run
+
+    result = await run(["python3", "-I", "-c", _PROBE])
+    if not result.ok:
+        return [
+            Check(
+                "sandbox",
+                False,
+                result.error or result.stderr_text[-500:] or result.status.value,
+                "see the checks above; `rollbox exec --json -- true` shows the full error",
+            )
+        ]
+    seen = dict(line.split(" ", 1) for line in result.stdout_text.splitlines())
+    checks = [Check("sandbox", True, f"started and ran python3 in {result.wall_s * 1000:.1f} ms")]
+    for name in (
+        "seccomp",
+        "no_new_privs",
+        "no_capabilities",
+        "unprivileged_uid",
+        "pid_namespace",
+        "mount_refused",
+        "userns_refused",
+        "host_files_hidden",
+        "network_none",
+    ):
+        ok = seen.get(name) == "True"
+        checks.append(
+            Check(
+                name.replace("_", " "),
+                ok,
+                "verified inside a sandbox" if ok else "NOT in force",
+                None if ok else "report this: the bwrap backend should always give it",
+            )
+        )
+    return checks
+
+
+def diagnose() -> list[Check]:
+    """Check every isolation feature on this machine, the last ones from inside a real sandbox."""
+    checks = _static_checks()
+    if all(c.ok for c in checks):
+        checks += asyncio.run(_sandbox_checks())
+    return checks

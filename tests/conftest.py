@@ -1,0 +1,64 @@
+"""Test-session setup: a private rollbox state directory, and a check that nothing leaked when the run ends.
+
+The leak check compares what exists after the session with what existed before it (so that other rollbox
+users on the machine do not fail it): sandbox cgroups, processes running as a sandbox uid, rollbox mounts,
+and sandbox directories.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+STATE_DIR = Path(f"/run/rollbox-test-{os.getpid()}")
+os.environ["ROLLBOX_STATE_DIR"] = str(STATE_DIR)
+
+from rollbox.sandbox._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
+from rollbox.sandbox._state import UID_BASE, UID_COUNT  # noqa: E402
+
+
+def sandbox_processes() -> set[int]:
+    """Pids of live (not zombie) processes running as a sandbox uid."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
+        except (OSError, ValueError):
+            continue
+        if status["State"].strip().startswith("Z"):
+            continue  # a zombie is dead; reaping orphans is the host's pid 1's job
+        if UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT:
+            found.add(int(entry.name))
+    return found
+
+
+def rollbox_mounts() -> list[str]:
+    """Mount points under this session's state directory."""
+    return [
+        line.split()[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4].startswith(str(STATE_DIR))
+    ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaks() -> Iterator[None]:
+    """After the whole session: no process, cgroup, mount or directory left behind by any sandbox."""
+    cgroups_before = CgroupTree.detect().sandbox_names()
+    processes_before = sandbox_processes()
+    yield
+    leaked_cgroups = CgroupTree.detect().sandbox_names() - cgroups_before
+    leaked_processes = sandbox_processes() - processes_before
+    mounts = rollbox_mounts()
+    sandboxes = list((STATE_DIR / "sandboxes").iterdir()) if (STATE_DIR / "sandboxes").exists() else []
+    assert not leaked_processes, f"sandbox processes still running: {sorted(leaked_processes)}"
+    assert not leaked_cgroups, f"sandbox cgroups left behind: {sorted(leaked_cgroups)}"
+    assert not mounts, f"mounts left behind: {mounts}"
+    assert not sandboxes, f"sandbox directories left behind: {sandboxes}"
+    shutil.rmtree(STATE_DIR, ignore_errors=True)

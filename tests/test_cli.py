@@ -1,0 +1,158 @@
+"""The ``rollbox`` command line, run as a real process: the ``exec --json`` contract, ``doctor``, ``--help``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROLLBOX = [sys.executable, "-m", "rollbox"]
+CONTRACT_KEYS = [
+    "status",
+    "exit_code",
+    "signal",
+    "stdout",
+    "stderr",
+    "stdout_truncated",
+    "stderr_truncated",
+    "wall_s",
+    "cpu_s",
+    "peak_memory_bytes",
+    "error",
+]
+
+
+def rollbox(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ROLLBOX, *args], capture_output=True, text=True, input=stdin, timeout=60, check=False)
+
+
+def exec_json(*args: str) -> dict[str, Any]:
+    done = rollbox("exec", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def test_exec_json_prints_exactly_the_contract() -> None:
+    data = exec_json("--", "sh", "-c", "echo hi; echo oops >&2; exit 4")
+    assert list(data) == CONTRACT_KEYS
+    assert (data["status"], data["exit_code"], data["stdout"], data["stderr"]) == (
+        "nonzero_exit",
+        4,
+        "hi\n",
+        "oops\n",
+    )
+
+
+def test_exec_files_stdin_and_limits(tmp_path: Path) -> None:
+    (tmp_path / "solve.py").write_text("import sys; print(sys.stdin.read().upper(), end='')")
+    (tmp_path / "input.txt").write_text("abc")
+    data = exec_json(
+        "--file",
+        f"{tmp_path}/solve.py:solve.py",
+        "--file",
+        f"{tmp_path}/input.txt:/tmp/in.txt",
+        "--stdin",
+        str(tmp_path / "input.txt"),
+        "--memory",
+        "64M",
+        "--timeout",
+        "5",
+        "--",
+        "sh",
+        "-c",
+        "python3 /workspace/solve.py && cat /tmp/in.txt",
+    )
+    assert (data["status"], data["stdout"]) == ("ok", "ABCabc")
+
+
+def test_exec_binary_output_stays_valid_json() -> None:
+    data = exec_json(
+        "--output-limit",
+        "16",
+        "--",
+        "python3",
+        "-c",
+        "import sys; sys.stdout.buffer.write(b'\\xff\\xfe' * 100)",
+    )
+    assert data["status"] == "output_limit" and data["stdout_truncated"] is True
+    assert data["stdout"] == "\ufffd" * 16
+
+
+def test_exec_limits_map_to_statuses() -> None:
+    assert exec_json("--timeout", "0.5", "--", "sleep", "5")["status"] == "timeout"
+    assert exec_json("--cpu-time", "0.5", "--", "python3", "-c", "while True: pass")["status"] == "cpu_time_limit"
+    assert exec_json("--network", "loopback", "--", "true")["status"] == "ok"
+
+
+def test_exec_usage_errors_say_what_to_do(tmp_path: Path) -> None:
+    cases = [
+        (["exec", "--json"], "no command given"),
+        (["exec", "--memory", "lots", "--", "true"], "invalid size 'lots'"),
+        (["exec", "--file", "nocolon", "--", "true"], "HOST:SANDBOX"),
+        (["exec", "--file", f"{tmp_path}/missing:x", "--", "true"], "cannot read"),
+        (["exec", "--pids", "1", "--", "true"], "at least 2"),
+    ]
+    for args, message in cases:
+        done = rollbox(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+
+
+def test_exec_human_summary_and_program_output() -> None:
+    done = rollbox("exec", "--", "sh", "-c", "echo visible")
+    assert done.returncode == 0
+    assert done.stdout == "visible\n"
+    assert "rollbox: ok (exit 0)" in done.stderr
+
+
+def test_exec_process_backend_warns() -> None:
+    done = rollbox("exec", "--backend", "process", "--json", "--", "true")
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["status"] == "ok"
+    assert "NOT a security boundary" in done.stderr
+
+
+def test_exec_reports_infra_error_when_isolation_is_unavailable() -> None:
+    env = {**os.environ, "PATH": "/nonexistent"}
+    done = subprocess.run(
+        [*ROLLBOX, "exec", "--json", "--", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    data = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert data["status"] == "infra_error" and "bubblewrap" in data["error"]
+
+
+def test_doctor_json_says_everything_works_here() -> None:
+    done = rollbox("doctor", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"] is True, done.stdout
+    names = {c["name"] for c in report["checks"]}
+    assert {"bubblewrap", "cgroups", "seccomp", "pid namespace", "network none", "host files hidden"} <= names
+
+
+def test_help_teaches() -> None:
+    top = rollbox("--help").stdout
+    assert "rollbox exec" in top and "rollbox doctor" in top
+    exec_help = rollbox("exec", "--help").stdout
+    for flag in (
+        "--memory",
+        "--timeout",
+        "--cpu-time",
+        "--pids",
+        "--output-limit",
+        "--disk",
+        "--network",
+        "--file",
+        "--stdin",
+        "statuses:",
+    ):
+        assert flag in exec_help

@@ -1,0 +1,255 @@
+"""The sandbox's API and ordinary behaviour: lifecycle, files, environment, statuses, cleanup, reaping."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import rollbox
+from rollbox import ExecResult, Limits, Sandbox, SandboxStateError, Status
+from rollbox.sandbox._agent import Usage, classify
+
+FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
+
+
+def test_exec_reports_output_exit_code_and_usage() -> None:
+    async def main() -> ExecResult:
+        async with Sandbox(limits=FAST) as sb:
+            return await sb.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
+
+    r = asyncio.run(main())
+    assert (r.status, r.exit_code, r.signal) == (Status.NONZERO_EXIT, 3, None)
+    assert (r.stdout, r.stderr) == (b"out\n", b"err\n")
+    assert r.wall_s > 0 and r.cpu_s > 0 and r.peak_memory_bytes and r.peak_memory_bytes > 0
+    assert r.error is None
+
+
+def test_state_persists_in_files_between_commands() -> None:
+    async def main() -> list[ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.write_file("pkg/helper.py", "def answer():\n    return 42\n")
+            first = await sb.exec(["sh", "-c", "echo made > made.txt; echo scratch > /tmp/s"])
+            second = await sb.exec(["python3", "-c", "from pkg.helper import answer; print(answer())"])
+            third = await sb.exec(["cat", "made.txt", "/tmp/s"])
+            assert await sb.read_file("made.txt") == b"made\n"
+            assert await sb.read_file("/tmp/s") == b"scratch\n"
+            return [first, second, third]
+
+    first, second, third = asyncio.run(main())
+    assert first.ok and second.stdout == b"42\n" and third.stdout == b"made\nscratch\n"
+
+
+def test_environment_is_scrubbed_and_explicit() -> None:
+    os.environ["ROLLBOX_TEST_SECRET"] = "do-not-leak"
+    try:
+        r = asyncio.run(rollbox.run(["sh", "-c", "env | sort"], limits=FAST))
+    finally:
+        del os.environ["ROLLBOX_TEST_SECRET"]
+    names = {line.split("=", 1)[0] for line in r.stdout_text.splitlines()}
+    assert "ROLLBOX_TEST_SECRET" not in r.stdout_text
+    assert {"PATH", "HOME", "TMPDIR", "LANG"} <= names
+    assert "HOME=/workspace" in r.stdout_text
+
+
+def test_python3_is_the_interpreter_rollbox_runs_on() -> None:
+    code = "import sys; print(sys.version_info[:3], sys.prefix)"
+    r = asyncio.run(rollbox.run(["python3", "-c", code], limits=FAST))
+    assert r.stdout_text.strip() == f"{tuple(sys.version_info[:3])} {sys.prefix}"
+
+
+def test_stdin_is_empty_unless_given() -> None:
+    async def main() -> tuple[ExecResult, ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            return await sb.exec(["cat"]), await sb.exec(["cat"], stdin="fed\n")
+
+    empty, fed = asyncio.run(main())
+    assert empty.ok and empty.stdout == b""
+    assert fed.stdout == b"fed\n"
+
+
+def test_missing_program_is_the_programs_failure() -> None:
+    r = asyncio.run(rollbox.run(["no-such-program"], limits=FAST))
+    assert (r.status, r.exit_code) == (Status.NONZERO_EXIT, 127)
+    assert b"no-such-program" in r.stderr
+
+
+def test_per_exec_timeout_overrides_the_limit() -> None:
+    async def main() -> ExecResult:
+        async with Sandbox(limits=FAST) as sb:
+            return await sb.exec(["sleep", "10"], timeout_s=0.3)
+
+    r = asyncio.run(main())
+    assert r.status is Status.TIMEOUT
+    assert 0.3 <= r.wall_s < 2
+
+
+def test_loopback_network_is_the_sandboxs_own() -> None:
+    code = textwrap.dedent("""
+        import socket, threading
+        server = socket.create_server(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        threading.Thread(target=lambda: server.accept()[0].sendall(b"pong"), daemon=True).start()
+        print(socket.create_connection(("127.0.0.1", port)).recv(4).decode())
+    """)
+    r = asyncio.run(rollbox.run(["python3", "-c", code], limits=FAST, network="loopback"))
+    assert r.ok, r.stderr_text
+    assert r.stdout == b"pong\n"
+
+
+def test_lifecycle_misuse_raises_with_a_fix() -> None:
+    async def main() -> None:
+        sb = Sandbox(limits=FAST)
+        with pytest.raises(SandboxStateError, match="async with"):
+            await sb.exec(["true"])
+        async with sb:
+            pass
+        with pytest.raises(SandboxStateError, match="closed"):
+            await sb.exec(["true"])
+        with pytest.raises(SandboxStateError, match="only once"):
+            await sb.__aenter__()
+        await sb.close()  # idempotent
+
+    asyncio.run(main())
+
+
+def test_bad_arguments_are_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        Limits(memory_bytes=0)
+    with pytest.raises(ValueError, match="unknown backend"):
+        Sandbox(backend="docker")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="none"):
+        Sandbox(network="internet")
+
+    async def main() -> None:
+        async with Sandbox(limits=FAST) as sb:
+            with pytest.raises(ValueError, match="outside"):
+                await sb.write_file("/etc/passwd", "x")
+            with pytest.raises(ValueError, match=r"\.\."):
+                await sb.read_file("../escape")
+            with pytest.raises(ValueError, match="NUL"):
+                await sb.exec(["echo", "a\0b"])
+            with pytest.raises(ValueError, match="program"):
+                await sb.exec([])
+
+    asyncio.run(main())
+
+
+def test_close_leaves_nothing_behind() -> None:
+    from conftest import STATE_DIR, rollbox_mounts
+
+    async def main() -> tuple[str, list[Path]]:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.exec(["sh", "-c", "(sleep 100 &); echo started"])
+            impl = sb._impl
+            assert impl is not None
+            return impl.id, [Path(d) for d in impl._cgroup.dirs]  # type: ignore[attr-defined]
+
+    sandbox_id, cgroup_dirs = asyncio.run(main())
+    assert not (STATE_DIR / "sandboxes" / sandbox_id).exists()
+    assert not any(d.exists() for d in cgroup_dirs)
+    assert not [m for m in rollbox_mounts() if sandbox_id in m]
+
+
+def test_the_next_start_reaps_what_a_killed_supervisor_left(tmp_path: Path) -> None:
+    from conftest import STATE_DIR, rollbox_mounts
+
+    script = textwrap.dedent("""
+        import asyncio, sys, rollbox
+        async def main():
+            async with rollbox.Sandbox(limits=rollbox.Limits(timeout_s=60)) as sb:
+                print(sb._impl.id, *sb._impl._cgroup.dirs, flush=True)
+                await sb.exec(["sleep", "60"])
+        asyncio.run(main())
+    """)
+    supervisor = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert supervisor.stdout is not None
+    sandbox_id, *cgroup_dirs = supervisor.stdout.readline().split()
+    supervisor.stdout.close()
+    supervisor.send_signal(signal.SIGKILL)  # by pid: the process this test started
+    supervisor.wait()
+    assert (STATE_DIR / "sandboxes" / sandbox_id).exists(), "the killed supervisor should have left its sandbox"
+
+    subprocess.run([sys.executable, "-c", "import asyncio, rollbox; asyncio.run(rollbox.run(['true']))"], check=True)
+    assert not (STATE_DIR / "sandboxes" / sandbox_id).exists()
+    assert not any(Path(d).exists() for d in cgroup_dirs)
+    assert not [m for m in rollbox_mounts() if sandbox_id in m]
+
+
+def test_process_backend_warns_every_time_and_still_limits_time() -> None:
+    async def main() -> ExecResult:
+        async with Sandbox(limits=FAST, backend="process") as sb:
+            await sb.write_file("x.txt", "hello")
+            r = await sb.exec(["cat", "x.txt"])
+            assert r.stdout == b"hello"
+            return await sb.exec(["sleep", "10"], timeout_s=0.3)
+
+    for _ in range(2):
+        with pytest.warns(rollbox.InsecureBackendWarning, match="NOT a security boundary"):
+            r = asyncio.run(main())
+        assert r.status is Status.TIMEOUT
+
+
+def test_json_form_is_the_exec_contract() -> None:
+    r = ExecResult(status=Status.OK, exit_code=0, stdout=b"\xff\xfeok")
+    data = r.to_json()
+    assert list(data) == [
+        "status",
+        "exit_code",
+        "signal",
+        "stdout",
+        "stderr",
+        "stdout_truncated",
+        "stderr_truncated",
+        "wall_s",
+        "cpu_s",
+        "peak_memory_bytes",
+        "error",
+    ]
+    assert data["stdout"] == "\ufffd\ufffdok"
+    json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("killed_for", "wait_status", "usage", "expected"),
+    [
+        (None, 0, Usage(0.1, 1), Status.OK),
+        (None, 1 << 8, Usage(0.1, 1), Status.NONZERO_EXIT),
+        (None, signal.SIGSEGV, Usage(0.1, 1), Status.SIGNALED),
+        (Status.TIMEOUT, signal.SIGKILL, Usage(0.1, 1, oom_kills=1), Status.TIMEOUT),
+        (None, signal.SIGKILL, Usage(0.1, 1, oom_kills=1, pids_limit_hits=3), Status.MEMORY_LIMIT),
+        (None, signal.SIGXCPU, Usage(0.5, 1), Status.CPU_TIME_LIMIT),
+        (None, 0, Usage(2.5, 1), Status.CPU_TIME_LIMIT),
+        (None, 1 << 8, Usage(0.1, 1, pids_limit_hits=1), Status.PIDS_LIMIT),
+        (None, signal.SIGXFSZ, Usage(0.1, 1), Status.DISK_LIMIT),
+        (None, 1 << 8, Usage(0.1, 1, disk_full=True), Status.DISK_LIMIT),
+        (None, None, Usage(0.1, 1), Status.SIGNALED),
+    ],
+)
+def test_first_limit_hit_wins(
+    killed_for: Status | None, wait_status: int | None, usage: Usage, expected: Status
+) -> None:
+    status, _exit_code, _signal = classify(killed_for=killed_for, wait_status=wait_status, usage=usage, limits=FAST)
+    assert status is expected
+
+
+def test_parsers_accept_human_units_and_refuse_garbage() -> None:
+    from rollbox.sandbox import parse_duration, parse_size
+
+    assert parse_size("256M") == 256 * 2**20
+    assert parse_size("1.5G") == int(1.5 * 2**30)
+    assert parse_size("4096") == 4096
+    assert parse_size("64KiB") == 64 * 1024
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("2m") == 120
+    with pytest.raises(ValueError, match="invalid size 'lots'"):
+        parse_size("lots")
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration("-1")
