@@ -322,8 +322,8 @@ class Cgroup:
         self.kill(timeout_s=timeout_s)
         children: set[str] = set()
         for d in self.dirs:
-            with contextlib.suppress(FileNotFoundError):
-                children.update(p.name for p in d.iterdir() if p.is_dir())
+            with contextlib.suppress(FileNotFoundError), os.scandir(d) as entries:
+                children.update(e.name for e in entries if e.is_dir(follow_symlinks=False))
         for name in sorted(children):
             self.child(name).remove(timeout_s=timeout_s)
         deadline = time.monotonic() + timeout_s

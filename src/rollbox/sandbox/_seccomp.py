@@ -27,11 +27,12 @@ Only x86_64 and aarch64 are supported; their syscall numbers are hard-coded belo
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 from dataclasses import dataclass
 
-from rollbox.sandbox._errors import IsolationUnavailable
+from ._errors import IsolationUnavailable
 
 #: Syscalls refused with ``EPERM`` whatever their arguments (skipped where an architecture lacks them).
 DENIED_SYSCALLS: tuple[str, ...] = (
@@ -242,6 +243,7 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
     ]
 
 
+@functools.cache
 def build_filter(*, allow_inet: bool) -> bytes:
     """Return the seccomp program for ``bwrap --seccomp FD`` on this machine.
 
