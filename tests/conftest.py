@@ -1,8 +1,7 @@
 """Test-session setup: a private rollbox state directory, and a check that nothing leaked when the run ends.
 
-The leak check compares what exists after the session with what existed before it (so that other rollbox
-users on the machine do not fail it): sandbox cgroups, processes running as a sandbox uid, rollbox mounts,
-and sandbox directories.
+The leak check compares what exists after the session with what existed before it: sandbox cgroups and
+processes under this session's cgroup parent, mounts and sandbox directories under its private state dir.
 """
 
 from __future__ import annotations
@@ -22,18 +21,26 @@ from rollbox.sandbox._state import UID_BASE, UID_COUNT  # noqa: E402
 
 
 def sandbox_processes() -> set[int]:
-    """Pids of live (not zombie) processes running as a sandbox uid."""
+    """Live (not zombie) processes in a sandbox cgroup under this session's cgroup parent.
+
+    Under the guard (scripts/guard.py) that parent is private to this run, so sandboxes of other rollbox
+    users on the machine are not counted.
+    """
+    parents = [p.rstrip("/") + "/rollbox-" for p in CgroupTree.detect().parents.values()]
     found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             status = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
+            cgroups = (entry / "cgroup").read_text()
         except (OSError, ValueError):
             continue
         if status["State"].strip().startswith("Z"):
             continue  # a zombie is dead; reaping orphans is the host's pid 1's job
-        if UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT:
+        if not UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT:
+            continue
+        if any(f":{parent}" in cgroups for parent in parents):
             found.add(int(entry.name))
     return found
 

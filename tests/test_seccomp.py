@@ -25,9 +25,7 @@ from rollbox.sandbox._errors import IsolationUnavailable
 from rollbox.sandbox._seccomp import DENIED_SYSCALLS, build_filter
 
 if shutil.which("bwrap") is None:
-    pytest.skip(
-        "bubblewrap (`bwrap`) is not on PATH; these tests run programs under it", allow_module_level=True
-    )
+    pytest.skip("bubblewrap (`bwrap`) is not on PATH; these tests run programs under it", allow_module_level=True)
 
 PYTHON = os.path.realpath(sys.executable)
 

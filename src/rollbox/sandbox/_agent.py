@@ -97,11 +97,13 @@ def classify(
         return killed_for, exit_code, signo
     if usage.oom_kills > 0:
         return Status.MEMORY_LIMIT, exit_code, signo
-    if signo == signal.SIGXCPU or usage.cpu_s >= limits.cpu_time_s:
+    # SIGXCPU and SIGXFSZ alone prove nothing (a program can send them to itself): the measured usage decides.
+    # The kernel's per-process CPU clock, which fires SIGXCPU, runs a little ahead of the cgroup's.
+    if usage.cpu_s >= limits.cpu_time_s or (signo == signal.SIGXCPU and usage.cpu_s >= limits.cpu_time_s / 2):
         return Status.CPU_TIME_LIMIT, exit_code, signo
     if usage.pids_limit_hits > 0:
         return Status.PIDS_LIMIT, exit_code, signo
-    if signo == signal.SIGXFSZ or usage.disk_full:
+    if usage.disk_full:
         return Status.DISK_LIMIT, exit_code, signo
     if signo is not None:
         return Status.SIGNALED, exit_code, signo

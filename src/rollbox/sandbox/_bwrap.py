@@ -76,6 +76,20 @@ def _runtime_binds() -> list[str]:
     return [p for p in binds if not any(p != q and p.startswith(q + "/") for q in binds)]
 
 
+def _largest_file(root: Path, budget: int = 10_000) -> int:
+    """The size of the largest regular file under ``root`` (looking at no more than ``budget`` entries)."""
+    largest = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            budget -= 1
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(directory, name))
+                largest = max(largest, st.st_size)
+            if budget <= 0:
+                return largest
+    return largest
+
+
 class _CgroupExecGroup:
     """A command's processes as one cgroup, with its own limits and its own resource report."""
 
@@ -206,16 +220,21 @@ class BwrapSandbox:
         args += ["--proc", "/proc", "--dev", "/dev"]
         fs = self._dir.fs
         args += ["--bind", str(fs / "workspace"), "/workspace", "--bind", str(fs / "tmp"), "/tmp"]
-        args += ["--bind", str(fs / "shm"), "/dev/shm", "--remount-ro", "/", "--chdir", "/workspace"]
+        # bubblewrap's /dev is a writable tmpfs of its own, outside the disk limit: make it read-only.
+        args += ["--bind", str(fs / "shm"), "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
+        args += ["--chdir", "/workspace"]
         args += ["--seccomp", str(seccomp_fd)]
         return args
 
     def disk_full(self) -> bool:
-        """True when the writable tree has no block or no inode left."""
+        """True when the writable tree has no block or no inode left, or a file reached the file size limit."""
         if self._dir is None:
             return False
         st = os.statvfs(self._dir.fs)
-        return st.f_bavail == 0 or st.f_favail == 0
+        if st.f_bavail == 0 or st.f_favail == 0:
+            return True
+        # Without an explicit file size limit, RLIMIT_FSIZE is the disk size: reaching it fills the disk.
+        return self.limits.file_size_bytes is not None and _largest_file(self._dir.fs) >= self.limits.file_size_bytes
 
     async def exec_group(self) -> ExecGroup:
         """A fresh cgroup for the next command, restarting the agent first if something killed it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import struct
 from pathlib import PurePosixPath
 
@@ -61,11 +62,21 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
     return int(fd)
 
 
+def _regular(fd: int, path: str) -> int:
+    """``fd`` if it is a regular file (then in blocking mode); otherwise close it and raise."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def read_beneath(root: str, relative: str) -> bytes:
     """Read the file ``relative`` under the directory ``root`` without following any link."""
     dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = _openat2(dirfd, relative, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: opening a FIFO the sandbox planted must not hang the host.
+        fd = _regular(_openat2(dirfd, relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), relative)
     finally:
         os.close(dirfd)
     with os.fdopen(fd, "rb") as f:
@@ -86,7 +97,9 @@ def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, 
             next_fd = _openat2(dirfd, part, os.O_PATH | os.O_DIRECTORY)
             os.close(dirfd)
             dirfd = next_fd
-        fd = _openat2(dirfd, parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = _regular(_openat2(dirfd, parts[-1], flags, mode), relative)
+        os.ftruncate(fd, 0)
     finally:
         os.close(dirfd)
     with os.fdopen(fd, "wb") as f:
