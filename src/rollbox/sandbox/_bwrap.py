@@ -2,9 +2,13 @@
 
 What the program inside sees: a read-only root with the system directories and the Python rollbox runs on
 (``python3`` on PATH), a size-limited writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net,
-cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own. The launcher
-(``agent.c launch``) puts bubblewrap into the sandbox's cgroup before it starts, so nothing escapes
-accounting, and bubblewrap dies with rollbox (``--die-with-parent``).
+cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
+
+Process tree: rollbox → launcher (``agent.c launch``: stages the runtime, drops to the sandbox uid, reaps) →
+bubblewrap → bubblewrap's init (pid 1 inside) → agent → one command at a time. Each command's first process
+is moved into a fresh cgroup before it execs, so everything the program runs is counted, limited and killed
+there. The launcher, bubblewrap and the agent run nothing of the program's; each dies with its parent
+(parent-death signals from rollbox down), so none of them outlives rollbox.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from ._state import SANDBOX_UID, SandboxDir, StateDir
 __all__ = ["BwrapHost", "BwrapSandbox"]
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 _AGENT_PATH = "/opt/rollbox/agent"
 # The interpreter's own directory comes first, so that ``python3`` is the interpreter rollbox runs on, found
 # where a virtual environment's pyvenv.cfg makes its installed packages visible.
@@ -147,7 +150,6 @@ class BwrapSandbox:
             self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
             self._dir.record_cgroup(self._cgroup)
             self._cgroup.create(delegate=True)
-            self._cgroup.child("agent").create()
             self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
             await self._start_agent()
         except BaseException:
@@ -164,8 +166,6 @@ class BwrapSandbox:
         os.close(seccomp_w)
         launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
         launcher += ["--stage", str(self.host.state.stage)]
-        for procs in self._cgroup.child("agent").procs_files:
-            launcher += ["--cgroup", str(procs)]
         staged = [*self.host.runtime_binds, str(self.host.agent)]
         for source in staged:
             launcher += ["--bind", source]
@@ -208,11 +208,7 @@ class BwrapSandbox:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
-        for name in _ETC_FILES:
-            if os.path.exists(f"/etc/{name}"):
-                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        for name in ("passwd", "group", "hosts", "nsswitch.conf"):
-            args += ["--ro-bind", str(self.host.state.etc / name), f"/etc/{name}"]
+        args += ["--ro-bind", str(self.host.state.etc), "/etc"]
         stage = self.host.state.stage
         for index, source in enumerate(staged):
             target = _AGENT_PATH if source == str(self.host.agent) else source
@@ -241,7 +237,6 @@ class BwrapSandbox:
         if self._agent is None or not self._agent.alive:
             if self._agent is not None:
                 self._agent.close()
-            self._cgroup.child("agent").kill()
             await self._start_agent()
         self._execs += 1
         return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self.limits)

@@ -36,12 +36,12 @@ class CgroupStats:
     pids_limit_hits: int
 
 
-def _read(path: Path) -> str:
+def _read(path: str | Path) -> str:
     with open(path) as f:
         return f.read()
 
 
-def _write(path: Path, value: str) -> None:
+def _write(path: str | Path, value: str) -> None:
     try:
         with open(path, "w") as f:
             f.write(value)
@@ -167,28 +167,45 @@ def _enable_v2_controllers(point: Path, parent: str) -> None:
             raise SandboxError(f"cannot enable memory and pids below {directory}: {reason}") from exc
 
 
+_features: dict[str, bool] = {}
+
+
+def _has(path: str) -> bool:
+    """Whether a cgroup interface file exists, remembered by name (it depends on the kernel, not the cgroup)."""
+    name = os.path.basename(path)
+    if name not in _features:
+        _features[name] = os.path.exists(path)
+    return _features[name]
+
+
 class Cgroup:
-    """One cgroup: the same path in each hierarchy (one on v2, memory + pids + cpuacct on v1)."""
+    """One cgroup: the same path in each hierarchy (one on v2, memory + pids + cpuacct on v1).
+
+    Paths are plain strings: a command's cgroup is made, used and removed on every exec, on the hot path.
+    """
 
     def __init__(self, version: int, mounts: dict[str, Path], paths: dict[str, str]) -> None:
         self.version = version
         self._mounts = mounts
         #: The cgroup's path inside each hierarchy, by controller (``""`` on v2).
         self.paths = paths
+        self._dirs = {c: f"{mounts[c]}{p}" for c, p in paths.items()}
 
-    def _dir(self, controller: str) -> Path:
-        key = "" if self.version == 2 else controller
-        return self._mounts[key] / self.paths[key].lstrip("/")
+    def _dir(self, controller: str) -> str:
+        return self._dirs["" if self.version == 2 else controller]
+
+    def _file(self, controller: str, name: str) -> str:
+        return f"{self._dir(controller)}/{name}"
 
     @property
-    def dirs(self) -> list[Path]:
+    def dirs(self) -> list[str]:
         """The cgroup's directory in each hierarchy."""
-        return [self._dir(c) for c in self.paths]
+        return list(self._dirs.values())
 
     @property
-    def procs_files(self) -> list[Path]:
+    def procs_files(self) -> list[str]:
         """The ``cgroup.procs`` file of each hierarchy (a process joins by writing its pid to all of them)."""
-        return [d / "cgroup.procs" for d in self.dirs]
+        return [f"{d}/cgroup.procs" for d in self._dirs.values()]
 
     def child(self, name: str) -> Cgroup:
         """The child cgroup ``name`` (it need not exist yet)."""
@@ -200,17 +217,17 @@ class Cgroup:
         Raises:
             SandboxError: the kernel refused.
         """
-        made: list[Path] = []
+        made: list[str] = []
         try:
-            for d in self.dirs:
-                d.mkdir()
+            for d in self._dirs.values():
+                os.mkdir(d)
                 made.append(d)
             if delegate and self.version == 2:
-                _write(self._dir("") / "cgroup.subtree_control", "+memory +pids")
+                _write(self._file("", "cgroup.subtree_control"), "+memory +pids")
         except (OSError, SandboxError) as exc:
             for d in reversed(made):
                 with contextlib.suppress(OSError):
-                    d.rmdir()
+                    os.rmdir(d)
             if isinstance(exc, SandboxError):
                 raise
             raise SandboxError(f"cannot create cgroup {exc.filename}: {exc.strerror}") from exc
@@ -218,16 +235,15 @@ class Cgroup:
     def set_limits(self, *, memory_bytes: int, pids: int) -> None:
         """Limit memory including swap, and processes plus threads."""
         if self.version == 2:
-            _write(self._dir("") / "memory.max", str(memory_bytes))
-            if (self._dir("") / "memory.swap.max").exists():
-                _write(self._dir("") / "memory.swap.max", "0")
-            _write(self._dir("") / "memory.oom.group", "1")
+            _write(self._file("", "memory.max"), str(memory_bytes))
+            if _has(swap := self._file("", "memory.swap.max")):
+                _write(swap, "0")
+            _write(self._file("", "memory.oom.group"), "1")
         else:
-            _write(self._dir("memory") / "memory.limit_in_bytes", str(memory_bytes))
-            memsw = self._dir("memory") / "memory.memsw.limit_in_bytes"
-            if memsw.exists():
+            _write(self._file("memory", "memory.limit_in_bytes"), str(memory_bytes))
+            if _has(memsw := self._file("memory", "memory.memsw.limit_in_bytes")):
                 _write(memsw, str(memory_bytes))
-        _write(self._dir("pids") / "pids.max", str(pids))
+        _write(self._file("pids", "pids.max"), str(pids))
 
     def add(self, pid: int) -> None:
         """Move a process into this cgroup."""
@@ -237,24 +253,23 @@ class Cgroup:
     def cpu_s(self) -> float:
         """CPU seconds used so far by every process that was ever in this cgroup."""
         if self.version == 2:
-            return _keyed(_read(self._dir("") / "cpu.stat"), "usage_usec") / 1e6
-        return int(_read(self._dir("cpuacct") / "cpuacct.usage")) / 1e9
+            return _keyed(_read(self._file("", "cpu.stat")), "usage_usec") / 1e6
+        return int(_read(self._file("cpuacct", "cpuacct.usage"))) / 1e9
 
     def pids_limit_hits(self) -> int:
         """How many forks or clones the pids limit has refused."""
-        return _keyed(_read(self._dir("pids") / "pids.events"), "max")
+        return _keyed(_read(self._file("pids", "pids.events")), "max")
 
     def stats(self) -> CgroupStats:
         """Read the resource report."""
         if self.version == 2:
-            peak_file = self._dir("") / "memory.peak"
-            peak = int(_read(peak_file)) if peak_file.exists() else None
-            oom = _keyed(_read(self._dir("") / "memory.events"), "oom_kill")
+            peak_file = self._file("", "memory.peak")
+            peak = int(_read(peak_file)) if _has(peak_file) else None
+            oom = _keyed(_read(self._file("", "memory.events")), "oom_kill")
         else:
-            memory = self._dir("memory")
-            memsw_peak = memory / "memory.memsw.max_usage_in_bytes"
-            peak = int(_read(memsw_peak if memsw_peak.exists() else memory / "memory.max_usage_in_bytes"))
-            oom = _keyed(_read(memory / "memory.oom_control"), "oom_kill")
+            memsw_peak = self._file("memory", "memory.memsw.max_usage_in_bytes")
+            peak = int(_read(memsw_peak if _has(memsw_peak) else self._file("memory", "memory.max_usage_in_bytes")))
+            oom = _keyed(_read(self._file("memory", "memory.oom_control")), "oom_kill")
         return CgroupStats(
             cpu_s=self.cpu_s(), peak_memory_bytes=peak, oom_kills=oom, pids_limit_hits=self.pids_limit_hits()
         )
@@ -262,7 +277,7 @@ class Cgroup:
     def pids(self) -> list[int]:
         """The processes in this cgroup now."""
         with contextlib.suppress(FileNotFoundError):
-            return [int(p) for p in _read(self._dir("pids") / "cgroup.procs").split()]
+            return [int(p) for p in _read(self._file("pids", "cgroup.procs")).split()]
         return []
 
     def kill(self, *, timeout_s: float = 5.0) -> None:
@@ -272,10 +287,10 @@ class Cgroup:
             SandboxError: processes were still alive after ``timeout_s`` (a host problem: unkillable tasks).
         """
         deadline = time.monotonic() + timeout_s
-        kill_file = self._dir("pids") / "cgroup.kill"
+        kill_file = self._file("pids", "cgroup.kill")
         delay = 0.0002
         while pids := self.pids():
-            if self.version == 2 and kill_file.exists():
+            if self.version == 2 and _has(kill_file):
                 _write(kill_file, "1")
             else:
                 for pid in pids:
@@ -321,16 +336,16 @@ class Cgroup:
         """
         self.kill(timeout_s=timeout_s)
         children: set[str] = set()
-        for d in self.dirs:
+        for d in self._dirs.values():
             with contextlib.suppress(FileNotFoundError), os.scandir(d) as entries:
                 children.update(e.name for e in entries if e.is_dir(follow_symlinks=False))
         for name in sorted(children):
             self.child(name).remove(timeout_s=timeout_s)
         deadline = time.monotonic() + timeout_s
-        for d in self.dirs:
+        for d in self._dirs.values():
             while True:
                 try:
-                    d.rmdir()
+                    os.rmdir(d)
                     break
                 except FileNotFoundError:
                     break

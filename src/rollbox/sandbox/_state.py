@@ -3,7 +3,9 @@
 Layout (``ROLLBOX_STATE_DIR``, default ``/run/rollbox``)::
 
     stage/                  an empty directory; each launcher mounts a private tmpfs here (invisible to the host)
-    etc/                    passwd, group, hosts, nsswitch.conf shown inside every sandbox
+    etc-<hash>/             the sandbox's /etc: passwd, group, hosts and nsswitch.conf of its own, and copies of
+                            the host's dynamic-linker files and alternatives (one bind mount instead of many;
+                            a new directory whenever they change, so that running sandboxes never see a swap)
     uids/<n>.lock           held (flock) by the sandbox that runs as uid UID_BASE + n
     sandboxes/<id>/lock     held (flock) by the process that owns sandbox <id>; free means its owner died
     sandboxes/<id>/cgroup   the sandbox's cgroup path per hierarchy, for the reaper
@@ -18,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import hashlib
 import json
 import os
 import random
 import shutil
+import tempfile
 from pathlib import Path
 
 from ._cgroup import Cgroup, CgroupTree
@@ -38,6 +42,8 @@ _MS_NOSUID, _MS_NODEV = 0x2, 0x4
 _MNT_DETACH = 0x2
 _libc = ctypes.CDLL(None, use_errno=True)
 
+#: Host files the sandbox's /etc copies: what the dynamic linker and /usr/bin's alternatives links need.
+_HOST_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 _ETC = {
     "passwd": "root:x:0:0:root:/nonexistent:/bin/false\n"
     f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/workspace:/bin/sh\n"
@@ -81,7 +87,7 @@ class StateDir:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or Path(os.environ.get("ROLLBOX_STATE_DIR", "/run/rollbox"))
         self.stage = self.root / "stage"
-        self.etc = self.root / "etc"
+        self.etc = self.root / "etc"  # replaced by ensure() with the current etc-<hash> directory
         self.sandboxes = self.root / "sandboxes"
         self.uids = self.root / "uids"
 
@@ -92,21 +98,43 @@ class StateDir:
             SandboxError: the directory cannot be created (not root, read-only /run, ...).
         """
         try:
-            for d in (self.root, self.stage, self.etc, self.sandboxes, self.uids):
+            for d in (self.root, self.stage, self.sandboxes, self.uids):
                 d.mkdir(mode=0o711, parents=True, exist_ok=True)
                 os.chmod(d, 0o755 if d == self.stage else 0o711)
-            for name, text in _ETC.items():
-                path = self.etc / name
-                if not path.exists() or path.read_text() != text:
-                    tmp = path.with_suffix(f".{os.getpid()}")
-                    tmp.write_text(text)
-                    tmp.chmod(0o644)
-                    tmp.replace(path)
+            self.etc = self._make_etc()
         except OSError as exc:
             raise SandboxError(
                 f"cannot prepare rollbox's state directory {self.root}: {exc.strerror}. Run as root, or set "
                 "ROLLBOX_STATE_DIR to a directory root can write."
             ) from exc
+
+    def _make_etc(self) -> Path:
+        """The sandbox /etc for the host as it is now, made atomically under a name that hashes its content."""
+        sources = [Path("/etc", name) for name in _HOST_ETC if Path("/etc", name).exists()]
+        digest = hashlib.sha256(repr(sorted(_ETC.items())).encode())
+        for source in sources:
+            for path in [source, *(sorted(source.iterdir()) if source.is_dir() else [])]:
+                st = path.lstat()
+                digest.update(f"{path}:{st.st_mtime_ns}:{st.st_size}".encode())
+        target = self.root / f"etc-{digest.hexdigest()[:16]}"
+        if target.exists():
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=".etc-", dir=self.root))
+        for name, text in _ETC.items():
+            (staging / name).write_text(text)
+        for source in sources:
+            if source.is_dir():
+                shutil.copytree(source, staging / source.name, symlinks=True)
+            else:
+                shutil.copy2(source, staging / source.name)
+        for path in [staging, *staging.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(0o755 if path.is_dir() else 0o644)
+        try:
+            staging.rename(target)
+        except OSError:  # another process made it first
+            shutil.rmtree(staging)
+        return target
 
     def allocate_uid(self) -> tuple[int, int]:
         """Reserve a host uid no other live sandbox uses. Returns (uid, fd of the lock that holds it)."""

@@ -1,12 +1,11 @@
 /*
  * rollbox-agent: the two small native pieces of rollbox's bubblewrap backend.
  *
- *   rollbox-agent launch --uid U --gid G --stage DIR [--cgroup PROCS_FILE]... [--bind SRC]... -- bwrap ARGS...
- *       Runs on the host, as root, between rollbox and bubblewrap. It joins the sandbox's cgroups (so that
- *       bubblewrap and everything it starts are accounted and killable from the first instruction), makes a
- *       private mount namespace in which the runtime directories (for example a Python under /root, which the
- *       sandbox uid could not traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the
- *       sandbox's own unprivileged uid, and runs bubblewrap as its child, reaping every process bubblewrap
+ *   rollbox-agent launch --uid U --gid G --stage DIR [--bind SRC]... -- bwrap ARGS...
+ *       Runs on the host, as root, between rollbox and bubblewrap. It makes a private mount namespace in
+ *       which the runtime directories (for example a Python under /root, which the sandbox uid could not
+ *       traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the sandbox's own
+ *       unprivileged uid, and runs bubblewrap as its child, reaping every process bubblewrap
  *       orphans. Nothing it mounts is visible to the host.
  *
  *   rollbox-agent serve FD
@@ -70,32 +69,23 @@ static void die(const char *what) {
     _exit(125);
 }
 
-static void write_file(const char *path, const char *text) {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) die(path);
-    close(fd);
-}
-
 static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
     const char *stage = NULL;
     const char *binds[64];
     int nbinds = 0, i;
-    char pid[32];
-    snprintf(pid, sizeof pid, "%d\n", (int)getpid());
 
     for (i = 2; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (i + 1 >= argc) { dprintf(2, "rollbox-agent: %s needs a value\n", argv[i]); return 125; }
         if (!strcmp(argv[i], "--uid")) uid = (uid_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--stage")) stage = argv[++i];
-        else if (!strcmp(argv[i], "--cgroup")) write_file(argv[++i], pid);
         else if (!strcmp(argv[i], "--bind") && nbinds < 64) binds[nbinds++] = argv[++i];
         else { dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]); return 125; }
     }
     if (i + 1 >= argc || uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL) {
-        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--cgroup F]... [--bind SRC]... -- CMD...\n");
+        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--bind SRC]... -- CMD...\n");
         return 125;
     }
     if (nbinds > 0) {
