@@ -180,11 +180,19 @@ class AgentConnection:
 
     def close(self) -> None:
         """Close the control socket (the agent exits) and reap the launcher (idempotent)."""
+        self.shutdown()
+        self.reap()
+
+    def shutdown(self) -> None:
+        """Close the control socket: the agent, then bubblewrap, then the launcher exit (idempotent)."""
         if self._sock.fileno() >= 0:
             with contextlib.suppress(ValueError, RuntimeError):
                 self._loop.remove_reader(self._sock.fileno())
             self._sock.close()
         self.alive = False
+
+    def reap(self) -> None:
+        """Wait for the launcher to exit, killing it if it does not (idempotent)."""
         if self._process.poll() is None:
             try:
                 self._process.wait(timeout=_EXIT_TIMEOUT_S)

@@ -131,6 +131,7 @@ class BwrapSandbox:
         self._dir: SandboxDir | None = None
         self._uid_lock: int | None = None
         self._agent: AgentConnection | None = None
+        self._next_group: _CgroupExecGroup | None = None
         self._execs = 0
 
     @property
@@ -188,7 +189,13 @@ class BwrapSandbox:
             sandbox_end.close()
             os.close(seccomp_r)
         self._agent = AgentConnection(host_end, process)
+        if self._next_group is None:  # while bubblewrap starts: the first command's cgroup
+            self._next_group = self._new_group()
         await self._agent.wait_ready()
+
+    def _new_group(self) -> _CgroupExecGroup:
+        self._execs += 1
+        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self.limits)
 
     def _bwrap_args(self, staged: list[str], seccomp_fd: int) -> list[str]:
         assert self._dir is not None
@@ -238,8 +245,8 @@ class BwrapSandbox:
             if self._agent is not None:
                 self._agent.close()
             await self._start_agent()
-        self._execs += 1
-        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self.limits)
+        group, self._next_group = self._next_group or self._new_group(), None
+        return group
 
     @property
     def agent(self) -> AgentConnection:
@@ -254,17 +261,21 @@ class BwrapSandbox:
 
     def close(self) -> None:
         """Kill everything, remove the cgroup, unmount and delete the tree, free the uid (idempotent)."""
+        # Closing the socket ends the agent, then bubblewrap's init, then bubblewrap, each reaped by its parent
+        # (killing them all at once would orphan bubblewrap's init to the host's pid 1). The host-side tree
+        # goes while they exit: their mount namespace holds its own reference to the tmpfs.
         if self._agent is not None:
-            # Closing the socket ends the agent, then bubblewrap's init, then bubblewrap, each reaped by its
-            # parent; killing them all at once would orphan bubblewrap's init to the host's pid 1.
-            self._agent.close()
-            self._agent = None
+            self._agent.shutdown()
+        self._next_group = None
         if self._dir is not None:
             self._dir.destroy()
             self._dir = None
         else:
             with contextlib.suppress(SandboxError):
                 self._cgroup.remove()
+        if self._agent is not None:
+            self._agent.reap()
+            self._agent = None
         if self._uid_lock is not None:
             os.close(self._uid_lock)
             self._uid_lock = None
