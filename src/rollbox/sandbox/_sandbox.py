@@ -198,6 +198,31 @@ class Sandbox:
         payload = data.encode() if isinstance(data, str) else data
         write_beneath(os.path.join(impl.writable_root, root), relative, payload, uid=impl.uid, gid=impl.uid, mode=mode)
 
+    async def write_tree(self, source: str | os.PathLike[str], dest: str = ".") -> int:
+        """Copy the regular files under the host directory ``source`` to ``dest`` (relative: under /workspace).
+
+        Symbolic links and special files in ``source`` are skipped, never followed. Returns the file count.
+
+        Raises:
+            ValueError: ``dest`` is outside /workspace and /tmp.
+            OSError: a write failed (for example, the disk limit is reached).
+        """
+        count = 0
+        root = os.fspath(source)
+        for directory, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]
+            for name in files:
+                path = os.path.join(directory, name)
+                if os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                with open(path, "rb") as f:
+                    data = f.read()
+                relative = os.path.relpath(path, root)
+                target = relative if dest in (".", "") else f"{dest.rstrip('/')}/{relative}"
+                await self.write_file(target, data, mode=0o755 if os.access(path, os.X_OK) else 0o644)
+                count += 1
+        return count
+
     async def read_file(self, path: str) -> bytes:
         """Read a file from /workspace (relative paths) or /tmp.
 

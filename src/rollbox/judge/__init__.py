@@ -1,0 +1,11 @@
+"""rollbox.judge: grading whose rewards cannot be gamed.
+
+Grades in a fresh sandbox from the pristine task plus only the candidate's allowed changes, with a runner
+configuration the candidate cannot influence and a result channel it cannot write, and never mistakes its own
+failures for the candidate's. Imports :mod:`rollbox.tasks` and :mod:`rollbox.sandbox`.
+"""
+
+from ._grade import grade
+from ._verdict import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward
+
+__all__ = ["GradedTest", "Outcome", "Verdict", "VerdictStatus", "compute_reward", "grade"]

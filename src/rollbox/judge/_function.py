@@ -1,0 +1,109 @@
+"""The ``function`` runner: the candidate's process receives only inputs; outputs are compared outside it."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rollbox.sandbox import Sandbox, Status
+from rollbox.tasks import FunctionGrading, Task, TaskFormatError
+
+from ._report import RunnerReport
+from ._values import decode, encode
+from ._verdict import GradedTest, Outcome
+
+__all__ = ["FunctionCase", "load_cases", "run_function"]
+
+_JUDGE_DIR = "/tmp/.rollbox-judge"
+#: Deterministic runs: the same candidate gets the same outputs every time.
+GRADING_ENV = {"PYTHONHASHSEED": "0", "TZ": "UTC", "PYTHONDONTWRITEBYTECODE": "1"}
+
+FunctionCase = tuple[list[Any], dict[str, Any], Any]
+
+
+def load_cases(path: Path) -> list[FunctionCase]:
+    """Read a function cases file: one ``{"args": [...], "kwargs": {...}, "expected": ...}`` a line.
+
+    Raises:
+        TaskFormatError: a line is not such an object.
+    """
+    cases: list[FunctionCase] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            args, kwargs = decode(record.get("args", [])), decode(record.get("kwargs", {}))
+            if not isinstance(args, list) or not isinstance(kwargs, dict) or "expected" not in record:
+                raise ValueError("expected an object with args (a list), kwargs (an object) and expected")
+            cases.append((args, kwargs, decode(record["expected"])))
+        except (ValueError, AttributeError) as exc:
+            raise TaskFormatError(path, f"line {number}: {exc}") from None
+    if not cases:
+        raise TaskFormatError(path, "no cases: a function task needs at least one")
+    return cases
+
+
+def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tuple[list[Outcome], bool, str | None]:
+    """Per-case outcomes from the driver's reports, whether the module failed to load, and any forgery."""
+    outcomes = [Outcome.MISSING] * len(cases)
+    seen: set[int] = set()
+    import_failed = False
+    lines = stdout.splitlines()
+    if truncated and lines:
+        lines.pop()  # cut at the output limit: the last report may be partial, and is not a forgery
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return outcomes, import_failed, "the result channel carried something that is not a report"
+        if not isinstance(record, dict):
+            return outcomes, import_failed, "the result channel carried something that is not a report"
+        if "import_error" in record:
+            import_failed = True
+            continue
+        index = record.get("case")
+        if not isinstance(index, int) or not 0 <= index < len(cases) or index in seen:
+            return outcomes, import_failed, f"the result channel carried a forged or repeated report for case {index!r}"
+        seen.add(index)
+        if "value" in record:
+            try:
+                value = decode(record["value"])
+            except (ValueError, TypeError):
+                outcomes[index] = Outcome.ERROR
+                continue
+            # Both sides are plain builtin values now, so == has no candidate code behind it.
+            outcomes[index] = Outcome.PASSED if value == cases[index][2] else Outcome.FAILED
+        else:
+            outcomes[index] = Outcome.ERROR
+    return outcomes, import_failed, None
+
+
+async def run_function(task: Task, grading: FunctionGrading, tree: Path) -> RunnerReport:
+    """Grade the candidate's function in a fresh sandbox built from ``tree`` (the pristine task plus its changes)."""
+    cases = load_cases(task.tests / grading.cases) if grading.cases else []
+    inputs = json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
+    package = resources.files("rollbox.judge")
+    async with Sandbox(limits=task.limits, network=task.network) as sb:
+        await sb.write_tree(tree)
+        await sb.write_file(f"{_JUDGE_DIR}/driver.py", package.joinpath("_function_driver.py").read_bytes())
+        await sb.write_file(f"{_JUDGE_DIR}/_values.py", package.joinpath("_values.py").read_bytes())
+        result = await sb.exec(
+            ["python3", "-s", f"{_JUDGE_DIR}/driver.py", f"/workspace/{grading.module}", grading.entry_point],
+            stdin=inputs,
+            env=GRADING_ENV,
+        )
+    ids = [f"{grading.entry_point}[{i}]" for i in range(len(cases))]
+    if result.status is Status.INFRA_ERROR:
+        tests = tuple(GradedTest(i, Outcome.MISSING) for i in ids)
+        return RunnerReport(tests=tests, run_status=result.status, detail=result.error)
+    outcomes, import_failed, forged = _outcomes(result.stdout_text, cases, truncated=result.stdout_truncated)
+    return RunnerReport(
+        tests=tuple(GradedTest(i, o) for i, o in zip(ids, outcomes, strict=True)),
+        run_status=result.status,
+        crashed=import_failed or all(o is Outcome.MISSING for o in outcomes),
+        tampered=forged is not None,
+        detail=forged,
+    )

@@ -1,0 +1,100 @@
+"""Grading: the pristine task plus the candidate's allowed changes, run by the task's runner, turned into a verdict."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rollbox.sandbox import RollboxError, Status
+from rollbox.tasks import FunctionGrading, Task
+
+from ._function import run_function
+from ._report import RunnerReport
+from ._scan import scan_changes
+from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
+from ._workspace import WorkspaceError, build_grading_tree, diff_workspace
+
+__all__ = ["grade"]
+
+Runner = Callable[[Task, Any, Path], Awaitable[RunnerReport]]
+_RUNNERS: dict[type, Runner] = {FunctionGrading: run_function}
+
+
+def _status(report: RunnerReport) -> VerdictStatus:
+    if report.run_status is Status.INFRA_ERROR:
+        return VerdictStatus.INFRA_ERROR
+    if report.tampered:
+        return VerdictStatus.TAMPERED
+    if report.tests and all(t.outcome is Outcome.PASSED for t in report.tests):
+        return VerdictStatus.PASSED
+    if report.run_status in (Status.TIMEOUT, Status.CPU_TIME_LIMIT):
+        return VerdictStatus.TIMEOUT
+    if report.run_status is Status.MEMORY_LIMIT:
+        return VerdictStatus.MEMORY_LIMIT
+    if report.crashed:
+        return VerdictStatus.ERROR
+    return VerdictStatus.FAILED
+
+
+async def grade(task: Task, solution: str | Path) -> Verdict:
+    """Grade the candidate workspace ``solution`` against ``task``.
+
+    The candidate contributes only its changes to the task's workspace, minus protected paths (dropped and
+    reported in ``flags``). Grading runs in a fresh sandbox; a failure of rollbox or the host gives status
+    ``infra_error`` with reward ``None``, never a score.
+    """
+    start = time.monotonic()
+    runner = _RUNNERS.get(type(task.grading))
+    if runner is None:
+        return Verdict(
+            task_id=task.id,
+            status=VerdictStatus.INFRA_ERROR,
+            reward=None,
+            error=f"the {type(task.grading).__name__} runner is not available in this version of rollbox",
+        )
+    try:
+        changes = diff_workspace(task.workspace, Path(solution))
+        flags = changes.flags + scan_changes(Path(solution), [*changes.added, *changes.modified])
+        with tempfile.TemporaryDirectory(prefix="rollbox-grade-") as tree:
+            build_grading_tree(task.workspace, Path(solution), Path(tree), changes)
+            report = await runner(task, task.grading, Path(tree))
+    except WorkspaceError as exc:
+        # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,
+        # never a masked infra_error it could learn to provoke.
+        return Verdict(
+            task_id=task.id,
+            status=VerdictStatus.ERROR,
+            reward=0.0,
+            flags=({"code": "workspace_refused", "path": "", "detail": str(exc)},),
+            duration_s=time.monotonic() - start,
+        )
+    except RollboxError as exc:
+        return Verdict(
+            task_id=task.id,
+            status=VerdictStatus.INFRA_ERROR,
+            reward=None,
+            error=str(exc),
+            duration_s=time.monotonic() - start,
+        )
+    status = _status(report)
+    found = [f.to_json() for f in flags]
+    if status is VerdictStatus.TAMPERED:
+        found.append({"code": "tampered", "path": "", "detail": report.detail or "the grading machinery was subverted"})
+    if status is VerdictStatus.INFRA_ERROR:
+        reward = None
+    elif status is VerdictStatus.TAMPERED:
+        reward = task.reward.tamper_penalty
+    else:
+        reward = compute_reward(task.reward, report.tests, fail_to_pass=report.fail_to_pass)
+    return Verdict(
+        task_id=task.id,
+        status=status,
+        reward=reward,
+        tests=report.tests,
+        flags=tuple(found),
+        duration_s=time.monotonic() - start,
+        error=report.detail if status is VerdictStatus.INFRA_ERROR else None,
+    )

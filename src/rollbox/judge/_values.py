@@ -1,0 +1,89 @@
+"""Strict values: how a function's inputs and outputs cross the sandbox boundary, and how cases files spell them.
+
+Only plain builtin values exist here: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``complex``,
+``list``, ``tuple``, ``set``, ``frozenset`` and ``dict`` — each of exactly that type, never a subclass. An
+object whose ``__eq__`` always answers True cannot be encoded, so it can never be compared. JSON carries the
+rest with one-key tags: ``{"$tuple": [...]}``, ``{"$set": [...]}``, ``{"$frozenset": [...]}``,
+``{"$dict": [[k, v], ...]}`` (keys that are not all strings), ``{"$float": "nan"}``, ``{"$bytes": "base64"}``,
+``{"$complex": [re, im]}``.
+
+This module is also copied into grading sandboxes, next to the function driver: it imports only the standard
+library.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+__all__ = ["decode", "encode"]
+
+_MAX_DEPTH = 100
+
+
+def encode(value: Any, _depth: int = 0) -> Any:
+    """The JSON-ready form of ``value``.
+
+    Raises:
+        TypeError: ``value`` holds something that is not exactly a builtin value.
+        ValueError: it is nested deeper than 100 levels.
+    """
+    if _depth > _MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if kind is list:
+        return [encode(v, _depth + 1) for v in value]
+    if kind in (tuple, set, frozenset):
+        items = [encode(v, _depth + 1) for v in value]
+        if kind is not tuple:
+            items.sort(key=repr)
+        return {f"${kind.__name__}": items}
+    if kind is dict:
+        if all(type(k) is str for k in value) and not (len(value) == 1 and next(iter(value)).startswith("$")):
+            return {k: encode(v, _depth + 1) for k, v in value.items()}
+        return {"$dict": [[encode(k, _depth + 1), encode(v, _depth + 1)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"$bytes": base64.b64encode(value).decode()}
+    if kind is complex:
+        return {"$complex": [encode(value.real), encode(value.imag)]}
+    raise TypeError(f"a value of type {kind.__module__}.{kind.__qualname__} is not a plain builtin value")
+
+
+def decode(data: Any) -> Any:
+    """The value that :func:`encode` made ``data`` from (also how cases files are read).
+
+    Raises:
+        ValueError: ``data`` uses an unknown tag or a malformed one.
+    """
+    if isinstance(data, list):
+        return [decode(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    if len(data) == 1:
+        ((tag, inner),) = data.items()
+        if tag.startswith("$"):
+            return _decode_tag(tag, inner)
+    return {k: decode(v) for k, v in data.items()}
+
+
+def _decode_tag(tag: str, inner: Any) -> Any:
+    if tag == "$tuple":
+        return tuple(decode(v) for v in inner)
+    if tag == "$set":
+        return {decode(v) for v in inner}
+    if tag == "$frozenset":
+        return frozenset(decode(v) for v in inner)
+    if tag == "$dict":
+        return {decode(k): decode(v) for k, v in inner}
+    if tag == "$float" and inner in ("nan", "inf", "-inf"):
+        return float(inner)
+    if tag == "$bytes":
+        return base64.b64decode(inner)
+    if tag == "$complex":
+        return complex(inner[0], inner[1])
+    raise ValueError(f"unknown or malformed value tag {tag!r}")

@@ -1,0 +1,413 @@
+"""What the candidate contributes to grading: its changes to the pristine workspace, minus what it may not touch.
+
+The candidate's directory is hostile. It is walked without following any link, every file is opened component by
+component with ``O_NOFOLLOW`` (so no link, old or swapped in, leads the judge outside it), FIFOs and devices are
+never opened, and a link is carried into the grading tree only as a link that stays inside it.
+
+A change is dropped, and reported as a :class:`Flag`, when it could influence the test runner instead of the code
+under test: conftest files, runner configuration, interpreter start-up hooks, modules that shadow the runner or the
+standard library, the task's test paths, and test files (the agent's own, or edits to the visible ones). Exceptions::
+
+    RollboxError
+    └── WorkspaceError      the candidate's workspace is over a limit or cannot be read (its doing, not the host's)
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import stat
+import sys
+import tomllib
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
+from importlib.machinery import all_suffixes
+from pathlib import Path
+
+from rollbox.sandbox import RollboxError
+
+__all__ = ["Changes", "Flag", "WorkspaceError", "build_grading_tree", "diff_workspace", "is_protected"]
+
+_MiB = 1024 * 1024
+_IGNORED_NAMES = frozenset({"__pycache__", ".git"})
+_RUNNER_CONFIG = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg"})
+_STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
+_SHADOWED = frozenset({"pytest", "_pytest", "pluggy", "py", "sitecustomize", "usercustomize"}) | sys.stdlib_module_names
+_IMPORT_SUFFIXES = sorted(all_suffixes(), key=len, reverse=True)
+_CHUNK = 1024 * 1024
+
+
+class WorkspaceError(RollboxError):
+    """The candidate's workspace cannot be graded as submitted: over a limit, or unreadable. The message says why."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One finding about the candidate's changes. Flags inform; they never fail code by themselves."""
+
+    #: Stable machine name, such as ``protected_path_dropped`` or ``exit_at_import``.
+    code: str
+    #: Workspace-relative POSIX path, or ``""`` when the finding is not about one file.
+    path: str
+    #: One readable sentence.
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        """As ``{"code": ..., "path": ..., "detail": ...}``."""
+        return {"code": self.code, "path": self.path, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The candidate's changes that grading applies, and what it refused. Paths are relative POSIX, sorted."""
+
+    added: tuple[str, ...]
+    modified: tuple[str, ...]
+    deleted: tuple[str, ...]
+    #: Paths whose change (add, edit or delete) was refused because they are protected; the pristine state stays.
+    dropped: tuple[str, ...]
+    flags: tuple[Flag, ...]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    kind: str  # "file", "link" or "other" (FIFO, socket, device)
+    size: int = 0
+    target: str = ""
+
+
+def _protection(
+    path: str, extra: Sequence[str], packages: Collection[str] | None, content: bytes | None
+) -> tuple[str, str] | None:
+    parts = path.split("/")
+    name = parts[-1]
+    if (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py"):
+        return "test", "it is a test file (test_*.py or *_test.py)"
+    for entry in extra:
+        root = posixpath.normpath(entry).strip("/")
+        if path == root or path.startswith(root + "/"):
+            return "other", f"it is under the task's test path {entry!r}"
+    if name == "conftest.py":
+        return "other", "conftest.py files are loaded by pytest"
+    if name in _RUNNER_CONFIG:
+        return "other", f"{name} can configure the test runner"
+    if name in _STARTUP_HOOKS or name.endswith(".pth"):
+        return "other", f"{name} runs at interpreter start-up"
+    if name == "pyproject.toml":
+        if content is None:
+            return "other", "pyproject.toml may configure pytest (its content was not given)"
+        try:
+            tool = tomllib.loads(content.decode()).get("tool", {})
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return "other", "pyproject.toml could not be parsed, so it may configure pytest"
+        if isinstance(tool, dict) and "pytest" in tool:
+            return "other", "pyproject.toml has a [tool.pytest] section"
+    for i, part in enumerate(parts):
+        if i > 0 and packages is not None and "/".join(parts[:i]) in packages:
+            continue  # inside a package: importable only as pkg.name, never as a top-level name
+        last = i == len(parts) - 1
+        if not last and packages is not None and "/".join(parts[: i + 1]) not in packages:
+            continue  # a directory without __init__.py never shadows a regular module
+        module = next((part[: -len(s)] for s in _IMPORT_SUFFIXES if last and part.endswith(s)), part)
+        if module in _SHADOWED:
+            return "shadow", f"{'/'.join(parts[: i + 1])!r} would shadow the top-level module {module!r}"
+    return None
+
+
+def is_protected(
+    path: str,
+    *,
+    extra: Sequence[str] = (),
+    packages: Collection[str] | None = None,
+    content: bytes | None = None,
+) -> str | None:
+    """Why the candidate may not change ``path``, or ``None`` when it may.
+
+    Args:
+        path: workspace-relative POSIX path.
+        extra: the task's test paths; a path equal to one, or under it, is protected.
+        packages: directories ("" for the root) that hold an ``__init__.py``. A module deeper inside a package
+            (``mypkg/json.py``) shadows nothing; the root always counts as on ``sys.path``. ``None``: every
+            directory is treated as on ``sys.path``.
+        content: the file's bytes, for ``pyproject.toml`` (protected without them).
+
+    >>> is_protected("conftest.py")
+    'conftest.py files are loaded by pytest'
+    >>> is_protected("mypkg/json.py", packages={"mypkg"}) is None
+    True
+    """
+    found = _protection(path, extra, packages, content)
+    return found[1] if found else None
+
+
+def _walk(root: Path, *, limit: int | None = None) -> tuple[dict[str, _Entry], set[str]]:
+    """Every non-ignored leaf under ``root`` (never following links), and every directory (relative paths)."""
+    leaves: dict[str, _Entry] = {}
+    dirs: set[str] = set()
+    stack = [""]
+    count = 0
+    while stack:
+        rel = stack.pop()
+        with os.scandir(root / rel if rel else root) as it:
+            entries = list(it)
+        for entry in entries:
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.name in _IGNORED_NAMES or entry.name.endswith(".pyc"):
+                continue
+            count += 1
+            if limit is not None and count > limit:
+                raise WorkspaceError(
+                    f"the candidate workspace {root} holds more than {limit} files and directories; "
+                    "remove generated files, or raise max_files"
+                )
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                dirs.add(child)
+                stack.append(child)
+            elif stat.S_ISREG(st.st_mode):
+                leaves[child] = _Entry("file", st.st_size)
+            elif stat.S_ISLNK(st.st_mode):
+                leaves[child] = _Entry("link", target=os.readlink(entry.path))
+            else:
+                leaves[child] = _Entry("other")
+    return leaves, dirs
+
+
+def _open_beneath(root: Path, rel: str) -> int:
+    """A read-only fd on the regular file ``rel`` under ``root``; no component may be a link."""
+    *parents, name = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parents:
+            parent_fd = fd
+            fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+            os.close(parent_fd)
+        # O_NONBLOCK: a FIFO swapped in must not hang the judge.
+        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise WorkspaceError(f"{rel!r} in the candidate workspace {root} is no longer a regular file")
+    os.set_blocking(file_fd, True)
+    return file_fd
+
+
+def _read(root: Path, rel: str, max_bytes: int) -> bytes:
+    fd = _open_beneath(root, rel)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise WorkspaceError(f"{rel!r} in the candidate workspace is over {max_bytes} bytes; raise max_file_bytes")
+    return data
+
+
+def _same_content(pristine: Path, candidate: Path, rel: str) -> bool:
+    with open(pristine / rel, "rb") as ours, os.fdopen(_open_beneath(candidate, rel), "rb") as theirs:
+        while True:
+            a, b = ours.read(_CHUNK), theirs.read(_CHUNK)
+            if a != b:
+                return False
+            if not a:
+                return True
+
+
+def _link_stays_inside(root: Path, rel: str, target: str) -> bool:
+    if os.path.isabs(target) or os.path.normpath(os.path.join(os.path.dirname(rel), target)).split("/")[0] == "..":
+        return False
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([real_root, os.path.realpath(root / rel)]) == real_root
+
+
+def _ancestors(path: str) -> Iterator[str]:
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        yield "/".join(parts[:i])
+
+
+def _unusable(candidate: Path, path: str, entry: _Entry, max_file_bytes: int) -> Flag | None:
+    """Why a candidate entry cannot be carried over at all (a flag), or None; raises for an oversized file."""
+    if entry.kind == "file" and entry.size > max_file_bytes:
+        raise WorkspaceError(
+            f"{path!r} in the candidate workspace is {entry.size} bytes, over the {max_file_bytes}-byte limit; "
+            "raise max_file_bytes if the task needs such files"
+        )
+    if entry.kind == "other":
+        return Flag("special_file_skipped", path, f"{path} is not a regular file or a link, so it was skipped.")
+    if entry.kind == "link" and not _link_stays_inside(candidate, path, entry.target):
+        return Flag("unsafe_symlink_dropped", path, f"{path} links to {entry.target!r}, outside the workspace.")
+    return None
+
+
+def _unchanged(pristine: Path, candidate: Path, path: str, old: _Entry, new: _Entry) -> bool:
+    if old.kind != new.kind:
+        return False
+    if new.kind == "link":
+        return old.target == new.target
+    return old.size == new.size and _same_content(pristine, candidate, path)
+
+
+def _refusal(
+    path: str, protected: Sequence[str], packages: Collection[str], in_pristine: bool, versions: Sequence[bytes | None]
+) -> Flag | None:
+    """The flag for a refused change to ``path``, or None when it may be applied."""
+    found = None
+    for content in versions:  # pyproject.toml: protected when either version configures pytest
+        found = found or _protection(path, protected, packages, content)
+    if found is None or (found[0] == "shadow" and in_pristine):
+        return None  # a stdlib-named module that the task itself ships is the task's to change
+    if found[0] != "test":
+        code = "protected_path_dropped"
+    else:
+        code = "visible_test_edit_dropped" if in_pristine else "agent_test_dropped"
+    return Flag(code, path, f"The change to {path} was not applied: {found[1]}.")
+
+
+def _conflicts(applied: Sequence[str], kept: set[str]) -> list[str]:
+    """Applied paths that clash with a kept pristine file (a file where the other has a directory)."""
+    kept_dirs = {a for k in kept for a in _ancestors(k)}
+    return [p for p in applied if p in kept_dirs or any(a in kept for a in _ancestors(p))]
+
+
+def diff_workspace(
+    pristine: Path,
+    candidate: Path,
+    *,
+    protected: Sequence[str] = (),
+    max_file_bytes: int = 16 * _MiB,
+    max_files: int = 20_000,
+) -> Changes:
+    """Compare the candidate's workspace with the pristine one and decide which changes grading applies.
+
+    Args:
+        pristine: the task's workspace (trusted).
+        candidate: the workspace the candidate left behind (hostile).
+        protected: the task's test paths (``"tests/"``, or exact files); changes there are refused.
+        max_file_bytes: the largest candidate file accepted.
+        max_files: the most files and directories the candidate's workspace may hold.
+
+    Raises:
+        WorkspaceError: the candidate's workspace holds more than ``max_files`` entries, a file over
+            ``max_file_bytes``, or something that cannot be read.
+    """
+    try:
+        return _diff(pristine, candidate, protected, max_file_bytes, max_files)
+    except OSError as exc:
+        raise WorkspaceError(f"could not compare the candidate workspace {candidate} with {pristine}: {exc}") from exc
+
+
+def _diff(pristine: Path, candidate: Path, protected: Sequence[str], max_file_bytes: int, max_files: int) -> Changes:
+    ours = {p: e for p, e in _walk(pristine)[0].items() if e.kind != "other"}
+    theirs = _walk(candidate, limit=max_files)[0]
+    packages = {p.rpartition("/")[0] for p in theirs if p.rpartition("/")[2] == "__init__.py"}
+    added: list[str] = []
+    modified: list[str] = []
+    deleted: list[str] = []
+    dropped: list[str] = []
+    flags: list[Flag] = []
+
+    def toml(root: Path, path: str, entry: _Entry | None) -> bytes | None:
+        if entry is None or entry.kind != "file" or path.rpartition("/")[2] != "pyproject.toml":
+            return None
+        return _read(root, path, max_file_bytes)
+
+    def refused(path: str, *versions: bytes | None) -> bool:
+        flag = _refusal(path, protected, packages, path in ours, [v for v in versions if v is not None] or [None])
+        if flag is not None:
+            dropped.append(path)
+            flags.append(flag)
+        return flag is not None
+
+    for path, entry in sorted(theirs.items()):
+        if (skip := _unusable(candidate, path, entry, max_file_bytes)) is not None:
+            flags.append(skip)  # the pristine version, if any, stays
+            continue
+        old = ours.get(path)
+        if old is not None and _unchanged(pristine, candidate, path, old, entry):
+            continue
+        if not refused(path, toml(candidate, path, entry), toml(pristine, path, old)):
+            (added if old is None else modified).append(path)
+    for path, old in sorted(ours.items()):
+        if path not in theirs and not refused(path, toml(pristine, path, old)):
+            deleted.append(path)
+    for path in _conflicts([*added, *modified], set(ours) - set(deleted) - set(modified)):
+        (added if path in added else modified).remove(path)
+        dropped.append(path)
+        flags.append(Flag("path_conflict_dropped", path, f"{path} clashes with a protected file that stays."))
+    return Changes(
+        added=tuple(added),
+        modified=tuple(modified),
+        deleted=tuple(deleted),
+        dropped=tuple(sorted(dropped)),
+        flags=tuple(flags),
+    )
+
+
+def _check_relative(path: str) -> None:
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+        raise WorkspaceError(f"{path!r} is not a clean workspace-relative path; pass the Changes diff_workspace made")
+
+
+def _copy_pristine(pristine: Path, dest: Path) -> None:
+    leaves, dirs = _walk(pristine)
+    for rel in sorted(dirs):
+        (dest / rel).mkdir()
+    for rel, entry in leaves.items():
+        if entry.kind == "link":
+            os.symlink(entry.target, dest / rel)
+        elif entry.kind == "file":
+            shutil.copy2(pristine / rel, dest / rel, follow_symlinks=False)
+
+
+def _place(candidate: Path, dest: Path, rel: str) -> None:
+    target = dest / rel
+    for ancestor in _ancestors(rel):
+        at = dest / ancestor
+        if at.is_symlink() or (at.exists() and not at.is_dir()):
+            at.unlink()  # a pristine file the candidate replaced with a directory (its deletion was applied)
+        if not at.exists():
+            at.mkdir()
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.is_dir():
+        shutil.rmtree(target)  # a pristine directory the candidate replaced with a file
+    st = os.lstat(candidate / rel)
+    if stat.S_ISLNK(st.st_mode):
+        link = os.readlink(candidate / rel)
+        if not _link_stays_inside(candidate, rel, link):
+            raise WorkspaceError(f"{rel!r} in the candidate workspace changed into a link out of it since the diff")
+        os.symlink(link, target)
+        return
+    with os.fdopen(_open_beneath(candidate, rel), "rb") as src, open(target, "xb") as out:
+        shutil.copyfileobj(src, out, _CHUNK)
+    target.chmod(0o755 if st.st_mode & stat.S_IXUSR else 0o644)
+
+
+def build_grading_tree(pristine: Path, candidate: Path, dest: Path, changes: Changes) -> None:
+    """Build ``dest`` = the pristine workspace plus the changes :func:`diff_workspace` allowed.
+
+    Added and modified files are copied from the candidate (links as links, only where they stay inside the
+    tree), deleted ones removed. ``dest`` must not exist, or be an empty directory.
+
+    Raises:
+        WorkspaceError: ``dest`` is not empty, ``changes`` holds an unclean path, or the candidate's workspace
+            changed since the diff (a file turned into a link out of it, a FIFO, or vanished).
+    """
+    for path in (*changes.added, *changes.modified, *changes.deleted):
+        _check_relative(path)
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise WorkspaceError(f"the grading tree {dest} must be an empty directory; it already holds files")
+    try:
+        _copy_pristine(pristine, dest)
+        for rel in changes.deleted:
+            (dest / rel).unlink()
+            parent = (dest / rel).parent
+            while parent != dest and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
+        for rel in sorted((*changes.added, *changes.modified)):
+            _place(candidate, dest, rel)
+    except OSError as exc:
+        raise WorkspaceError(f"could not build the grading tree {dest} from {candidate}: {exc}") from exc

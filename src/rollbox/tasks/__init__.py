@@ -1,0 +1,31 @@
+"""rollbox.tasks: the task model as data, and the loader of the native task format. Runs nothing.
+
+Imports only :mod:`rollbox.sandbox` (for limit types).
+"""
+
+from ._load import TaskFormatError, load_task
+from ._model import (
+    Comparator,
+    FunctionGrading,
+    Grading,
+    PytestGrading,
+    RewardKind,
+    RewardSpec,
+    ScriptGrading,
+    StdioGrading,
+    Task,
+)
+
+__all__ = [
+    "Comparator",
+    "FunctionGrading",
+    "Grading",
+    "PytestGrading",
+    "RewardKind",
+    "RewardSpec",
+    "ScriptGrading",
+    "StdioGrading",
+    "Task",
+    "TaskFormatError",
+    "load_task",
+]

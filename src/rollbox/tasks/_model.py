@@ -1,0 +1,156 @@
+"""The task model: what a task is, as data. Nothing here runs anything.
+
+A task directory (see DESIGN.md, "The native task format")::
+
+    my-task/
+      task.toml         id, [grading], [limits], [environment]
+      instruction.md    what the agent is asked to do
+      workspace/        the files the agent starts with; they become /workspace
+      tests/            hidden verifier files; never visible while solving
+      solution/         optional reference: files laid over workspace/ that solve the task
+      environment/      optional: requirements.txt for the task's runtime layer
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollbox.sandbox import Limits, Network
+
+__all__ = [
+    "Comparator",
+    "FunctionGrading",
+    "Grading",
+    "PytestGrading",
+    "RewardKind",
+    "RewardSpec",
+    "ScriptGrading",
+    "StdioGrading",
+    "Task",
+]
+
+
+class RewardKind(str, enum.Enum):
+    """How test outcomes become a reward."""
+
+    #: 1.0 when every graded test passed, else 0.0.
+    BINARY = "binary"
+    #: The fraction of graded tests that passed.
+    PASS_RATE = "pass_rate"
+    #: ``f2p_weight`` x (fail_to_pass pass rate) + (1 - ``f2p_weight``) x (pass_to_pass pass rate).
+    F2P_P2P = "f2p_p2p"
+
+
+class Comparator(str, enum.Enum):
+    """How a ``stdio`` case's output is compared with the expected output."""
+
+    #: Byte-for-byte equal.
+    EXACT = "exact"
+    #: Equal after splitting on any whitespace.
+    WHITESPACE = "whitespace"
+    #: Tokens equal, numbers within ``float_tolerance`` (absolute or relative).
+    FLOAT = "float"
+    #: A checker program in tests/ decides, in a sandbox of its own.
+    CHECKER = "checker"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PytestGrading:
+    """Run the pytest files in tests/ against the candidate's workspace."""
+
+    #: Test ids that must go from failing to passing; ``None`` means every collected test must pass.
+    fail_to_pass: tuple[str, ...] | None = None
+    #: Test ids that must keep passing.
+    pass_to_pass: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FunctionGrading:
+    """Call a function of the candidate's with each case's inputs; compare outputs outside its process."""
+
+    #: The workspace file that defines the function, e.g. ``solution.py``.
+    module: str
+    #: The function's name.
+    entry_point: str
+    #: A JSONL file in tests/, one ``{"args": [...], "kwargs": {...}, "expected": ...}`` a line (``None``: no
+    #: cases, only ``check``).
+    cases: str | None = "cases.jsonl"
+    #: A Python file in tests/ defining ``check(candidate)``, for assertions that cannot be written as cases. It
+    #: runs inside the candidate's process, so the judge sanitizes every value the candidate returns and runs
+    #: must-fail canaries beside it.
+    check: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StdioGrading:
+    """Run a command with each case's input on stdin; compare its stdout with the expected output."""
+
+    #: The command, e.g. ``("python3", "solution.py")``.
+    command: tuple[str, ...]
+    #: A JSONL file in tests/, one ``{"input": "...", "output": "..."}`` a line.
+    cases: str = "cases.jsonl"
+    comparator: Comparator = Comparator.WHITESPACE
+    #: For ``float``: the absolute or relative difference allowed between numbers.
+    float_tolerance: float = 1e-6
+    #: For ``checker``: a program in tests/, run as ``checker INPUT_FILE EXPECTED_FILE OUTPUT_FILE``.
+    checker: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptGrading:
+    """Harbor-style: run tests/``script`` in a fresh sandbox; its reward is read where the candidate cannot write."""
+
+    script: str = "test.sh"
+
+
+Grading = PytestGrading | FunctionGrading | StdioGrading | ScriptGrading
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardSpec:
+    """How a verdict's reward is computed."""
+
+    kind: RewardKind = RewardKind.BINARY
+    #: The reward when the grading machinery was subverted (status ``tampered``).
+    tamper_penalty: float = -1.0
+    #: For ``f2p_p2p``: the weight of the fail_to_pass tests.
+    f2p_weight: float = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """One task, loaded and validated. Paths are absolute."""
+
+    id: str
+    #: The task directory.
+    path: Path
+    instruction: str
+    grading: Grading
+    reward: RewardSpec
+    #: Limits for grading runs and for the agent's commands while solving.
+    limits: Limits
+    network: Network = Network.NONE
+
+    @property
+    def workspace(self) -> Path:
+        """The files the agent starts with."""
+        return self.path / "workspace"
+
+    @property
+    def tests(self) -> Path:
+        """The hidden verifier files."""
+        return self.path / "tests"
+
+    @property
+    def solution(self) -> Path | None:
+        """The reference solution laid over the workspace, when the task has one."""
+        path = self.path / "solution"
+        return path if path.is_dir() else None
+
+    @property
+    def requirements(self) -> Path | None:
+        """The runtime layer's requirements, when the task has any."""
+        path = self.path / "environment" / "requirements.txt"
+        return path if path.is_file() else None

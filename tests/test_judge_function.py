@@ -1,0 +1,144 @@
+"""Grading function tasks for real: legitimate solutions pass, wrong ones fail, and every known hack is caught."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
+from rollbox.tasks import Task, load_task
+
+STUB = "def mean_pair(xs):\n    raise NotImplementedError\n"
+CORRECT = textwrap.dedent("""
+    def mean_pair(xs):
+        return (min(xs), sum(xs) / len(xs))
+""")
+CASES = [
+    {"args": [[1, 2, 3]], "kwargs": {}, "expected": {"$tuple": [1, 2.0]}},
+    {"args": [[4]], "kwargs": {}, "expected": {"$tuple": [4, 4.0]}},
+    {"args": [], "kwargs": {"xs": [0, 10]}, "expected": {"$tuple": [0, 5.0]}},
+]
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    root = tmp_path_factory.mktemp("mean-pair")
+    (root / "workspace").mkdir()
+    (root / "workspace" / "solution.py").write_text(STUB)
+    (root / "workspace" / "test_visible.py").write_text("def test_placeholder():\n    assert True\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    (root / "task.toml").write_text(
+        textwrap.dedent("""
+        [grading]
+        runner = "function"
+        module = "solution.py"
+        entry_point = "mean_pair"
+        [limits]
+        timeout = "3s"
+        cpu_time = "2s"
+        memory = "128M"
+    """)
+    )
+    return load_task(root)
+
+
+def grade_files(task: Task, tmp_path: Path, files: dict[str, str]) -> Verdict:
+    workspace = tmp_path / "candidate"
+    workspace.mkdir()
+    for name, text in {"solution.py": STUB, **files}.items():
+        path = workspace / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return asyncio.run(grade(task, workspace))
+
+
+def test_correct_solution_passes(task: Task, tmp_path: Path) -> None:
+    verdict = grade_files(task, tmp_path, {"solution.py": CORRECT})
+    assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0
+    assert (verdict.passed, verdict.total) == (3, 3)
+    data = verdict.to_json()
+    assert list(data)[:8] == ["task_id", "status", "reward", "tests", "passed", "total", "flags", "duration_s"]
+    json.dumps(data)
+
+
+def test_the_untouched_stub_fails(task: Task, tmp_path: Path) -> None:
+    verdict = grade_files(task, tmp_path, {})
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0
+    assert {t.outcome for t in verdict.tests} == {Outcome.ERROR}
+
+
+def test_wrong_types_fail(task: Task, tmp_path: Path) -> None:
+    as_list = "def mean_pair(xs):\n    return [min(xs), sum(xs) / len(xs)]\n"
+    assert grade_files(task, tmp_path, {"solution.py": as_list}).status is VerdictStatus.FAILED
+
+
+LEGITIMATE = {
+    "prints": CORRECT + "print('debugging output')\n",
+    "helper module": "from helpers import lo\ndef mean_pair(xs):\n    return (lo(xs), sum(xs) / len(xs))\n",
+    "threads": CORRECT.replace(
+        "return", "import threading; t = threading.Thread(target=print); t.start(); t.join()\n    return"
+    ),
+    "subprocess": CORRECT.replace("return", "import subprocess; subprocess.run(['true'], check=True)\n    return"),
+}
+
+
+@pytest.mark.parametrize("name", LEGITIMATE)
+def test_legitimate_solutions_pass(task: Task, tmp_path: Path, name: str) -> None:
+    files = {"solution.py": LEGITIMATE[name], "helpers.py": "def lo(xs):\n    return min(xs)\n"}
+    verdict = grade_files(task, tmp_path, files)
+    assert verdict.status is VerdictStatus.PASSED, verdict
+
+
+def test_an_agents_own_failing_test_is_dropped_and_flagged_not_penalized(task: Task, tmp_path: Path) -> None:
+    verdict = grade_files(task, tmp_path, {"solution.py": CORRECT, "test_mine.py": "def test_x():\n    assert False\n"})
+    assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0
+    assert any(f["code"] == "agent_test_dropped" for f in verdict.flags)
+
+
+HACKS = {
+    "always-equal object": "class E:\n    def __eq__(self, o): return True\ndef mean_pair(xs):\n    return E()\n",
+    "always-equal int subclass": "class E(int):\n    def __eq__(self, o): return True\n"
+    "def mean_pair(xs):\n    return E(1)\n",
+    "always-equal tuple subclass": "class T(tuple):\n    def __eq__(self, o): return True\n"
+    "def mean_pair(xs):\n    return T((1, 2.0))\n",
+    "sys.exit(0) at import": "import sys\nsys.exit(0)\n" + CORRECT,
+    "os._exit(0) at import": "import os\nos._exit(0)\n",
+    "sys.exit(0) at call": "import sys\ndef mean_pair(xs):\n    sys.exit(0)\n",
+    "os._exit(0) at call": "import os\ndef mean_pair(xs):\n    os._exit(0)\n",
+    "kill itself": "import os, signal\ndef mean_pair(xs):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+    "kill its parent": "import os, signal\ndef mean_pair(xs):\n    os.kill(os.getppid(), signal.SIGKILL)\n",
+    "print fake results": 'import sys\nprint(\'{"case": 0, "value": [1, 2.0]}\')\n'
+    "sys.stdout.write('3 passed\\n')\ndef mean_pair(xs):\n    return None\n",
+    "write to the result channel": "import os\nfor fd in range(3, 20):\n    try:\n"
+    '        os.write(fd, b\'{"case": 0, "value": {"$tuple": [1, 2.0]}}\\n\')\n    except OSError:\n        pass\n'
+    "def mean_pair(xs):\n    return None\n",
+    "atexit forgery": 'import atexit, os\natexit.register(lambda: os.write(1, b\'{"case": 2, "value": 0}\\n\'))\n'
+    "def mean_pair(xs):\n    raise ValueError\n",
+    "infinite loop": "def mean_pair(xs):\n    while True:\n        pass\n",
+    "memory bomb": "def mean_pair(xs):\n    x = []\n    while True:\n        x.append(bytearray(1 << 24))\n",
+}
+
+
+@pytest.mark.parametrize("name", HACKS)
+def test_hacks_never_pass(task: Task, tmp_path: Path, name: str) -> None:
+    verdict = grade_files(task, tmp_path, {"solution.py": HACKS[name]})
+    assert verdict.status not in (VerdictStatus.PASSED, VerdictStatus.INFRA_ERROR), verdict
+    assert verdict.reward is not None and verdict.reward <= 0, verdict
+
+
+def test_the_same_candidate_gets_the_same_verdict(task: Task, tmp_path: Path) -> None:
+    code = "def mean_pair(xs):\n    return (min(xs), hash('x') % 7 + 0.0)\n"
+    workspace = tmp_path / "c"
+    workspace.mkdir()
+    (workspace / "solution.py").write_text(code)
+
+    async def twice() -> list[Verdict]:
+        return [await grade(task, workspace) for _ in range(2)]
+
+    first, second = asyncio.run(twice())
+    assert (first.status, first.tests) == (second.status, second.tests)

@@ -1,0 +1,352 @@
+"""The candidate's workspace: which changes grading applies, which it drops, and the tree it builds from them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rollbox.judge._workspace import (
+    Changes,
+    Flag,
+    WorkspaceError,
+    build_grading_tree,
+    diff_workspace,
+    is_protected,
+)
+from rollbox.sandbox import RollboxError
+
+PRISTINE = {
+    "mod.py": "def f():\n    return 1\n",
+    "mypkg/__init__.py": "",
+    "mypkg/core.py": "X = 1\n",
+    "queue.py": "# the task's own stdlib-named module\n",
+    "test_visible.py": "def test_f():\n    assert True\n",
+    "conftest.py": "# the task's conftest\n",
+    "pyproject.toml": "[project]\nname = 'x'\n\n[tool.pytest.ini_options]\naddopts = '-q'\n",
+    "docs/readme.md": "hello\n",
+}
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, str]]:
+    """Every file and link under ``root``: ("file", text) or ("link", target)."""
+    found: dict[str, tuple[str, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                found[rel] = ("link", os.readlink(path))
+            elif path.is_file():
+                found[rel] = ("file", path.read_text())
+    return found
+
+
+@pytest.fixture
+def trees(tmp_path: Path) -> tuple[Path, Path]:
+    """A pristine workspace and a candidate that starts as an exact copy of it."""
+    pristine, candidate = tmp_path / "pristine", tmp_path / "candidate"
+    write(pristine, PRISTINE)
+    write(candidate, PRISTINE)
+    return pristine, candidate
+
+
+def codes(changes: Changes) -> dict[str, str]:
+    return {f.path: f.code for f in changes.flags}
+
+
+def test_untouched_candidate_has_no_changes(trees: tuple[Path, Path]) -> None:
+    assert diff_workspace(*trees) == Changes((), (), (), (), ())
+
+
+def test_identical_content_and_mode_only_change_are_not_modifications(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "mod.py").write_text(PRISTINE["mod.py"])
+    (candidate / "mod.py").chmod(0o755)
+    assert diff_workspace(pristine, candidate).modified == ()
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("conftest.py", "import os\n"),
+        ("sub/dir/conftest.py", ""),
+        ("pytest.ini", "[pytest]\n"),
+        ("tox.ini", "[pytest]\n"),
+        ("setup.cfg", "[tool:pytest]\n"),
+        (".pytest.ini", "[pytest]\n"),
+        ("sub/pytest.ini", "[pytest]\n"),
+        ("sitecustomize.py", ""),
+        ("lib/usercustomize.py", ""),
+        ("evil.pth", "import os\n"),
+        ("os.py", ""),
+        ("re.py", ""),
+        ("json/__init__.py", ""),
+        ("unittest/__init__.py", ""),
+        ("pytest.py", ""),
+        ("_pytest/__init__.py", ""),
+        ("pluggy.py", ""),
+        ("py.py", ""),
+        ("src/re.py", ""),  # src/ has no __init__.py: it may be on sys.path
+        ("mypkg/sub/os.py", ""),  # mypkg/sub/ has no __init__.py
+        ("tests/helper.py", ""),
+        ("tests/data/expected.json", "{}"),
+        ("checks.py", ""),
+    ],
+)
+def test_protected_additions_are_dropped_and_flagged(trees: tuple[Path, Path], path: str, text: str) -> None:
+    pristine, candidate = trees
+    write(candidate, {path: text})
+    changes = diff_workspace(pristine, candidate, protected=["tests/", "checks.py"])
+    assert path not in changes.added
+    assert path in changes.dropped
+    assert codes(changes) == {path: "protected_path_dropped"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "conftest_helpers.py",
+        "mypkg/conftest_notes.txt",
+        "pytest.ini.bak",
+        "docs/setup.cfg.txt",
+        "notes.pth.txt",
+        "site_helpers.py",
+        "mypkg/json.py",  # mypkg.json, not json
+        "mypkg/os/__init__.py",  # mypkg.os
+        "data/json/x.json",  # a data directory without __init__.py shadows nothing
+        "osutils.py",
+        "pytest_plugins_notes.md",
+        "tests_extra/x.py",  # not under tests/
+        "notes_test.txt",
+        "testing.py",
+        "contest.py",
+    ],
+)
+def test_near_misses_are_applied(trees: tuple[Path, Path], path: str) -> None:
+    pristine, candidate = trees
+    write(candidate, {path: "x = 1\n"})
+    changes = diff_workspace(pristine, candidate, protected=["tests/", "checks.py"])
+    assert changes.added == (path,)
+    assert changes.flags == ()
+    assert changes.dropped == ()
+
+
+def test_pyproject_dropped_only_when_it_configures_pytest(tmp_path: Path) -> None:
+    pristine, candidate = tmp_path / "p", tmp_path / "c"
+    write(pristine, {"a.py": ""})
+    write(candidate, {"a.py": "", "pyproject.toml": "[project]\nname = 'x'\n[tool.ruff]\nline-length = 100\n"})
+    assert diff_workspace(pristine, candidate).added == ("pyproject.toml",)
+    (candidate / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n")
+    changes = diff_workspace(pristine, candidate)
+    assert changes.added == ()
+    assert codes(changes) == {"pyproject.toml": "protected_path_dropped"}
+    (candidate / "pyproject.toml").write_text("[tool.pytest\nthis is not toml")
+    assert "could not be parsed" in diff_workspace(pristine, candidate).flags[0].detail
+
+
+def test_pyproject_edit_cannot_remove_the_pristine_pytest_section(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    changes = diff_workspace(pristine, candidate)
+    assert changes.modified == ()
+    assert changes.dropped == ("pyproject.toml",)
+    (candidate / "pyproject.toml").unlink()
+    assert diff_workspace(pristine, candidate).deleted == ()
+
+
+def test_stdlib_named_module_the_task_ships_may_be_edited(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "queue.py").write_text("# solved\n")
+    assert diff_workspace(pristine, candidate).modified == ("queue.py",)
+
+
+def test_agent_tests_are_dropped(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    write(candidate, {"test_mine.py": "", "mypkg/core_test.py": "", "tests/test_more.py": ""})
+    changes = diff_workspace(pristine, candidate, protected=["tests/"])
+    assert changes.added == ()
+    assert changes.dropped == ("mypkg/core_test.py", "test_mine.py", "tests/test_more.py")
+    assert set(codes(changes).values()) == {"agent_test_dropped"}
+
+
+def test_visible_test_edits_and_deletions_are_refused(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "test_visible.py").write_text("def test_f():\n    pass\n")
+    changes = diff_workspace(pristine, candidate)
+    assert changes.modified == ()
+    assert codes(changes) == {"test_visible.py": "visible_test_edit_dropped"}
+    (candidate / "test_visible.py").unlink()
+    changes = diff_workspace(pristine, candidate)
+    assert changes.deleted == ()
+    assert codes(changes) == {"test_visible.py": "visible_test_edit_dropped"}
+    build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
+    assert (tmp_path / "dest" / "test_visible.py").read_text() == PRISTINE["test_visible.py"]
+
+
+def test_deletions_are_applied_but_not_of_protected_files(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "docs/readme.md").unlink()
+    (candidate / "conftest.py").unlink()
+    changes = diff_workspace(pristine, candidate)
+    assert changes.deleted == ("docs/readme.md",)
+    assert changes.dropped == ("conftest.py",)
+    assert codes(changes) == {"conftest.py": "protected_path_dropped"}
+
+
+def test_symlinks_out_of_the_workspace_are_dropped(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "secret.txt").symlink_to("/etc/passwd")
+    (candidate / "up.txt").symlink_to("../../../../etc/passwd")
+    (candidate / "chain.txt").symlink_to("secret.txt")  # inside, but the chain leads out
+    (candidate / "etc").symlink_to("/etc")
+    (candidate / "mod.py").unlink()
+    (candidate / "mod.py").symlink_to("/etc/hostname")  # replaces a pristine file: the pristine one stays
+    (candidate / "alias.py").symlink_to("mypkg/core.py")  # stays inside: carried as a link
+    changes = diff_workspace(pristine, candidate)
+    assert changes.added == ("alias.py",)
+    assert changes.modified == ()
+    assert codes(changes) == dict.fromkeys(
+        ["chain.txt", "etc", "mod.py", "secret.txt", "up.txt"], "unsafe_symlink_dropped"
+    )
+    dest = tmp_path / "dest"
+    build_grading_tree(pristine, candidate, dest, changes)
+    assert snapshot(dest) == {**snapshot(pristine), "alias.py": ("link", "mypkg/core.py")}
+
+
+def test_symlink_named_like_a_stdlib_package_is_dropped(trees: tuple[Path, Path]) -> None:
+    candidate = trees[1]
+    (candidate / "json").symlink_to("mypkg")
+    assert codes(diff_workspace(*trees)) == {"json": "protected_path_dropped"}
+
+
+def test_fifo_is_skipped_without_blocking(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    os.mkfifo(candidate / "pipe.py")
+    (candidate / "mod.py").unlink()
+    os.mkfifo(candidate / "mod.py")  # in place of a pristine file: the pristine one stays
+    changes = diff_workspace(pristine, candidate)
+    assert changes.added == changes.modified == changes.deleted == ()
+    assert codes(changes) == {"pipe.py": "special_file_skipped", "mod.py": "special_file_skipped"}
+    build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
+    assert snapshot(tmp_path / "dest") == snapshot(pristine)
+
+
+def test_caches_and_git_are_ignored(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    write(candidate, {"__pycache__/mod.cpython-311.pyc": "x", "mypkg/stale.pyc": "x", ".git/HEAD": "ref"})
+    (candidate / "mypkg/__pycache__").symlink_to("/etc")
+    assert diff_workspace(pristine, candidate) == Changes((), (), (), (), ())
+
+
+def test_too_many_files_raises(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    write(candidate, {f"gen/{i}.txt": "" for i in range(50)})
+    with pytest.raises(WorkspaceError, match="more than 20 files and directories") as info:
+        diff_workspace(pristine, candidate, max_files=20)
+    assert isinstance(info.value, RollboxError)
+
+
+def test_oversized_file_raises(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "big.bin").write_bytes(b"x" * 101)
+    with pytest.raises(WorkspaceError, match=r"'big.bin' .* is 101 bytes, over the 100-byte limit"):
+        diff_workspace(pristine, candidate, max_file_bytes=100)
+
+
+def test_grading_tree_is_pristine_plus_changes(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    write(
+        candidate,
+        {
+            "mod.py": "def f():\n    return 2\n",  # modified
+            "new/deep/helper.py": "Y = 2\n",  # added, new directories
+            "conftest.py": "# hacked\n",  # protected: dropped
+            "test_mine.py": "",  # agent test: dropped
+            "weird\nname \udcff.txt": "odd names are just names\n",
+        },
+    )
+    (candidate / "docs/readme.md").unlink()
+    (candidate / "docs").rmdir()
+    write(candidate, {"docs": "a file where a directory was\n"})
+    (candidate / "mypkg/core.py").unlink()
+    write(candidate, {"mypkg/core.py/inner.py": "Z = 3\n"})  # a directory where a file was
+    (candidate / "run.sh").write_text("#!/bin/sh\n")
+    (candidate / "run.sh").chmod(0o755)
+    changes = diff_workspace(pristine, candidate)
+    assert changes.added == ("docs", "mypkg/core.py/inner.py", "new/deep/helper.py", "run.sh", "weird\nname \udcff.txt")
+    assert changes.modified == ("mod.py",)
+    assert changes.deleted == ("docs/readme.md", "mypkg/core.py")
+    assert changes.dropped == ("conftest.py", "test_mine.py")
+    dest = tmp_path / "dest"
+    build_grading_tree(pristine, candidate, dest, changes)
+    expected = snapshot(pristine)
+    for rel in changes.deleted:
+        del expected[rel]
+    for rel in (*changes.added, *changes.modified):
+        expected[rel] = ("file", (candidate / rel).read_text())
+    assert snapshot(dest) == expected
+    assert not (dest / "docs").is_dir()
+    assert os.access(dest / "run.sh", os.X_OK)
+    assert not os.access(dest / "mod.py", os.X_OK)
+
+
+def test_protected_file_replaced_by_a_directory_keeps_the_file(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    (candidate / "conftest.py").unlink()
+    write(candidate, {"conftest.py/x.py": "", "ok.py": ""})
+    changes = diff_workspace(pristine, candidate)
+    assert changes.added == ("ok.py",)
+    assert codes(changes) == {"conftest.py": "protected_path_dropped", "conftest.py/x.py": "path_conflict_dropped"}
+    build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
+    assert (tmp_path / "dest/conftest.py").read_text() == PRISTINE["conftest.py"]
+
+
+def test_build_refuses_a_candidate_changed_since_the_diff(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    write(candidate, {"new.py": "x = 1\n"})
+    changes = diff_workspace(pristine, candidate)
+    (candidate / "new.py").unlink()
+    (candidate / "new.py").symlink_to("/etc/passwd")
+    with pytest.raises(WorkspaceError, match="link out of it"):
+        build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
+
+
+def test_build_refuses_a_parent_swapped_for_a_link(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    write(candidate, {"sub/new.py": "x = 1\n"})
+    changes = diff_workspace(pristine, candidate)
+    (candidate / "sub/new.py").unlink()
+    (candidate / "sub").rmdir()
+    outside = tmp_path / "outside"
+    write(outside, {"new.py": "stolen\n"})
+    (candidate / "sub").symlink_to(outside)
+    with pytest.raises(WorkspaceError, match="could not build"):
+        build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
+
+
+def test_build_needs_an_empty_destination_and_clean_paths(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    write(tmp_path / "dest", {"left.txt": ""})
+    with pytest.raises(WorkspaceError, match="must be an empty directory"):
+        build_grading_tree(pristine, candidate, tmp_path / "dest", Changes((), (), (), (), ()))
+    with pytest.raises(WorkspaceError, match="not a clean workspace-relative path"):
+        build_grading_tree(pristine, candidate, tmp_path / "d2", Changes(("../escape.py",), (), (), (), ()))
+
+
+def test_is_protected_rules() -> None:
+    assert is_protected("mypkg/json.py", packages={"mypkg"}) is None
+    assert is_protected("mypkg/json.py") is not None  # without the tree, every directory may be on sys.path
+    assert is_protected("json.py", packages={""}) is not None  # the root is always on sys.path
+    assert is_protected("pyproject.toml") is not None  # cannot tell without the content
+    assert is_protected("pyproject.toml", content=b"[tool.black]\n") is None
+    assert is_protected("tests", extra=["tests/"]) is not None
+    assert "test file" in (is_protected("a/test_x.py") or "")
+    assert Flag("c", "p", "d").to_json() == {"code": "c", "path": "p", "detail": "d"}
