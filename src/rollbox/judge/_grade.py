@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.sandbox import RollboxError, Status
-from rollbox.tasks import FunctionGrading, Task
+from rollbox.tasks import FunctionGrading, PytestGrading, Task
 
 from ._function import run_function
+from ._pytest import run_pytest
 from ._report import RunnerReport
 from ._scan import scan_changes
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
@@ -20,7 +21,7 @@ from ._workspace import WorkspaceError, build_grading_tree, diff_workspace
 __all__ = ["grade"]
 
 Runner = Callable[[Task, Any, Path], Awaitable[RunnerReport]]
-_RUNNERS: dict[type, Runner] = {FunctionGrading: run_function}
+_RUNNERS: dict[type, Runner] = {FunctionGrading: run_function, PytestGrading: run_pytest}
 
 
 def _status(report: RunnerReport) -> VerdictStatus:
