@@ -23,7 +23,7 @@ def _emit(record: dict) -> None:
     _channel.flush()
 
 
-def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ARG001
+def pytest_collection_modifyitems(session, config, items) -> None:
     _emit({"collected": [item.nodeid for item in items]})
 
 
@@ -46,5 +46,5 @@ def pytest_runtest_logreport(report) -> None:
         _outcomes[report.nodeid] = "error"
 
 
-def pytest_runtest_logfinish(nodeid, location) -> None:  # noqa: ARG001
+def pytest_runtest_logfinish(nodeid, location) -> None:
     _emit({"id": nodeid, "outcome": _outcomes.pop(nodeid, "error")})
