@@ -156,3 +156,34 @@ def test_help_teaches() -> None:
         "statuses:",
     ):
         assert flag in exec_help
+
+
+def make_function_task(root: Path) -> Path:
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "sol.py").write_text("def double(x):\n    raise NotImplementedError\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "cases.jsonl").write_text('{"args": [2], "kwargs": {}, "expected": 4}\n')
+    (root / "task.toml").write_text('[grading]\nrunner = "function"\nmodule = "sol.py"\nentry_point = "double"\n')
+    return root
+
+
+def test_grade_json_prints_the_verdict_contract(tmp_path: Path) -> None:
+    task = make_function_task(tmp_path / "double")
+    solution = tmp_path / "solution"
+    solution.mkdir()
+    (solution / "sol.py").write_text("def double(x):\n    return 2 * x\n")
+    done = rollbox("grade", str(task), "--solution", str(solution), "--json", "--repeat", "2")
+    assert done.returncode == 0, done.stderr
+    verdict = json.loads(done.stdout)
+    assert list(verdict)[:8] == ["task_id", "status", "reward", "tests", "passed", "total", "flags", "duration_s"]
+    assert (verdict["status"], verdict["reward"], verdict["passed"], verdict["total"]) == ("passed", 1.0, 1, 1)
+    assert verdict["tests"] == [{"id": "double[0]", "outcome": "passed"}]
+    assert verdict["repeat"]["flaky"] is False and verdict["repeat"]["runs"] == 2
+
+
+def test_grade_refuses_a_malformed_task_clearly(tmp_path: Path) -> None:
+    task = make_function_task(tmp_path / "t")
+    (task / "task.toml").write_text('[grading]\nrunner = "function"\nmodule = "sol.py"\nentrypoint = "double"\n')
+    done = rollbox("grade", str(task), "--solution", str(task / "workspace"), "--json")
+    assert done.returncode == 2
+    assert "did you mean 'entry_point'?" in done.stderr
