@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -9,19 +10,26 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.sandbox import RollboxError, Status
-from rollbox.tasks import FunctionGrading, PytestGrading, Task
+from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
 from ._function import run_function
 from ._pytest import run_pytest
 from ._report import RunnerReport
 from ._scan import scan_changes
+from ._script import run_script
+from ._stdio import run_stdio
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
 from ._workspace import WorkspaceError, build_grading_tree, diff_workspace
 
 __all__ = ["grade"]
 
 Runner = Callable[[Task, Any, Path], Awaitable[RunnerReport]]
-_RUNNERS: dict[type, Runner] = {FunctionGrading: run_function, PytestGrading: run_pytest}
+_RUNNERS: dict[type, Runner] = {
+    FunctionGrading: run_function,
+    PytestGrading: run_pytest,
+    StdioGrading: run_stdio,
+    ScriptGrading: run_script,
+}
 
 
 def _status(report: RunnerReport) -> VerdictStatus:
@@ -48,14 +56,7 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
     ``infra_error`` with reward ``None``, never a score.
     """
     start = time.monotonic()
-    runner = _RUNNERS.get(type(task.grading))
-    if runner is None:
-        return Verdict(
-            task_id=task.id,
-            status=VerdictStatus.INFRA_ERROR,
-            reward=None,
-            error=f"the {type(task.grading).__name__} runner is not available in this version of rollbox",
-        )
+    runner = _RUNNERS[type(task.grading)]
     try:
         changes = diff_workspace(task.workspace, Path(solution))
         flags = changes.flags + scan_changes(Path(solution), [*changes.added, *changes.modified])
@@ -72,6 +73,17 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
             flags=({"code": "workspace_refused", "path": "", "detail": str(exc)},),
             duration_s=time.monotonic() - start,
         )
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        # The candidate's files do not fit in the grading sandbox's disk limit: its failure, not rollbox's.
+        return Verdict(
+            task_id=task.id,
+            status=VerdictStatus.ERROR,
+            reward=0.0,
+            flags=({"code": "workspace_too_large", "path": "", "detail": str(exc)},),
+            duration_s=time.monotonic() - start,
+        )
     except RollboxError as exc:
         return Verdict(
             task_id=task.id,
@@ -81,7 +93,7 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
             duration_s=time.monotonic() - start,
         )
     status = _status(report)
-    found = [f.to_json() for f in flags]
+    found = [f.to_json() for f in flags] + list(report.flags)
     if status is VerdictStatus.TAMPERED:
         found.append({"code": "tampered", "path": "", "detail": report.detail or "the grading machinery was subverted"})
     if status is VerdictStatus.INFRA_ERROR:

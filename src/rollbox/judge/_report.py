@@ -27,3 +27,5 @@ class RunnerReport:
     detail: str | None = None
     #: The fail_to_pass test ids, for the ``f2p_p2p`` reward.
     fail_to_pass: tuple[str, ...] = ()
+    #: Findings of the runner itself (``{"code", "path", "detail"}``), reported with the verdict's flags.
+    flags: tuple[dict[str, str], ...] = ()

@@ -11,6 +11,7 @@ import array
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import socket
 import struct
@@ -194,11 +195,16 @@ class AgentConnection:
     def reap(self) -> None:
         """Wait for the launcher to exit, killing it if it does not (idempotent)."""
         if self._process.poll() is None:
-            try:
-                self._process.wait(timeout=_EXIT_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            # A pidfd wakes us the moment it exits; Popen.wait(timeout) would poll with growing sleeps.
+            with contextlib.suppress(ProcessLookupError):
+                pidfd = os.pidfd_open(self._process.pid)
+                try:
+                    exited, _, _ = select.select([pidfd], [], [], _EXIT_TIMEOUT_S)
+                finally:
+                    os.close(pidfd)
+                if not exited:
+                    self._process.kill()
+            self._process.wait()
         if self._process.stderr:
             self._process.stderr.close()
 
