@@ -48,6 +48,9 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
     )
     (root / "tests").mkdir()
     (root / "tests" / "test_calc.py").write_text(HIDDEN)
+    (root / "tests" / "test_more.py").write_text(
+        "from calc import add\n\n\ndef test_big():\n    assert add(10**6, 1) == 10**6 + 1\n"
+    )
     (root / "task.toml").write_text('[grading]\nrunner = "pytest"\n[limits]\ntimeout = "20s"\ncpu_time = "15s"\n')
     return load_task(root)
 
@@ -81,6 +84,7 @@ def test_correct_solution_passes_every_hidden_test(task: Task, tmp_path: Path) -
         "tests/test_calc.py::test_div[6]",
         "tests/test_calc.py::test_div[9]",
         "tests/test_calc.py::TestMore::test_zero",
+        "tests/test_more.py::test_big",
     ]
     json.dumps(verdict.to_json())
 
@@ -165,6 +169,14 @@ HACKS: dict[str, dict[str, str | None]] = {
         "        line = json.dumps({'id': 'tests/test_calc.py::' + name, 'outcome': 'passed'}) + '\\n'\n"
         "        for fd in range(1, 20):\n            try:\n                os.write(fd, line.encode())\n"
         "            except OSError:\n                pass\n\n\natexit.register(_forge)\n"
+    },
+    "rewriting the hidden tests still to be collected": {
+        # Right for small numbers only: test_more.py, collected after test_calc.py imports this, would catch it.
+        "calc.py": CORRECT.replace("return a + b", "return a + b if a < 1000 else 0")
+        + "import os\nfor root, _, names in os.walk('/tmp'):\n    for name in names:\n"
+        "        try:\n            if name.startswith('test_'):\n                os.chmod(os.path.join(root, name), 0o666)\n"
+        "                open(os.path.join(root, name), 'w').write('def test_big():\\n    pass\\n')\n"
+        "        except OSError:\n            pass\n"
     },
     "printing fake results": {
         "calc.py": BUGGY + 'print(\'5 passed, 0 failed\')\nprint(\'{"id": "x", "outcome": "passed"}\')\n'

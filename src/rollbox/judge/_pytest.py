@@ -32,6 +32,7 @@ __all__ = ["run_pytest"]
 _JUDGE = "/tmp/.rollbox-judge"
 _INI = "[pytest]\npythonpath = /workspace\nxfail_strict = false\n"
 _PLUGIN = "rollbox_judge_plugin"
+READ_ONLY = True
 
 
 def _test_modules(tests: Path) -> list[Path]:
@@ -103,16 +104,18 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path) -> RunnerRe
     package = resources.files("rollbox.judge")
     async with Sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
-        await sb.write_tree(task.tests, f"{_JUDGE}/tests")
+        # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
+        await sb.write_tree(task.tests, f"{_JUDGE}/tests", read_only=True)
         for module in _test_modules(task.tests):
             relative = f"tests/{module.relative_to(task.tests).as_posix()}"
             source = module.read_text()
             static += _static_ids(relative, source)
             with_canaries = add_canaries(source)
             canaries += [f"{relative}::{name}" for name in with_canaries.names]
-            await sb.write_file(f"{_JUDGE}/{relative}", with_canaries.source)
-        await sb.write_file(f"{_JUDGE}/pytest.ini", _INI)
-        await sb.write_file(f"{_JUDGE}/plugin/{_PLUGIN}.py", package.joinpath("_pytest_plugin.py").read_bytes())
+            await sb.write_file(f"{_JUDGE}/{relative}", with_canaries.source, read_only=True)
+        await sb.write_file(f"{_JUDGE}/pytest.ini", _INI, read_only=True)
+        plugin = package.joinpath("_pytest_plugin.py").read_bytes()
+        await sb.write_file(f"{_JUDGE}/plugin/{_PLUGIN}.py", plugin, read_only=True)
         result = await sb.exec(
             [
                 "python3",

@@ -185,8 +185,11 @@ class Sandbox:
                     result = ExecResult.infra_error(f"cleaning up after the command failed: {exc}")
             return result
 
-    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644, read_only: bool = False) -> None:
         """Write a file in /workspace (relative paths) or /tmp, creating parent directories.
+
+        With ``read_only``, the file and the directories this call creates belong to a user the program is not,
+        and have no write bits: the program can read them but never change, rename or delete them.
 
         Raises:
             ValueError: the path is outside /workspace and /tmp.
@@ -196,12 +199,21 @@ class Sandbox:
         root, relative = resolve_sandbox_path(path)
         impl = self._open()
         payload = data.encode() if isinstance(data, str) else data
-        write_beneath(os.path.join(impl.writable_root, root), relative, payload, uid=impl.uid, gid=impl.uid, mode=mode)
+        owner = 0 if read_only and self.backend == "bwrap" else impl.uid
+        write_beneath(
+            os.path.join(impl.writable_root, root),
+            relative,
+            payload,
+            uid=owner,
+            gid=owner,
+            mode=mode & ~0o222 if read_only else mode,
+        )
 
-    async def write_tree(self, source: str | os.PathLike[str], dest: str = ".") -> int:
+    async def write_tree(self, source: str | os.PathLike[str], dest: str = ".", *, read_only: bool = False) -> int:
         """Copy the regular files under the host directory ``source`` to ``dest`` (relative: under /workspace).
 
-        Symbolic links and special files in ``source`` are skipped, never followed. Returns the file count.
+        Symbolic links and special files in ``source`` are skipped, never followed. ``read_only`` is as for
+        :meth:`write_file`. Returns the file count.
 
         Raises:
             ValueError: ``dest`` is outside /workspace and /tmp.
@@ -219,7 +231,8 @@ class Sandbox:
                     data = f.read()
                 relative = os.path.relpath(path, root)
                 target = relative if dest in (".", "") else f"{dest.rstrip('/')}/{relative}"
-                await self.write_file(target, data, mode=0o755 if os.access(path, os.X_OK) else 0o644)
+                mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                await self.write_file(target, data, mode=mode, read_only=read_only)
                 count += 1
         return count
 
