@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _doctor, _exec, _grade
+from . import _demo, _doctor, _eval, _exec, _grade
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_exec, _grade, _doctor, _demo):
+    for module in (_exec, _grade, _eval, _doctor, _demo):
         module.register(commands)
     return parser
 

@@ -7,9 +7,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import Sandbox, Status
+from rollbox.sandbox import ExecResult, Sandbox, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
+from ._check import merge_reports, run_check
 from ._report import RunnerReport
 from ._values import decode, encode
 from ._verdict import GradedTest, Outcome
@@ -86,15 +87,25 @@ async def run_function(task: Task, grading: FunctionGrading, tree: Path) -> Runn
     cases = load_cases(task.tests / grading.cases) if grading.cases else []
     inputs = json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
     package = resources.files("rollbox.judge")
+    reports: list[RunnerReport] = []
     async with Sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
-        await sb.write_file(f"{_JUDGE_DIR}/driver.py", package.joinpath("_function_driver.py").read_bytes())
-        await sb.write_file(f"{_JUDGE_DIR}/_values.py", package.joinpath("_values.py").read_bytes())
-        result = await sb.exec(
-            ["python3", "-s", f"{_JUDGE_DIR}/driver.py", f"/workspace/{grading.module}", grading.entry_point],
-            stdin=inputs,
-            env=GRADING_ENV,
-        )
+        driver = package.joinpath("_function_driver.py").read_bytes()
+        await sb.write_file(f"{_JUDGE_DIR}/driver.py", driver, read_only=True)
+        await sb.write_file(f"{_JUDGE_DIR}/_values.py", package.joinpath("_values.py").read_bytes(), read_only=True)
+        if grading.check:  # first: it writes its own files before any of the candidate's code has run here
+            reports.append(await run_check(sb, task, grading))
+        if cases:
+            result = await sb.exec(
+                ["python3", "-s", f"{_JUDGE_DIR}/driver.py", f"/workspace/{grading.module}", grading.entry_point],
+                stdin=inputs,
+                env=GRADING_ENV,
+            )
+            reports.append(_cases_report(grading, cases, result))
+    return merge_reports(reports)
+
+
+def _cases_report(grading: FunctionGrading, cases: list[FunctionCase], result: ExecResult) -> RunnerReport:
     ids = [f"{grading.entry_point}[{i}]" for i in range(len(cases))]
     if result.status is Status.INFRA_ERROR:
         tests = tuple(GradedTest(i, Outcome.MISSING) for i in ids)

