@@ -3,6 +3,7 @@
 Imports only :mod:`rollbox.sandbox` (for limit types).
 """
 
+from ._humaneval import humaneval_tasks
 from ._load import TaskFormatError, load_task
 from ._model import (
     Comparator,
@@ -27,5 +28,6 @@ __all__ = [
     "StdioGrading",
     "Task",
     "TaskFormatError",
+    "humaneval_tasks",
     "load_task",
 ]
