@@ -34,6 +34,7 @@ from typing import Any
 from rollbox.sandbox import Sandbox, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
+from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
 
@@ -276,17 +277,12 @@ def _read_channel(
     known = {v.id for v in variants}
     outcomes: dict[str, str] = {}
     notes: dict[str, Any] = {}
-    lines = stdout.splitlines()
-    if truncated and lines:
-        lines.pop()  # cut at the output limit: the last report may be partial, and is not a forgery
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict):
-            notes["forged"] = "the result channel carried something that is not a report"
-            break
+    try:
+        records = read_records(stdout, truncated=truncated)
+    except ForgedChannel as exc:
+        notes["forged"] = str(exc)
+        records = []
+    for record in records:
         if record.get("ready") is True and "ready" not in notes:
             notes["ready"] = True
         elif "import_error" in record:
@@ -297,7 +293,7 @@ def _read_channel(
         elif record.get("id") in known and record["id"] not in outcomes and record.get("outcome") in _OUTCOMES:
             outcomes[record["id"]] = record["outcome"]
         else:
-            notes["forged"] = f"the result channel carried a forged or repeated report: {line[:200]!r}"
+            notes["forged"] = f"the result channel carried a forged or repeated report: {json.dumps(record)[:200]}"
             break
     return outcomes, notes
 
@@ -310,8 +306,6 @@ async def run_check(sb: Sandbox, task: Task, grading: FunctionGrading) -> Runner
     is ``ENTRY_POINT[check]``; it passes only when the real check reported ``passed`` exactly once and no canary
     passed.
     """
-    from ._function import GRADING_ENV  # here, not at the top: the function runner imports this module
-
     test_id = f"{grading.entry_point}[check]"
     missing = (GradedTest(test_id, Outcome.MISSING),)
     if grading.check is None:

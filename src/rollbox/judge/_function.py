@@ -10,6 +10,7 @@ from typing import Any
 from rollbox.sandbox import ExecResult, Sandbox, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
+from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check import merge_reports, run_check
 from ._report import RunnerReport
 from ._values import decode, encode
@@ -18,8 +19,6 @@ from ._verdict import GradedTest, Outcome
 __all__ = ["FunctionCase", "load_cases", "run_function"]
 
 _JUDGE_DIR = "/tmp/.rollbox-judge"
-#: Deterministic runs: the same candidate gets the same outputs every time.
-GRADING_ENV = {"PYTHONHASHSEED": "0", "TZ": "UTC", "PYTHONDONTWRITEBYTECODE": "1"}
 
 FunctionCase = tuple[list[Any], dict[str, Any], Any]
 
@@ -52,16 +51,11 @@ def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tup
     outcomes = [Outcome.MISSING] * len(cases)
     seen: set[int] = set()
     import_failed = False
-    lines = stdout.splitlines()
-    if truncated and lines:
-        lines.pop()  # cut at the output limit: the last report may be partial, and is not a forgery
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return outcomes, import_failed, "the result channel carried something that is not a report"
-        if not isinstance(record, dict):
-            return outcomes, import_failed, "the result channel carried something that is not a report"
+    try:
+        records = read_records(stdout, truncated=truncated)
+    except ForgedChannel as exc:
+        return outcomes, import_failed, str(exc)
+    for record in records:
         if "import_error" in record:
             import_failed = True
             continue

@@ -48,6 +48,14 @@ def _status(report: RunnerReport) -> VerdictStatus:
     return VerdictStatus.FAILED
 
 
+def _refused(task: Task, start: float, code: str, detail: str) -> Verdict:
+    """The verdict for a candidate whose changes could not even be set up for grading."""
+    flag = {"code": code, "path": "", "detail": detail}
+    return Verdict(
+        task_id=task.id, status=VerdictStatus.ERROR, reward=0.0, flags=(flag,), duration_s=time.monotonic() - start
+    )
+
+
 async def grade(task: Task, solution: str | Path) -> Verdict:
     """Grade the candidate workspace ``solution`` against ``task``.
 
@@ -66,24 +74,12 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
     except WorkspaceError as exc:
         # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,
         # never a masked infra_error it could learn to provoke.
-        return Verdict(
-            task_id=task.id,
-            status=VerdictStatus.ERROR,
-            reward=0.0,
-            flags=({"code": "workspace_refused", "path": "", "detail": str(exc)},),
-            duration_s=time.monotonic() - start,
-        )
+        return _refused(task, start, "workspace_refused", str(exc))
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         # The candidate's files do not fit in the grading sandbox's disk limit: its failure, not rollbox's.
-        return Verdict(
-            task_id=task.id,
-            status=VerdictStatus.ERROR,
-            reward=0.0,
-            flags=({"code": "workspace_too_large", "path": "", "detail": str(exc)},),
-            duration_s=time.monotonic() - start,
-        )
+        return _refused(task, start, "workspace_too_large", str(exc))
     except RollboxError as exc:
         return Verdict(
             task_id=task.id,

@@ -18,12 +18,13 @@ import ast
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from rollbox.sandbox import Sandbox, Status
 from rollbox.tasks import PytestGrading, Task
 
 from ._canary import add_canaries
-from ._function import GRADING_ENV
+from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
 
@@ -69,22 +70,18 @@ class _Channel:
         self.collected: list[str] | None = None
         self.outcomes: dict[str, Outcome] = {}
         self.forged: str | None = None
-        lines = stdout.splitlines()
-        if truncated and lines:
-            lines.pop()
-        for line in lines:
-            self._read(line)
+        try:
+            records = read_records(stdout, truncated=truncated)
+        except ForgedChannel as exc:
+            self.forged = str(exc)
+            return
+        for record in records:
+            self._read(record)
             if self.forged:
                 return
 
-    def _read(self, line: str) -> None:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict):
-            self.forged = "the result channel carried something that is not a report"
-        elif "collected" in record and self.collected is None and isinstance(record["collected"], list):
+    def _read(self, record: dict[str, Any]) -> None:
+        if "collected" in record and self.collected is None and isinstance(record["collected"], list):
             self.collected = [str(i) for i in record["collected"]]
         elif "collect_error" in record:
             pass
@@ -94,7 +91,7 @@ class _Channel:
             except ValueError:
                 self.forged = f"the result channel carried an unknown outcome for {record['id']!r}"
         else:
-            self.forged = f"the result channel carried a forged or repeated report: {line[:200]!r}"
+            self.forged = f"the result channel carried a forged or repeated report: {json.dumps(record)[:200]}"
 
 
 async def run_pytest(task: Task, grading: PytestGrading, tree: Path) -> RunnerReport:

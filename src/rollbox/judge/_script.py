@@ -46,7 +46,7 @@ from pathlib import Path
 from rollbox.sandbox import ExecResult, Sandbox, Status
 from rollbox.tasks import ScriptGrading, Task
 
-from ._function import GRADING_ENV
+from ._channel import GRADING_ENV
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from rollbox.sandbox import ExecResult, Sandbox, Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
 
-from ._function import GRADING_ENV
+from ._channel import GRADING_ENV
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
 
