@@ -142,3 +142,24 @@ def test_the_same_candidate_gets_the_same_verdict(task: Task, tmp_path: Path) ->
 
     first, second = asyncio.run(twice())
     assert (first.status, first.tests) == (second.status, second.tests)
+
+
+def test_a_huge_file_is_the_candidates_failure_not_infra(task: Task, tmp_path: Path) -> None:
+    verdict = grade_files(task, tmp_path, {"solution.py": CORRECT, "blob.txt": "x" * (17 << 20)})
+    assert verdict.status is VerdictStatus.ERROR and verdict.reward == 0.0
+    assert [f["code"] for f in verdict.flags] == ["workspace_refused"]
+
+
+def test_a_tree_beyond_the_disk_limit_is_the_candidates_failure(task: Task, tmp_path: Path) -> None:
+    small = tmp_path / "small-disk"
+    for item in ("workspace", "tests"):
+        (small / item).mkdir(parents=True)
+    (small / "workspace" / "solution.py").write_text(STUB)
+    (small / "tests" / "cases.jsonl").write_text((task.tests / "cases.jsonl").read_text())
+    (small / "task.toml").write_text(
+        '[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "mean_pair"\n[limits]\ndisk = "4M"\n'
+    )
+    files = {"solution.py": CORRECT, **{f"data{i}.bin": "y" * (2 << 20) for i in range(3)}}
+    verdict = grade_files(load_task(small), tmp_path, files)
+    assert verdict.status is VerdictStatus.ERROR and verdict.reward == 0.0
+    assert [f["code"] for f in verdict.flags] == ["workspace_too_large"]
