@@ -348,6 +348,8 @@ async def run_check(sb: Sandbox, task: Task, grading: FunctionGrading) -> Runner
         crashed="import_error" in notes or not outcomes,
         tampered=forged is not None,
         detail=forged,
+        cpu_s=result.cpu_s,
+        peak_memory_bytes=result.peak_memory_bytes or 0,
     )
 
 
@@ -376,4 +378,6 @@ def merge_reports(reports: Sequence[RunnerReport]) -> RunnerReport:
         detail=details[0],
         fail_to_pass=tuple(t for r in reports for t in r.fail_to_pass),
         flags=tuple(f for r in reports for f in r.flags),
+        cpu_s=sum(r.cpu_s for r in reports),
+        peak_memory_bytes=max(r.peak_memory_bytes for r in reports),
     )

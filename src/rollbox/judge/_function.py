@@ -111,4 +111,6 @@ def _cases_report(grading: FunctionGrading, cases: list[FunctionCase], result: E
         crashed=import_failed or all(o is Outcome.MISSING for o in outcomes),
         tampered=forged is not None,
         detail=forged,
+        cpu_s=result.cpu_s,
+        peak_memory_bytes=result.peak_memory_bytes or 0,
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import hashlib
+import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +48,37 @@ def _status(report: RunnerReport) -> VerdictStatus:
     if report.crashed:
         return VerdictStatus.ERROR
     return VerdictStatus.FAILED
+
+
+_references: dict[str, tuple[float, int] | None] = {}
+
+
+def _fingerprint(task: Task) -> str:
+    digest = hashlib.sha256(str(task.path).encode())
+    for path in sorted(task.path.rglob("*")):
+        if path.is_file():
+            st = path.stat()
+            digest.update(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+async def _reference_usage(task: Task, runner: Runner) -> tuple[float, int] | None:
+    """(CPU seconds, peak memory) of the reference solution's grading run, once per task content; ``None`` when
+    it does not pass, which turns the efficiency terms off."""
+    key = _fingerprint(task)
+    if key not in _references and task.solution is not None:
+        with tempfile.TemporaryDirectory(prefix="rollbox-reference-") as tree:
+            shutil.copytree(task.workspace, tree, dirs_exist_ok=True, symlinks=True)
+            shutil.copytree(task.solution, tree, dirs_exist_ok=True, symlinks=True)
+            report = await runner(task, task.grading, Path(tree))
+        passed = _status(report) is VerdictStatus.PASSED
+        _references[key] = (report.cpu_s, report.peak_memory_bytes) if passed else None
+    return _references.get(key)
+
+
+def _ratio(reference: float, candidate: float) -> float:
+    """min(1, reference / candidate), in steps of 0.05 so that measurement noise rarely changes a reward."""
+    return round(min(1.0, reference / max(candidate, 1e-9)) * 20) / 20 if reference > 0 else 1.0
 
 
 def _refused(task: Task, start: float, code: str, detail: str) -> Verdict:
@@ -97,7 +130,14 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
     elif status is VerdictStatus.TAMPERED:
         reward = task.reward.tamper_penalty
     else:
-        reward = compute_reward(task.reward, report.tests, fail_to_pass=report.fail_to_pass)
+        efficiency = (1.0, 1.0)
+        if (task.reward.cpu_weight or task.reward.memory_weight) and status is VerdictStatus.PASSED:
+            reference = await _reference_usage(task, runner)
+            if reference is None:
+                found.append({"code": "reference_failed", "path": "solution/", "detail": "efficiency terms off"})
+            else:
+                efficiency = (_ratio(reference[0], report.cpu_s), _ratio(reference[1], report.peak_memory_bytes))
+        reward = compute_reward(task.reward, report.tests, fail_to_pass=report.fail_to_pass, efficiency=efficiency)
     return Verdict(
         task_id=task.id,
         status=status,

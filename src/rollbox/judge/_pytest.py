@@ -157,4 +157,6 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path) -> RunnerRe
         tampered=tampered is not None,
         detail=tampered,
         fail_to_pass=tuple(grading.fail_to_pass or ()),
+        cpu_s=result.cpu_s,
+        peak_memory_bytes=result.peak_memory_bytes or 0,
     )

@@ -27,5 +27,8 @@ class RunnerReport:
     detail: str | None = None
     #: The fail_to_pass test ids, for the ``f2p_p2p`` reward.
     fail_to_pass: tuple[str, ...] = ()
+    #: CPU seconds of the graded runs, summed; and their peak memory, for efficiency terms of the reward.
+    cpu_s: float = 0.0
+    peak_memory_bytes: int = 0
     #: Findings of the runner itself (``{"code", "path", "detail"}``), reported with the verdict's flags.
     flags: tuple[dict[str, str], ...] = ()

@@ -211,6 +211,8 @@ async def run_script(task: Task, grading: ScriptGrading, tree: Path) -> RunnerRe
         run_status=run.result.status,
         tampered=tampered is not None,
         detail=tampered,
+        cpu_s=run.result.cpu_s,
+        peak_memory_bytes=run.result.peak_memory_bytes or 0,
         flags=({"code": "verifier_proves_nothing", "path": f"tests/{grading.script}", "detail": useless},)
         if useless
         else (),

@@ -213,4 +213,6 @@ async def run_stdio(task: Task, grading: StdioGrading, tree: Path) -> RunnerRepo
         run_status=_worst(statuses),
         crashed=not any(r.ok for r in results),
         detail=failure.error if failure else None,
+        cpu_s=sum(r.cpu_s for r in results),
+        peak_memory_bytes=max((r.peak_memory_bytes or 0 for r in results), default=0),
     )

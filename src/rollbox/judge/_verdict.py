@@ -101,13 +101,27 @@ def _rate(tests: Sequence[GradedTest]) -> float:
     return sum(t.outcome is Outcome.PASSED for t in tests) / len(tests) if tests else 1.0
 
 
-def compute_reward(spec: RewardSpec, tests: Sequence[GradedTest], *, fail_to_pass: Sequence[str] = ()) -> float:
+def compute_reward(
+    spec: RewardSpec,
+    tests: Sequence[GradedTest],
+    *,
+    fail_to_pass: Sequence[str] = (),
+    efficiency: tuple[float, float] = (1.0, 1.0),
+) -> float:
     """The reward for these outcomes: binary, pass rate, or weighted fail_to_pass / pass_to_pass rates.
 
-    With no graded test at all the reward is 0.0: a run that proved nothing earns nothing.
+    ``efficiency`` is the candidate's (CPU, memory) ratio to the reference, each in (0, 1]: with efficiency
+    weights the correctness score is scaled by ``1 - w_cpu - w_mem + w_cpu * r_cpu + w_mem * r_mem``, so that a
+    wrong answer earns nothing however fast it is. With no graded test at all the reward is 0.0.
     """
     if not tests:
         return 0.0
+    scale = 1 - spec.cpu_weight - spec.memory_weight
+    scale += spec.cpu_weight * efficiency[0] + spec.memory_weight * efficiency[1]
+    return _correctness(spec, tests, fail_to_pass) * scale
+
+
+def _correctness(spec: RewardSpec, tests: Sequence[GradedTest], fail_to_pass: Sequence[str]) -> float:
     if spec.kind is RewardKind.BINARY:
         return 1.0 if all(t.outcome is Outcome.PASSED for t in tests) else 0.0
     if spec.kind is RewardKind.PASS_RATE:

@@ -34,7 +34,7 @@ _GRADING_KEYS = {
     "stdio": {"command", "cases", "comparator", "float_tolerance", "checker"},
     "script": {"script"},
 }
-_REWARD_KEYS = {"runner", "reward", "tamper_penalty", "f2p_weight"}
+_REWARD_KEYS = {"runner", "reward", "tamper_penalty", "f2p_weight", "cpu_weight", "memory_weight"}
 _LIMIT_KEYS = {"timeout", "cpu_time", "memory", "pids", "output", "disk", "open_files", "network"}
 
 
@@ -94,7 +94,16 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
         kind=_convert(file, "[grading]", "reward", data.get("reward", "binary"), RewardKind),
         tamper_penalty=_number(file, data, "tamper_penalty", -1.0),
         f2p_weight=_number(file, data, "f2p_weight", 0.5),
+        cpu_weight=_number(file, data, "cpu_weight", 0.0),
+        memory_weight=_number(file, data, "memory_weight", 0.0),
     )
+    for key in ("cpu_weight", "memory_weight"):
+        if not 0.0 <= getattr(reward, key) <= 1.0:
+            raise TaskFormatError(file, f"[grading] {key}: expected a number from 0 to 1, got {getattr(reward, key)}")
+    if reward.cpu_weight + reward.memory_weight > 1.0:
+        raise TaskFormatError(file, "[grading] cpu_weight + memory_weight: expected at most 1")
+    if (reward.cpu_weight or reward.memory_weight) and not (task_dir / "solution").is_dir():
+        raise TaskFormatError(file, "[grading] cpu_weight and memory_weight compare with solution/, which is missing")
     if reward.tamper_penalty > 0:
         raise TaskFormatError(file, f"[grading] tamper_penalty: expected a number <= 0, got {reward.tamper_penalty}")
     if not 0.0 <= reward.f2p_weight <= 1.0:

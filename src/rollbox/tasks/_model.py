@@ -117,6 +117,10 @@ class RewardSpec:
     tamper_penalty: float = -1.0
     #: For ``f2p_p2p``: the weight of the fail_to_pass tests.
     f2p_weight: float = 0.5
+    #: Efficiency terms (0 = off): the share of the reward that scales with CPU time, and with peak memory,
+    #: relative to the reference solution's (``min(1, reference / candidate)``). They need ``solution/``.
+    cpu_weight: float = 0.0
+    memory_weight: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
