@@ -41,7 +41,8 @@ def make_task(root: Path, weights: str, *, solution: bool = True) -> Path:
         (root / "solution").mkdir()
         (root / "solution" / "s.py").write_text("def total(n):\n    return n * (n - 1) // 2\n")
     (root / "task.toml").write_text(
-        f'[grading]\nrunner = "function"\nmodule = "s.py"\nentry_point = "total"\n{weights}\n[limits]\ncpu_time = "10s"\n'
+        '[grading]\nrunner = "function"\nmodule = "s.py"\nentry_point = "total"\n'
+        f'{weights}\n[limits]\ncpu_time = "10s"\n'
     )
     return root
 
