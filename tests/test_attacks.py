@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import pytest
 
 import rollbox
-from rollbox import ExecResult, Limits, Sandbox, Status
+from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 
 if shutil.which("bwrap") is None or os.geteuid() != 0:
     pytest.skip("the attacks need the bwrap backend: bubblewrap installed and root", allow_module_level=True)
@@ -85,12 +85,38 @@ def run(coro: Awaitable[T]) -> T:
     return asyncio.run(main())
 
 
+#: Every attack runs twice: in a fresh sandbox, and through the warm path, in a pooled sandbox that an earlier
+#: user dirtied (files everywhere, a daemon, IPC objects) and that the pool then reset.
+SANDBOX_PATHS = ("fresh", "warm")
+_path = {"current": "fresh"}
+
+
+@pytest.fixture(autouse=True, params=SANDBOX_PATHS)
+def sandbox_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    _path["current"] = request.param
+    yield request.param
+    _path["current"] = "fresh"
+
+
+_DIRTY = (
+    "echo left > /workspace/left; echo left > /tmp/left; echo left > /dev/shm/left; mkdir -p /workspace/d;"
+    " chmod 000 /workspace/d; (sleep 1000 &) ;"
+    " python3 -c 'import ctypes; ctypes.CDLL(None).shmget(0x5eed, 4096, 0o1000)'"
+)
+
+
 def with_sandbox(body: Callable[[Sandbox], Awaitable[T]], *, limits: Limits = SMALL, network: str = "none") -> T:
-    """Run ``body(sb)`` in a fresh sandbox."""
+    """Run ``body(sb)`` in a fresh sandbox, or in a reused one (see ``SANDBOX_PATHS``)."""
 
     async def main() -> T:
-        async with Sandbox(limits=limits, network=network) as sb:
-            return await body(sb)
+        if _path["current"] == "fresh":
+            async with Sandbox(limits=limits, network=network) as sb:
+                return await body(sb)
+        async with SandboxPool(size=1, limits=limits, network=network) as pool:
+            async with pool.sandbox() as sb:
+                assert (await sb.exec(["sh", "-c", _DIRTY])).status is Status.OK
+            async with pool.sandbox() as sb:
+                return await body(sb)
 
     return asyncio.run(main())
 

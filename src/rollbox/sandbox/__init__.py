@@ -5,6 +5,7 @@ The lowest layer of rollbox; it imports nothing else of rollbox.
 
 from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError
 from ._limits import Limits, Network, parse_duration, parse_size
+from ._pool import PoolExhausted, SandboxPool
 from ._process import InsecureBackendWarning
 from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
@@ -16,9 +17,11 @@ __all__ = [
     "IsolationUnavailable",
     "Limits",
     "Network",
+    "PoolExhausted",
     "RollboxError",
     "Sandbox",
     "SandboxError",
+    "SandboxPool",
     "SandboxStateError",
     "Status",
     "parse_duration",

@@ -28,10 +28,10 @@ from ._streams import OutputCapture, StdinFeeder
 
 __all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Usage", "classify"]
 
-_MSG_EXEC, _MSG_READY, _MSG_EXITED = 1, 2, 3
+_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_RESET = 1, 2, 3, 4
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
 _EXITED = struct.Struct("<Iiqq")
-_READY = struct.Struct("<I")
+_WORD = struct.Struct("<I")  # one-word messages: ready, reset
 _MAX_REQUEST = 1 << 20
 _START_TIMEOUT_S = 10.0
 _CLEANUP_TIMEOUT_S = 10.0
@@ -173,11 +173,26 @@ class AgentConnection:
             message = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
         except TimeoutError:
             message = b""
-        if len(message) >= _READY.size and _READY.unpack_from(message)[0] == _MSG_READY:
+        if len(message) >= _WORD.size and _WORD.unpack_from(message)[0] == _MSG_READY:
             return
         self.close()
         stderr = self._process.stderr.read().decode(errors="replace").strip() if self._process.stderr else ""
         raise SandboxError(f"the sandbox failed to start: {stderr or 'no message (the launcher died)'}")
+
+    async def remove_ipc_objects(self) -> None:
+        """Have the agent remove every SysV IPC object of the sandbox (between users of a reused sandbox).
+
+        Raises:
+            SandboxError: the agent did not answer (the caller restarts the sandbox instead).
+        """
+        request = _WORD.pack(_MSG_RESET)
+        try:
+            self._sock.send(request)
+            answer = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise SandboxError(f"the sandbox's agent did not answer a reset: {exc}") from exc
+        if answer != request:
+            raise SandboxError("the sandbox's agent did not answer a reset")
 
     def close(self) -> None:
         """Close the control socket (the agent exits) and reap the launcher (idempotent)."""

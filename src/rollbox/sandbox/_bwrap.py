@@ -229,6 +229,26 @@ class BwrapSandbox:
         args += ["--seccomp", str(seccomp_fd)]
         return args
 
+    async def reset(self) -> None:
+        """Make the sandbox as good as new for its next user.
+
+        Every process of every command is already dead (each command's cgroup is killed when it ends). This
+        empties /workspace, /tmp and /dev/shm and removes the SysV IPC objects of the ipc namespace (POSIX
+        message queues are refused by the syscall filter); an agent that is gone is simply restarted, with new
+        namespaces.
+        """
+        assert self._dir is not None
+        if self._agent is not None and self._agent.alive:
+            try:
+                await self._agent.remove_ipc_objects()
+            except SandboxError:
+                self._agent.close()
+        self._dir.wipe_writable_tree(uid=self.uid, gid=self.uid)
+        if self._agent is None or not self._agent.alive:
+            if self._agent is not None:
+                self._agent.close()
+            await self._start_agent()
+
     def disk_full(self) -> bool:
         """True when the writable tree has no block or no inode left, or a file reached the file size limit."""
         if self._dir is None:

@@ -21,6 +21,7 @@ from ._agent import AgentConnection, ExecGroup, Usage, _Exited
 from ._errors import SandboxError
 from ._limits import Limits
 from ._native import agent_binary
+from ._state import wipe
 
 __all__ = ["InsecureBackendWarning", "ProcessSandbox"]
 
@@ -104,6 +105,11 @@ class ProcessSandbox:
             agent_end.close()
         self._agent = AgentConnection(host_end, process)
         await self._agent.wait_ready()
+
+    async def reset(self) -> None:
+        """Empty the directories for the next user (no more: this backend is not a boundary)."""
+        assert self._root is not None
+        wipe(self._root, uid=self.uid, gid=os.getgid(), names=("workspace", "tmp"))
 
     def disk_full(self) -> bool:
         """This backend has no disk limit of its own."""

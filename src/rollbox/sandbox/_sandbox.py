@@ -39,6 +39,7 @@ class _Backend(Protocol):
     @property
     def agent(self) -> AgentConnection: ...
     async def start(self) -> None: ...
+    async def reset(self) -> None: ...
     async def exec_group(self) -> ExecGroup: ...
     def finish_exec(self, group: ExecGroup) -> None: ...
     def disk_full(self) -> bool: ...
@@ -109,6 +110,23 @@ class Sandbox:
                 impl, self._impl = self._impl, None
                 impl.close()
         self._state = _State.CLOSED
+
+    async def reset(self) -> None:
+        """Make the sandbox as good as new for another user: what warm pools call between uses.
+
+        Afterwards no process of any earlier command lives (none ever outlives its command), /workspace, /tmp and
+        /dev/shm are empty, and no IPC object of an earlier command remains. The environment is per command
+        already.
+
+        Raises:
+            SandboxStateError: the sandbox is not open.
+            SandboxError: the sandbox could not be reset (the caller should close it).
+        """
+        async with self._lock:
+            try:
+                await self._open().reset()
+            except OSError as exc:
+                raise SandboxError(f"cannot reset the sandbox: {exc}") from exc
 
     def _open(self) -> _Backend:
         if self._impl is None:

@@ -65,6 +65,25 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
+def wipe(root: Path, *, uid: int, gid: int, names: tuple[str, ...] = ("workspace", "tmp", "shm")) -> None:
+    """Empty the directories ``names`` under ``root`` without following any link, and give them back to ``uid``.
+
+    Runs as root, so a directory its owner made unreadable (mode 000) is removed all the same.
+    """
+    for name in names:
+        directory = root / name
+        if not directory.is_dir():
+            continue
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        os.chown(directory, uid, gid)
+        os.chmod(directory, 0o755)
+
+
 def mount_tmpfs(target: Path, *, size_bytes: int, inodes: int) -> None:
     """Mount a size-limited tmpfs at ``target``."""
     options = f"size={size_bytes},nr_inodes={inodes},mode=0711".encode()
@@ -195,6 +214,10 @@ class SandboxDir:
             d = self.fs / name
             d.mkdir(mode=0o755)
             os.chown(d, uid, gid)
+
+    def wipe_writable_tree(self, *, uid: int, gid: int) -> None:
+        """Empty workspace/, tmp/ and shm/ and restore their owner and mode (no process may be using them)."""
+        wipe(self.fs, uid=uid, gid=gid)
 
     def destroy(self) -> None:
         """Kill and remove the cgroup, unmount the tmpfs, remove the directory, release the lock."""

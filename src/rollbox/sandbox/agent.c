@@ -14,7 +14,8 @@
  *       forks a child that starts a session, applies the rlimits, announces itself on the sync socket (the
  *       kernel attaches its pid, translated into the host's pid namespace), waits for the host to place it
  *       in the exec's cgroup, and execs the command. The agent reports the exit status and exits when the
- *       host closes the socket. It keeps no state between requests.
+ *       host closes the socket. It keeps no state between requests. A RESET request removes every SysV IPC
+ *       object of the sandbox's ipc namespace, so that the sandbox can serve a new user.
  *
  * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside could kill it.
  * Every limit and every measurement that matters is enforced or taken by the host through cgroups.
@@ -28,7 +29,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
 #include <sys/mount.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -45,6 +50,7 @@ extern char **environ;
 #define MSG_EXEC 1u
 #define MSG_READY 2u
 #define MSG_EXITED 3u
+#define MSG_RESET 4u          /* remove every SysV IPC object; answered with the same word */
 #define MSG_MAX (1u << 20)
 
 struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
@@ -164,6 +170,40 @@ static void child(int fds[4], char *cwd, char **args, char **env, const struct e
     _exit(errno == ENOENT ? 127 : 126);
 }
 
+/* SysV IPC objects outlive the processes that made them, in the sandbox's ipc namespace; a sandbox that serves
+ * again must not hand them to its next user. The *_STAT_ANY commands see objects whatever their mode. */
+static void remove_ipc_objects(void) {
+    struct shm_info shm_info;
+    struct seminfo sem_info;
+    struct msginfo msg_info;
+    union {
+        int val;
+        struct semid_ds *buf;
+        unsigned short *array;
+        struct seminfo *info;
+    } arg;
+    int max = shmctl(0, SHM_INFO, (struct shmid_ds *)(void *)&shm_info);
+    for (int i = 0; i <= max; i++) {
+        struct shmid_ds ds;
+        int id = shmctl(i, SHM_STAT_ANY, &ds);
+        if (id >= 0) shmctl(id, IPC_RMID, NULL);
+    }
+    arg.info = &sem_info;
+    max = semctl(0, 0, SEM_INFO, arg);
+    for (int i = 0; i <= max; i++) {
+        struct semid_ds ds;
+        arg.buf = &ds;
+        int id = semctl(i, 0, SEM_STAT_ANY, arg);
+        if (id >= 0) semctl(id, 0, IPC_RMID);
+    }
+    max = msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&msg_info);
+    for (int i = 0; i <= max; i++) {
+        struct msqid_ds ds;
+        int id = msgctl(i, MSG_STAT_ANY, &ds);
+        if (id >= 0) msgctl(id, IPC_RMID, NULL);
+    }
+}
+
 static int serve(int sock) {
     static char buf[MSG_MAX];
     uint32_t ready = MSG_READY;
@@ -178,6 +218,13 @@ static int serve(int sock) {
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
         if (n == 0) return 0;
         if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
+        uint32_t type;
+        memcpy(&type, buf, sizeof type);
+        if (type == MSG_RESET && n == sizeof type) {
+            remove_ipc_objects();
+            if (send(sock, &type, sizeof type, 0) < 0) return 0;
+            continue;
+        }
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         struct exec_header h;
         if ((size_t)n < sizeof h || c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof fds)) {

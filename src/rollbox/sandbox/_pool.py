@@ -1,0 +1,167 @@
+"""Warm pools: sandboxes made ahead of demand, handed out at once, made as good as new before they serve again.
+
+    async with SandboxPool(size=8, limits=Limits(timeout_s=5)) as pool:
+        async with pool.sandbox(timeout_s=2) as sb:
+            result = await sb.exec(["python3", "-c", "print(42)"])
+
+Reuse never weakens isolation: before a sandbox serves again every process of the previous use is dead (none
+outlives its command), /workspace, /tmp and /dev/shm are emptied, and the SysV IPC objects of its namespace are
+removed (see :meth:`Sandbox.reset`). A sandbox that cannot be reset is destroyed and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+
+from ._errors import RollboxError, SandboxError, SandboxStateError
+from ._limits import Limits, Network
+from ._sandbox import Backend, Sandbox
+
+__all__ = ["PoolExhausted", "SandboxPool"]
+
+
+class PoolExhausted(RollboxError):
+    """Every sandbox of the pool stayed busy for as long as the caller was willing to wait."""
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class SandboxPool:
+    """A fixed number of warm sandboxes of one configuration.
+
+    Args:
+        size: How many sandboxes the pool holds, all made when it opens.
+        limits, network, backend, env: As for :class:`Sandbox`; every sandbox of the pool has them.
+
+    Raises:
+        IsolationUnavailable, SandboxError: on entry, as for :class:`Sandbox`.
+    """
+
+    def __init__(
+        self,
+        *,
+        size: int,
+        limits: Limits | None = None,
+        network: Network | str = Network.NONE,
+        backend: Backend = "bwrap",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a pool needs at least one sandbox, got size={size}")
+        self.size = size
+        self._config = {"limits": limits, "network": network, "backend": backend, "env": env}
+        Sandbox(limits=limits, network=network, backend=backend, env=env)  # validate the configuration now
+        self._idle: deque[Sandbox] = deque()
+        self._busy: set[Sandbox] = set()
+        self._available = asyncio.Condition()
+        self._state = _State.NEW
+        self._lost: RollboxError | None = None
+
+    @property
+    def idle(self) -> int:
+        """Sandboxes ready to be handed out now."""
+        return len(self._idle)
+
+    @property
+    def _empty(self) -> bool:
+        return not self._idle and not self._busy
+
+    @property
+    def busy(self) -> int:
+        """Sandboxes handed out and not yet returned."""
+        return len(self._busy)
+
+    async def _new(self) -> Sandbox:
+        sandbox = Sandbox(**self._config)  # type: ignore[arg-type]
+        await sandbox.__aenter__()
+        return sandbox
+
+    async def __aenter__(self) -> SandboxPool:
+        if self._state is not _State.NEW:
+            raise SandboxStateError(f"this pool is {self._state.value}; a SandboxPool can be entered only once")
+        self._state = _State.OPEN
+        try:
+            self._idle.extend(await asyncio.gather(*(self._new() for _ in range(self.size))))
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Destroy every sandbox; sandboxes still handed out are destroyed when they come back (idempotent)."""
+        self._state = _State.CLOSED
+        while self._idle:
+            await self._idle.popleft().close()
+        async with self._available:
+            self._available.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, timeout_s: float | None = None) -> AsyncIterator[Sandbox]:
+        """Borrow a sandbox for the duration of the ``async with`` block; it is reset when it comes back.
+
+        Do not keep the sandbox past the block: the pool hands it to its next user.
+
+        Args:
+            timeout_s: How long to wait when every sandbox is busy (``None``: as long as it takes).
+
+        Raises:
+            PoolExhausted: no sandbox came free within ``timeout_s``.
+            SandboxStateError: the pool is not open.
+        """
+        sandbox = await self._acquire(timeout_s)
+        try:
+            yield sandbox
+        finally:
+            await asyncio.shield(self._release(sandbox))
+
+    async def _acquire(self, timeout_s: float | None) -> Sandbox:
+        async with self._available:
+            try:
+                await asyncio.wait_for(
+                    self._available.wait_for(lambda: bool(self._idle) or self._state is not _State.OPEN or self._empty),
+                    timeout_s,
+                )
+            except TimeoutError:
+                raise PoolExhausted(
+                    f"all {self.size} sandboxes of the pool stayed busy for {timeout_s} s: make the pool larger "
+                    "(size=...), return sandboxes sooner, or wait longer (timeout_s=...)"
+                ) from None
+            if self._state is not _State.OPEN:
+                raise SandboxStateError(f"this pool is {self._state.value}; open it with 'async with SandboxPool(...)'")
+            if not self._idle:
+                raise SandboxError(f"the pool lost every sandbox; the last replacement failed: {self._lost}")
+            sandbox = self._idle.popleft()
+            self._busy.add(sandbox)
+            return sandbox
+
+    async def _release(self, sandbox: Sandbox) -> None:
+        self._busy.discard(sandbox)
+        try:
+            if self._state is not _State.OPEN:
+                raise SandboxStateError("the pool closed while the sandbox was out")
+            await sandbox.reset()
+        except (SandboxError, SandboxStateError):
+            await sandbox.close()
+            if self._state is not _State.OPEN:
+                return
+            try:
+                sandbox = await self._new()  # a replacement, so that the pool keeps its size
+            except RollboxError as exc:
+                self._lost = exc
+                async with self._available:
+                    self._available.notify_all()
+                return
+        async with self._available:
+            self._idle.append(sandbox)
+            self._available.notify()

@@ -1,0 +1,143 @@
+"""Warm pools: reuse hygiene (nothing of one user reaches the next), exhaustion, concurrency, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rollbox import ExecResult, Limits, PoolExhausted, SandboxPool, SandboxStateError, Status
+
+LIMITS = Limits(timeout_s=5, cpu_time_s=3, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
+
+SHM = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+key, flags = int(sys.argv[1], 0), int(sys.argv[2], 0)
+print(libc.shmget(key, 4096, flags), ctypes.get_errno())
+"""
+
+
+async def two_users(first: list[str], second: list[str]) -> tuple[ExecResult, ExecResult, bool]:
+    """Run ``first`` as one user of a one-sandbox pool, then ``second`` as the next; say if it was the same sandbox."""
+    async with SandboxPool(size=1, limits=LIMITS) as pool:
+        async with pool.sandbox() as sb:
+            before = await sb.exec(first)
+            identity = id(sb)
+        async with pool.sandbox() as sb:
+            return before, await sb.exec(second), id(sb) == identity
+
+
+LEFTOVERS = {
+    "files in /workspace, /tmp and /dev/shm": (
+        "echo secret > left; echo secret > /tmp/left; echo secret > /dev/shm/left; mkdir -p a/b; echo x > a/b/c",
+        "ls -A /workspace /tmp /dev/shm",
+        "/dev/shm:\n\n/tmp:\n\n/workspace:\n",
+    ),
+    "a directory made unreadable, and /workspace itself": (
+        "mkdir locked; echo secret > locked/f; chmod 000 locked; chmod 000 /workspace",
+        "ls -A /workspace; stat -c %a /workspace",
+        "755\n",
+    ),
+    "background processes": (
+        "(sleep 1000 &); (setsid sh -c 'while true; do sleep 1; done' &); echo started",
+        "cat /proc/[0-9]*/comm | grep -cx sleep || true",
+        "0\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", LEFTOVERS)
+def test_nothing_is_left_for_the_next_user(name: str) -> None:
+    leave, look, expected = LEFTOVERS[name]
+    before, after, reused = asyncio.run(two_users(["sh", "-c", leave], ["sh", "-c", look]))
+    assert reused, "the pool should have handed out the same sandbox again"
+    assert before.status in (Status.OK, Status.NONZERO_EXIT), before
+    assert after.stdout_text == expected, after
+
+
+@pytest.mark.parametrize("mode", ["0o1600", "0o1000"])  # IPC_CREAT with mode 600, and with mode 000
+def test_sysv_shared_memory_does_not_survive(mode: str) -> None:
+    before, after, reused = asyncio.run(
+        two_users(["python3", "-c", SHM, "0x5eed", mode], ["python3", "-c", SHM, "0x5eed", "0"])
+    )
+    assert reused and before.ok and int(before.stdout_text.split()[0]) >= 0, before
+    assert after.stdout_text.split() == ["-1", "2"], after  # ENOENT: the segment is gone
+
+
+def test_posix_message_queues_are_refused() -> None:
+    code = (
+        "import ctypes; l = ctypes.CDLL(None, use_errno=True);"
+        " print(l.mq_open(b'/q', 0o100 | 2, 0o600, None), ctypes.get_errno())"
+    )
+    before, _after, _reused = asyncio.run(two_users(["python3", "-c", code], ["true"]))
+    assert before.stdout_text.split() == ["-1", "1"], before  # EPERM
+
+
+def test_environment_is_per_command() -> None:
+    async def main() -> ExecResult:
+        async with SandboxPool(size=1, limits=LIMITS) as pool:
+            async with pool.sandbox() as sb:
+                await sb.exec(["true"], env={"LEFT_BEHIND": "secret"})
+            async with pool.sandbox() as sb:
+                return await sb.exec(["env"])
+
+    assert "LEFT_BEHIND" not in asyncio.run(main()).stdout_text
+
+
+def test_a_sandbox_whose_agent_was_killed_is_replaced_transparently() -> None:
+    before, after, _reused = asyncio.run(two_users(["sh", "-c", "kill -9 $PPID"], ["echo", "fine"]))
+    assert before.status is not Status.INFRA_ERROR
+    assert after.ok and after.stdout == b"fine\n"
+
+
+def test_exhaustion_is_a_clear_error_after_the_timeout_never_a_hang() -> None:
+    async def main() -> float:
+        async with SandboxPool(size=1, limits=LIMITS) as pool, pool.sandbox():
+            start = time.monotonic()
+            with pytest.raises(PoolExhausted, match=r"all 1 sandboxes of the pool stayed busy for 0\.2 s"):
+                async with pool.sandbox(timeout_s=0.2):
+                    pass
+            return time.monotonic() - start
+
+    assert 0.2 <= asyncio.run(main()) < 2
+
+
+def test_waiters_get_sandboxes_as_they_come_back() -> None:
+    async def main() -> tuple[list[str], int]:
+        peak = 0
+        async with SandboxPool(size=2, limits=LIMITS) as pool:
+
+            async def user(i: int) -> str:
+                nonlocal peak
+                async with pool.sandbox(timeout_s=30) as sb:
+                    peak = max(peak, pool.busy)
+                    await sb.write_file("mine", str(i))
+                    result = await sb.exec(["sh", "-c", "sleep 0.05; ls; cat mine"])
+                    return result.stdout_text
+
+            outputs = await asyncio.gather(*(user(i) for i in range(6)))
+            assert (pool.idle, pool.busy) == (2, 0)
+        return outputs, peak
+
+    outputs, peak = asyncio.run(main())
+    assert outputs == [f"mine\n{i}" for i in range(6)]  # each user saw only its own file
+    assert peak == 2
+
+
+def test_misuse_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one sandbox"):
+        SandboxPool(size=0)
+    with pytest.raises(ValueError, match="unknown network"):
+        SandboxPool(size=1, network="internet")
+
+    async def main() -> None:
+        pool = SandboxPool(size=1, limits=LIMITS)
+        async with pool:
+            pass
+        with pytest.raises(SandboxStateError, match="closed"):
+            async with pool.sandbox():
+                pass
+
+    asyncio.run(main())
