@@ -73,8 +73,10 @@ def test_a_slower_correct_candidate_earns_less_than_a_fast_one(tmp_path: Path) -
 
     fast_reward, slow_reward = asyncio.run(both())
     assert fast_reward is not None and slow_reward is not None
-    assert fast_reward >= 0.9
-    assert 0.5 <= slow_reward < fast_reward
+    # Python's start-up dominates the fast runs, so their CPU ratio to the reference is noisy, near 1; the slow
+    # candidate burns 1.5 s more CPU, so its ratio is near 0 and its reward near 1 - cpu_weight.
+    assert fast_reward >= 0.75
+    assert 0.5 <= slow_reward <= 0.6
 
 
 def test_a_reference_that_fails_turns_efficiency_off_and_says_so(tmp_path: Path) -> None:
