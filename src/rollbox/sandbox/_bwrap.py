@@ -166,7 +166,9 @@ class BwrapSandbox:
         os.write(seccomp_w, program)
         os.close(seccomp_w)
         launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
-        launcher += ["--stage", str(self.host.state.stage)]
+        fs_fd = self._dir.fs_fd
+        assert fs_fd is not None
+        launcher += ["--stage", str(self.host.state.stage), "--fs", str(fs_fd)]
         staged = [*self.host.runtime_binds, str(self.host.agent)]
         for source in staged:
             launcher += ["--bind", source]
@@ -178,7 +180,7 @@ class BwrapSandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(sandbox_end.fileno(), seccomp_r),
+                pass_fds=(sandbox_end.fileno(), seccomp_r, fs_fd),
                 env={},
                 cwd="/",
             )
@@ -221,10 +223,10 @@ class BwrapSandbox:
             target = _AGENT_PATH if source == str(self.host.agent) else source
             args += ["--ro-bind", f"{stage}/{index}", target]
         args += ["--proc", "/proc", "--dev", "/dev"]
-        fs = self._dir.fs
-        args += ["--bind", str(fs / "workspace"), "/workspace", "--bind", str(fs / "tmp"), "/tmp"]
+        fs = f"{stage}/fs"  # where the launcher attaches the writable tree, in its own mount namespace
+        args += ["--bind", f"{fs}/workspace", "/workspace", "--bind", f"{fs}/tmp", "/tmp"]
         # bubblewrap's /dev is a writable tmpfs of its own, outside the disk limit: make it read-only.
-        args += ["--bind", str(fs / "shm"), "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
+        args += ["--bind", f"{fs}/shm", "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", "/workspace"]
         args += ["--seccomp", str(seccomp_fd)]
         return args
@@ -280,10 +282,10 @@ class BwrapSandbox:
         group.cgroup.remove()
 
     def close(self) -> None:
-        """Kill everything, remove the cgroup, unmount and delete the tree, free the uid (idempotent)."""
+        """Kill everything, remove the cgroup, free the tree, free the uid (idempotent)."""
         # Closing the socket ends the agent, then bubblewrap's init, then bubblewrap, each reaped by its parent
-        # (killing them all at once would orphan bubblewrap's init to the host's pid 1). The host-side tree
-        # goes while they exit: their mount namespace holds its own reference to the tmpfs.
+        # (killing them all at once would orphan bubblewrap's init to the host's pid 1). The host's side of the
+        # tree goes while they exit: their mount namespace holds its own reference to the tmpfs.
         if self._agent is not None:
             self._agent.shutdown()
         self._next_group = None

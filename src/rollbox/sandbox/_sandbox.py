@@ -104,7 +104,7 @@ class Sandbox:
         await self.close()
 
     async def close(self) -> None:
-        """Kill every process, remove the cgroup, unmount and delete the sandbox's files (idempotent)."""
+        """Kill every process, remove the cgroup, and free the sandbox's files (idempotent)."""
         if self._impl is not None:
             async with self._lock:
                 impl, self._impl = self._impl, None

@@ -2,17 +2,23 @@
 
 Layout (``ROLLBOX_STATE_DIR``, default ``/run/rollbox``)::
 
-    stage/                  an empty directory; each launcher mounts a private tmpfs here (invisible to the host)
+    stage/                  an empty directory; each launcher mounts a private tmpfs here (invisible to the host),
+                            with the runtime directories and the sandbox's writable tree under it
     etc-<hash>/             the sandbox's /etc: passwd, group, hosts and nsswitch.conf of its own, and copies of
                             the host's dynamic-linker files and alternatives (one bind mount instead of many;
                             a new directory whenever they change, so that running sandboxes never see a swap)
     uids/<n>.lock           held (flock) by the sandbox that runs as uid UID_BASE + n
     sandboxes/<id>/lock     held (flock) by the process that owns sandbox <id>; free means its owner died
     sandboxes/<id>/cgroup   the sandbox's cgroup path per hierarchy, for the reaper
-    sandboxes/<id>/fs/      a size-limited tmpfs: workspace/, tmp/, shm/
 
 Locks are ``flock`` locks, so the kernel releases them when their owner dies however it dies, and the next
-rollbox start reaps what that owner left: processes, cgroups, mounts and directories.
+rollbox start reaps what that owner left: processes, cgroups and directories.
+
+A sandbox's writable tree (workspace/, tmp/, shm/) is a size-limited tmpfs that is never mounted on the host: it
+is a detached mount (``fsopen``/``fsmount``) held by an fd of the owning process, and attached only inside the
+sandbox's own mount namespace. So the host's mount table does not grow with the number of sandboxes (each new
+namespace copies it: that would make every start slower), and the tmpfs is freed when its owner dies, however it
+dies: a mount cannot leak.
 """
 
 from __future__ import annotations
@@ -38,8 +44,6 @@ UID_BASE = 1_100_000
 UID_COUNT = 65_536
 SANDBOX_UID = 1000  # the uid the program sees inside
 
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
-_MNT_DETACH = 0x2
 _libc = ctypes.CDLL(None, use_errno=True)
 
 #: Host files the sandbox's /etc copies: what the dynamic linker and /usr/bin's alternatives links need.
@@ -84,20 +88,33 @@ def wipe(root: Path, *, uid: int, gid: int, names: tuple[str, ...] = ("workspace
         os.chmod(directory, 0o755)
 
 
-def mount_tmpfs(target: Path, *, size_bytes: int, inodes: int) -> None:
-    """Mount a size-limited tmpfs at ``target``."""
-    options = f"size={size_bytes},nr_inodes={inodes},mode=0711".encode()
-    if _libc.mount(b"rollbox", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
-        err = ctypes.get_errno()
-        raise SandboxError(f"cannot mount a tmpfs at {target}: {os.strerror(err)} (rollbox must run as root)")
+_SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 430, 431, 432  # the same on x86_64 and asm-generic (aarch64)
+_FSOPEN_CLOEXEC = _FSMOUNT_CLOEXEC = 0x1
+_FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
+_MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x2, 0x4
 
 
-def unmount(target: Path) -> None:
-    """Detach whatever is mounted at ``target`` (nothing mounted is fine)."""
-    if _libc.umount2(os.fsencode(target), _MNT_DETACH) != 0:
+def _check(result: int, what: str) -> int:
+    if result < 0:
         err = ctypes.get_errno()
-        if err not in (22, 2):  # EINVAL: not a mount point; ENOENT: gone
-            raise SandboxError(f"cannot unmount {target}: {os.strerror(err)}")
+        raise SandboxError(f"cannot {what}: {os.strerror(err)} (rollbox needs root and Linux >= 5.2)")
+    return result
+
+
+def detached_tmpfs(*, size_bytes: int, inodes: int) -> int:
+    """A new size-limited tmpfs, mounted nowhere: the fd of its detached mount (close it to free the tmpfs)."""
+    fs = _check(_libc.syscall(_SYS_FSOPEN, b"tmpfs", _FSOPEN_CLOEXEC), "create a tmpfs (fsopen)")
+    try:
+        for key, value in (("size", str(size_bytes)), ("nr_inodes", str(inodes)), ("mode", "0711")):
+            _check(
+                _libc.syscall(_SYS_FSCONFIG, fs, _FSCONFIG_SET_STRING, key.encode(), value.encode(), 0),
+                f"configure a tmpfs ({key}={value})",
+            )
+        _check(_libc.syscall(_SYS_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0), "create a tmpfs")
+        attributes = _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
+        return _check(_libc.syscall(_SYS_FSMOUNT, fs, _FSMOUNT_CLOEXEC, attributes), "mount a tmpfs (fsmount)")
+    finally:
+        os.close(fs)
 
 
 class StateDir:
@@ -187,9 +204,16 @@ class SandboxDir:
 
     def __init__(self, path: Path, tree: CgroupTree | None, *, lock_fd: int | None) -> None:
         self.path = path
-        self.fs = path / "fs"
         self._tree = tree
         self._lock_fd = lock_fd
+        #: The detached tmpfs's mount fd, while the sandbox has one.
+        self.fs_fd: int | None = None
+
+    @property
+    def fs(self) -> Path:
+        """The writable tree, reached through the mount fd (it is mounted nowhere on the host)."""
+        assert self.fs_fd is not None
+        return Path(f"/proc/self/fd/{self.fs_fd}")
 
     @classmethod
     def create(cls, state: StateDir, sandbox_id: str, tree: CgroupTree | None) -> SandboxDir:
@@ -207,9 +231,8 @@ class SandboxDir:
         (self.path / "cgroup").write_text(json.dumps({"version": cgroup.version, "paths": cgroup.paths}))
 
     def make_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
-        """Mount the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid."""
-        self.fs.mkdir(mode=0o711)
-        mount_tmpfs(self.fs, size_bytes=size_bytes, inodes=max(1024, size_bytes // 4096))
+        """Make the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid."""
+        self.fs_fd = detached_tmpfs(size_bytes=size_bytes, inodes=max(1024, size_bytes // 4096))
         for name in ("workspace", "tmp", "shm"):
             d = self.fs / name
             d.mkdir(mode=0o755)
@@ -217,15 +240,18 @@ class SandboxDir:
 
     def wipe_writable_tree(self, *, uid: int, gid: int) -> None:
         """Empty workspace/, tmp/ and shm/ and restore their owner and mode (no process may be using them)."""
-        wipe(self.fs, uid=uid, gid=gid)
+        if self.fs_fd is not None:
+            wipe(self.fs, uid=uid, gid=gid)
 
     def destroy(self) -> None:
-        """Kill and remove the cgroup, unmount the tmpfs, remove the directory, release the lock."""
+        """Kill and remove the cgroup, free the tmpfs, remove the directory, release the lock."""
         record = self.path / "cgroup"
         if record.exists() and self._tree is not None:
             data = json.loads(record.read_text())
             Cgroup(data["version"], self._tree.mounts, data["paths"]).remove()
-        unmount(self.fs)
+        if self.fs_fd is not None:
+            os.close(self.fs_fd)
+            self.fs_fd = None
         shutil.rmtree(self.path, ignore_errors=False)
         if self._lock_fd is not None:
             os.close(self._lock_fd)

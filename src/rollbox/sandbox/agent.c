@@ -1,11 +1,11 @@
 /*
  * rollbox-agent: the two small native pieces of rollbox's bubblewrap backend.
  *
- *   rollbox-agent launch --uid U --gid G --stage DIR [--bind SRC]... -- bwrap ARGS...
+ *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD] [--bind SRC]... -- bwrap ARGS...
  *       Runs on the host, as root, between rollbox and bubblewrap. It makes a private mount namespace in
  *       which the runtime directories (for example a Python under /root, which the sandbox uid could not
  *       traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the sandbox's own
- *       unprivileged uid, and runs bubblewrap as its child, reaping every process bubblewrap
+ *       unprivileged uid (FD, a detached mount of the sandbox's writable tree, is attached at DIR/fs first), and runs bubblewrap as its child, reaping every process bubblewrap
  *       orphans. Nothing it mounts is visible to the host.
  *
  *   rollbox-agent serve FD
@@ -79,6 +79,7 @@ static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
     const char *stage = NULL;
+    int fs = -1;
     const char *binds[64];
     int nbinds = 0, i;
 
@@ -87,6 +88,7 @@ static int launch(int argc, char **argv) {
         if (!strcmp(argv[i], "--uid")) uid = (uid_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--stage")) stage = argv[++i];
+        else if (!strcmp(argv[i], "--fs")) fs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bind") && nbinds < 64) binds[nbinds++] = argv[++i];
         else { dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]); return 125; }
     }
@@ -94,10 +96,21 @@ static int launch(int argc, char **argv) {
         dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--bind SRC]... -- CMD...\n");
         return 125;
     }
-    if (nbinds > 0) {
+    if (nbinds > 0 || fs >= 0) {
         if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
         if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
+        if (fs >= 0) {
+            /* A clone of the host's detached mount: the host keeps its own, to clone again after a restart. */
+            char target[4096];
+            snprintf(target, sizeof target, "%s/fs", stage);
+            if (mkdir(target, 0711) < 0) die(target);
+            int tree = (int)syscall(SYS_open_tree, fs, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+            if (tree < 0) die("open_tree");
+            if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
+            close(tree);
+            close(fs);
+        }
         for (int b = 0; b < nbinds; b++) {
             char target[4096];
             struct stat st;
