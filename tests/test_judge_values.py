@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -57,10 +58,18 @@ class SneakyInt(int):
     __hash__ = int.__hash__
 
 
-@pytest.mark.parametrize("value", [AlwaysEqual(), SneakyInt(3), [1, SneakyInt(2)], {"k": AlwaysEqual()}, object()])
-def test_anything_but_exact_builtins_is_refused(value: Any) -> None:
+@pytest.mark.parametrize("value", [AlwaysEqual(), {"k": AlwaysEqual()}, [1, AlwaysEqual()], object()])
+def test_objects_that_are_not_builtin_values_are_refused(value: Any) -> None:
     with pytest.raises(TypeError, match="not a plain builtin value"):
         encode(value)
+
+
+def test_subclasses_become_their_base_type_leaving_their_overrides_behind() -> None:
+    assert encode(SneakyInt(3)) == 3 and type(encode(SneakyInt(3))) is int
+    assert decode(encode([1, SneakyInt(2)])) == [1, 2]
+    assert decode(encode(Counter("aab"))) == {"a": 2, "b": 1}
+    assert type(decode(encode(Counter("aab")))) is dict
+    assert decode(encode(SneakyInt(3))) != 4  # the value compared outside is the plain 3
 
 
 def test_deep_nesting_and_unknown_tags_are_refused() -> None:

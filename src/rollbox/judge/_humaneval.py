@@ -149,7 +149,8 @@ def read_samples(path: Path, known: Iterable[str]) -> list[Sample]:
 
 async def _grade_sample(task: Task, sample: Sample, prompt: str) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="rollbox-humaneval-") as workspace:
-        Path(workspace, "solution.py").write_text(prompt + sample.completion + "\n")
+        # surrogatepass: a completion with a lone surrogate is not valid source, and fails as Python would say.
+        Path(workspace, "solution.py").write_bytes((prompt + sample.completion + "\n").encode("utf-8", "surrogatepass"))
         verdict: Verdict | None = None
         for _ in range(1 + _RETRIES):
             try:

@@ -1,9 +1,10 @@
 """Strict values: how a function's inputs and outputs cross the sandbox boundary, and how cases files spell them.
 
 Only plain builtin values exist here: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``complex``,
-``list``, ``tuple``, ``set``, ``frozenset`` and ``dict`` — each of exactly that type, never a subclass. An
-object whose ``__eq__`` always answers True cannot be encoded, so it can never be compared. JSON carries the
-rest with one-key tags: ``{"$tuple": [...]}``, ``{"$set": [...]}``, ``{"$frozenset": [...]}``,
+``list``, ``tuple``, ``set``, ``frozenset`` and ``dict`` — each of exactly that type. A subclass of one of them
+(a ``Counter``, an ``int`` subclass) is copied into its base type by the base type's own method, so whatever it
+overrides, ``__eq__`` included, is left behind; any other object cannot be encoded, so it can never be compared.
+JSON carries the rest with one-key tags: ``{"$tuple": [...]}``, ``{"$set": [...]}``, ``{"$frozenset": [...]}``,
 ``{"$dict": [[k, v], ...]}`` (keys that are not all strings), ``{"$float": "nan"}``, ``{"$bytes": "base64"}``,
 ``{"$complex": [re, im]}``.
 
@@ -20,6 +21,20 @@ from typing import Any
 __all__ = ["decode", "encode"]
 
 _MAX_DEPTH = 100
+
+
+#: How a subclass instance becomes its base type: the base's own methods, never the subclass's overrides.
+_BASE_COPIES: dict[type, Any] = {
+    int: int.__int__,
+    float: float.__float__,
+    str: str.__str__,
+    bytes: lambda v: bytes.__getitem__(v, slice(None)),
+    list: list.copy,
+    tuple: lambda v: tuple.__getitem__(v, slice(None)),
+    dict: dict.copy,
+    set: set.copy,
+    frozenset: frozenset.copy,
+}
 
 
 def encode(value: Any, _depth: int = 0) -> Any:
@@ -51,6 +66,9 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"$bytes": base64.b64encode(value).decode()}
     if kind is complex:
         return {"$complex": [encode(value.real), encode(value.imag)]}
+    for base, copy in _BASE_COPIES.items():
+        if isinstance(value, base) and kind is not bool:
+            return encode(copy(value), _depth + 1)
     raise TypeError(f"a value of type {kind.__module__}.{kind.__qualname__} is not a plain builtin value")
 
 
