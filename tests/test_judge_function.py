@@ -94,10 +94,17 @@ def test_legitimate_solutions_pass(task: Task, tmp_path: Path, name: str) -> Non
     assert verdict.status is VerdictStatus.PASSED, verdict
 
 
-def test_an_agents_own_failing_test_is_dropped_and_flagged_not_penalized(task: Task, tmp_path: Path) -> None:
-    verdict = grade_files(task, tmp_path, {"solution.py": CORRECT, "test_mine.py": "def test_x():\n    assert False\n"})
-    assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0
-    assert any(f["code"] == "agent_test_dropped" for f in verdict.flags)
+def test_files_that_only_matter_to_test_frameworks_are_the_candidates_own_here(task: Task, tmp_path: Path) -> None:
+    # No test framework runs over a function task's tree: its own test file and a module named like the standard
+    # library's are just part of its program.
+    files = {
+        "solution.py": "from code import lo\n" + CORRECT,
+        "code.py": "lo = min\n",
+        "test_mine.py": "assert False\n",
+    }
+    verdict = grade_files(task, tmp_path, files)
+    assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0, verdict
+    assert not [f for f in verdict.flags if f["code"].endswith("_dropped")]
 
 
 HACKS = {
@@ -150,16 +157,31 @@ def test_a_huge_file_is_the_candidates_failure_not_infra(task: Task, tmp_path: P
     assert [f["code"] for f in verdict.flags] == ["workspace_refused"]
 
 
-def test_a_tree_beyond_the_disk_limit_is_the_candidates_failure(task: Task, tmp_path: Path) -> None:
-    small = tmp_path / "small-disk"
+def small_disk_task(task: Task, root: Path) -> Task:
+    """The same task with a 4 MiB grading disk (1024 inodes)."""
     for item in ("workspace", "tests"):
-        (small / item).mkdir(parents=True)
-    (small / "workspace" / "solution.py").write_text(STUB)
-    (small / "tests" / "cases.jsonl").write_text((task.tests / "cases.jsonl").read_text())
-    (small / "task.toml").write_text(
+        (root / item).mkdir(parents=True)
+    (root / "workspace" / "solution.py").write_text(STUB)
+    (root / "tests" / "cases.jsonl").write_text((task.tests / "cases.jsonl").read_text())
+    (root / "task.toml").write_text(
         '[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "mean_pair"\n[limits]\ndisk = "4M"\n'
     )
+    return load_task(root)
+
+
+def test_a_tree_beyond_the_disk_limit_is_the_candidates_failure(task: Task, tmp_path: Path) -> None:
     files = {"solution.py": CORRECT, **{f"data{i}.bin": "y" * (2 << 20) for i in range(3)}}
-    verdict = grade_files(load_task(small), tmp_path, files)
+    verdict = grade_files(small_disk_task(task, tmp_path / "small"), tmp_path, files)
     assert verdict.status is VerdictStatus.ERROR and verdict.reward == 0.0
+    assert [f["code"] for f in verdict.flags] == ["workspace_refused"]
+    assert "disk limit" in verdict.flags[0]["detail"]
+
+
+def test_a_tree_within_the_byte_limit_that_still_fills_the_disk_is_the_candidates_failure(
+    task: Task, tmp_path: Path
+) -> None:
+    # Tiny files: few bytes, but more inodes than the 4 MiB grading sandbox has.
+    files = {"solution.py": CORRECT, **{f"many/f{i}": "z" for i in range(2000)}}
+    verdict = grade_files(small_disk_task(task, tmp_path / "small"), tmp_path, files)
+    assert verdict.status is VerdictStatus.ERROR and verdict.reward == 0.0, verdict
     assert [f["code"] for f in verdict.flags] == ["workspace_too_large"]

@@ -111,6 +111,8 @@ LEGITIMATE: dict[str, dict[str, str | None]] = {
 def test_legitimate_solutions_pass(task: Task, tmp_path: Path, name: str) -> None:
     verdict = grade_files(task, tmp_path, LEGITIMATE[name])
     assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0, verdict
+    if name == "its own failing test file":
+        assert [f["code"] for f in verdict.flags if f["path"] == "test_mine.py"] == ["agent_test_dropped"]
 
 
 REPORT_REWRITE = textwrap.dedent("""

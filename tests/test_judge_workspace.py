@@ -328,7 +328,7 @@ def test_build_refuses_a_parent_swapped_for_a_link(tmp_path: Path, trees: tuple[
     outside = tmp_path / "outside"
     write(outside, {"new.py": "stolen\n"})
     (candidate / "sub").symlink_to(outside)
-    with pytest.raises(WorkspaceError, match="could not build"):
+    with pytest.raises(WorkspaceError, match="in the candidate workspace"):
         build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
 
 

@@ -81,6 +81,13 @@ def _ratio(reference: float, candidate: float) -> float:
     return round(min(1.0, reference / max(candidate, 1e-9)) * 20) / 20 if reference > 0 else 1.0
 
 
+def _infra(task: Task, start: float, error: str) -> Verdict:
+    """The verdict when rollbox or the host failed: no reward, so that a trainer masks it."""
+    return Verdict(
+        task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=error, duration_s=time.monotonic() - start
+    )
+
+
 def _refused(task: Task, start: float, code: str, detail: str) -> Verdict:
     """The verdict for a candidate whose changes could not even be set up for grading."""
     flag = {"code": code, "path": "", "detail": detail}
@@ -99,7 +106,8 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
     start = time.monotonic()
     runner = _RUNNERS[type(task.grading)]
     try:
-        changes = diff_workspace(task.workspace, Path(solution))
+        guard = isinstance(task.grading, PytestGrading | ScriptGrading)  # a test framework runs over the tree
+        changes = diff_workspace(task.workspace, Path(solution), guard=guard, max_total_bytes=task.limits.disk_bytes)
         flags = changes.flags + scan_changes(Path(solution), [*changes.added, *changes.modified])
         with tempfile.TemporaryDirectory(prefix="rollbox-grade-") as tree:
             build_grading_tree(task.workspace, Path(solution), Path(tree), changes)
@@ -110,17 +118,12 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
         return _refused(task, start, "workspace_refused", str(exc))
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise
-        # The candidate's files do not fit in the grading sandbox's disk limit: its failure, not rollbox's.
+            return _infra(task, start, f"{type(exc).__name__}: {exc}")
+        # Only writing the candidate's tree into the grading sandbox can fill a disk here (the host's own
+        # failures are RollboxErrors): the tree fits the byte limit but not the sandbox (inodes, blocks).
         return _refused(task, start, "workspace_too_large", str(exc))
     except RollboxError as exc:
-        return Verdict(
-            task_id=task.id,
-            status=VerdictStatus.INFRA_ERROR,
-            reward=None,
-            error=str(exc),
-            duration_s=time.monotonic() - start,
-        )
+        return _infra(task, start, str(exc))
     status = _status(report)
     found = [f.to_json() for f in flags] + list(report.flags)
     if status is VerdictStatus.TAMPERED:

@@ -141,12 +141,12 @@ def is_protected(
     return found[1] if found else None
 
 
-def _walk(root: Path, *, limit: int | None = None) -> tuple[dict[str, _Entry], set[str]]:
+def _walk(root: Path, *, limit: int | None = None, max_bytes: int | None = None) -> tuple[dict[str, _Entry], set[str]]:
     """Every non-ignored leaf under ``root`` (never following links), and every directory (relative paths)."""
     leaves: dict[str, _Entry] = {}
     dirs: set[str] = set()
     stack = [""]
-    count = 0
+    count = total = 0
     while stack:
         rel = stack.pop()
         with os.scandir(root / rel if rel else root) as it:
@@ -167,6 +167,11 @@ def _walk(root: Path, *, limit: int | None = None) -> tuple[dict[str, _Entry], s
                 stack.append(child)
             elif stat.S_ISREG(st.st_mode):
                 leaves[child] = _Entry("file", st.st_size)
+                total += st.st_size
+                if max_bytes is not None and total > max_bytes:
+                    raise WorkspaceError(
+                        f"the candidate workspace {root} holds more than {max_bytes} bytes, the task's disk limit"
+                    )
             elif stat.S_ISLNK(st.st_mode):
                 leaves[child] = _Entry("link", target=os.readlink(entry.path))
             else:
@@ -275,8 +280,10 @@ def diff_workspace(
     candidate: Path,
     *,
     protected: Sequence[str] = (),
+    guard: bool = True,
     max_file_bytes: int = 16 * _MiB,
     max_files: int = 20_000,
+    max_total_bytes: int | None = None,
 ) -> Changes:
     """Compare the candidate's workspace with the pristine one and decide which changes grading applies.
 
@@ -284,22 +291,34 @@ def diff_workspace(
         pristine: the task's workspace (trusted).
         candidate: the workspace the candidate left behind (hostile).
         protected: the task's test paths (``"tests/"``, or exact files); changes there are refused.
+        guard: refuse changes to protected paths (conftest, runner configuration, shadowing modules, tests...).
+            Runners that run a test framework over the workspace need it; for a ``function`` or ``stdio`` task
+            the candidate's files are only its own program, and nothing is refused.
         max_file_bytes: the largest candidate file accepted.
         max_files: the most files and directories the candidate's workspace may hold.
+        max_total_bytes: the most bytes all its files may hold together (the grading sandbox's disk limit).
 
     Raises:
         WorkspaceError: the candidate's workspace holds more than ``max_files`` entries, a file over
-            ``max_file_bytes``, or something that cannot be read.
+            ``max_file_bytes``, more than ``max_total_bytes`` in all, or something that cannot be read.
     """
     try:
-        return _diff(pristine, candidate, protected, max_file_bytes, max_files)
+        return _diff(pristine, candidate, protected, guard, max_file_bytes, max_files, max_total_bytes)
     except OSError as exc:
         raise WorkspaceError(f"could not compare the candidate workspace {candidate} with {pristine}: {exc}") from exc
 
 
-def _diff(pristine: Path, candidate: Path, protected: Sequence[str], max_file_bytes: int, max_files: int) -> Changes:
+def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
+    pristine: Path,
+    candidate: Path,
+    protected: Sequence[str],
+    guard: bool,
+    max_file_bytes: int,
+    max_files: int,
+    max_total_bytes: int | None,
+) -> Changes:
     ours = {p: e for p, e in _walk(pristine)[0].items() if e.kind != "other"}
-    theirs = _walk(candidate, limit=max_files)[0]
+    theirs = _walk(candidate, limit=max_files, max_bytes=max_total_bytes)[0]
     packages = {p.rpartition("/")[0] for p in theirs if p.rpartition("/")[2] == "__init__.py"}
     added: list[str] = []
     modified: list[str] = []
@@ -313,6 +332,8 @@ def _diff(pristine: Path, candidate: Path, protected: Sequence[str], max_file_by
         return _read(root, path, max_file_bytes)
 
     def refused(path: str, *versions: bytes | None) -> bool:
+        if not guard:
+            return False
         flag = _refusal(path, protected, packages, path in ours, [v for v in versions if v is not None] or [None])
         if flag is not None:
             dropped.append(path)
@@ -372,14 +393,19 @@ def _place(candidate: Path, dest: Path, rel: str) -> None:
         target.unlink()
     elif target.is_dir():
         shutil.rmtree(target)  # a pristine directory the candidate replaced with a file
-    st = os.lstat(candidate / rel)
-    if stat.S_ISLNK(st.st_mode):
-        link = os.readlink(candidate / rel)
+    try:  # reading the candidate's tree: a failure here is the candidate's doing
+        st = os.lstat(candidate / rel)
+        link = os.readlink(candidate / rel) if stat.S_ISLNK(st.st_mode) else None
+        source = None if link is not None else _open_beneath(candidate, rel)
+    except OSError as exc:
+        raise WorkspaceError(f"{rel!r} in the candidate workspace could not be read: {exc.strerror}") from exc
+    if link is not None:
         if not _link_stays_inside(candidate, rel, link):
             raise WorkspaceError(f"{rel!r} in the candidate workspace changed into a link out of it since the diff")
         os.symlink(link, target)
         return
-    with os.fdopen(_open_beneath(candidate, rel), "rb") as src, open(target, "xb") as out:
+    assert source is not None
+    with os.fdopen(source, "rb") as src, open(target, "xb") as out:
         shutil.copyfileobj(src, out, _CHUNK)
     target.chmod(0o755 if st.st_mode & stat.S_IXUSR else 0o644)
 
@@ -410,4 +436,5 @@ def build_grading_tree(pristine: Path, candidate: Path, dest: Path, changes: Cha
         for rel in sorted((*changes.added, *changes.modified)):
             _place(candidate, dest, rel)
     except OSError as exc:
-        raise WorkspaceError(f"could not build the grading tree {dest} from {candidate}: {exc}") from exc
+        # Writing the host's temporary directory failed (the candidate's tree fit the limits already): a host fault.
+        raise RollboxError(f"could not build the grading tree {dest} from {candidate}: {exc}") from exc
