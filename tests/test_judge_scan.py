@@ -150,3 +150,7 @@ def test_only_regular_python_files_are_read(tmp_path: Path) -> None:
     (tmp_path / "link.py").symlink_to("/etc/passwd")
     os.mkfifo(tmp_path / "pipe.py")
     assert scan_changes(tmp_path, ["notes.txt", "link.py", "pipe.py", "missing.py"]) == ()
+
+
+def test_a_huge_file_is_flagged_not_parsed(tmp_path: Path) -> None:
+    assert scan(tmp_path, "x = [" + "1, " * 400_000 + "]\nimport sys\nsys.exit(0)\n") == {"not_scanned"}

@@ -199,7 +199,12 @@ def _open_beneath(root: Path, rel: str) -> int:
     return file_fd
 
 
-def _read(root: Path, rel: str, max_bytes: int) -> bytes:
+def read_candidate_file(root: Path, rel: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``rel`` under ``root``, read without following links.
+
+    Raises:
+        WorkspaceError: it is over ``max_bytes``, or not a regular file.
+    """
     fd = _open_beneath(root, rel)
     with os.fdopen(fd, "rb") as f:
         data = f.read(max_bytes + 1)
@@ -329,7 +334,7 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
     def toml(root: Path, path: str, entry: _Entry | None) -> bytes | None:
         if entry is None or entry.kind != "file" or path.rpartition("/")[2] != "pyproject.toml":
             return None
-        return _read(root, path, max_file_bytes)
+        return read_candidate_file(root, path, max_file_bytes)
 
     def refused(path: str, *versions: bytes | None) -> bool:
         if not guard:
