@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -185,3 +186,20 @@ def test_a_tree_within_the_byte_limit_that_still_fills_the_disk_is_the_candidate
     verdict = grade_files(small_disk_task(task, tmp_path / "small"), tmp_path, files)
     assert verdict.status is VerdictStatus.ERROR and verdict.reward == 0.0, verdict
     assert [f["code"] for f in verdict.flags] == ["workspace_too_large"]
+
+
+def test_links_of_the_task_reach_the_grading_sandbox(task: Task, tmp_path: Path) -> None:
+    root = tmp_path / "linked"
+    (root / "workspace" / "impl").mkdir(parents=True)
+    (root / "workspace" / "impl" / "real.py").write_text(STUB)
+    (root / "workspace" / "solution.py").symlink_to("impl/real.py")
+    (root / "tests").mkdir()
+    (root / "tests" / "cases.jsonl").write_text((task.tests / "cases.jsonl").read_text())
+    (root / "task.toml").write_text(
+        '[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "mean_pair"\n'
+    )
+    candidate = tmp_path / "candidate"
+    shutil.copytree(root / "workspace", candidate, symlinks=True)
+    (candidate / "impl" / "real.py").write_text(CORRECT)
+    verdict = asyncio.run(grade(load_task(root), candidate))
+    assert verdict.status is VerdictStatus.PASSED, verdict

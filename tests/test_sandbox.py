@@ -255,3 +255,22 @@ def test_parsers_accept_human_units_and_refuse_garbage() -> None:
         parse_size("lots")
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration("-1")
+
+
+def test_write_tree_copies_files_and_links_never_following_them(tmp_path: Path) -> None:
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "impl.py").write_text("VALUE = 7\n")
+    (tmp_path / "src" / "alias.py").symlink_to("pkg/impl.py")
+    (tmp_path / "src" / "escape").symlink_to("/etc/shadow")  # inside the sandbox this is the sandbox's own /etc
+    (tmp_path / "src" / "linked_dir").symlink_to("pkg")
+
+    async def main() -> tuple[int, ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            count = await sb.write_tree(tmp_path / "src")
+            return count, await sb.exec(
+                ["sh", "-c", "python3 -c 'import alias; print(alias.VALUE)'; readlink escape linked_dir"]
+            )
+
+    count, result = asyncio.run(main())
+    assert count == 4
+    assert result.stdout_text == "7\n/etc/shadow\npkg\n", result

@@ -7,6 +7,7 @@ instead of leading the host, which runs as root, somewhere else.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -14,7 +15,7 @@ import stat
 import struct
 from pathlib import PurePosixPath
 
-__all__ = ["read_beneath", "resolve_sandbox_path", "write_beneath"]
+__all__ = ["read_beneath", "resolve_sandbox_path", "symlink_beneath", "write_beneath"]
 
 _SYS_OPENAT2 = 437  # the same number on x86_64 and on the asm-generic architectures (aarch64)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -83,12 +84,11 @@ def read_beneath(root: str, relative: str) -> bytes:
         return f.read()
 
 
-def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, mode: int = 0o644) -> None:
-    """Write ``data`` to ``relative`` under ``root``, making parent directories, owned by ``uid``/``gid``."""
-    parts = PurePosixPath(relative).parts
+def _open_parent(root: str, relative: str, *, uid: int, gid: int) -> int:
+    """An fd of the directory that holds ``relative`` under ``root``, making missing directories on the way."""
     dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in parts[:-1]:
+        for part in PurePosixPath(relative).parts[:-1]:
             try:
                 os.mkdir(part, 0o755, dir_fd=dirfd)
                 os.chown(part, uid, gid, dir_fd=dirfd, follow_symlinks=False)
@@ -97,8 +97,18 @@ def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, 
             next_fd = _openat2(dirfd, part, os.O_PATH | os.O_DIRECTORY)
             os.close(dirfd)
             dirfd = next_fd
+    except BaseException:
+        os.close(dirfd)
+        raise
+    return dirfd
+
+
+def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, mode: int = 0o644) -> None:
+    """Write ``data`` to ``relative`` under ``root``, making parent directories, owned by ``uid``/``gid``."""
+    dirfd = _open_parent(root, relative, uid=uid, gid=gid)
+    try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-        fd = _regular(_openat2(dirfd, parts[-1], flags, mode), relative)
+        fd = _regular(_openat2(dirfd, PurePosixPath(relative).name, flags, mode), relative)
         os.ftruncate(fd, 0)
     finally:
         os.close(dirfd)
@@ -106,3 +116,19 @@ def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, 
         os.fchown(f.fileno(), uid, gid)
         os.fchmod(f.fileno(), mode)
         f.write(data)
+
+
+def symlink_beneath(root: str, relative: str, target: str, *, uid: int, gid: int) -> None:
+    """Make ``relative`` under ``root`` a symbolic link to ``target``, replacing a file or link already there.
+
+    The target is not checked: a link only ever resolves inside the sandbox, and the host never follows one.
+    """
+    dirfd = _open_parent(root, relative, uid=uid, gid=gid)
+    name = PurePosixPath(relative).name
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dirfd)
+        os.symlink(target, name, dir_fd=dirfd)
+        os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+    finally:
+        os.close(dirfd)

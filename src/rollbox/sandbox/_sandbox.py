@@ -20,7 +20,7 @@ from typing import Literal, Protocol
 from ._agent import AgentConnection, ExecGroup, ExecRequest
 from ._bwrap import PATH, BwrapSandbox
 from ._errors import SandboxError, SandboxStateError
-from ._files import read_beneath, resolve_sandbox_path, write_beneath
+from ._files import read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
 from ._limits import Limits, Network
 from ._process import ProcessSandbox
 from ._result import ExecResult
@@ -228,10 +228,11 @@ class Sandbox:
         )
 
     async def write_tree(self, source: str | os.PathLike[str], dest: str = ".", *, read_only: bool = False) -> int:
-        """Copy the regular files under the host directory ``source`` to ``dest`` (relative: under /workspace).
+        """Copy the files and symbolic links under the host directory ``source`` to ``dest`` (relative: under
+        /workspace).
 
-        Symbolic links and special files in ``source`` are skipped, never followed. ``read_only`` is as for
-        :meth:`write_file`. Returns the file count.
+        Links are copied as links, never followed (inside the sandbox they can only point into the sandbox);
+        other special files are skipped. ``read_only`` is as for :meth:`write_file`. Returns the entry count.
 
         Raises:
             ValueError: ``dest`` is outside /workspace and /tmp.
@@ -240,19 +241,34 @@ class Sandbox:
         count = 0
         root = os.fspath(source)
         for directory, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]
-            for name in files:
+            links = [d for d in dirs if os.path.islink(os.path.join(directory, d))]
+            dirs[:] = [d for d in dirs if d not in links]
+            for name in [*files, *links]:
                 path = os.path.join(directory, name)
-                if os.path.islink(path) or not os.path.isfile(path):
-                    continue
-                with open(path, "rb") as f:
-                    data = f.read()
                 relative = os.path.relpath(path, root)
                 target = relative if dest in (".", "") else f"{dest.rstrip('/')}/{relative}"
-                mode = 0o755 if os.access(path, os.X_OK) else 0o644
-                await self.write_file(target, data, mode=mode, read_only=read_only)
+                if os.path.islink(path):
+                    await self.write_link(target, os.readlink(path))
+                elif os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        data = f.read()
+                    mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                    await self.write_file(target, data, mode=mode, read_only=read_only)
+                else:
+                    continue
                 count += 1
         return count
+
+    async def write_link(self, path: str, target: str) -> None:
+        """Make ``path`` (relative: under /workspace) a symbolic link to ``target``, as ``ln -sf`` would.
+
+        Raises:
+            ValueError: the path is outside /workspace and /tmp.
+            OSError: the link could not be made.
+        """
+        root, relative = resolve_sandbox_path(path)
+        impl = self._open()
+        symlink_beneath(os.path.join(impl.writable_root, root), relative, target, uid=impl.uid, gid=impl.uid)
 
     async def read_file(self, path: str) -> bytes:
         """Read a file from /workspace (relative paths) or /tmp.
