@@ -214,7 +214,9 @@ class AgentConnection:
             with contextlib.suppress(ProcessLookupError):
                 pidfd = os.pidfd_open(self._process.pid)
                 try:
-                    exited, _, _ = select.select([pidfd], [], [], _EXIT_TIMEOUT_S)
+                    poller = select.poll()  # not select(): with a thousand sandboxes open, fds pass 1024
+                    poller.register(pidfd, select.POLLIN)
+                    exited = poller.poll(_EXIT_TIMEOUT_S * 1000)
                 finally:
                     os.close(pidfd)
                 if not exited:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import secrets
 import shutil
 import socket
@@ -57,6 +58,7 @@ class BwrapHost:
                 "container), or pass backend='process', which is not a security boundary."
             )
         self.bwrap = bwrap
+        _raise_open_files_limit()
         self.agent = agent_binary()
         self.cgroups = CgroupTree.detect()
         self.state = StateDir()
@@ -70,6 +72,14 @@ class BwrapHost:
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
+
+
+def _raise_open_files_limit() -> None:
+    """Lift the soft limit on open files to the hard one: each live sandbox holds a few fds on the host, and the
+    usual soft limit of 1024 would stop a process at a few hundred sandboxes."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _runtime_binds() -> list[str]:
