@@ -78,7 +78,7 @@ def _raise_open_files_limit() -> None:
     """Lift the soft limit on open files to the hard one: each live sandbox holds a few fds on the host, and the
     usual soft limit of 1024 would stop a process at a few hundred sandboxes."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+    if 0 <= soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
