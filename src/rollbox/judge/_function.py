@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import ExecResult, Sandbox, Status
+from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
@@ -15,6 +15,8 @@ from ._check import merge_reports, run_check
 from ._report import RunnerReport
 from ._values import decode, encode
 from ._verdict import GradedTest, Outcome
+
+_FRESH = FreshSandboxes()
 
 __all__ = ["FunctionCase", "load_cases", "run_function"]
 
@@ -76,13 +78,15 @@ def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tup
     return outcomes, import_failed, None
 
 
-async def run_function(task: Task, grading: FunctionGrading, tree: Path) -> RunnerReport:
+async def run_function(
+    task: Task, grading: FunctionGrading, tree: Path, sandboxes: SandboxSource = _FRESH
+) -> RunnerReport:
     """Grade the candidate's function in a fresh sandbox built from ``tree`` (the pristine task plus its changes)."""
     cases = load_cases(task.tests / grading.cases) if grading.cases else []
     inputs = json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
     package = resources.files("rollbox.judge")
     reports: list[RunnerReport] = []
-    async with Sandbox(limits=task.limits, network=task.network) as sb:
+    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
         driver = package.joinpath("_function_driver.py").read_bytes()
         await sb.write_file(f"{_JUDGE_DIR}/driver.py", driver, read_only=True)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import RollboxError, Status
+from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
 from ._function import run_function
@@ -25,7 +25,7 @@ from ._workspace import WorkspaceError, build_grading_tree, diff_workspace
 
 __all__ = ["grade"]
 
-Runner = Callable[[Task, Any, Path], Awaitable[RunnerReport]]
+Runner = Callable[[Task, Any, Path, SandboxSource], Awaitable[RunnerReport]]
 _RUNNERS: dict[type, Runner] = {
     FunctionGrading: run_function,
     PytestGrading: run_pytest,
@@ -62,7 +62,7 @@ def _fingerprint(task: Task) -> str:
     return digest.hexdigest()
 
 
-async def _reference_usage(task: Task, runner: Runner) -> tuple[float, int] | None:
+async def _reference_usage(task: Task, runner: Runner, sandboxes: SandboxSource) -> tuple[float, int] | None:
     """(CPU seconds, peak memory) of the reference solution's grading run, once per task content; ``None`` when
     it does not pass, which turns the efficiency terms off."""
     key = _fingerprint(task)
@@ -70,7 +70,7 @@ async def _reference_usage(task: Task, runner: Runner) -> tuple[float, int] | No
         with tempfile.TemporaryDirectory(prefix="rollbox-reference-") as tree:
             shutil.copytree(task.workspace, tree, dirs_exist_ok=True, symlinks=True)
             shutil.copytree(task.solution, tree, dirs_exist_ok=True, symlinks=True)
-            report = await runner(task, task.grading, Path(tree))
+            report = await runner(task, task.grading, Path(tree), sandboxes)
         passed = _status(report) is VerdictStatus.PASSED
         _references[key] = (report.cpu_s, report.peak_memory_bytes) if passed else None
     return _references.get(key)
@@ -96,13 +96,15 @@ def _refused(task: Task, start: float, code: str, detail: str) -> Verdict:
     )
 
 
-async def grade(task: Task, solution: str | Path) -> Verdict:
+async def grade(task: Task, solution: str | Path, *, sandboxes: SandboxSource | None = None) -> Verdict:
     """Grade the candidate workspace ``solution`` against ``task``.
 
     The candidate contributes only its changes to the task's workspace, minus protected paths (dropped and
     reported in ``flags``). Grading runs in a fresh sandbox; a failure of rollbox or the host gives status
-    ``infra_error`` with reward ``None``, never a score.
+    ``infra_error`` with reward ``None``, never a score. ``sandboxes`` says where grading sandboxes come from:
+    fresh ones by default, or warm ones (:class:`rollbox.sandbox.WarmSandboxes`), reset between uses.
     """
+    source: SandboxSource = sandboxes or FreshSandboxes()
     start = time.monotonic()
     runner = _RUNNERS[type(task.grading)]
     try:
@@ -111,7 +113,7 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
         flags = changes.flags + scan_changes(Path(solution), [*changes.added, *changes.modified])
         with tempfile.TemporaryDirectory(prefix="rollbox-grade-") as tree:
             build_grading_tree(task.workspace, Path(solution), Path(tree), changes)
-            report = await runner(task, task.grading, Path(tree))
+            report = await runner(task, task.grading, Path(tree), source)
     except WorkspaceError as exc:
         # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,
         # never a masked infra_error it could learn to provoke.
@@ -135,7 +137,7 @@ async def grade(task: Task, solution: str | Path) -> Verdict:
     else:
         efficiency = (1.0, 1.0)
         if (task.reward.cpu_weight or task.reward.memory_weight) and status is VerdictStatus.PASSED:
-            reference = await _reference_usage(task, runner)
+            reference = await _reference_usage(task, runner, source)
             if reference is None:
                 found.append({"code": "reference_failed", "path": "solution/", "detail": "efficiency terms off"})
             else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import RollboxError
+from rollbox.sandbox import RollboxError, SandboxSource, WarmSandboxes
 from rollbox.tasks import Task
 
 from ._grade import grade
@@ -147,14 +147,14 @@ def read_samples(path: Path, known: Iterable[str]) -> list[Sample]:
     return samples
 
 
-async def _grade_sample(task: Task, sample: Sample, prompt: str) -> Verdict:
+async def _grade_sample(task: Task, sample: Sample, prompt: str, sandboxes: SandboxSource) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="rollbox-humaneval-") as workspace:
         # surrogatepass: a completion with a lone surrogate is not valid source, and fails as Python would say.
         Path(workspace, "solution.py").write_bytes((prompt + sample.completion + "\n").encode("utf-8", "surrogatepass"))
         verdict: Verdict | None = None
         for _ in range(1 + _RETRIES):
             try:
-                verdict = await grade(task, workspace)
+                verdict = await grade(task, workspace, sandboxes=sandboxes)
             except Exception as exc:  # a bug of rollbox's must not sink the other samples: report it as one
                 verdict = Verdict(
                     task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=f"{type(exc).__name__}: {exc}"
@@ -174,22 +174,24 @@ async def evaluate_samples(
 ) -> list[SampleResult]:
     """Grade every sample, ``workers`` at a time; the results come back in the samples' order.
 
-    ``progress`` is called with each result as it is done (in completion order).
+    Grading sandboxes are warm (``workers`` per configuration) and reset between samples, so no sample pays for a
+    sandbox's creation. ``progress`` is called with each result as it is done (in completion order).
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     prompts = {task_id: (task.workspace / "solution.py").read_text() for task_id, task in tasks.items()}
     gate = asyncio.Semaphore(workers)
+    async with WarmSandboxes(size=workers) as sandboxes:
 
-    async def one(sample: Sample) -> SampleResult:
-        async with gate:
-            verdict = await _grade_sample(tasks[sample.task_id], sample, prompts[sample.task_id])
-        result = SampleResult(sample=sample, verdict=verdict)
-        if progress is not None:
-            progress(result)
-        return result
+        async def one(sample: Sample) -> SampleResult:
+            async with gate:
+                verdict = await _grade_sample(tasks[sample.task_id], sample, prompts[sample.task_id], sandboxes)
+            result = SampleResult(sample=sample, verdict=verdict)
+            if progress is not None:
+                progress(result)
+            return result
 
-    return list(await asyncio.gather(*(one(s) for s in samples)))
+        return list(await asyncio.gather(*(one(s) for s in samples)))
 
 
 def write_results(path: Path, results: Sequence[SampleResult]) -> None:

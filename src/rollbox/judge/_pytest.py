@@ -20,13 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import Sandbox, Status
+from rollbox.sandbox import FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
 
 from ._canary import add_canaries
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
+
+_FRESH = FreshSandboxes()
 
 __all__ = ["run_pytest"]
 
@@ -94,12 +96,12 @@ class _Channel:
             self.forged = f"the result channel carried a forged or repeated report: {json.dumps(record)[:200]}"
 
 
-async def run_pytest(task: Task, grading: PytestGrading, tree: Path) -> RunnerReport:
+async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
     """Grade the candidate's tree against the task's hidden pytest tests in a fresh sandbox."""
     static: list[str] = []
     canaries: list[str] = []
     package = resources.files("rollbox.judge")
-    async with Sandbox(limits=task.limits, network=task.network) as sb:
+    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
         # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
         await sb.write_tree(task.tests, f"{_JUDGE}/tests", read_only=True)

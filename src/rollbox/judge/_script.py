@@ -43,12 +43,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox import ExecResult, Sandbox, Status
+from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status
 from rollbox.tasks import ScriptGrading, Task
 
 from ._channel import GRADING_ENV
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
+
+_FRESH = FreshSandboxes()
 
 __all__ = ["REWARD_DIR", "TESTS_DIR", "parse_reward", "run_script", "scan_reward_channel"]
 
@@ -151,9 +153,9 @@ async def _read_reward(sb: Sandbox, started: float, ended: float) -> tuple[Outco
     return Outcome.FAILED, None, None
 
 
-async def _verify(task: Task, grading: ScriptGrading, tree: Path) -> _Run:
+async def _verify(task: Task, grading: ScriptGrading, tree: Path, sandboxes: SandboxSource) -> _Run:
     """Run the task's script against ``tree`` in a fresh sandbox."""
-    async with Sandbox(limits=task.limits, network=task.network) as sb:
+    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
         await sb.write_tree(task.tests, TESTS_DIR)
         setup = await sb.exec(["sh", "-c", f"rm -rf /tmp/rollbox-logs && mkdir -p {REWARD_DIR}"], cwd="/tmp")
@@ -181,11 +183,11 @@ def _digest(grading: ScriptGrading, *roots: Path) -> str:
     return digest.hexdigest()
 
 
-async def _canary(task: Task, grading: ScriptGrading) -> str | None:
+async def _canary(task: Task, grading: ScriptGrading, sandboxes: SandboxSource) -> str | None:
     """Why the script proves nothing (the pristine workspace passes it too), or ``None`` when it failed as it must."""
     key = _digest(grading, task.workspace, task.tests)
     if key not in _CANARIES:
-        run = await _verify(task, grading, task.workspace)
+        run = await _verify(task, grading, task.workspace, sandboxes)
         if run.result.status is Status.INFRA_ERROR:
             return None  # no finding; try again next time
         _CANARIES[key] = (
@@ -197,15 +199,15 @@ async def _canary(task: Task, grading: ScriptGrading) -> str | None:
     return _CANARIES[key]
 
 
-async def run_script(task: Task, grading: ScriptGrading, tree: Path) -> RunnerReport:
+async def run_script(task: Task, grading: ScriptGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
     """Grade ``tree`` (the pristine task plus the candidate's changes) with the task's script in a fresh sandbox."""
-    run = await _verify(task, grading, tree)
+    run = await _verify(task, grading, tree, sandboxes)
     if run.result.status is Status.INFRA_ERROR:
         return RunnerReport(
             tests=(GradedTest("script", Outcome.MISSING),), run_status=Status.INFRA_ERROR, detail=run.result.error
         )
     tampered = scan_reward_channel(task.workspace, tree)
-    useless = await _canary(task, grading) if tampered is None and run.outcome is Outcome.PASSED else None
+    useless = await _canary(task, grading, sandboxes) if tampered is None and run.outcome is Outcome.PASSED else None
     return RunnerReport(
         tests=(GradedTest("script", run.outcome),),
         run_status=run.result.status,

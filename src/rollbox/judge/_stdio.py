@@ -24,12 +24,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox import ExecResult, Sandbox, Status
+from rollbox.sandbox import ExecResult, FreshSandboxes, Network, SandboxSource, Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
 
 from ._channel import GRADING_ENV
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
+
+_FRESH = FreshSandboxes()
 
 __all__ = ["StdioCase", "load_cases", "outputs_match", "run_stdio"]
 
@@ -139,10 +141,12 @@ def _ran(result: ExecResult) -> Outcome | None:
     return Outcome.ERROR if result.status is Status.SIGNALED else Outcome.FAILED
 
 
-async def _run_cases(task: Task, grading: StdioGrading, tree: Path, cases: Sequence[StdioCase]) -> list[ExecResult]:
+async def _run_cases(
+    task: Task, grading: StdioGrading, tree: Path, cases: Sequence[StdioCase], sandboxes: SandboxSource
+) -> list[ExecResult]:
     """Run the command once per case in one fresh sandbox, stopping after a case that ends the run."""
     results: list[ExecResult] = []
-    async with Sandbox(limits=task.limits, network=task.network) as sb:
+    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
         for case in cases:
             results.append(await sb.exec(list(grading.command), stdin=case.input, env=GRADING_ENV))
@@ -152,7 +156,7 @@ async def _run_cases(task: Task, grading: StdioGrading, tree: Path, cases: Seque
 
 
 async def _check(
-    task: Task, checker: str, cases: Sequence[StdioCase], outputs: dict[int, bytes]
+    task: Task, checker: str, cases: Sequence[StdioCase], outputs: dict[int, bytes], sandboxes: SandboxSource
 ) -> tuple[dict[int, Outcome], ExecResult | None]:
     """The checker's outcome for each output, from a sandbox of its own; and its infrastructure failure, if any."""
     program = f"/workspace/{checker}"
@@ -160,7 +164,7 @@ async def _check(
     argv = [program] if direct else ["python3", "-s", program]
     argv += [f"{_CHECK_DIR}/input", f"{_CHECK_DIR}/expected", f"{_CHECK_DIR}/output"]
     outcomes: dict[int, Outcome] = {}
-    async with Sandbox(limits=task.limits) as sb:
+    async with sandboxes.sandbox(limits=task.limits, network=Network.NONE) as sb:
         await sb.write_tree(task.tests)
         for index, output in outputs.items():
             await sb.write_file(f"{_CHECK_DIR}/input", cases[index].input)
@@ -176,7 +180,7 @@ async def _check(
     return outcomes, None
 
 
-async def run_stdio(task: Task, grading: StdioGrading, tree: Path) -> RunnerReport:
+async def run_stdio(task: Task, grading: StdioGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
     """Grade the candidate's command in a fresh sandbox built from ``tree`` (the pristine task plus its changes).
 
     Raises:
@@ -188,7 +192,7 @@ async def run_stdio(task: Task, grading: StdioGrading, tree: Path) -> RunnerRepo
             task.path / "task.toml",
             f"[grading] comparator 'checker' needs a checker program in tests/, got {grading.checker!r}",
         )
-    results = await _run_cases(task, grading, tree, cases)
+    results = await _run_cases(task, grading, tree, cases, sandboxes)
     outcomes = [Outcome.MISSING] * len(cases)
     unchecked: dict[int, bytes] = {}
     for index, result in enumerate(results):
@@ -204,7 +208,7 @@ async def run_stdio(task: Task, grading: StdioGrading, tree: Path) -> RunnerRepo
             outcomes[index] = Outcome.PASSED if matched else Outcome.FAILED
     failure = next((r for r in results if r.status is Status.INFRA_ERROR), None)
     if failure is None and unchecked and grading.checker:
-        checked, failure = await _check(task, grading.checker, cases, unchecked)
+        checked, failure = await _check(task, grading.checker, cases, unchecked, sandboxes)
         for index, outcome in checked.items():
             outcomes[index] = outcome
     statuses = [r.status for r in results] + ([failure.status] if failure else [])

@@ -5,7 +5,7 @@ The lowest layer of rollbox; it imports nothing else of rollbox.
 
 from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError
 from ._limits import Limits, Network, parse_duration, parse_size
-from ._pool import PoolExhausted, SandboxPool
+from ._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
 from ._process import InsecureBackendWarning
 from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
@@ -13,6 +13,7 @@ from ._sandbox import Backend, Sandbox, run
 __all__ = [
     "Backend",
     "ExecResult",
+    "FreshSandboxes",
     "InsecureBackendWarning",
     "IsolationUnavailable",
     "Limits",
@@ -22,8 +23,10 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxPool",
+    "SandboxSource",
     "SandboxStateError",
     "Status",
+    "WarmSandboxes",
     "parse_duration",
     "parse_size",
     "run",

@@ -16,12 +16,13 @@ import contextlib
 import enum
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
 
 from ._errors import RollboxError, SandboxError, SandboxStateError
 from ._limits import Limits, Network
 from ._sandbox import Backend, Sandbox
 
-__all__ = ["PoolExhausted", "SandboxPool"]
+__all__ = ["FreshSandboxes", "PoolExhausted", "SandboxPool", "SandboxSource", "WarmSandboxes"]
 
 
 class PoolExhausted(RollboxError):
@@ -165,3 +166,58 @@ class SandboxPool:
         async with self._available:
             self._idle.append(sandbox)
             self._available.notify()
+
+
+class SandboxSource(Protocol):
+    """Where code that needs a sandbox for a while gets one: fresh each time, or warm from pools."""
+
+    def sandbox(self, *, limits: Limits, network: Network) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        """A sandbox with these limits and network for the duration of an ``async with`` block."""
+        ...
+
+
+class FreshSandboxes:
+    """A new sandbox for every use, destroyed after it: the default."""
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        """A new sandbox, destroyed when the block ends."""
+        async with Sandbox(limits=limits, network=network) as sb:
+            yield sb
+
+
+class WarmSandboxes:
+    """One warm :class:`SandboxPool` per configuration (limits and network), made on first use.
+
+    async with WarmSandboxes(size=4) as sandboxes:
+        verdict = await grade(task, workspace, sandboxes=sandboxes)
+    """
+
+    def __init__(self, *, size: int) -> None:
+        self.size = size
+        self._pools: dict[tuple[Limits, Network], SandboxPool] = {}
+        self._opening = asyncio.Lock()
+
+    async def __aenter__(self) -> WarmSandboxes:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every pool (idempotent)."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        """A warm sandbox of this configuration, reset when the block ends."""
+        key = (limits, Network(network))
+        async with self._opening:
+            if key not in self._pools:
+                pool = SandboxPool(size=self.size, limits=limits, network=network)
+                await pool.__aenter__()
+                self._pools[key] = pool
+        async with self._pools[key].sandbox() as sb:
+            yield sb
