@@ -203,3 +203,38 @@ def test_links_of_the_task_reach_the_grading_sandbox(task: Task, tmp_path: Path)
     (candidate / "impl" / "real.py").write_text(CORRECT)
     verdict = asyncio.run(grade(load_task(root), candidate))
     assert verdict.status is VerdictStatus.PASSED, verdict
+
+
+LEAVER = textwrap.dedent("""
+    import os, subprocess
+    for path in ("/tmp/.rollbox-judge/_values.py", "/tmp/.rollbox-judge/driver.py", "/workspace/sitecustomize.py",
+                 "/tmp/sitecustomize.py", "/dev/shm/planted"):
+        try:
+            with open(path, "w") as f:
+                f.write("import os\\nos._exit(0)\\n")
+        except OSError:
+            pass
+    subprocess.Popen(["sh", "-c", "sleep 2; for fd in /proc/[0-9]*/fd/3; do echo forged > $fd; done"],
+                     start_new_session=True)
+    def mean_pair(xs):
+        return None
+""")
+
+
+def test_in_warm_sandboxes_one_candidate_cannot_touch_the_next(task: Task, tmp_path: Path) -> None:
+    from rollbox.sandbox import WarmSandboxes
+
+    async def main() -> list[Verdict]:
+        verdicts = []
+        async with WarmSandboxes(size=1) as sandboxes:
+            for name, code in (("leaver", LEAVER), ("honest", CORRECT), ("wrong", STUB)):
+                workspace = tmp_path / name
+                workspace.mkdir()
+                (workspace / "solution.py").write_text(code)
+                verdicts.append(await grade(task, workspace, sandboxes=sandboxes))
+        return verdicts
+
+    leaver, honest, wrong = asyncio.run(main())
+    assert leaver.status is VerdictStatus.FAILED
+    assert honest.status is VerdictStatus.PASSED and honest.reward == 1.0, honest
+    assert wrong.status is VerdictStatus.FAILED and wrong.reward == 0.0, wrong
