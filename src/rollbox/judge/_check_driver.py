@@ -1,23 +1,26 @@
-"""Runs inside a grading sandbox: the task's ``check(candidate)`` and its must-fail canaries, in the judge's order.
+"""Runs inside a grading sandbox: ONE variant of the task's check (the real one or a canary) against the candidate.
 
-    python3 -s driver.py MODULE_FILE ENTRY_POINT < checks.json
+    python3 -s driver.py MODULE_FILE ENTRY_POINT < variant.json
 
-stdin is ``{"checks": [{"id": ..., "source": ...}, ...], "watch": [MODULE, ...]}``: every check module (the
-task's own check and the canaries the judge derived from it, shuffled, each under a random id; nothing here says
-which is which), and the modules the checks import, to be imported and watched before the candidate's code runs.
-Each check gets the candidate's function wrapped so that every value it returns is a strict value, round-tripped
-through the judge's codec: an object that claims to equal everything never reaches an assertion.
+stdin is ``{"id": ..., "source": ..., "watch": [MODULE, ...]}``: one check module under a random id, and the
+modules the check imports, to be imported and watched before the candidate's code runs. The judge starts one such
+process, in a fresh sandbox, per variant: nothing here says whether this is the real check, and no other
+variant is anywhere in this process. The check gets the candidate's function wrapped so that every value
+it returns is a strict value, round-tripped through the judge's codec: an object that claims to equal everything
+never reaches an assertion.
 
 Reports go, one JSON object a line, to a duplicate of the original stdout taken before the candidate's code is
 imported; the candidate's own prints go to stderr:
 
     {"ready": true}                              before any code of the task or the candidate runs
     {"import_error": "..."}                      the candidate's module could not be imported
+    {"integrity": "..."}                         a builtin, or a name the check relies on, was rebound
     {"id": "...", "outcome": "passed"|"failed"|"error"}
-    {"integrity": "..."}                         a builtin, or a name a check relies on, was rebound
+                                                 the completion record, written once, after the check returned
 
-Sources arrive on stdin, not as files, so there is nothing on disk for the candidate to read. Only the
-standard library; the codec is loaded privately, never registered in ``sys.modules``.
+The candidate runs in this process and can forge any of these; the judge tells forgeries apart only by
+comparing variants (see ``_check.py``). Sources arrive on stdin, not as files, so there is nothing on disk for
+the candidate to read. Only the standard library; the codec is loaded privately, never put in ``sys.modules``.
 """
 
 import builtins
@@ -87,22 +90,20 @@ def main():
         channel.flush()
 
     request = json.load(sys.stdin)
-    checks = request["checks"]
+    variant_id = request["id"]
     emit({"ready": True})
 
     snapshots = [snapshot("builtins", builtins.__dict__, False)]
     watch_modules(request["watch"], snapshots)
-    loaded = []
-    for number, entry in enumerate(checks):
-        module = types.ModuleType(f"_rollbox_check_{number}")
-        try:
-            exec(compile(entry["source"], f"<check {number}>", "exec"), module.__dict__)
-            loaded.append((entry["id"], module.__dict__["check"]))
-        except BaseException:  # a broken check is that check's error, reported below
-            loaded.append((entry["id"], None))
-            continue
-        snapshots.append(snapshot(f"check module {number}", module.__dict__, True))
-    del checks, request
+    module = types.ModuleType("_rollbox_check")
+    try:
+        exec(compile(request["source"], "<check>", "exec"), module.__dict__)
+        check = module.__dict__["check"]
+    except BaseException:  # a broken check is this run's error, reported below
+        check = None
+    else:
+        snapshots.append(snapshot("the check's module", module.__dict__, True))
+    del request
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(module_file)))
     name = os.path.splitext(os.path.basename(module_file))[0]
@@ -122,26 +123,25 @@ def main():
         # Only a strict value comes back: exact builtin types, rebuilt from their JSON form.
         return decode(loads(dumps(encode(function(*args, **kwargs)))))
 
-    for check_id, check in loaded:
-        if check is None:
+    if check is None:
+        outcome = "error"
+    else:
+        try:
+            check(candidate)
+            outcome = "passed"
+        except AssertionError:
+            outcome = "failed"
+        except BaseException:  # SystemExit from the candidate fails the check, not the run
             outcome = "error"
-        else:
-            try:
-                check(candidate)
-                outcome = "passed"
-            except AssertionError:
-                outcome = "failed"
-            except BaseException:  # SystemExit from the candidate fails this check, not the run
-                outcome = "error"
-        changed = rebound(snapshots)
-        if changed is not None:
-            emit({"integrity": f"{changed} was rebound while a check ran"})
-        emit({"id": check_id, "outcome": outcome})
+    changed = rebound(snapshots)
+    if changed is not None:
+        emit({"integrity": f"{changed} was rebound while the check ran"})
+    emit({"id": variant_id, "outcome": outcome})  # the completion record: the last thing this process writes
     try:
         flush_out()
         flush_err()
     finally:
-        exit_now(0)  # no atexit handler or finalizer of the candidate's runs after the last report
+        exit_now(0)  # no atexit handler or finalizer of the candidate's runs after the completion record
 
 
 if __name__ == "__main__":
