@@ -5,7 +5,10 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import re
+import shutil
 import textwrap
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -120,14 +123,73 @@ def test_without_a_literal_the_one_opposite_assertion_is_the_canary(check: str, 
         "def check(c):\n    return\n    assert c(1) == 1\n",
         "def check(c):\n    for i in range(9):\n        if i > 3:\n            break\n        assert c(i) == i\n",
         "def check(c):\n    assert True\n",
+        "def check(c):\n    x = 4\n    assert x == 4\n",
     ],
 )
-def test_assertions_that_might_not_run_are_never_mutated_a_sentinel_canary_is_used(check: str) -> None:
-    variants = check_variants(check)
-    canary = next(v for v in variants if v.canary)
-    real = next(v for v in variants if not v.canary)
-    assert canary.source.startswith(real.source)  # the task's check, wrapped
-    assert run_variant(canary.source, lambda x: x) in ("failed", "error")
+def test_without_an_assertion_that_surely_runs_and_uses_the_candidate_there_is_no_canary(check: str) -> None:
+    (variant,) = check_variants(check)  # never a recognisable stand-in (the old sentinel wrapper)
+    assert not variant.canary and variant.source == ast.unparse(ast.parse(check))
+
+
+def significant_digits(value: object) -> int:
+    return len(Decimal(repr(value)).normalize().as_tuple().digits)
+
+
+@pytest.mark.parametrize(
+    ("expected", "tolerance"),
+    [
+        ("0.33", None),
+        ("123.456", None),
+        ("2.25", None),
+        ("1e-06", None),
+        ("900", None),
+        ("-7", None),
+        ("31415", None),
+        ("'Hello world'", None),
+        ("[1.5, 'ab', 7]", None),
+        ("(2, 6, 3)", None),
+        ("0.456", "1e-06"),
+        ("2.0", "0.5"),
+        ("7", "1e-09"),
+    ],
+)
+def test_mutated_literals_keep_the_originals_type_and_precision(expected: str, tolerance: str | None) -> None:
+    test = f"abs(candidate(1) - {expected}) < {tolerance}" if tolerance else f"candidate(1) == {expected}"
+    original = ast.literal_eval(expected)
+    seen = set()
+    for _ in range(30):
+        canaries = [v.source for v in check_variants(f"def check(candidate):\n    assert {test}\n") if v.canary]
+        assert 1 <= len(canaries) <= 2
+        compare = ast.parse(canaries[0]).body[0].body[0].test  # type: ignore[attr-defined]
+        value = ast.literal_eval(compare.left.args[0].right if tolerance else compare.comparators[0])
+        assert type(value) is type(original) and value != original, canaries[0]
+        if isinstance(original, int | float):
+            assert significant_digits(value) == significant_digits(original), canaries[0]
+            assert (value < 0) == (original < 0), canaries[0]
+            if tolerance:
+                assert abs(value - original) > 2 * float(tolerance), canaries[0]
+        elif isinstance(original, str):
+            assert len(value) == len(original) and sum(a != b for a, b in zip(value, original, strict=True)) == 1
+        else:
+            assert len(value) == len(original), canaries[0]
+        seen.add(repr(value))
+    assert len(seen) > 1  # drawn at random, not a fixed stand-in
+
+
+def test_a_float_target_is_not_rounded_to_three_decimals() -> None:
+    check = "def check(candidate):\n    assert abs(candidate(1) - 0.123456) < 1e-09\n"
+    canaries = [v.source for _ in range(20) for v in check_variants(check) if v.canary]
+    targets = [re.search(r"- (\S+)\) <", c).group(1) for c in canaries]  # type: ignore[union-attr]
+    assert all(len(t.split(".")[1]) == 6 for t in targets), targets
+
+
+def test_an_assertion_on_a_value_derived_from_the_candidate_is_a_spot() -> None:
+    check = (
+        "import math\n\ndef poly(x):\n    return 1 - 2 * x\n\ndef check(candidate):\n    for _ in range(3):\n"
+        "        root = candidate([1, -2])\n        assert math.fabs(poly(root)) < 0.0001\n"
+    )
+    canaries = [v.source for v in check_variants(check) if v.canary]
+    assert len(canaries) == 1 and "assert math.fabs(poly(root)) >= 0.0001" in canaries[0]
 
 
 def test_merge_reports_keeps_every_test_and_the_worst_status() -> None:
@@ -240,3 +302,113 @@ def test_reading_the_answers_out_of_the_check_is_caught_by_the_canaries(tmp_path
     for _ in range(3):
         verdict = grade_code(literal, tmp_path, ANSWER_READER)
         assert verdict.status is VerdictStatus.TAMPERED and verdict.reward == -1.0, verdict
+
+
+# -- the reviewer's exploits, against one process per variant ----------------------------------------------------
+
+#: At import, walks up the frames to every check function it can reach (a local, or in a list of (id, check)) and
+#: gives it a no-op body, skipping those that look like the old sentinel canary.
+SWAP_CHECKS = textwrap.dedent("""
+    import sys
+
+    def _noop(candidate):
+        return None
+
+    def _swap():
+        frame = sys._getframe()
+        while frame is not None:
+            for value in list(frame.f_locals.values()):
+                for item in value if isinstance(value, list) else [value]:
+                    for f in item if isinstance(item, tuple) else (item,):
+                        if getattr(f, "__name__", None) == "check" and not any(
+                            k.startswith("_task_check_") for k in getattr(f, "__globals__", {})
+                        ):
+                            f.__code__ = _noop.__code__
+            frame = frame.f_back
+""")
+#: When called, finds every id its process knows, reports each passed on every fd that might be the channel, exits.
+FORGE_OWN_REPORT = textwrap.dedent("""
+    import json, os, re, sys
+
+    def _forge():
+        ids, frame = set(), sys._getframe()
+        while frame is not None:
+            for value in frame.f_locals.values():
+                if isinstance(value, str) and re.fullmatch("[0-9a-f]{16}", value):
+                    ids.add(value)
+            frame = frame.f_back
+        for fd in range(3, 21):
+            for i in ids:
+                try:
+                    os.write(fd, (json.dumps({"id": i, "outcome": "passed"}) + "\\n").encode())
+                except OSError:
+                    pass
+        os._exit(0)
+""")
+#: Subverts the check only in the first process that runs (a marker in every writable place says who came first).
+FIRST_ONLY = SWAP_CHECKS + textwrap.dedent("""
+    import os
+
+    _markers = ["/tmp/.first", "/workspace/.first", "/dev/shm/.first"]
+    if not any(os.path.exists(m) for m in _markers):
+        for m in _markers:
+            try:
+                open(m, "w").close()
+            except OSError:
+                pass
+        _swap()
+""")
+EXPLOITS = {
+    "swaps the check's code at import": "def square(x):\n    return 0\n" + SWAP_CHECKS + "_swap()\n",
+    "forges its own report and exits": "def square(x):\n    _forge()\n" + FORGE_OWN_REPORT,
+    "subverts only the first run": "def square(x):\n    return 0\n" + FIRST_ONLY,
+}
+
+
+@pytest.mark.parametrize("name", EXPLOITS)
+def test_subverting_the_process_passes_the_canaries_too(task: Task, tmp_path: Path, name: str) -> None:
+    for _ in range(2):  # random variant orders
+        verdict = grade_code(task, tmp_path, EXPLOITS[name])
+        assert verdict.status is VerdictStatus.TAMPERED and verdict.reward == -1.0, verdict
+        assert verdict.status is not VerdictStatus.PASSED and verdict.reward <= 0
+
+
+#: One certain assertion and no literal expectation: its only canary is the flipped assertion.
+FLIP_ONLY_CHECK = "def check(candidate):\n    for x in range(-3, 4):\n        assert candidate(x) == x * x\n"
+
+
+def test_honest_wrong_code_that_satisfies_a_flipped_canary_fails_and_is_not_tampered(tmp_path: Path) -> None:
+    flip = make_task(tmp_path / "task", FLIP_ONLY_CHECK)
+    (canary,) = [v for v in check_variants(FLIP_ONLY_CHECK) if v.canary]
+    assert "candidate(x) != x * x" in canary.source
+    for _ in range(3):
+        verdict = grade_code(flip, tmp_path, "def square(x):\n    return x * x + 1\n")  # passes the canary
+        assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
+    assert grade_code(flip, tmp_path, CORRECT).status is VerdictStatus.PASSED
+
+
+def test_without_a_canary_a_pass_still_needs_the_drivers_completion_record(tmp_path: Path) -> None:
+    no_canary = make_task(
+        tmp_path / "task", "def check(candidate):\n    if candidate(2) != 4:\n        raise AssertionError\n"
+    )
+    assert [v.canary for v in check_variants((no_canary.tests / "check.py").read_text())] == [False]
+    assert grade_code(no_canary, tmp_path, CORRECT).status is VerdictStatus.PASSED
+    verdict = grade_code(no_canary, tmp_path, "import os\ndef square(x):\n    os._exit(0)\n")
+    assert verdict.status is not VerdictStatus.PASSED and verdict.reward == 0.0, verdict
+    assert verdict.tests[0].outcome is Outcome.MISSING
+
+
+def test_every_variant_runs_on_the_whole_tree_links_included(tmp_path: Path) -> None:
+    linked = make_task(tmp_path / "task", CHECK)
+    (linked.workspace / "impl").mkdir()
+    (linked.workspace / "impl" / "real.py").write_text(STUB)
+    (linked.workspace / "solution.py").unlink()
+    (linked.workspace / "solution.py").symlink_to("impl/real.py")
+    candidate = tmp_path / "candidate"
+    shutil.copytree(linked.workspace, candidate, symlinks=True)
+    (candidate / "impl" / "real.py").write_text("from helpers.power import square\n")
+    (candidate / "helpers").mkdir()
+    (candidate / "helpers" / "__init__.py").write_text("")
+    (candidate / "helpers" / "power.py").write_text(CORRECT)
+    verdict = asyncio.run(grade(load_task(linked.path), candidate))
+    assert verdict.status is VerdictStatus.PASSED, verdict

@@ -95,9 +95,10 @@ async def run_function(
             reports.append(await run_check(sb, task, grading))
         if cases:
             result = await sb.exec(
-                ["python3", "-s", f"{_JUDGE_DIR}/driver.py", f"/workspace/{grading.module}", grading.entry_point],
+                ["python3", f"{_JUDGE_DIR}/driver.py", f"/workspace/{grading.module}", grading.entry_point],
                 stdin=inputs,
                 env=GRADING_ENV,
+                warm_python=True,  # a fork of the sandbox's pre-started interpreter, never a fresh start-up
             )
             reports.append(_cases_report(grading, cases, result))
     return merge_reports(reports)

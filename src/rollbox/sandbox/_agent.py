@@ -28,7 +28,7 @@ from ._streams import OutputCapture, StdinFeeder
 
 __all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Usage", "classify"]
 
-_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_RESET = 1, 2, 3, 4
+_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_RESET, _MSG_ZYGOTE = 1, 2, 3, 4, 5
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
 _EXITED = struct.Struct("<Iiqq")
 _WORD = struct.Struct("<I")  # one-word messages: ready, reset
@@ -114,13 +114,13 @@ def classify(
     return (Status.OK if exit_code == 0 else Status.NONZERO_EXIT), exit_code, signo
 
 
-def _encode(request: ExecRequest, limits: Limits) -> bytes:
+def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> bytes:
     env = [f"{k}={v}" for k, v in request.env.items()]
     strings = [request.cwd, *request.argv, *env]
     if any("\0" in s for s in strings):
         raise ValueError("arguments, environment and cwd must not contain NUL characters")
     header = _EXEC_HEADER.pack(
-        _MSG_EXEC,
+        kind,
         len(request.argv),
         len(env),
         0,
@@ -142,7 +142,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class AgentConnection:
     """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
 
-    def __init__(self, sock: socket.socket, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, sock: socket.socket, process: subprocess.Popen[bytes] | None) -> None:
         self._sock = sock
         self._process = process
         self._loop = asyncio.get_running_loop()
@@ -176,8 +176,33 @@ class AgentConnection:
         if len(message) >= _WORD.size and _WORD.unpack_from(message)[0] == _MSG_READY:
             return
         self.close()
-        stderr = self._process.stderr.read().decode(errors="replace").strip() if self._process.stderr else ""
+        stream = self._process.stderr if self._process is not None else None
+        stderr = stream.read().decode(errors="replace").strip() if stream is not None else ""
         raise SandboxError(f"the sandbox failed to start: {stderr or 'no message (the launcher died)'}")
+
+    async def start_zygote(self, argv: Sequence[str], env: Mapping[str, str], limits: Limits) -> AgentConnection:
+        """Have the agent start the Python zygote (``zygote.py``); returns the connection to it, ready.
+
+        Raises:
+            SandboxError: the zygote did not start.
+        """
+        host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = ExecRequest(argv=argv, env=env, cwd="/", stdin=None, timeout_s=0)
+        try:
+            fds = array.array("i", [zygote_end.fileno()])
+            self._sock.sendmsg([_encode(request, limits, _MSG_ZYGOTE)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            answer = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            host_end.close()
+            raise SandboxError(f"the sandbox's agent did not start the zygote: {exc}") from exc
+        finally:
+            zygote_end.close()
+        if answer != _WORD.pack(_MSG_ZYGOTE):
+            host_end.close()
+            raise SandboxError("the sandbox's agent could not start the zygote")
+        zygote = AgentConnection(host_end, None)
+        await zygote.wait_ready()
+        return zygote
 
     async def remove_ipc_objects(self) -> None:
         """Have the agent remove every SysV IPC object of the sandbox (between users of a reused sandbox).
@@ -209,6 +234,8 @@ class AgentConnection:
 
     def reap(self) -> None:
         """Wait for the launcher to exit, killing it if it does not (idempotent)."""
+        if self._process is None:
+            return
         if self._process.poll() is None:
             # A pidfd wakes us the moment it exits; Popen.wait(timeout) would poll with growing sleeps.
             with contextlib.suppress(ProcessLookupError):

@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 from ._agent import AgentConnection, ExecGroup, Usage, _Exited
@@ -35,6 +36,8 @@ __all__ = ["BwrapHost", "BwrapSandbox"]
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _AGENT_PATH = "/opt/rollbox/agent"
+_ZYGOTE_PATH = "/opt/rollbox/zygote.py"
+_ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox").joinpath("zygote.py"))
 # The interpreter's own directory comes first, so that ``python3`` is the interpreter rollbox runs on, found
 # where a virtual environment's pyvenv.cfg makes its installed packages visible.
 PATH = ":".join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]))
@@ -142,6 +145,7 @@ class BwrapSandbox:
         self._uid_lock: int | None = None
         self._agent: AgentConnection | None = None
         self._next_group: _CgroupExecGroup | None = None
+        self._zygote: AgentConnection | None = None
         self._execs = 0
 
     @property
@@ -179,7 +183,7 @@ class BwrapSandbox:
         fs_fd = self._dir.fs_fd
         assert fs_fd is not None
         launcher += ["--stage", str(self.host.state.stage), "--fs", str(fs_fd)]
-        staged = [*self.host.runtime_binds, str(self.host.agent)]
+        staged = [*self.host.runtime_binds, str(self.host.agent), _ZYGOTE_SOURCE]
         for source in staged:
             launcher += ["--bind", source]
         argv = [*launcher, "--", self.host.bwrap, *self._bwrap_args(staged, seccomp_r)]
@@ -230,7 +234,7 @@ class BwrapSandbox:
         args += ["--ro-bind", str(self.host.state.etc), "/etc"]
         stage = self.host.state.stage
         for index, source in enumerate(staged):
-            target = _AGENT_PATH if source == str(self.host.agent) else source
+            target = {str(self.host.agent): _AGENT_PATH, _ZYGOTE_SOURCE: _ZYGOTE_PATH}.get(source, source)
             args += ["--ro-bind", f"{stage}/{index}", target]
         args += ["--proc", "/proc", "--dev", "/dev"]
         fs = f"{stage}/fs"  # where the launcher attaches the writable tree, in its own mount namespace
@@ -276,6 +280,9 @@ class BwrapSandbox:
         if self._agent is None or not self._agent.alive:
             if self._agent is not None:
                 self._agent.close()
+            if self._zygote is not None:
+                self._zygote.close()
+                self._zygote = None
             await self._start_agent()
         group, self._next_group = self._next_group or self._new_group(), None
         return group
@@ -291,11 +298,29 @@ class BwrapSandbox:
         assert isinstance(group, _CgroupExecGroup)
         group.cgroup.remove()
 
+    async def zygote(self) -> AgentConnection:
+        """The sandbox's Python zygote, started on first use and again if something killed it.
+
+        Raises:
+            SandboxError: it could not be started.
+        """
+        if self._zygote is not None and self._zygote.alive:
+            return self._zygote
+        if self._zygote is not None:
+            self._zygote.close()
+        env = {"PATH": PATH, "PYTHONHASHSEED": "0", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/workspace"}
+        argv = ["python3", "-s", _ZYGOTE_PATH, "serve", "3"]
+        self._zygote = await self.agent.start_zygote(argv, env, self.limits)
+        return self._zygote
+
     def close(self) -> None:
         """Kill everything, remove the cgroup, free the tree, free the uid (idempotent)."""
         # Closing the socket ends the agent, then bubblewrap's init, then bubblewrap, each reaped by its parent
         # (killing them all at once would orphan bubblewrap's init to the host's pid 1). The host's side of the
         # tree goes while they exit: their mount namespace holds its own reference to the tmpfs.
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
         if self._agent is not None:
             self._agent.shutdown()
         self._next_group = None

@@ -129,6 +129,10 @@ class ProcessSandbox:
         assert self._agent is not None
         return self._agent
 
+    async def zygote(self) -> AgentConnection:
+        """No zygote here: ``warm_python`` commands start Python as usual."""
+        return self.agent
+
     def finish_exec(self, group: ExecGroup) -> None:
         """Nothing to remove: the process group is gone with its processes."""
 

@@ -15,7 +15,9 @@
  *       kernel attaches its pid, translated into the host's pid namespace), waits for the host to place it
  *       in the exec's cgroup, and execs the command. The agent reports the exit status and exits when the
  *       host closes the socket. It keeps no state between requests. A RESET request removes every SysV IPC
- *       object of the sandbox's ipc namespace, so that the sandbox can serve a new user.
+ *       object of the sandbox's ipc namespace, so that the sandbox can serve a new user. A ZYGOTE request
+ *       starts the Python zygote (zygote.py), which serves EXEC requests on its own socket by forking
+ *       itself instead of exec'ing a new interpreter.
  *
  * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside could kill it.
  * Every limit and every measurement that matters is enforced or taken by the host through cgroups.
@@ -51,6 +53,7 @@ extern char **environ;
 #define MSG_READY 2u
 #define MSG_EXITED 3u
 #define MSG_RESET 4u          /* remove every SysV IPC object; answered with the same word */
+#define MSG_ZYGOTE 5u         /* like EXEC, with one fd (the helper's socket); answered with the same word */
 #define MSG_MAX (1u << 20)
 
 struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
@@ -217,6 +220,25 @@ static void remove_ipc_objects(void) {
     }
 }
 
+/* Start a long-lived helper (the Python zygote) that speaks this same protocol on its own socket, passed as fd
+ * 3. It belongs to the sandbox, not to a command: no cgroup of a command, no limits of one. */
+static void start_zygote(int sock, int fd, char *cwd, char **args, char **env) {
+    uint32_t answer = MSG_ZYGOTE;
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* dup2 onto itself keeps close-on-exec, which the received fd has: clear it then. */
+        if ((fd == 3 ? fcntl(3, F_SETFD, 0) : dup2(fd, 3)) < 0) die("fd 3");
+        if (syscall(SYS_close_range, 4, ~0U, 0) < 0) die("close_range");
+        if (chdir(cwd) < 0) die(cwd);
+        environ = env;
+        execvp(args[0], args);
+        die(args[0]);
+    }
+    close(fd);
+    if (pid < 0) answer = 0;
+    send(sock, &answer, sizeof answer, 0);
+}
+
 static int serve(int sock) {
     static char buf[MSG_MAX];
     uint32_t ready = MSG_READY;
@@ -228,6 +250,7 @@ static int serve(int sock) {
         char cbuf[CMSG_SPACE(sizeof fds)];
         struct iovec iov = {buf, sizeof buf};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}  /* a zygote that ended; no command is running now */
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
         if (n == 0) return 0;
         if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
@@ -240,23 +263,30 @@ static int serve(int sock) {
         }
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         struct exec_header h;
-        if ((size_t)n < sizeof h || c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof fds)) {
+        size_t nfds = type == MSG_ZYGOTE ? 1 : 4;
+        if ((size_t)n < sizeof h || c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(nfds * sizeof(int))) {
             dprintf(2, "rollbox-agent: malformed request\n");
             return 125;
         }
-        memcpy(fds, CMSG_DATA(c), sizeof fds);
+        memcpy(fds, CMSG_DATA(c), nfds * sizeof(int));
         memcpy(&h, buf, sizeof h);
         char *end = buf + n, *p = buf + sizeof h;
         char **args = calloc(h.argc + 1, sizeof *args), **env = calloc(h.envc + 1, sizeof *env);
         char *cwd = p;
         p = memchr(p, '\0', (size_t)(end - p));
-        if (h.type != MSG_EXEC || h.argc == 0 || !args || !env || p == NULL) {
+        if ((h.type != MSG_EXEC && h.type != MSG_ZYGOTE) || h.argc == 0 || !args || !env || p == NULL) {
             dprintf(2, "rollbox-agent: malformed request\n");
             return 125;
         }
         p++;
         for (uint32_t k = 0; k < h.argc; k++) { args[k] = p; p = memchr(p, '\0', (size_t)(end - p)); if (!p) return 125; p++; }
         for (uint32_t k = 0; k < h.envc; k++) { env[k] = p; p = memchr(p, '\0', (size_t)(end - p)); if (!p) return 125; p++; }
+        if (h.type == MSG_ZYGOTE) {
+            start_zygote(sock, fds[0], cwd, args, env);
+            free(args);
+            free(env);
+            continue;
+        }
         pid_t pid = fork();
         if (pid < 0) {
             struct exited_msg m = {MSG_EXITED, -errno, 0, 0};

@@ -1,0 +1,167 @@
+"""rollbox's Python zygote: runs inside a sandbox and serves ``python3 SCRIPT ARGS...`` without starting Python.
+
+    python3 -s zygote.py serve FD
+
+Started once per sandbox by the agent (``agent.c``, ZYGOTE request), it imports what scripts commonly need, then
+speaks the agent's protocol on FD: for each EXEC request it forks a child that does exactly what the agent's child
+does (a new session, the command's stdin/stdout/stderr, its rlimits, announcing itself for the host to place it in
+the command's cgroup) and then, instead of exec'ing a new interpreter, runs the script in the copy of this
+already-started one, with the command's arguments, environment and working directory.
+
+The zygote never runs any of the program's code itself, so every child starts from the same pristine state; a
+child changes only its own copy. Like the agent it is not trusted by the host: if the program kills it, rollbox
+starts another. Only the standard library; it must stay importable by every Python rollbox supports.
+"""
+
+import array
+import atexit
+import contextlib
+import ctypes
+import gc
+import importlib
+import os
+import resource
+import runpy
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+#: What scripts commonly import, and what runpy itself needs (pkgutil, which pulls in typing): paid for once here
+#: instead of in every child.
+PRELOADED = (
+    "base64", "bisect", "collections", "copy", "functools", "heapq", "importlib.util", "itertools", "json", "math",
+    "pkgutil", "random", "re", "string", "typing",
+)  # fmt: skip
+for _name in PRELOADED:
+    importlib.import_module(_name)
+# The compiler sets itself up on first use; done here, a child's first compile costs microseconds, not 1.5 ms.
+compile("import os\nx = [i for i in range(3)]\ndef f(a, *b, **c):\n    return {**c}\n", "<warm-up>", "exec")
+
+_EXEC, _READY, _EXITED = 1, 2, 3
+_HEADER = struct.Struct("<IIIIqqq")
+_EXITED_MSG = struct.Struct("<Iiqq")
+_MAX_REQUEST = 1 << 20
+
+
+def _rlimits(cpu_time_s: int, open_files: int, file_size_bytes: int) -> None:
+    if cpu_time_s >= 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_time_s, cpu_time_s + 1))
+    if open_files >= 0:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+    if file_size_bytes >= 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_bytes, file_size_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """What a Python process exits with for ``SystemExit(code)``."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _python_environment(env: dict[str, str]) -> None:
+    """Apply what a fresh interpreter reads from its environment at start-up, where a fork still can.
+
+    PYTHONPATH, PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED are honoured. The hash seed is the zygote's
+    (PYTHONHASHSEED=0, fixed so that runs are reproducible); other start-up options are not applied.
+    """
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[1:1] = extra
+    if env.get("PYTHONUNBUFFERED"):
+        for stream in (sys.stdout, sys.stderr):
+            stream.reconfigure(write_through=True)  # type: ignore[union-attr]
+
+
+def _run(fds: list[int], cwd: str, argv: list[str], env: dict[str, str], limits: tuple[int, int, int]) -> None:
+    """The child: become the command, wait to be placed in its cgroup, run the script, exit as Python would."""
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        _rlimits(*limits)
+        sync = socket.socket(fileno=3)
+        sync.send(b"r")  # the kernel attaches our pid, in the host's pid namespace
+        if sync.recv(1) != b"g":
+            os._exit(125)
+        sync.close()
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        time.tzset()
+        _python_environment(env)
+        script = argv[1]
+        sys.argv = argv[1:]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        code = 0
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:
+            code = _exit_code(exc)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        threading._shutdown()  # type: ignore[attr-defined]  # join non-daemon threads, as interpreter exit does
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(code)
+
+
+def _serve(sock: socket.socket) -> None:
+    while True:
+        fds = array.array("i")
+        message, ancillary, _flags, _addr = sock.recvmsg(_MAX_REQUEST, socket.CMSG_SPACE(4 * fds.itemsize))
+        if not message:
+            return
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        kind, argc, envc, _reserved, cpu_time_s, open_files, file_size_bytes = _HEADER.unpack_from(message)
+        strings = message[_HEADER.size :].split(b"\0")
+        if kind != _EXEC or len(fds) != 4 or len(strings) < 1 + argc + envc or argc < 2:
+            return  # a malformed request: the host restarts us
+        cwd = os.fsdecode(strings[0])
+        argv = [os.fsdecode(s) for s in strings[1 : 1 + argc]]
+        env = dict(os.fsdecode(s).partition("=")[::2] for s in strings[1 + argc : 1 + argc + envc])
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            _run(list(fds), cwd, argv, env, (cpu_time_s, open_files, file_size_bytes))
+        for fd in fds:
+            os.close(fd)
+        _pid, status, usage = os.wait4(pid, 0)
+        cpu_us = int((usage.ru_utime + usage.ru_stime) * 1_000_000)
+        sock.send(_EXITED_MSG.pack(_EXITED, status, cpu_us, usage.ru_maxrss))
+
+
+def main() -> None:
+    if len(sys.argv) != 3 or sys.argv[1] != "serve":
+        sys.exit("usage: zygote.py serve FD")
+    # Keep the programs this zygote runs away from its memory and fds through /proc (PR_SET_DUMPABLE = 4).
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    sock = socket.socket(fileno=int(sys.argv[2]))
+    os.set_inheritable(sock.fileno(), False)
+    gc.freeze()  # children never scan (and so never copy) what the zygote allocated
+    sock.send(struct.pack("<I", _READY))
+    _serve(sock)
+
+
+if __name__ == "__main__":
+    main()

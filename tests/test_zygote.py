@@ -1,0 +1,98 @@
+"""Warm Python: ``exec(["python3", SCRIPT, ...], warm_python=True)`` behaves like a fresh ``python3 -s SCRIPT``."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+
+import pytest
+
+from rollbox import ExecResult, Limits, Sandbox, Status
+
+LIMITS = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=256 * 2**20, pids=32, disk_bytes=16 * 2**20)
+
+SCRIPT = textwrap.dedent("""
+    import atexit, os, sys, threading
+    atexit.register(lambda: print("atexit ran"))
+    threading.Thread(target=lambda: print("thread ran")).start()
+    print(sys.argv, os.getcwd(), os.environ.get("GREETING"), sys.stdin.read(), __name__, hash("x"))
+    sys.exit(int(sys.argv[1]))
+""")
+
+
+def both(argv: list[str], **kw: object) -> tuple[ExecResult, ExecResult]:
+    async def main() -> tuple[ExecResult, ExecResult]:
+        async with Sandbox(limits=LIMITS) as sb:
+            await sb.write_file("s.py", SCRIPT)
+            cold = await sb.exec(argv, env={"PYTHONHASHSEED": "0", "GREETING": "hi"}, **kw)  # type: ignore[arg-type]
+            warm = await sb.exec(argv, env={"PYTHONHASHSEED": "0", "GREETING": "hi"}, warm_python=True, **kw)  # type: ignore[arg-type]
+            return cold, warm
+
+    return asyncio.run(main())
+
+
+def test_warm_python_matches_a_fresh_interpreter() -> None:
+    cold, warm = both(["python3", "s.py", "3", "extra"], stdin="fed")
+    assert (warm.status, warm.exit_code) == (cold.status, cold.exit_code) == (Status.NONZERO_EXIT, 3)
+    assert warm.stdout == cold.stdout, (cold, warm)
+    assert b"atexit ran" in warm.stdout and b"thread ran" in warm.stdout and b" hi fed __main__ " in warm.stdout
+
+
+def test_errors_and_limits_are_reported_the_same_way() -> None:
+    async def main() -> list[ExecResult]:
+        async with Sandbox(limits=LIMITS) as sb:
+            await sb.write_file("boom.py", "raise ValueError('boom')\n")
+            await sb.write_file("bomb.py", "import os\nwhile True:\n    os.fork()\n")
+            await sb.write_file("spin.py", "while True:\n    pass\n")
+            return [await sb.exec(["python3", name], warm_python=True) for name in ("boom.py", "bomb.py", "spin.py")]
+
+    boom, bomb, spin = asyncio.run(main())
+    assert (boom.status, boom.exit_code) == (Status.NONZERO_EXIT, 1) and b"ValueError: boom" in boom.stderr
+    assert bomb.status is Status.PIDS_LIMIT
+    assert spin.status is Status.CPU_TIME_LIMIT
+
+
+def test_children_never_see_each_others_changes_and_a_killed_zygote_is_replaced() -> None:
+    async def main() -> list[ExecResult]:
+        async with Sandbox(limits=LIMITS) as sb:
+            await sb.write_file("taint.py", "import json\njson.dumps = None\nimport os\nos.environ['LEFT'] = '1'\n")
+            await sb.write_file("look.py", "import json, os\nprint(json.dumps([1]), os.environ.get('LEFT'))\n")
+            await sb.write_file("kill.py", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
+            return [
+                await sb.exec(["python3", "taint.py"], warm_python=True),
+                await sb.exec(["python3", "look.py"], warm_python=True),
+                await sb.exec(["python3", "kill.py"], warm_python=True),
+                await sb.exec(["python3", "look.py"], warm_python=True),
+            ]
+
+    taint, look, kill, again = asyncio.run(main())
+    assert taint.ok and look.stdout == b"[1] None\n"
+    assert kill.status is not Status.INFRA_ERROR
+    assert again.ok and again.stdout == b"[1] None\n"
+
+
+@pytest.mark.parametrize("argv", [["python3"], ["python3", "-c", "pass"], ["sh", "s.py"]])
+def test_only_plain_scripts_can_be_warm(argv: list[str]) -> None:
+    async def main() -> None:
+        async with Sandbox(limits=LIMITS) as sb:
+            with pytest.raises(ValueError, match="warm_python runs"):
+                await sb.exec(argv, warm_python=True)
+
+    asyncio.run(main())
+
+
+def test_the_environment_a_fresh_interpreter_reads_at_start_up_is_honoured() -> None:
+    code = "import sys, helper\nprint(sys.dont_write_bytecode, helper.X)\n"
+
+    async def main() -> tuple[ExecResult, list[str]]:
+        async with Sandbox(limits=LIMITS) as sb:
+            await sb.write_file("s.py", code)
+            await sb.write_file("/tmp/lib/helper.py", "X = 5\n")
+            env = {"PYTHONPATH": "/tmp/lib", "PYTHONDONTWRITEBYTECODE": "1"}
+            result = await sb.exec(["python3", "s.py"], env=env, warm_python=True)
+            listing = await sb.exec(["sh", "-c", "ls -a /tmp/lib"])
+            return result, listing.stdout_text.split()
+
+    result, listing = asyncio.run(main())
+    assert result.stdout == b"True 5\n", result
+    assert "__pycache__" not in listing
