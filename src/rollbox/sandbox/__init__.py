@@ -3,6 +3,7 @@
 The lowest layer of rollbox; it imports nothing else of rollbox.
 """
 
+from ._batch import Program, run_batch
 from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError
 from ._limits import Limits, Network, parse_duration, parse_size
 from ._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
@@ -19,6 +20,7 @@ __all__ = [
     "Limits",
     "Network",
     "PoolExhausted",
+    "Program",
     "RollboxError",
     "Sandbox",
     "SandboxError",
@@ -30,4 +32,5 @@ __all__ = [
     "parse_duration",
     "parse_size",
     "run",
+    "run_batch",
 ]

@@ -1,0 +1,96 @@
+"""Batch execution: many programs in one call, spread over the machine, each result streamed back as it is done.
+
+    programs = [Program(argv=["python3", "main.py"], files={"main.py": source}) for source in sources]
+    async for index, result in run_batch(programs, limits=Limits(timeout_s=5)):
+        print(index, result.status)
+
+Every program runs in a sandbox of its own: a warm one from a pool, reset between programs, so that nothing of
+one program reaches the next (see :meth:`Sandbox.reset`). Results arrive in the order programs finish, each with
+the index of its program; every program gets exactly one result (``infra_error`` when rollbox or the host failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ._errors import RollboxError
+from ._limits import Limits, Network
+from ._pool import SandboxSource, WarmSandboxes
+from ._result import ExecResult
+
+__all__ = ["Program", "run_batch"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Program:
+    """One program of a batch: its command, the files it needs in /workspace, and its stdin."""
+
+    argv: list[str]
+    files: Mapping[str, bytes | str] = field(default_factory=dict)
+    stdin: bytes | str | None = None
+    #: Run ``["python3", SCRIPT, ...]`` by forking the sandbox's pre-started interpreter (see ``Sandbox.exec``).
+    warm_python: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
+            raise ValueError(f"Program.argv must be a non-empty list of strings without NUL, got {self.argv!r}")
+        if self.warm_python and (len(self.argv) < 2 or self.argv[0] != "python3" or self.argv[1].startswith("-")):
+            raise ValueError(f"warm_python runs ['python3', SCRIPT, ARGS...] without options, got {self.argv!r}")
+
+
+async def run_batch(
+    programs: Iterable[Program],
+    *,
+    limits: Limits | None = None,
+    network: Network | str = Network.NONE,
+    workers: int | None = None,
+    sandboxes: SandboxSource | None = None,
+) -> AsyncIterator[tuple[int, ExecResult]]:
+    """Run every program, ``workers`` at a time (default: the CPU count), and yield ``(index, result)`` as each ends.
+
+    Args:
+        programs: What to run; the index in the results is the position here.
+        limits, network: For every program's sandbox.
+        workers: How many programs run at once.
+        sandboxes: Where sandboxes come from (default: warm pools of ``workers`` sandboxes, closed at the end).
+
+    Raises:
+        ValueError: ``workers`` is not positive.
+        IsolationUnavailable: the machine cannot give the isolation asked for.
+    """
+    todo = list(programs)
+    workers = workers or os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    limits = limits or Limits()
+    network = Network(network)
+    owned = sandboxes is None
+    source: SandboxSource = sandboxes or WarmSandboxes(size=min(workers, max(1, len(todo))))
+    queue: asyncio.Queue[tuple[int, ExecResult]] = asyncio.Queue()
+    gate = asyncio.Semaphore(workers)
+
+    async def one(index: int, program: Program) -> None:
+        async with gate:
+            try:
+                async with source.sandbox(limits=limits, network=network) as sb:
+                    for path, content in program.files.items():
+                        await sb.write_file(path, content)
+                    result = await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)
+            except (RollboxError, OSError, ValueError) as exc:
+                # Every program gets its one result, whatever failed: a batch never waits for a missing one.
+                result = ExecResult.infra_error(f"{type(exc).__name__}: {exc}")
+        await queue.put((index, result))
+
+    tasks = [asyncio.create_task(one(i, p)) for i, p in enumerate(todo)]
+    try:
+        for _ in todo:
+            yield await queue.get()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if owned and isinstance(source, WarmSandboxes):
+            await source.close()

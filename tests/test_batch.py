@@ -1,0 +1,65 @@
+"""Batch execution: every program gets exactly one result, streamed as it finishes, and programs stay apart."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rollbox import Limits, Status
+from rollbox.sandbox import ExecResult, Program, run_batch
+
+LIMITS = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
+
+
+async def collect(programs: list[Program], **kw: object) -> list[tuple[int, ExecResult]]:
+    return [item async for item in run_batch(programs, limits=LIMITS, **kw)]  # type: ignore[arg-type]
+
+
+def test_every_program_gets_exactly_one_result_and_they_stream_as_they_finish() -> None:
+    slow = Program(argv=["sh", "-c", "sleep 0.5; echo slow"])
+    quick = [Program(argv=["sh", "-c", f"echo {i}"]) for i in range(1, 8)]
+    results = asyncio.run(collect([slow, *quick], workers=2))
+    assert sorted(i for i, _ in results) == list(range(8))
+    assert results[-1][0] == 0, "the slow program should finish last"
+    by_index = dict(results)
+    assert by_index[0].stdout == b"slow\n"
+    assert [by_index[i].stdout for i in range(1, 8)] == [f"{i}\n".encode() for i in range(1, 8)]
+
+
+def test_programs_get_their_files_and_stdin_and_nothing_of_each_other() -> None:
+    programs = [
+        Program(
+            argv=["python3", "main.py"],
+            files={
+                "main.py": f"import os, sys\nopen('/tmp/mine', 'w').write('{i}')\n"
+                "print(sorted(os.listdir('/tmp')), sys.stdin.read())\n"
+            },
+            stdin=f"input {i}",
+            warm_python=i % 2 == 0,
+        )
+        for i in range(6)
+    ]
+    results = dict(asyncio.run(collect(programs, workers=2)))
+    for i in range(6):
+        assert results[i].ok, results[i]
+        assert results[i].stdout == f"['mine'] input {i}\n".encode()
+
+
+def test_limits_and_failures_come_back_as_results() -> None:
+    programs = [
+        Program(argv=["python3", "-c", "while True: pass"]),
+        Program(argv=["no-such-program"]),
+        Program(argv=["python3", "-c", "import os; os.kill(os.getppid(), 9)"]),
+    ]
+    results = dict(asyncio.run(collect(programs, workers=3)))
+    assert results[0].status is Status.CPU_TIME_LIMIT
+    assert (results[1].status, results[1].exit_code) == (Status.NONZERO_EXIT, 127)
+    assert results[2].status is not Status.INFRA_ERROR
+
+
+def test_bad_programs_are_refused_before_anything_runs() -> None:
+    with pytest.raises(ValueError, match="non-empty list"):
+        Program(argv=[])
+    with pytest.raises(ValueError, match="warm_python runs"):
+        Program(argv=["python3", "-c", "print(1)"], warm_python=True)
