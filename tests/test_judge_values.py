@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rollbox.judge._values import decode, encode
+from rollbox.tasks._values import decode, encode
 
 
 @pytest.mark.parametrize(

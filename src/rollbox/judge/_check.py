@@ -430,13 +430,13 @@ async def _read_tree(sb: Sandbox) -> _Tree | ExecResult:
 
 async def _run_variant(sb: Sandbox, tree: _Tree, variant: CheckVariant, watch: list[str], argv: list[str]) -> _Run:
     """Run one variant in a fresh sandbox like ``sb``, holding ``tree`` and the driver (at ``argv[2]``)."""
-    package = resources.files("rollbox.judge")
+    package, values = resources.files("rollbox.judge"), resources.files("rollbox.tasks") / "_values.py"
     directory = argv[2].rsplit("/", 1)[0]
     async with Sandbox(limits=sb.limits, network=sb.network, backend=sb.backend) as box:
         try:
             await tree.write(box)
-            for name, module in (("driver.py", "_check_driver.py"), ("_values.py", "_values.py")):
-                await box.write_file(f"{directory}/{name}", package.joinpath(module).read_bytes(), read_only=True)
+            for name, source in (("driver.py", package / "_check_driver.py"), ("_values.py", values)):
+                await box.write_file(f"{directory}/{name}", source.read_bytes(), read_only=True)
         except OSError as exc:  # the same files fitted in ``sb``, under the same limits
             result = ExecResult.infra_error(f"could not write the graded files into a check sandbox: {exc}")
         else:

@@ -9,11 +9,11 @@ from typing import Any
 
 from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
+from rollbox.tasks._values import decode, encode
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check import merge_reports, run_check
 from ._report import RunnerReport
-from ._values import decode, encode
 from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
@@ -90,7 +90,8 @@ async def run_function(
         await sb.write_tree(tree)
         driver = package.joinpath("_function_driver.py").read_bytes()
         await sb.write_file(f"{_JUDGE_DIR}/driver.py", driver, read_only=True)
-        await sb.write_file(f"{_JUDGE_DIR}/_values.py", package.joinpath("_values.py").read_bytes(), read_only=True)
+        values = resources.files("rollbox.tasks").joinpath("_values.py").read_bytes()
+        await sb.write_file(f"{_JUDGE_DIR}/_values.py", values, read_only=True)
         if grading.check:  # first: it writes its own files before any of the candidate's code has run here
             reports.append(await run_check(sb, task, grading))
         if cases:

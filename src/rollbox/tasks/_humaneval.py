@@ -26,7 +26,6 @@ Runs nothing: it only reads the data set and writes files.
 from __future__ import annotations
 
 import ast
-import base64
 import builtins
 import contextlib
 import copy
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ._load import TaskFormatError
+from ._values import encode
 
 __all__ = ["HUMANEVAL_FORMAT", "convert_check", "humaneval_tasks"]
 
@@ -143,35 +143,15 @@ def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
 
 
 def _encode(value: Any) -> Any:
-    """The strict value codec's JSON form (see ``rollbox.judge._values``) of a folded constant.
+    """The strict value codec's JSON form (:mod:`rollbox.tasks._values`) of a folded constant.
 
     Raises:
-        _NotConstant: the value has no strict form (a non-finite float cannot come from folding, sets of
-            unorderable items can).
+        _NotConstant: the value has no strict form.
     """
-    kind = type(value)
-    if value is None or kind in (bool, int, str):
-        return value
-    if kind is float:
-        if not math.isfinite(value):
-            raise _NotConstant
-        return value
-    if kind is list:
-        return [_encode(v) for v in value]
-    if kind in (tuple, set, frozenset):
-        items = [_encode(v) for v in value]
-        if kind is not tuple:
-            items.sort(key=repr)
-        return {f"${kind.__name__}": items}
-    if kind is dict:
-        if all(type(k) is str for k in value) and not (len(value) == 1 and next(iter(value)).startswith("$")):
-            return {k: _encode(v) for k, v in value.items()}
-        return {"$dict": [[_encode(k), _encode(v)] for k, v in value.items()]}
-    if kind is bytes:
-        return {"$bytes": base64.b64encode(value).decode()}
-    if kind is complex:
-        return {"$complex": [_encode(value.real), _encode(value.imag)]}
-    raise _NotConstant
+    try:
+        return encode(value)
+    except (TypeError, ValueError) as exc:
+        raise _NotConstant from exc
 
 
 def _as_case(statement: ast.stmt, candidate: str) -> dict[str, Any] | None:

@@ -8,8 +8,8 @@ JSON carries the rest with one-key tags: ``{"$tuple": [...]}``, ``{"$set": [...]
 ``{"$dict": [[k, v], ...]}`` (keys that are not all strings), ``{"$float": "nan"}``, ``{"$bytes": "base64"}``,
 ``{"$complex": [re, im]}``.
 
-This module is also copied into grading sandboxes, next to the function driver: it imports only the standard
-library.
+It is part of the task format (cases files spell values this way), and the judge copies it into grading
+sandboxes, next to its drivers: it imports only the standard library.
 """
 
 from __future__ import annotations
