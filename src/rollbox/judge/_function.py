@@ -12,8 +12,8 @@ from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 from rollbox.tasks._values import decode, encode
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
-from ._check import merge_reports, run_check
-from ._report import RunnerReport
+from ._check import run_check
+from ._report import RunnerReport, merge_reports
 from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rollbox.sandbox import Status
 
 from ._verdict import GradedTest
 
-__all__ = ["RunnerReport"]
+__all__ = ["RunnerReport", "merge_reports"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,3 +33,33 @@ class RunnerReport:
     peak_memory_bytes: int = 0
     #: Findings of the runner itself (``{"code", "path", "detail"}``), reported with the verdict's flags.
     flags: tuple[dict[str, str], ...] = ()
+
+
+def merge_reports(reports: Sequence[RunnerReport]) -> RunnerReport:
+    """One report for several runs in one grading (cases, then a check): every test, and the worst of each run.
+
+    The run status is ``infra_error`` if any run had it, else the first status that is neither ``ok`` nor
+    ``nonzero_exit``, else ``nonzero_exit`` if any, else ``ok``.
+    """
+    if not reports:
+        raise ValueError("merge_reports needs at least one report")
+    statuses = [r.run_status for r in reports]
+    if Status.INFRA_ERROR in statuses:
+        status = Status.INFRA_ERROR
+    else:
+        worse = [s for s in statuses if s not in (Status.OK, Status.NONZERO_EXIT)]
+        status = worse[0] if worse else (Status.NONZERO_EXIT if Status.NONZERO_EXIT in statuses else Status.OK)
+    infra = [r.detail for r in reports if r.run_status is Status.INFRA_ERROR and r.detail]
+    tampered = [r.detail for r in reports if r.tampered and r.detail]
+    details: list[str | None] = [*infra, *tampered, None]
+    return RunnerReport(
+        tests=tuple(t for r in reports for t in r.tests),
+        run_status=status,
+        crashed=any(r.crashed for r in reports),
+        tampered=any(r.tampered for r in reports),
+        detail=details[0],
+        fail_to_pass=tuple(t for r in reports for t in r.fail_to_pass),
+        flags=tuple(f for r in reports for f in r.flags),
+        cpu_s=sum(r.cpu_s for r in reports),
+        peak_memory_bytes=max(r.peak_memory_bytes for r in reports),
+    )
