@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
-from rollbox.judge._check import check_variants
+from rollbox.judge._check_variants import check_variants
 from rollbox.judge._report import RunnerReport, merge_reports
 from rollbox.judge._verdict import GradedTest
 from rollbox.sandbox import Status
