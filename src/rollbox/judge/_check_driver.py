@@ -56,7 +56,7 @@ def watch_modules(names, snapshots):
     watched = set()
     for name in sorted(names):
         try:
-            module = importlib.import_module(name)
+            importlib.import_module(name)
         except BaseException:  # not importable yet (the candidate's own module, say)
             continue
         for part in (name.split(".")[0], name):
@@ -64,7 +64,6 @@ def watch_modules(names, snapshots):
             if isinstance(found, types.ModuleType) and part not in watched and found is not builtins:
                 watched.add(part)
                 snapshots.append(snapshot(part, found.__dict__, True))
-        del module
     snapshots.append(snapshot("sys.modules", sys.modules, False, watched))
 
 

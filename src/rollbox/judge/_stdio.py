@@ -35,7 +35,7 @@ _FRESH = FreshSandboxes()
 
 __all__ = ["StdioCase", "load_cases", "outputs_match", "run_stdio"]
 
-_CHECK_DIR = "/tmp/rollbox-check"
+_CHECK_DIR = "/tmp/.rollbox-checker"  # in the checker's own sandbox
 #: From least to most severe: the report's ``run_status`` is the last of these that any case reached.
 _SEVERITY = (
     Status.OK,

@@ -240,13 +240,17 @@ def convert_check(test: str, prompt: str, entry_point: str) -> ConvertedCheck:
         return ConvertedCheck(tuple(cases), None)
     kept = copy.deepcopy(function)
     kept.body = [_Rename(entry_point, candidate).visit(s) for s in remaining]
-    helpers = [n for n in prelude.body if not (isinstance(n, ast.FunctionDef) and n.name == entry_point)]
+    helpers = [
+        n
+        for n in prelude.body
+        if not (isinstance(n, ast.FunctionDef) and n.name == entry_point)
+        and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))  # docstrings
+    ]
     others = [
         n
         for n in module.body
         if n is not function and not (isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["METADATA"])
     ]
-    helpers = [h for h in helpers if not (isinstance(h, ast.Expr) and isinstance(h.value, ast.Constant))]
     body = ast.Module(body=[*helpers, *others, kept], type_ignores=[])
     return ConvertedCheck(tuple(cases), ast.unparse(ast.fix_missing_locations(body)) + "\n")
 
