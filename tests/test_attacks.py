@@ -1118,3 +1118,36 @@ def test_symlinked_directory_cannot_redirect_write_file_into_host() -> None:
         assert list(tempdir.iterdir()) == []
     finally:
         shutil.rmtree(tempdir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------- crippling the sandbox's own helpers
+
+
+@pytest.mark.parametrize(
+    "cripple",
+    [
+        "kill -STOP $PPID",  # the agent, stopped
+        "python3 -c 'import resource; resource.prlimit(2, resource.RLIMIT_NOFILE, (3, 3))'",  # starved of fds
+        "python3 -c 'import resource; resource.prlimit(2, resource.RLIMIT_CPU, (0, 0))'",  # killed at its next tick
+    ],
+)
+def test_a_crippled_agent_never_turns_the_next_command_into_an_infra_error(cripple: str) -> None:
+    async def body(sb: Sandbox) -> tuple[ExecResult, ExecResult]:
+        first = await sb.exec(sh(cripple))
+        return first, await sb.exec(sh("echo still fine"))
+
+    first, after = with_sandbox(body)
+    assert first.status is not Status.INFRA_ERROR, explain(first)
+    assert after.status is Status.OK and after.stdout == b"still fine\n", explain(after)
+
+
+def test_a_tree_thousands_of_levels_deep_breaks_nothing() -> None:
+    deep = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nopen('f', 'w').write('x')\n"
+
+    async def body(sb: Sandbox) -> tuple[ExecResult, ExecResult]:
+        made = await sb.exec(py(deep))
+        return made, await sb.exec(sh("echo ok"))
+
+    made, after = with_sandbox(body, limits=limits(file_size_bytes=1 * MiB))
+    assert made.status is Status.OK, explain(made)
+    assert after.status is Status.OK

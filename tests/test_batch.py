@@ -63,3 +63,12 @@ def test_bad_programs_are_refused_before_anything_runs() -> None:
         Program(argv=[])
     with pytest.raises(ValueError, match="warm_python runs"):
         Program(argv=["python3", "-c", "print(1)"], warm_python=True)
+
+
+def test_a_program_that_breaks_its_sandbox_does_not_hang_the_batch() -> None:
+    deep = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+    programs = [Program(argv=["python3", "-c", deep]), Program(argv=["sh", "-c", "kill -STOP $PPID"])]
+    programs += [Program(argv=["echo", str(i)]) for i in range(4)]
+    results = dict(asyncio.run(collect(programs, workers=2)))
+    assert sorted(results) == list(range(6))
+    assert [results[i].stdout for i in range(2, 6)] == [f"{i}\n".encode() for i in range(4)]

@@ -66,13 +66,34 @@ def test_sysv_shared_memory_does_not_survive(mode: str) -> None:
     assert after.stdout_text.split() == ["-1", "2"], after  # ENOENT: the segment is gone
 
 
-def test_posix_message_queues_are_refused() -> None:
+def test_posix_message_queues_do_not_survive() -> None:
     code = (
-        "import ctypes; l = ctypes.CDLL(None, use_errno=True);"
-        " print(l.mq_open(b'/q', 0o100 | 2, 0o600, None), ctypes.get_errno())"
+        "import ctypes, sys; l = ctypes.CDLL(None, use_errno=True);"
+        " print(l.mq_open(b'/left', int(sys.argv[1], 0), 0o600, None), ctypes.get_errno())"
     )
-    before, _after, _reused = asyncio.run(two_users(["python3", "-c", code], ["true"]))
-    assert before.stdout_text.split() == ["-1", "1"], before  # EPERM
+    before, after, reused = asyncio.run(
+        two_users(["python3", "-c", code, "0o102"], ["python3", "-c", code, "0o2"])  # O_CREAT|O_RDWR, then O_RDWR
+    )
+    assert reused and int(before.stdout_text.split()[0]) >= 0, before
+    assert after.stdout_text.split() == ["-1", "2"], after  # ENOENT: the queue went with the old namespace
+
+
+def test_what_a_user_did_to_the_sandbox_itself_does_not_reach_the_next() -> None:
+    # Lower the agent's (pid 2's) limits and priority, and a namespaced sysctl: none of it may reach the next user.
+    poison = (
+        "import ctypes, os; l = ctypes.CDLL(None, use_errno=True)\n"
+        "os.setpriority(os.PRIO_PROCESS, 2, 19)\n"
+        "import resource; resource.prlimit(2, resource.RLIMIT_NOFILE, (16, 16))\n"
+        "open('/proc/sys/kernel/shmmax', 'w').write('1')\n"
+    )
+    look = (
+        "import os, resource; print(os.getpriority(os.PRIO_PROCESS, 0), open('/proc/sys/kernel/shmmax').read().strip())"
+    )
+    before, after, reused = asyncio.run(two_users(["python3", "-c", poison], ["python3", "-c", look]))
+    assert reused and before.status is not Status.INFRA_ERROR
+    assert after.ok, after
+    priority, shmmax = after.stdout_text.split()
+    assert priority == "0" and shmmax != "1"
 
 
 def test_environment_is_per_command() -> None:

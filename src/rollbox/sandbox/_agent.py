@@ -26,16 +26,18 @@ from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
 
-__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Usage", "classify"]
+__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Usage", "classify"]
 
-_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_RESET, _MSG_ZYGOTE = 1, 2, 3, 4, 5
+_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE = 1, 2, 3, 4
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
 _EXITED = struct.Struct("<Iiqq")
-_WORD = struct.Struct("<I")  # one-word messages: ready, reset
+_WORD = struct.Struct("<I")  # one-word messages: ready, zygote started
 _MAX_REQUEST = 1 << 20
 _START_TIMEOUT_S = 10.0
 _CLEANUP_TIMEOUT_S = 10.0
 _EXIT_TIMEOUT_S = 2.0
+_FAILED_START_WAIT_S = 0.5
+_ANNOUNCE_TIMEOUT_S = 5.0  # a fork takes a millisecond; a stopped or crippled agent never announces a child
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,9 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class _Exited:
+class Exited:
+    """What the agent reports when a command's first process exits: its wait status, and its own usage."""
+
     wait_status: int
     cpu_s: float
     max_rss_bytes: int
@@ -82,7 +86,7 @@ class ExecGroup(Protocol):
     def pids_limit_hits(self) -> int:
         """How many forks the pids limit refused so far."""
 
-    def usage(self, exited: _Exited | None) -> Usage:
+    def usage(self, exited: Exited | None) -> Usage:
         """The final resource report (after ``kill``)."""
 
 
@@ -204,21 +208,6 @@ class AgentConnection:
         await zygote.wait_ready()
         return zygote
 
-    async def remove_ipc_objects(self) -> None:
-        """Have the agent remove every SysV IPC object of the sandbox (between users of a reused sandbox).
-
-        Raises:
-            SandboxError: the agent did not answer (the caller restarts the sandbox instead).
-        """
-        request = _WORD.pack(_MSG_RESET)
-        try:
-            self._sock.send(request)
-            answer = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
-        except (OSError, TimeoutError) as exc:
-            raise SandboxError(f"the sandbox's agent did not answer a reset: {exc}") from exc
-        if answer != request:
-            raise SandboxError("the sandbox's agent did not answer a reset")
-
     def close(self) -> None:
         """Close the control socket (the agent exits) and reap the launcher (idempotent)."""
         self.shutdown()
@@ -299,7 +288,7 @@ class AgentConnection:
         ready = self._loop.create_future()
         self._loop.add_reader(sync.fileno(), _resolve, ready)
         try:
-            await asyncio.wait_for(ready, _START_TIMEOUT_S)
+            await asyncio.wait_for(ready, _ANNOUNCE_TIMEOUT_S)
             _data, ancillary, _flags, _addr = sync.recvmsg(1, socket.CMSG_SPACE(12))
         except (TimeoutError, OSError):
             return None
@@ -311,7 +300,7 @@ class AgentConnection:
                 return pid
         return None
 
-    async def _next_exited(self) -> _Exited | None:
+    async def _next_exited(self) -> Exited | None:
         while True:
             try:
                 data = await asyncio.wait_for(self._inbox.get(), _CLEANUP_TIMEOUT_S)
@@ -322,13 +311,19 @@ class AgentConnection:
                 return None
             if len(data) >= _EXITED.size and _EXITED.unpack_from(data)[0] == _MSG_EXITED:
                 _t, status, cpu_us, rss_kib = _EXITED.unpack_from(data)
-                return _Exited(status, cpu_us / 1e6, rss_kib * 1024)
+                return Exited(status, cpu_us / 1e6, rss_kib * 1024)
 
     async def _failed_start(self) -> ExecResult:
-        exited = await self._next_exited()
+        """The command's process never announced itself: nothing of the command ran. The agent cannot be trusted
+        with another command (a previous one may have stopped it, or lowered its limits): it is marked dead, so
+        that it is restarted, and the caller may try once more."""
+        self.alive = False
+        try:
+            exited = await asyncio.wait_for(self._next_exited(), _FAILED_START_WAIT_S)
+        except TimeoutError:
+            exited = None
         if exited is not None and exited.wait_status < 0:
             return ExecResult.infra_error(f"the agent could not fork: {os.strerror(-exited.wait_status)}")
-        self.alive = self.alive and exited is not None
         return ExecResult.infra_error("the command's process died before it could be started")
 
     async def _supervise(

@@ -16,7 +16,6 @@ import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ._errors import RollboxError
 from ._limits import Limits, Network
 from ._pool import SandboxSource, WarmSandboxes
 from ._result import ExecResult
@@ -79,8 +78,7 @@ async def run_batch(
                     for path, content in program.files.items():
                         await sb.write_file(path, content)
                     result = await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)
-            except (RollboxError, OSError, ValueError) as exc:
-                # Every program gets its one result, whatever failed: a batch never waits for a missing one.
+            except Exception as exc:  # every program gets its one result: a batch never waits for a missing one
                 result = ExecResult.infra_error(f"{type(exc).__name__}: {exc}")
         await queue.put((index, result))
 

@@ -24,7 +24,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from ._agent import AgentConnection, ExecGroup, Usage, _Exited
+from ._agent import AgentConnection, ExecGroup, Exited, Usage
 from ._cgroup import Cgroup, CgroupTree
 from ._errors import IsolationUnavailable, SandboxError
 from ._limits import Limits, Network
@@ -93,16 +93,22 @@ def _runtime_binds() -> list[str]:
 
 
 def _largest_file(root: Path, budget: int = 10_000) -> int:
-    """The size of the largest regular file under ``root`` (looking at no more than ``budget`` entries)."""
+    """The size of the largest regular file under ``root``, looking at no more than ``budget`` entries.
+
+    Iterative, and bounded over directories too: the program may have made a tree thousands of levels deep.
+    """
     largest = 0
-    for directory, _dirs, files in os.walk(root):
-        for name in files:
-            budget -= 1
-            with contextlib.suppress(OSError):
-                st = os.lstat(os.path.join(directory, name))
-                largest = max(largest, st.st_size)
-            if budget <= 0:
-                return largest
+    stack = [str(root)]
+    while stack and budget > 0:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                budget -= 1
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    largest = max(largest, entry.stat(follow_symlinks=False).st_size)
+                if budget <= 0:
+                    break
     return largest
 
 
@@ -126,7 +132,7 @@ class _CgroupExecGroup:
     def pids_limit_hits(self) -> int:
         return self.cgroup.pids_limit_hits()
 
-    def usage(self, exited: _Exited | None) -> Usage:
+    def usage(self, exited: Exited | None) -> Usage:
         stats = self.cgroup.stats()
         return Usage(stats.cpu_s, stats.peak_memory_bytes, stats.oom_kills, stats.pids_limit_hits)
 
@@ -165,6 +171,10 @@ class BwrapSandbox:
             self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
             self._dir.record_cgroup(self._cgroup)
             self._cgroup.create(delegate=True)
+            # What commands leave charged to the sandbox outlives them (tmpfs pages, IPC objects): bound it too.
+            self._cgroup.set_limits(
+                memory_bytes=self.limits.memory_bytes + self.limits.disk_bytes, pids=self.limits.pids + 8
+            )
             self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
             await self._start_agent()
         except BaseException:
@@ -236,7 +246,8 @@ class BwrapSandbox:
         for index, source in enumerate(staged):
             target = {str(self.host.agent): _AGENT_PATH, _ZYGOTE_SOURCE: _ZYGOTE_PATH}.get(source, source)
             args += ["--ro-bind", f"{stage}/{index}", target]
-        args += ["--proc", "/proc", "--dev", "/dev"]
+        # The sandbox's own /proc; its sysctls (IPC limits, pid_max of its namespaces) stay read-only.
+        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
         fs = f"{stage}/fs"  # where the launcher attaches the writable tree, in its own mount namespace
         args += ["--bind", f"{fs}/workspace", "/workspace", "--bind", f"{fs}/tmp", "/tmp"]
         # bubblewrap's /dev is a writable tmpfs of its own, outside the disk limit: make it read-only.
@@ -246,24 +257,28 @@ class BwrapSandbox:
         return args
 
     async def reset(self) -> None:
-        """Make the sandbox as good as new for its next user.
+        """Make the sandbox as good as new for its next user: new namespaces, a new agent, an empty new tree.
 
-        Every process of every command is already dead (each command's cgroup is killed when it ends). This
-        empties /workspace, /tmp and /dev/shm and removes the SysV IPC objects of the ipc namespace (POSIX
-        message queues are refused by the syscall filter); an agent that is gone is simply restarted, with new
-        namespaces.
+        Every process of every command is already dead (each command's cgroup is killed when it ends); what a
+        command could leave in the sandbox's kernel objects (IPC objects, namespaced sysctls, the agent's or the
+        zygote's priority, rlimits or stopped state) goes with the namespaces, and the writable tree is replaced,
+        never walked.
         """
         assert self._dir is not None
-        if self._agent is not None and self._agent.alive:
-            try:
-                await self._agent.remove_ipc_objects()
-            except SandboxError:
-                self._agent.close()
-        self._dir.wipe_writable_tree(uid=self.uid, gid=self.uid)
-        if self._agent is None or not self._agent.alive:
-            if self._agent is not None:
-                self._agent.close()
-            await self._start_agent()
+        await self._restart(new_tree=True)
+
+    async def _restart(self, *, new_tree: bool = False) -> None:
+        """Stop the agent and the zygote, optionally replace the writable tree, and start a new agent."""
+        assert self._dir is not None
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
+        if new_tree:
+            self._dir.replace_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
+        await self._start_agent()
 
     def disk_full(self) -> bool:
         """True when the writable tree has no block or no inode left, or a file reached the file size limit."""
@@ -276,14 +291,9 @@ class BwrapSandbox:
         return self.limits.file_size_bytes is not None and _largest_file(self._dir.fs) >= self.limits.file_size_bytes
 
     async def exec_group(self) -> ExecGroup:
-        """A fresh cgroup for the next command, restarting the agent first if something killed it."""
+        """A fresh cgroup for the next command, restarting the agent first if something killed or stopped it."""
         if self._agent is None or not self._agent.alive:
-            if self._agent is not None:
-                self._agent.close()
-            if self._zygote is not None:
-                self._zygote.close()
-                self._zygote = None
-            await self._start_agent()
+            await self._restart()
         group, self._next_group = self._next_group or self._new_group(), None
         return group
 
@@ -297,6 +307,11 @@ class BwrapSandbox:
         """Remove a command's cgroup once its result is read."""
         assert isinstance(group, _CgroupExecGroup)
         group.cgroup.remove()
+
+    @property
+    def zygote_alive(self) -> bool:
+        """Whether the zygote is running (it starts on first use)."""
+        return self._zygote is not None and self._zygote.alive
 
     async def zygote(self) -> AgentConnection:
         """The sandbox's Python zygote, started on first use and again if something killed it.

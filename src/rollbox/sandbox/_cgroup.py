@@ -1,9 +1,10 @@
 """cgroups: where a sandbox's processes are counted, limited and killed, on cgroup v2 or v1.
 
 A sandbox owns one cgroup directory, ``rollbox-<id>``, made under the cgroup rollbox itself runs in (so that
-a cgroup around rollbox, such as the test suite's guard, also bounds every sandbox). Inside it, ``agent``
-holds the sandbox's own supervisor and each command gets a fresh ``exec-<n>`` with its own limits, so that
-its resource report is its own and killing it kills exactly what it started. On cgroup v1 the same relative
+a cgroup around rollbox, such as the test suite's guard, also bounds every sandbox), with a limit on what its
+commands leave behind. Inside it each command gets a fresh ``exec-<n>`` with its own limits, so that its
+resource report is its own and killing it kills exactly what it started. (The sandbox's own supervisor runs
+nothing of the program's and is in no cgroup of rollbox's.) On cgroup v1 the same relative
 path exists once per hierarchy (memory, pids, cpuacct); on v2 once.
 """
 

@@ -152,8 +152,9 @@ class SandboxPool:
             if self._state is not _State.OPEN:
                 raise SandboxStateError("the pool closed while the sandbox was out")
             await sandbox.reset()
-        except (SandboxError, SandboxStateError):
-            await sandbox.close()
+        except Exception:  # whatever went wrong, this sandbox never serves again: close it, make another
+            with contextlib.suppress(Exception):
+                await sandbox.close()
             if self._state is not _State.OPEN:
                 return
             try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,13 +16,17 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from ._agent import AgentConnection, ExecGroup, Usage, _Exited
+from ._agent import AgentConnection, ExecGroup, Exited, Usage
 from ._errors import SandboxError
 from ._limits import Limits
 from ._native import agent_binary
-from ._state import wipe
 
 __all__ = ["InsecureBackendWarning", "ProcessSandbox"]
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a tree a program wrote: ``rm`` walks any depth without recursing (Python's rmtree would overflow)."""
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, stdin=subprocess.DEVNULL)
 
 
 class InsecureBackendWarning(UserWarning):
@@ -50,7 +53,7 @@ class _ProcessGroupExecGroup:
     def pids_limit_hits(self) -> int:
         return 0
 
-    def usage(self, exited: _Exited | None) -> Usage:
+    def usage(self, exited: Exited | None) -> Usage:
         if exited is None:
             return Usage(0.0, None)
         return Usage(exited.cpu_s, exited.max_rss_bytes)
@@ -80,10 +83,15 @@ class ProcessSandbox:
             InsecureBackendWarning,
             stacklevel=3,
         )
-        self._root = Path(tempfile.mkdtemp(prefix="rollbox-process-"))
-        for name in ("workspace", "tmp"):
-            (self._root / name).mkdir()
+        self._root = self._make_root()
         await self._start_agent()
+
+    @staticmethod
+    def _make_root() -> Path:
+        root = Path(tempfile.mkdtemp(prefix="rollbox-process-"))
+        for name in ("workspace", "tmp"):
+            (root / name).mkdir()
+        return root
 
     async def _start_agent(self) -> None:
         assert self._root is not None
@@ -107,9 +115,10 @@ class ProcessSandbox:
         await self._agent.wait_ready()
 
     async def reset(self) -> None:
-        """Empty the directories for the next user (no more: this backend is not a boundary)."""
+        """New, empty directories for the next user (no more: this backend is not a boundary)."""
         assert self._root is not None
-        wipe(self._root, uid=self.uid, gid=os.getgid(), names=("workspace", "tmp"))
+        old, self._root = self._root, self._make_root()
+        _remove_tree(old)
 
     def disk_full(self) -> bool:
         """This backend has no disk limit of its own."""
@@ -129,6 +138,11 @@ class ProcessSandbox:
         assert self._agent is not None
         return self._agent
 
+    @property
+    def zygote_alive(self) -> bool:
+        """There is no zygote: as alive as the agent."""
+        return self._agent is not None and self._agent.alive
+
     async def zygote(self) -> AgentConnection:
         """No zygote here: ``warm_python`` commands start Python as usual."""
         return self.agent
@@ -142,5 +156,5 @@ class ProcessSandbox:
             self._agent.close()
             self._agent = None
         if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
+            _remove_tree(self._root)
             self._root = None

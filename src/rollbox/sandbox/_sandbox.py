@@ -23,7 +23,7 @@ from ._errors import SandboxError, SandboxStateError
 from ._files import read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
 from ._limits import Limits, Network
 from ._process import ProcessSandbox
-from ._result import ExecResult
+from ._result import ExecResult, Status
 
 __all__ = ["Backend", "Sandbox", "run"]
 
@@ -42,6 +42,8 @@ class _Backend(Protocol):
     async def reset(self) -> None: ...
     async def exec_group(self) -> ExecGroup: ...
     async def zygote(self) -> AgentConnection: ...
+    @property
+    def zygote_alive(self) -> bool: ...
     def finish_exec(self, group: ExecGroup) -> None: ...
     def disk_full(self) -> bool: ...
     def close(self) -> None: ...
@@ -199,19 +201,33 @@ class Sandbox:
         )
         async with self._lock:
             impl = self._open()
-            try:
-                group = await impl.exec_group()
-                runner = await impl.zygote() if warm_python else impl.agent
-            except SandboxError as exc:
-                return ExecResult.infra_error(str(exc))
-            try:
-                result = await runner.run(request, self.limits, group, impl.disk_full)
-            finally:
-                try:
-                    impl.finish_exec(group)
-                except SandboxError as exc:
-                    result = ExecResult.infra_error(f"cleaning up after the command failed: {exc}")
+            result = await self._run(impl, request, warm_python)
+            if result.status is Status.INFRA_ERROR and self._never_started(impl, warm_python):
+                # The agent (or zygote) failed to start the command, and nothing of it ran: an earlier command may
+                # have stopped or crippled it. It has been marked dead; a fresh one gets one more try.
+                result = await self._run(impl, request, warm_python)
             return result
+
+    @staticmethod
+    def _never_started(impl: _Backend, warm_python: bool) -> bool:
+        return not (impl.agent.alive and (not warm_python or impl.zygote_alive))
+
+    async def _run(self, impl: _Backend, request: ExecRequest, warm_python: bool) -> ExecResult:
+        try:
+            group = await impl.exec_group()
+        except SandboxError as exc:
+            return ExecResult.infra_error(str(exc))
+        try:
+            runner = await impl.zygote() if warm_python else impl.agent
+            result = await runner.run(request, self.limits, group, impl.disk_full)
+        except SandboxError as exc:
+            result = ExecResult.infra_error(str(exc))
+        finally:
+            try:
+                impl.finish_exec(group)
+            except SandboxError as exc:
+                result = ExecResult.infra_error(f"cleaning up after the command failed: {exc}")
+        return result
 
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644, read_only: bool = False) -> None:
         """Write a file in /workspace (relative paths) or /tmp, creating parent directories.
@@ -250,23 +266,25 @@ class Sandbox:
         """
         count = 0
         root = os.fspath(source)
-        for directory, dirs, files in os.walk(root):
-            links = [d for d in dirs if os.path.islink(os.path.join(directory, d))]
-            dirs[:] = [d for d in dirs if d not in links]
-            for name in [*files, *links]:
-                path = os.path.join(directory, name)
-                relative = os.path.relpath(path, root)
-                target = relative if dest in (".", "") else f"{dest.rstrip('/')}/{relative}"
-                if os.path.islink(path):
-                    await self.write_link(target, os.readlink(path))
-                elif os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        data = f.read()
-                    mode = 0o755 if os.access(path, os.X_OK) else 0o644
-                    await self.write_file(target, data, mode=mode, read_only=read_only)
-                else:
-                    continue
-                count += 1
+        stack = [root]  # not os.walk, which recurses: a tree can be thousands of levels deep
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    relative = os.path.relpath(entry.path, root)
+                    target = relative if dest in (".", "") else f"{dest.rstrip('/')}/{relative}"
+                    if entry.is_symlink():
+                        await self.write_link(target, os.readlink(entry.path))
+                    elif entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    elif entry.is_file(follow_symlinks=False):
+                        with open(entry.path, "rb") as f:
+                            data = f.read()
+                        mode = 0o755 if os.access(entry.path, os.X_OK) else 0o644
+                        await self.write_file(target, data, mode=mode, read_only=read_only)
+                    else:
+                        continue
+                    count += 1
         return count
 
     async def write_link(self, path: str, target: str) -> None:

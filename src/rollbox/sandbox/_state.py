@@ -32,6 +32,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from ._cgroup import Cgroup, CgroupTree
@@ -42,6 +43,7 @@ __all__ = ["SandboxDir", "StateDir"]
 #: Host uids of sandboxes are UID_BASE + n: far above any login or system account.
 UID_BASE = 1_100_000
 UID_COUNT = 65_536
+_ABANDONED_S = 60.0  # a directory still being made after this long was left by a crash
 SANDBOX_UID = 1000  # the uid the program sees inside
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -58,34 +60,19 @@ _ETC = {
 }
 
 
-def _try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive flock on ``path``, or None when another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+def _try_lock(path: Path, *, create: bool = True) -> int | None:
+    """An fd holding an exclusive flock on ``path``, or None when another process holds it.
+
+    Raises:
+        FileNotFoundError: ``create`` is false and there is no such file.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
     return fd
-
-
-def wipe(root: Path, *, uid: int, gid: int, names: tuple[str, ...] = ("workspace", "tmp", "shm")) -> None:
-    """Empty the directories ``names`` under ``root`` without following any link, and give them back to ``uid``.
-
-    Runs as root, so a directory its owner made unreadable (mode 000) is removed all the same.
-    """
-    for name in names:
-        directory = root / name
-        if not directory.is_dir():
-            continue
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
-        os.chown(directory, uid, gid)
-        os.chmod(directory, 0o755)
 
 
 _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 430, 431, 432  # the same on x86_64 and asm-generic (aarch64)
@@ -187,8 +174,17 @@ class StateDir:
         reaped: list[str] = []
         with contextlib.suppress(FileNotFoundError):
             for entry in self.sandboxes.iterdir():
-                lock = _try_lock(entry / "lock") if (entry / "lock").exists() else None
-                if lock is None and (entry / "lock").exists():
+                if entry.name.startswith("."):
+                    # A sandbox directory being made (see SandboxDir.create); one left by a crash is old.
+                    with contextlib.suppress(OSError):
+                        if time.time() - entry.stat().st_mtime > _ABANDONED_S:
+                            shutil.rmtree(entry)
+                    continue
+                try:
+                    lock = _try_lock(entry / "lock", create=False)
+                except FileNotFoundError:
+                    continue  # being destroyed right now
+                if lock is None:
                     continue  # its owner is alive
                 try:
                     SandboxDir(entry, tree, lock_fd=lock).destroy()
@@ -217,13 +213,16 @@ class SandboxDir:
 
     @classmethod
     def create(cls, state: StateDir, sandbox_id: str, tree: CgroupTree | None) -> SandboxDir:
-        """Make the directory and take its owner lock."""
+        """Make the directory with its owner lock already held: it appears under its name only then, so a reaper
+        in another process never takes a directory being made for a dead one."""
         path = state.sandboxes / sandbox_id
+        making = state.sandboxes / f".{sandbox_id}"
         try:
-            path.mkdir(mode=0o711)
+            making.mkdir(mode=0o711)
+            lock = _try_lock(making / "lock")
+            making.rename(path)
         except OSError as exc:
             raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
-        lock = _try_lock(path / "lock")
         return cls(path, tree, lock_fd=lock)
 
     def record_cgroup(self, cgroup: Cgroup) -> None:
@@ -238,10 +237,12 @@ class SandboxDir:
             d.mkdir(mode=0o755)
             os.chown(d, uid, gid)
 
-    def wipe_writable_tree(self, *, uid: int, gid: int) -> None:
-        """Empty workspace/, tmp/ and shm/ and restore their owner and mode (no process may be using them)."""
+    def replace_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
+        """Drop the writable tree (its tmpfs goes with the last reference) and make a new, empty one."""
         if self.fs_fd is not None:
-            wipe(self.fs, uid=uid, gid=gid)
+            os.close(self.fs_fd)
+            self.fs_fd = None
+        self.make_writable_tree(size_bytes=size_bytes, uid=uid, gid=gid)
 
     def destroy(self) -> None:
         """Kill and remove the cgroup, free the tmpfs, remove the directory, release the lock."""
@@ -252,7 +253,8 @@ class SandboxDir:
         if self.fs_fd is not None:
             os.close(self.fs_fd)
             self.fs_fd = None
-        shutil.rmtree(self.path, ignore_errors=False)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.path)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
