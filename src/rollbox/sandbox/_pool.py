@@ -5,8 +5,9 @@
             result = await sb.exec(["python3", "-c", "print(42)"])
 
 Reuse never weakens isolation: before a sandbox serves again every process of the previous use is dead (none
-outlives its command), /workspace, /tmp and /dev/shm are emptied, and the SysV IPC objects of its namespace are
-removed (see :meth:`Sandbox.reset`). A sandbox that cannot be reset is destroyed and replaced.
+outlives its command), and it gets new namespaces, a new agent and a new, empty writable tree (see
+:meth:`Sandbox.reset`): what is saved is the host-side setup (uid, cgroup, directories), not isolation. A sandbox
+that cannot be reset is destroyed and replaced.
 """
 
 from __future__ import annotations

@@ -117,9 +117,10 @@ class Sandbox:
     async def reset(self) -> None:
         """Make the sandbox as good as new for another user: what warm pools call between uses.
 
-        Afterwards no process of any earlier command lives (none ever outlives its command), /workspace, /tmp and
-        /dev/shm are empty, and no IPC object of an earlier command remains. The environment is per command
-        already.
+        Afterwards no process of any earlier command lives (none ever outlives its command), and the sandbox has
+        new namespaces, a new agent and zygote, and a new, empty /workspace, /tmp and /dev/shm: nothing left in
+        kernel objects (IPC, namespaced sysctls, the agent's priority or limits) reaches the next user. The
+        environment is per command already.
 
         Raises:
             SandboxStateError: the sandbox is not open.
