@@ -10,8 +10,8 @@ What it reports (targets of the fast-path issue in brackets):
   (kernel objects, the launcher, bubblewrap, the agent, page tables, cgroups) [<= 5 MiB];
 - exec of ``true`` in a live sandbox, round-robin over all N while all are open: p50 and p99 [<= 2 ms, <= 10 ms];
   beside it, in the same run, a bare ``posix_spawn`` + ``waitpid`` of ``/usr/bin/true`` (the floor);
-- pool hand-out: acquire + release of a warm sandbox from a ``SandboxPool`` when nothing was used (the reset of an
-  untouched sandbox included), p50.
+- pool hand-out and return: taking a warm sandbox from a ``SandboxPool``, and giving it back (its reset: a new
+  agent, new namespaces, a new tree), p50 of each.
 
 Run it under the guard with room for N sandboxes (four processes each):
 ``python scripts/guard.py --pids 16000 --memory 16G -- python bench/bench_live.py``. Nothing is asserted.
@@ -69,15 +69,18 @@ async def _open_many(count: int, concurrency: int) -> tuple[list[rollbox.Sandbox
     return opened, time.perf_counter() - start
 
 
-async def _pool_handout_ms(rounds: int) -> float:
-    samples: list[float] = []
+async def _pool_handout_ms(rounds: int) -> tuple[float, float]:
+    """p50 of handing a warm sandbox out, and of taking it back (the reset: new agent, namespaces, tree)."""
+    out: list[float] = []
+    back: list[float] = []
     async with rollbox.SandboxPool(size=2, limits=LIMITS) as pool:
         for _ in range(rounds):
             start = time.perf_counter()
             async with pool.sandbox():
-                pass
-            samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
+                handed = time.perf_counter()
+            out.append((handed - start) * 1000)
+            back.append((time.perf_counter() - handed) * 1000)
+    return statistics.median(out), statistics.median(back)
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,7 +98,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             if not result.ok:
                 raise SystemExit(f"exec failed in a live sandbox: {result}")
             bare.append(_bare_spawn_ms())
-        handout = await _pool_handout_ms(200)
+        handout, reset = await _pool_handout_ms(200)
     finally:
         close_start = time.perf_counter()
         for sandbox in sandboxes:
@@ -110,6 +113,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         "exec_p99_ms": _percentile(execs, 0.99),
         "bare_spawn_p50_ms": statistics.median(bare),
         "pool_handout_p50_ms": handout,
+        "pool_return_p50_ms": reset,
         "close_per_s": len(sandboxes) / close_seconds,
     }
 
