@@ -1,12 +1,48 @@
-"""``rollbox demo``: a short tour — the machine's isolation, ordinary commands, and attacks that are contained."""
+"""``rollbox demo``: a short tour — the machine's isolation, commands and contained attacks, and a judge that
+reward hacks do not fool."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
+from pathlib import Path
 
+from rollbox.judge import grade
 from rollbox.sandbox import Limits, Sandbox
 from rollbox.sandbox._doctor import diagnose
+from rollbox.tasks import load_task
+
+_TASK = {
+    "task.toml": '[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "add"\n'
+    '[limits]\ntimeout = "3s"\n',
+    "workspace/solution.py": "def add(a, b):\n    raise NotImplementedError\n",
+    "tests/cases.jsonl": '{"args": [2, 3], "kwargs": {}, "expected": 5}\n'
+    '{"args": [-1, 1], "kwargs": {}, "expected": 0}\n',
+}
+_CANDIDATES = {
+    "a correct solution": "def add(a, b):\n    return a + b\n",
+    "a wrong solution": "def add(a, b):\n    return a - b\n",
+    "hack: an object equal to everything": "class E:\n    def __eq__(self, o):\n        return True\n"
+    "def add(a, b):\n    return E()\n",
+    "hack: exit 0 before any check": "import os\nos._exit(0)\n",
+    "hack: print a fake result": 'print(\'{"case": 0, "value": 5}\')\ndef add(a, b):\n    return None\n',
+}
+
+
+async def _judge() -> None:
+    with tempfile.TemporaryDirectory(prefix="rollbox-demo-") as scratch:
+        root = Path(scratch)
+        for name, text in _TASK.items():
+            (root / "task" / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / "task" / name).write_text(text)
+        task = load_task(root / "task")
+        for title, code in _CANDIDATES.items():
+            (root / title).mkdir()
+            (root / title / "solution.py").write_text(code)
+            verdict = await grade(task, root / title)
+            print(f"  {title:40s} {verdict.status.value:8s} reward {verdict.reward}")
+
 
 _RUNS: list[tuple[str, list[str]]] = [
     ("an ordinary program", ["python3", "-c", "import sys; print('hello from', sys.version.split()[0])"]),
@@ -35,7 +71,7 @@ _RUNS: list[tuple[str, list[str]]] = [
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``demo`` subcommand."""
-    p = commands.add_parser("demo", help="a short tour: isolation checks, ordinary runs, contained attacks")
+    p = commands.add_parser("demo", help="a short tour: isolation checks, contained attacks, a judge hacks do not fool")
     p.set_defaults(run=_run)
 
 
@@ -44,7 +80,8 @@ async def _tour() -> None:
     async with Sandbox(limits=limits) as sb:
         for title, argv in _RUNS:
             r = await sb.exec(argv)
-            output = (r.stdout_text + r.stderr_text).strip().replace("\n", " | ")[:100]
+            lines = (r.stdout_text + r.stderr_text).strip().splitlines()
+            output = " | ".join(lines[:2] if len(lines) <= 2 else [lines[0], lines[-1]])[:110]
             print(
                 f"\n$ {' '.join(argv)[:90]}\n  {title}: {r.status.value}"
                 f" (exit {r.exit_code}, signal {r.signal}) in {r.wall_s:.2f} s; {output or '(no output)'}"
@@ -61,4 +98,6 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     print("\nOne sandbox, several commands (limits: 5 s wall, 2 s CPU, 128 MiB, 32 pids, no network):")
     asyncio.run(_tour())
+    print("\nThe judge, grading candidates for `add(a, b)` (inputs go in, outputs are compared outside):")
+    asyncio.run(_judge())
     return 0
