@@ -66,7 +66,7 @@ def test_sysv_shared_memory_does_not_survive(mode: str) -> None:
     assert after.stdout_text.split() == ["-1", "2"], after  # ENOENT: the segment is gone
 
 
-def test_posix_message_queues_do_not_survive() -> None:
+def test_posix_message_queues_are_refused() -> None:
     code = (
         "import ctypes, sys; l = ctypes.CDLL(None, use_errno=True);"
         " print(l.mq_open(b'/left', int(sys.argv[1], 0), 0o600, None), ctypes.get_errno())"
@@ -74,26 +74,45 @@ def test_posix_message_queues_do_not_survive() -> None:
     before, after, reused = asyncio.run(
         two_users(["python3", "-c", code, "0o102"], ["python3", "-c", code, "0o2"])  # O_CREAT|O_RDWR, then O_RDWR
     )
-    assert reused and int(before.stdout_text.split()[0]) >= 0, before
-    assert after.stdout_text.split() == ["-1", "2"], after  # ENOENT: the queue went with the old namespace
+    assert reused and before.stdout_text.split() == ["-1", "1"], before  # EPERM: refused by the syscall filter
+    assert after.stdout_text.split()[0] == "-1", after
 
 
 def test_what_a_user_did_to_the_sandbox_itself_does_not_reach_the_next() -> None:
-    # Lower the agent's (pid 2's) limits and priority, and a namespaced sysctl: none of it may reach the next user.
+    # Lower the agent's (pid 2's) limits and priority, raise its OOM score, and try a namespaced sysctl: none of it
+    # may reach the next user.
     poison = (
-        "import ctypes, os; l = ctypes.CDLL(None, use_errno=True)\n"
+        "import os, resource\n"
         "os.setpriority(os.PRIO_PROCESS, 2, 19)\n"
-        "import resource; resource.prlimit(2, resource.RLIMIT_NOFILE, (16, 16))\n"
-        "open('/proc/sys/kernel/shmmax', 'w').write('1')\n"
+        "resource.prlimit(2, resource.RLIMIT_NOFILE, (16, 16))\n"
+        "open('/proc/2/oom_score_adj', 'w').write('1000')\n"
+        "try:\n    open('/proc/sys/kernel/shmmax', 'w').write('1')\nexcept OSError:\n    pass\n"
     )
     look = (
-        "import os, resource; print(os.getpriority(os.PRIO_PROCESS, 0), open('/proc/sys/kernel/shmmax').read().strip())"
+        "import os; print(os.getpriority(os.PRIO_PROCESS, 2), open('/proc/2/oom_score_adj').read().strip(),"
+        " open('/proc/sys/kernel/shmmax').read().strip())"
     )
     before, after, reused = asyncio.run(two_users(["python3", "-c", poison], ["python3", "-c", look]))
-    assert reused and before.status is not Status.INFRA_ERROR
+    assert reused and before.status is not Status.INFRA_ERROR, before
     assert after.ok, after
-    priority, shmmax = after.stdout_text.split()
-    assert priority == "0" and shmmax != "1"
+    priority, oom, shmmax = after.stdout_text.split()
+    assert (priority, oom) == ("0", "0") and shmmax != "1"
+
+
+@pytest.mark.parametrize("leave", ["kill -STOP 2", "true", "echo x > /workspace/f; mkdir -p a/b/c; chmod 000 a"])
+def test_an_untouched_agent_is_kept_and_a_touched_one_replaced(leave: str) -> None:
+    async def main() -> tuple[int, int]:
+        async with SandboxPool(size=1, limits=LIMITS) as pool:
+            async with pool.sandbox() as sb:
+                await sb.exec(["sh", "-c", leave])
+                before = sb._impl.agent.pid  # type: ignore[union-attr]
+            async with pool.sandbox() as sb:
+                after = await sb.exec(["sh", "-c", "ls -A /workspace"])
+                assert after.ok and after.stdout == b"", after
+                return before or 0, sb._impl.agent.pid or 0  # type: ignore[union-attr]
+
+    before, after = asyncio.run(main())
+    assert (before == after) == (leave != "kill -STOP 2")
 
 
 def test_environment_is_per_command() -> None:

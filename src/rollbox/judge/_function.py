@@ -99,6 +99,7 @@ async def run_function(
                 ["python3", f"{_JUDGE_DIR}/driver.py", f"/workspace/{grading.module}", grading.entry_point],
                 stdin=inputs,
                 env=GRADING_ENV,
+                warm_python=True,  # a fork of the sandbox's pre-started interpreter, not a fresh start-up
             )
             reports.append(_cases_report(grading, cases, result))
     return merge_reports(reports)

@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ._errors import SandboxError
+from ._health import fingerprint
 from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
 
 __all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Usage", "classify"]
 
-_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE = 1, 2, 3, 4
+_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET = 1, 2, 3, 4, 5
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
 _EXITED = struct.Struct("<Iiqq")
-_WORD = struct.Struct("<I")  # one-word messages: ready, zygote started
+_WORD = struct.Struct("<I")  # one-word messages: ready, zygote started, reset done
 _MAX_REQUEST = 1 << 20
 _START_TIMEOUT_S = 10.0
 _CLEANUP_TIMEOUT_S = 10.0
@@ -152,16 +153,25 @@ class AgentConnection:
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
         self.alive = True
+        #: The helper's host pid and what it looked like when it started (see ``_health``).
+        self.pid: int | None = None
+        self.fingerprint: tuple[str, ...] | None = None
         sock.setblocking(False)
         self._loop.add_reader(sock.fileno(), self._readable)
 
     def _readable(self) -> None:
         try:
-            data = self._sock.recv(64)
+            data, ancillary, _flags, _addr = self._sock.recvmsg(64, socket.CMSG_SPACE(12))
         except BlockingIOError:
             return
         except OSError:
-            data = b""
+            data, ancillary = b"", []
+        if self.pid is None:
+            # Its first message (the hello) tells us who it is: the kernel attached its pid, in our namespace.
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    self.pid = struct.unpack("iII", payload[:12])[0]
+                    self.fingerprint = fingerprint(self.pid)
         if not data:
             self.alive = False
             self._loop.remove_reader(self._sock.fileno())
@@ -191,6 +201,7 @@ class AgentConnection:
             SandboxError: the zygote did not start.
         """
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         request = ExecRequest(argv=argv, env=env, cwd="/", stdin=None, timeout_s=0)
         try:
             fds = array.array("i", [zygote_end.fileno()])
@@ -207,6 +218,26 @@ class AgentConnection:
         zygote = AgentConnection(host_end, None)
         await zygote.wait_ready()
         return zygote
+
+    @property
+    def unchanged(self) -> bool:
+        """True when the helper is alive and nothing about it changed since it started (see ``_health``)."""
+        return self.alive and self.pid is not None and fingerprint(self.pid) == self.fingerprint is not None
+
+    async def remove_ipc_objects(self) -> None:
+        """Have the agent remove every SysV IPC object of the sandbox (between users of a reused sandbox).
+
+        Raises:
+            SandboxError: the agent did not answer.
+        """
+        request = _WORD.pack(_MSG_RESET)
+        try:
+            self._sock.send(request)
+            answer = await asyncio.wait_for(self._inbox.get(), _ANNOUNCE_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise SandboxError(f"the sandbox's agent did not answer a reset: {exc}") from exc
+        if answer != request:
+            raise SandboxError("the sandbox's agent did not answer a reset")
 
     def close(self) -> None:
         """Close the control socket (the agent exits) and reap the launcher (idempotent)."""

@@ -51,6 +51,8 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     # large attack surfaces
     "perf_event_open", "userfaultfd", "fanotify_init",
     "io_uring_setup", "io_uring_enter", "io_uring_register",
+    # POSIX message queues outlive their processes in the ipc namespace, which a reused sandbox keeps
+    "mq_open",
     # x86 hardware access
     "iopl", "ioperm", "modify_ldt",
 )  # fmt: skip
@@ -69,7 +71,7 @@ _X86_64 = _Arch(
     audit_arch=0xC000003E,
     has_x32=True,
     syscalls={
-        "ioctl": 16, "socket": 41, "clone": 56, "ptrace": 101, "syslog": 103, "uselib": 134,
+        "ioctl": 16, "socket": 41, "clone": 56, "mq_open": 240, "ptrace": 101, "syslog": 103, "uselib": 134,
         "personality": 135, "vhangup": 153, "modify_ldt": 154, "pivot_root": 155, "_sysctl": 156,
         "adjtimex": 159, "chroot": 161, "acct": 163, "settimeofday": 164, "mount": 165, "umount2": 166,
         "swapon": 167, "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173, "init_module": 175,
@@ -99,7 +101,7 @@ _AARCH64 = _Arch(
         "kcmp": 272, "finit_module": 273, "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
-        "pidfd_getfd": 438, "mount_setattr": 442
+        "pidfd_getfd": 438, "mount_setattr": 442, "mq_open": 180
     },
 )  # fmt: skip
 

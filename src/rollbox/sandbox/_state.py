@@ -75,6 +75,32 @@ def _try_lock(path: Path, *, create: bool = True) -> int | None:
     return fd
 
 
+def _empty(path: str) -> None:
+    """Remove everything below ``path``, depth first, holding an fd per level instead of recursing."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    stack: list[tuple[int, str]] = [(os.open(path, flags), "")]
+    try:
+        while stack:
+            fd, _name = stack[-1]
+            child = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        child = entry.name
+                        break
+                    os.unlink(entry.name, dir_fd=fd)
+            if child is not None:
+                stack.append((os.open(child, flags, dir_fd=fd), child))
+                continue
+            stack.pop()
+            os.close(fd)
+            if stack:
+                os.rmdir(_name, dir_fd=stack[-1][0])
+    finally:
+        for fd, _name in stack:
+            os.close(fd)
+
+
 _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 430, 431, 432  # the same on x86_64 and asm-generic (aarch64)
 _FSOPEN_CLOEXEC = _FSMOUNT_CLOEXEC = 0x1
 _FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
@@ -236,6 +262,21 @@ class SandboxDir:
             d = self.fs / name
             d.mkdir(mode=0o755)
             os.chown(d, uid, gid)
+
+    def empty_writable_tree(self, *, uid: int, gid: int) -> None:
+        """Empty workspace/, tmp/ and shm/ in place, and give them back to ``uid`` with mode 0755.
+
+        Runs as root, so what the program made unreadable (mode 000) goes too; links are removed, never followed.
+        Iterative, one open directory per level: a tree thousands of levels deep is fine.
+
+        Raises:
+            OSError: something could not be removed (the caller replaces the tree instead).
+        """
+        for name in ("workspace", "tmp", "shm"):
+            directory = self.fs / name
+            _empty(str(directory))
+            os.chown(directory, uid, gid)
+            os.chmod(directory, 0o755)
 
     def replace_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
         """Drop the writable tree (its tmpfs goes with the last reference) and make a new, empty one."""

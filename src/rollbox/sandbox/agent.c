@@ -14,7 +14,8 @@
  *       forks a child that starts a session, applies the rlimits, announces itself on the sync socket (the
  *       kernel attaches its pid, translated into the host's pid namespace), waits for the host to place it
  *       in the exec's cgroup, and execs the command. The agent reports the exit status and exits when the
- *       host closes the socket. It keeps no state between requests. A ZYGOTE request
+ *       host closes the socket. It keeps no state between requests. A RESET request removes every SysV IPC object of
+ *       the sandbox's ipc namespace, between users of a reused sandbox. A ZYGOTE request
  *       starts the Python zygote (zygote.py), which serves EXEC requests on its own socket by forking
  *       itself instead of exec'ing a new interpreter.
  *
@@ -30,7 +31,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
 #include <sys/mount.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -47,6 +52,7 @@ extern char **environ;
 #define MSG_EXEC 1u
 #define MSG_READY 2u
 #define MSG_EXITED 3u
+#define MSG_RESET 5u          /* remove every SysV IPC object; answered with the same word */
 #define MSG_ZYGOTE 4u         /* like EXEC, with one fd (the helper's socket); answered with the same word */
 #define MSG_MAX (1u << 20)
 
@@ -180,6 +186,40 @@ static void child(int fds[4], char *cwd, char **args, char **env, const struct e
     _exit(errno == ENOENT ? 127 : 126);
 }
 
+/* SysV IPC objects outlive the processes that made them, in the sandbox's ipc namespace; a sandbox that serves
+ * again must not hand them to its next user. The *_STAT_ANY commands see objects whatever their mode. */
+static void remove_ipc_objects(void) {
+    struct shm_info shm_info;
+    struct seminfo sem_info;
+    struct msginfo msg_info;
+    union {
+        int val;
+        struct semid_ds *buf;
+        unsigned short *array;
+        struct seminfo *info;
+    } arg;
+    int max = shmctl(0, SHM_INFO, (struct shmid_ds *)(void *)&shm_info);
+    for (int i = 0; i <= max; i++) {
+        struct shmid_ds ds;
+        int id = shmctl(i, SHM_STAT_ANY, &ds);
+        if (id >= 0) shmctl(id, IPC_RMID, NULL);
+    }
+    arg.info = &sem_info;
+    max = semctl(0, 0, SEM_INFO, arg);
+    for (int i = 0; i <= max; i++) {
+        struct semid_ds ds;
+        arg.buf = &ds;
+        int id = semctl(i, 0, SEM_STAT_ANY, arg);
+        if (id >= 0) semctl(id, 0, IPC_RMID);
+    }
+    max = msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&msg_info);
+    for (int i = 0; i <= max; i++) {
+        struct msqid_ds ds;
+        int id = msgctl(i, MSG_STAT_ANY, &ds);
+        if (id >= 0) msgctl(id, IPC_RMID, NULL);
+    }
+}
+
 /* Start a long-lived helper (the Python zygote) that speaks this same protocol on its own socket, passed as fd
  * 3. Like the agent it is infrastructure, not a command: it runs outside every command's cgroup and limits. */
 static void start_zygote(int sock, int fd, char *cwd, char **args, char **env) {
@@ -216,6 +256,11 @@ static int serve(int sock) {
         if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
         uint32_t type;
         memcpy(&type, buf, sizeof type);
+        if (type == MSG_RESET && n == sizeof type) {
+            remove_ipc_objects();
+            if (send(sock, &type, sizeof type, 0) < 0) return 0;
+            continue;
+        }
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         struct exec_header h;
         size_t nfds = type == MSG_ZYGOTE ? 1 : 4;

@@ -1,0 +1,40 @@
+"""Is a sandbox's helper still what it was? What another process of its uid could have changed about it.
+
+The program in a sandbox runs as the same uid as the sandbox's agent and zygote, so it can lower their rlimits
+(``prlimit``), renice them, move their CPU affinity or I/O priority, raise their OOM score, or stop them. None of
+that reaches a host, but a reused sandbox must not hand it to its next user: before reuse the host compares each
+helper's fingerprint with the one taken when it started, and restarts the sandbox when anything differs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+__all__ = ["fingerprint"]
+
+_SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
+_IOPRIO_WHO_PROCESS = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def fingerprint(pid: int) -> tuple[str, ...] | None:
+    """The changeable attributes of process ``pid`` (host pid), or None when it is gone or unreadable."""
+    try:
+        stat = _read(f"/proc/{pid}/stat")
+        limits = _read(f"/proc/{pid}/limits")
+        status = _read(f"/proc/{pid}/status")
+        oom = _read(f"/proc/{pid}/oom_score_adj").strip()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # stopped or not, nice, rt_priority, policy (proc(5): fields 3, 19, 40, 41; here counted after comm)
+    scheduling = ("stopped" if fields[0] in "Tt" else "live", fields[16], fields[37], fields[38])
+    affinity = next((line for line in status.splitlines() if line.startswith("Cpus_allowed_list:")), "")
+    ioprio = str(_libc.syscall(_SYS_IOPRIO_GET, _IOPRIO_WHO_PROCESS, pid)) if _SYS_IOPRIO_GET else ""
+    return (*scheduling, limits, affinity, oom, ioprio)
