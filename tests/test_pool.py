@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 import time
 
 import pytest
@@ -181,3 +182,68 @@ def test_misuse_is_refused() -> None:
                 pass
 
     asyncio.run(main())
+
+
+def test_attributes_of_the_directories_themselves_do_not_survive() -> None:
+    # A default ACL that denies everything, and extended attributes that eat the tmpfs's inode budget.
+    acl = "02000000" + "01000000ffffffff" + "04000000ffffffff" + "20000000ffffffff"  # u::-, g::-, o::-
+    poison = (
+        f"import os\nos.setxattr('/workspace', 'system.posix_acl_default', bytes.fromhex('{acl}'))\n"
+        "for i in range(200):\n    os.setxattr('/tmp', f'user.k{i}', b'x' * 4000)\n"
+        "os.setxattr('/workspace', 'user.secret', b'from A')\n"
+    )
+    look = (
+        "import os\nos.makedirs('pkg/sub')\nopen('pkg/sub/f', 'w').write('x')\n"
+        "print(oct(os.stat('pkg/sub').st_mode & 0o777), os.listxattr('/workspace'), len(os.listxattr('/tmp')))\n"
+    )
+
+    async def main() -> tuple[ExecResult, ExecResult, ExecResult]:
+        async with SandboxPool(size=1, limits=LIMITS) as pool:
+            async with pool.sandbox() as sb:
+                first = await sb.exec(["python3", "-c", poison])
+            async with pool.sandbox() as sb:
+                await sb.write_file("hostmade/dir/file.txt", "x")
+                listing = await sb.exec(["sh", "-c", "stat -c %a hostmade hostmade/dir"])
+                return first, await sb.exec(["python3", "-c", look]), listing
+
+    first, after, listing = asyncio.run(main())
+    assert first.ok, first
+    assert after.ok and after.stdout == b"0o755 [] 0\n", after
+    assert listing.stdout == b"755\n755\n", listing
+
+
+def test_a_loopback_sandbox_is_always_restarted() -> None:
+    # Its network namespace keeps what sockets did (TIME_WAIT ports, counters), which no in-place reset clears.
+    async def main() -> tuple[int | None, int | None]:
+        async with SandboxPool(size=1, limits=LIMITS, network="loopback") as pool:
+            async with pool.sandbox() as sb:
+                await sb.exec(["true"])
+                before = sb._impl.agent.pid  # type: ignore[union-attr]
+            async with pool.sandbox() as sb:
+                await sb.exec(["true"])
+                return before, sb._impl.agent.pid  # type: ignore[union-attr]
+
+    before, after = asyncio.run(main())
+    assert before is not None and after is not None and before != after
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the sched_setattr number used here is x86_64's")
+def test_a_changed_scheduling_slice_of_the_agent_is_noticed() -> None:
+    code = (
+        "import ctypes, struct\nattr = struct.pack('IIQiIQQQII', 56, 0, 0, 0, 0, 100_000_000, 0, 0, 0, 0)\n"
+        "print(ctypes.CDLL(None, use_errno=True).syscall(314, 2, attr, 0))\n"  # sched_setattr(2, slice=100 ms)
+    )
+
+    async def main() -> tuple[ExecResult, int | None, int | None]:
+        async with SandboxPool(size=1, limits=LIMITS) as pool:
+            async with pool.sandbox() as sb:
+                result = await sb.exec(["python3", "-c", code])
+                before = sb._impl.agent.pid  # type: ignore[union-attr]
+            async with pool.sandbox() as sb:
+                await sb.exec(["true"])
+                return result, before, sb._impl.agent.pid  # type: ignore[union-attr]
+
+    result, before, after = asyncio.run(main())
+    assert result.ok, result
+    if result.stdout == b"0\n":  # the kernel took the new slice: the agent must not serve again
+        assert before != after

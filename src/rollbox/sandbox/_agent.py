@@ -155,7 +155,7 @@ class AgentConnection:
         self.alive = True
         #: The helper's host pid and what it looked like when it started (see ``_health``).
         self.pid: int | None = None
-        self.fingerprint: tuple[str, ...] | None = None
+        self.fingerprint: tuple[tuple[str, ...] | None, ...] | None = None
         sock.setblocking(False)
         self._loop.add_reader(sock.fileno(), self._readable)
 
@@ -171,7 +171,7 @@ class AgentConnection:
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                     self.pid = struct.unpack("iII", payload[:12])[0]
-                    self.fingerprint = fingerprint(self.pid)
+                    self.fingerprint = self._fingerprints()
         if not data:
             self.alive = False
             self._loop.remove_reader(self._sock.fileno())
@@ -222,7 +222,18 @@ class AgentConnection:
     @property
     def unchanged(self) -> bool:
         """True when the helper is alive and nothing about it changed since it started (see ``_health``)."""
-        return self.alive and self.pid is not None and fingerprint(self.pid) == self.fingerprint is not None
+        return self.alive and self.pid is not None and self._fingerprints() == self.fingerprint is not None
+
+    def _fingerprints(self) -> tuple[tuple[str, ...] | None, ...] | None:
+        """The helper's fingerprint and its parent's (for the agent: bubblewrap's init, pid 1 inside)."""
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+        return fingerprint(self.pid), fingerprint(parent)
 
     async def remove_ipc_objects(self) -> None:
         """Have the agent remove every SysV IPC object of the sandbox (between users of a reused sandbox).

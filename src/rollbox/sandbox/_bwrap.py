@@ -261,15 +261,19 @@ class BwrapSandbox:
         """Make the sandbox as good as new for its next user.
 
         Every process of every command is already dead (each command's cgroup is killed when it ends). When the
-        agent and the zygote are exactly as they started (``_health``: not stopped, same priority, scheduling,
-        rlimits, affinity, OOM score and I/O priority), the agent removes the SysV IPC objects (POSIX queues are
-        refused by the syscall filter, namespaced sysctls are read-only) and the tree is emptied in place: about
-        a millisecond. Otherwise, or if any step fails, the sandbox restarts with new namespaces, a new agent and
-        a new tree.
+        sandbox has no network and the agent, bubblewrap's init and the zygote are exactly as they started
+        (``_health``: not stopped, same priority, scheduling, rlimits, affinity, OOM score, I/O priority), the
+        agent removes the SysV IPC objects (POSIX queues are refused by the syscall filter, namespaced sysctls are
+        read-only) and the tree is emptied in place, with its directories' attributes (ACLs, xattrs, times):
+        about a millisecond. Otherwise, or if any step fails, the sandbox restarts with new namespaces, a new
+        agent and a new tree. What stays visible after an in-place reset is only how much ran before: pid
+        numbers, IPC ids and inode numbers continue, and the agent's counted child CPU time.
         """
         assert self._dir is not None
         helpers = [self._agent, *([self._zygote] if self._zygote is not None else [])]
-        if all(helper is not None and helper.unchanged for helper in helpers) and self._agent is not None:
+        # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters): never reused.
+        reusable = self.network is Network.NONE and all(h is not None and h.unchanged for h in helpers)
+        if reusable and self._agent is not None:
             try:
                 await self._agent.remove_ipc_objects()
                 self._dir.empty_writable_tree(uid=self.uid, gid=self.uid)

@@ -91,12 +91,17 @@ def _open_parent(root: str, relative: str, *, uid: int, gid: int) -> int:
         for part in PurePosixPath(relative).parts[:-1]:
             try:
                 os.mkdir(part, 0o755, dir_fd=dirfd)
-                os.chown(part, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+                made = True
             except FileExistsError:
-                pass
+                made = False
             next_fd = _openat2(dirfd, part, os.O_PATH | os.O_DIRECTORY)
             os.close(dirfd)
             dirfd = next_fd
+            if made:
+                # Through the fd, never the name (the program may swap it for a link): exactly 0755, whatever a
+                # umask or a default ACL made of it, and the sandbox's owner.
+                os.chown(f"/proc/self/fd/{dirfd}", uid, gid)
+                os.chmod(f"/proc/self/fd/{dirfd}", 0o755)
     except BaseException:
         os.close(dirfd)
         raise

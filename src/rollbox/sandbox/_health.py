@@ -14,6 +14,9 @@ import platform
 __all__ = ["fingerprint"]
 
 _SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
+_SYS_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}.get(platform.machine())
+_SYS_SCHED_GETSCHEDULER = {"x86_64": 145, "aarch64": 120}.get(platform.machine())
+_SCHED_ATTR_SIZE = 56
 _IOPRIO_WHO_PROCESS = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -37,4 +40,12 @@ def fingerprint(pid: int) -> tuple[str, ...] | None:
     scheduling = ("stopped" if fields[0] in "Tt" else "live", fields[16], fields[37], fields[38])
     affinity = next((line for line in status.splitlines() if line.startswith("Cpus_allowed_list:")), "")
     ioprio = str(_libc.syscall(_SYS_IOPRIO_GET, _IOPRIO_WHO_PROCESS, pid)) if _SYS_IOPRIO_GET else ""
-    return (*scheduling, limits, affinity, oom, ioprio)
+    # The whole scheduling attribute (slice length, utilization clamps, flags) and the policy with its
+    # SCHED_RESET_ON_FORK bit: children inherit them.
+    attr = ctypes.create_string_buffer(_SCHED_ATTR_SIZE)
+    if _SYS_SCHED_GETATTR is not None and _libc.syscall(_SYS_SCHED_GETATTR, pid, attr, _SCHED_ATTR_SIZE, 0) == 0:
+        sched_attr = attr.raw.hex()
+    else:
+        sched_attr = "unreadable"
+    policy = str(_libc.syscall(_SYS_SCHED_GETSCHEDULER, pid)) if _SYS_SCHED_GETSCHEDULER is not None else ""
+    return (*scheduling, limits, affinity, oom, ioprio, sched_attr, policy)

@@ -275,8 +275,13 @@ class SandboxDir:
         for name in ("workspace", "tmp", "shm"):
             directory = self.fs / name
             _empty(str(directory))
+            # The directory itself outlives the wipe: its ACLs (a default ACL would shape every file the next
+            # user makes) and other extended attributes (they count against the tmpfs), owner, mode and times.
+            for attribute in os.listxattr(directory, follow_symlinks=False):
+                os.removexattr(directory, attribute, follow_symlinks=False)
             os.chown(directory, uid, gid)
             os.chmod(directory, 0o755)
+            os.utime(directory, ns=(0, 0))
 
     def replace_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
         """Drop the writable tree (its tmpfs goes with the last reference) and make a new, empty one."""
