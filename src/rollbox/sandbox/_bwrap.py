@@ -68,6 +68,12 @@ class BwrapHost:
         self.state.ensure()
         self.state.reap(self.cgroups)
         self.runtime_binds = _runtime_binds()
+        #: True when the interpreter lives under /tmp or /workspace (say, a checkout in /tmp).
+        self.runtime_in_writable_tree = any(
+            path == root or path.startswith(root + "/")
+            for path in self.runtime_binds
+            for root in ("/tmp", "/workspace", "/dev/shm")
+        )
 
     @classmethod
     def get(cls) -> BwrapHost:
@@ -244,15 +250,17 @@ class BwrapSandbox:
                 args += ["--ro-bind", path, path]
         args += ["--ro-bind", str(self.host.state.etc), "/etc"]
         stage = self.host.state.stage
-        for index, source in enumerate(staged):
-            target = {str(self.host.agent): _AGENT_PATH, _ZYGOTE_SOURCE: _ZYGOTE_PATH}.get(source, source)
-            args += ["--ro-bind", f"{stage}/{index}", target]
         # The sandbox's own /proc; its sysctls (IPC limits, pid_max of its namespaces) stay read-only.
         args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
         fs = f"{stage}/fs"  # where the launcher attaches the writable tree, in its own mount namespace
         args += ["--bind", f"{fs}/workspace", "/workspace", "--bind", f"{fs}/tmp", "/tmp"]
+        args += ["--bind", f"{fs}/shm", "/dev/shm"]
+        # The runtime after the writable tree: a Python installed under /tmp (a checkout there) stays visible.
+        for index, source in enumerate(staged):
+            target = {str(self.host.agent): _AGENT_PATH, _ZYGOTE_SOURCE: _ZYGOTE_PATH}.get(source, source)
+            args += ["--ro-bind", f"{stage}/{index}", target]
         # bubblewrap's /dev is a writable tmpfs of its own, outside the disk limit: make it read-only.
-        args += ["--bind", f"{fs}/shm", "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", "/workspace"]
         args += ["--seccomp", str(seccomp_fd)]
         return args
@@ -271,8 +279,13 @@ class BwrapSandbox:
         """
         assert self._dir is not None
         helpers = [self._agent, *([self._zygote] if self._zygote is not None else [])]
-        # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters): never reused.
-        reusable = self.network is Network.NONE and all(h is not None and h.unchanged for h in helpers)
+        # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters), and a runtime
+        # mounted inside the writable tree has its mount points there: neither is ever emptied in place.
+        reusable = (
+            self.network is Network.NONE
+            and not self.host.runtime_in_writable_tree
+            and all(h is not None and h.unchanged for h in helpers)
+        )
         if reusable and self._agent is not None:
             try:
                 await self._agent.remove_ipc_objects()
