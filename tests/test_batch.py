@@ -32,8 +32,8 @@ def test_programs_get_their_files_and_stdin_and_nothing_of_each_other() -> None:
         Program(
             argv=["python3", "main.py"],
             files={
-                "main.py": f"import os, sys\nopen('/tmp/mine', 'w').write('{i}')\n"
-                "print(sorted(os.listdir('/tmp')), sys.stdin.read())\n"
+                "main.py": f"import os, sys\nopen('/tmp/mine-{i}', 'w').write('{i}')\n"
+                "print(sorted(f for f in os.listdir('/tmp') if f.startswith('mine')), sys.stdin.read())\n"
             },
             stdin=f"input {i}",
             warm_python=i % 2 == 0,
@@ -43,7 +43,7 @@ def test_programs_get_their_files_and_stdin_and_nothing_of_each_other() -> None:
     results = dict(asyncio.run(collect(programs, workers=2)))
     for i in range(6):
         assert results[i].ok, results[i]
-        assert results[i].stdout == f"['mine'] input {i}\n".encode()
+        assert results[i].stdout == f"['mine-{i}'] input {i}\n".encode()
 
 
 def test_limits_and_failures_come_back_as_results() -> None:

@@ -341,8 +341,10 @@ def test_subverting_find_zero_is_tampered_and_its_honest_wrong_answer_only_fails
 def test_expected_values_of_cases_never_enter_the_candidates_sandbox(tasks: dict[str, Task], tmp_path: Path) -> None:
     # Returns the right answer only if it finds a cases file where the judge writes anything (/tmp, /workspace).
     hunter = (
-        "    import os\n    for root in ('/tmp', '/workspace', '/dev/shm'):\n"
-        "        for directory, _, files in os.walk(root):\n            for name in files:\n"
+        "    import os, sys\n    for root in ('/tmp', '/workspace', '/dev/shm'):\n"
+        "        for directory, _, files in os.walk(root):\n"
+        "            if directory.startswith((sys.prefix, sys.base_prefix)):\n                continue  # the runtime\n"
+        "            for name in files:\n"
         "                try:\n                    with open(os.path.join(directory, name), 'rb') as f:\n"
         "                        if b'\"expec' + b'ted\":' in f.read(1 << 20):  # not itself\n"
         "                            return sum(ord(c) for c in s if c.isupper())\n"
