@@ -337,6 +337,11 @@ class BwrapSandbox:
         group.cgroup.remove()
 
     @property
+    def agent_alive(self) -> bool:
+        """Whether the agent is running and answering."""
+        return self._agent is not None and self._agent.alive
+
+    @property
     def zygote_alive(self) -> bool:
         """Whether the zygote is running (it starts on first use)."""
         return self._zygote is not None and self._zygote.alive

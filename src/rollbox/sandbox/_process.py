@@ -139,6 +139,11 @@ class ProcessSandbox:
         return self._agent
 
     @property
+    def agent_alive(self) -> bool:
+        """Whether the agent is running and answering."""
+        return self._agent is not None and self._agent.alive
+
+    @property
     def zygote_alive(self) -> bool:
         """There is no zygote: as alive as the agent."""
         return self._agent is not None and self._agent.alive
