@@ -266,3 +266,26 @@ def test_a_changed_scheduling_slice_of_the_agent_is_noticed() -> None:
     assert result.ok, result
     if result.stdout == b"0\n":  # the kernel took the new slice: the agent must not serve again
         assert before != after
+
+
+def test_a_request_during_a_reset_waits_for_it() -> None:
+    async def main() -> ExecResult:
+        async with SandboxPool(size=1, limits=LIMITS) as pool:
+            returned = asyncio.Event()
+
+            async def first() -> None:
+                async with pool.sandbox() as sb:
+                    await sb.exec(["sh", "-c", "kill -STOP 2"], timeout_s=0.5)  # its reset will be a slow restart
+                    returned.set()
+
+            async def second() -> ExecResult:
+                await returned.wait()
+                await asyncio.sleep(0.1)  # the first sandbox is being reset now
+                async with pool.sandbox(timeout_s=30) as sb:
+                    return await sb.exec(["echo", "served"])
+
+            _, result = await asyncio.gather(first(), second())
+            return result
+
+    result = asyncio.run(main())
+    assert result.ok and result.stdout == b"served\n", result

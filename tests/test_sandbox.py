@@ -274,3 +274,10 @@ def test_write_tree_copies_files_and_links_never_following_them(tmp_path: Path) 
     count, result = asyncio.run(main())
     assert count == 4
     assert result.stdout_text == "7\n/etc/shadow\npkg\n", result
+
+
+@pytest.mark.slow
+def test_a_command_may_run_longer_than_any_internal_wait() -> None:
+    # Regression: the wait for the agent's exit report once had a fixed bound shorter than the command's limit.
+    r = asyncio.run(rollbox.run(["sh", "-c", "sleep 4; echo done"], limits=Limits(timeout_s=10, cpu_time_s=5)))
+    assert r.status is Status.OK and r.stdout == b"done\n", r

@@ -35,7 +35,7 @@ _EXITED = struct.Struct("<Iiqq")
 _WORD = struct.Struct("<I")  # one-word messages: ready, zygote started, reset done
 _MAX_REQUEST = 1 << 20
 _START_TIMEOUT_S = 10.0
-_CLEANUP_TIMEOUT_S = 10.0
+_CLEANUP_TIMEOUT_S = 3.0  # after a kill, the agent reports within milliseconds unless it was stopped
 _EXIT_TIMEOUT_S = 2.0
 _FAILED_START_WAIT_S = 0.5
 _ANNOUNCE_TIMEOUT_S = 5.0  # a fork takes a millisecond; a stopped or crippled agent never announces a child
@@ -283,6 +283,24 @@ class AgentConnection:
         if self._process.stderr:
             self._process.stderr.close()
 
+    async def aclose(self) -> None:
+        """As :meth:`close`, but waiting for the launcher without blocking the event loop (up to 2 s when the
+        agent was stopped by the program)."""
+        self.shutdown()
+        if self._process is not None and self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                pidfd = os.pidfd_open(self._process.pid)
+                exited = self._loop.create_future()
+                self._loop.add_reader(pidfd, _resolve, exited)
+                try:
+                    await asyncio.wait_for(exited, _EXIT_TIMEOUT_S)
+                except TimeoutError:
+                    self._process.kill()
+                finally:
+                    self._loop.remove_reader(pidfd)
+                    os.close(pidfd)
+        self.reap()
+
     async def run(
         self, request: ExecRequest, limits: Limits, group: ExecGroup, disk_full: Callable[[], bool]
     ) -> ExecResult:
@@ -320,7 +338,8 @@ class AgentConnection:
                 os.close(stdin_w)
                 os.close(out_r)
                 os.close(err_r)
-                await self._next_exited()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._next_exited(), _CLEANUP_TIMEOUT_S)
                 return ExecResult.infra_error(str(exc))
             return await self._supervise(request, limits, group, disk_full, (sync_host, stdin_w, out_r, err_r))
 
@@ -343,11 +362,9 @@ class AgentConnection:
         return None
 
     async def _next_exited(self) -> Exited | None:
+        """The agent's next exit report; None when its connection ends first. Callers bound the wait."""
         while True:
-            try:
-                data = await asyncio.wait_for(self._inbox.get(), _CLEANUP_TIMEOUT_S)
-            except TimeoutError:
-                return None
+            data = await self._inbox.get()
             if not data:
                 self._inbox.put_nowait(data)  # keep the EOF visible to whoever asks next
                 return None
@@ -407,7 +424,11 @@ class AgentConnection:
             watcher.cancel()
             feeder.close()
             group.kill()  # the command ended: whatever it left running (daemons, orphans) dies with it
-        exited = await exited_task
+        try:  # while the command ran, the wait was bounded by its own limits; after the kill, by this
+            exited = await asyncio.wait_for(exited_task, _CLEANUP_TIMEOUT_S)
+        except TimeoutError:
+            exited = None  # the agent did not report: it was stopped, or is gone
+            self.alive = False
         for capture in (stdout, stderr):
             try:
                 await asyncio.wait_for(capture.eof, _CLEANUP_TIMEOUT_S)

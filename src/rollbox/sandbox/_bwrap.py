@@ -302,7 +302,7 @@ class BwrapSandbox:
             self._zygote.close()
             self._zygote = None
         if self._agent is not None:
-            self._agent.close()
+            await self._agent.aclose()
             self._agent = None
         if new_tree:
             self._dir.replace_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)

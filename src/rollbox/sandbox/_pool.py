@@ -148,7 +148,7 @@ class SandboxPool:
             return sandbox
 
     async def _release(self, sandbox: Sandbox) -> None:
-        self._busy.discard(sandbox)
+        # It stays counted as busy while it is reset: a pool in the middle of a reset has not lost it.
         try:
             if self._state is not _State.OPEN:
                 raise SandboxStateError("the pool closed while the sandbox was out")
@@ -157,15 +157,21 @@ class SandboxPool:
             with contextlib.suppress(Exception):
                 await sandbox.close()
             if self._state is not _State.OPEN:
+                self._busy.discard(sandbox)
                 return
             try:
-                sandbox = await self._new()  # a replacement, so that the pool keeps its size
+                replacement = await self._new()  # so that the pool keeps its size
             except RollboxError as exc:
                 self._lost = exc
                 async with self._available:
+                    self._busy.discard(sandbox)
                     self._available.notify_all()
                 return
+            self._busy.discard(sandbox)
+            sandbox = replacement
+            self._busy.add(sandbox)
         async with self._available:
+            self._busy.discard(sandbox)
             self._idle.append(sandbox)
             self._available.notify()
 
