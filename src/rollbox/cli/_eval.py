@@ -80,6 +80,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="DIR",
         help=f"where the HumanEval tasks are written once (default: {default_tasks_dir()})",
     )
+    h.add_argument(
+        "--no-dedupe",
+        dest="dedupe",
+        action="store_false",
+        help="grade every copy of a repeated completion on its own (default: identical completions of a "
+        "problem are graded once and share the verdict)",
+    )
     h.set_defaults(run=_run)
 
 
@@ -131,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = _Progress(len(samples), sys.stderr)
     start = time.monotonic()
     try:
-        results = asyncio.run(evaluate_samples(samples, tasks, workers=workers, progress=progress))
+        results = asyncio.run(evaluate_samples(samples, tasks, workers=workers, progress=progress, dedupe=args.dedupe))
     except IsolationUnavailable as exc:
         print(f"\nrollbox eval humaneval: cannot grade here: {exc}", file=sys.stderr)
         return 1

@@ -37,7 +37,7 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from rollbox.sandbox import ExecResult, Sandbox, Status
@@ -45,6 +45,7 @@ from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check_variants import CheckVariant, check_variants, imported_modules
+from ._drivers import install_driver
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
 
@@ -52,40 +53,6 @@ __all__ = ["run_check"]
 
 _OUTCOMES = {"passed": Outcome.PASSED, "failed": Outcome.FAILED, "error": Outcome.ERROR}
 _LIMITS = (Status.TIMEOUT, Status.CPU_TIME_LIMIT, Status.MEMORY_LIMIT)
-
-
-_LISTER = """
-import json, os, stat, sys
-top, files, links, stack = os.getcwd(), [], [], [os.getcwd()]
-while stack:
-    with os.scandir(stack.pop()) as entries:
-        for entry in entries:
-            mode, path = entry.stat(follow_symlinks=False).st_mode, os.path.relpath(entry.path, top)
-            if stat.S_ISDIR(mode):
-                stack.append(entry.path)
-            elif stat.S_ISREG(mode):
-                files.append([path, stat.S_IMODE(mode)])
-            elif stat.S_ISLNK(mode):
-                links.append([path, os.readlink(entry.path)])
-sys.stdout.write(json.dumps({"files": files, "links": links}))
-"""
-
-
-@dataclass(frozen=True)
-class _Tree:
-    """The graded tree as it was before any of the candidate's code ran: what every variant's sandbox holds."""
-
-    #: (path, mode, content), writable ones first: a read-only write makes the directories it creates read-only.
-    files: list[tuple[str, int, bytes]]
-    #: (path, target)
-    links: list[tuple[str, str]]
-
-    async def write(self, sb: Sandbox) -> None:
-        """Write the tree into ``sb``'s /workspace."""
-        for path, mode, data in self.files:
-            await sb.write_file(path, data, mode=mode, read_only=not mode & 0o200)
-        for path, target in self.links:
-            await sb.write_link(path, target)
 
 
 @dataclass(frozen=True)
@@ -123,31 +90,13 @@ def _read_channel(stdout: str, variant_id: str, *, truncated: bool) -> tuple[str
     return outcome, notes
 
 
-async def _read_tree(sb: Sandbox) -> _Tree | ExecResult:
-    """The tree in ``sb``'s /workspace, or the failed run of the lister."""
-    listing = await sb.exec(["python3", "-I", "-S", "-B", "-c", _LISTER], env=GRADING_ENV)
-    if listing.status is not Status.OK:
-        return listing
-    found = json.loads(listing.stdout_text)
-    files = [(path, mode, await sb.read_file(path)) for path, mode in found["files"]]
-    files.sort(key=lambda f: not f[1] & 0o200)
-    return _Tree(files, [(path, target) for path, target in found["links"]])
-
-
-async def _run_variant(sb: Sandbox, tree: _Tree, variant: CheckVariant, watch: list[str], argv: list[str]) -> _Run:
-    """Run one variant in a fresh sandbox like ``sb``, holding ``tree`` and the driver (at ``argv[2]``)."""
-    package, values = resources.files("rollbox.judge"), resources.files("rollbox.tasks") / "_values.py"
-    directory = argv[2].rsplit("/", 1)[0]
-    async with Sandbox(limits=sb.limits, network=sb.network, backend=sb.backend) as box:
-        try:
-            await tree.write(box)
-            for name, source in (("driver.py", package / "_check_driver.py"), ("_values.py", values)):
-                await box.write_file(f"{directory}/{name}", source.read_bytes(), read_only=True)
-        except OSError as exc:  # the same files fitted in ``sb``, under the same limits
-            result = ExecResult.infra_error(f"could not write the graded files into a check sandbox: {exc}")
-        else:
-            request = {"id": variant.id, "source": variant.source, "watch": watch}
-            result = await box.exec(argv, stdin=json.dumps(request), env=GRADING_ENV)
+async def _run_variant(task: Task, tree: Path, variant: CheckVariant, watch: list[str], argv: list[str]) -> _Run:
+    """Run one variant in a fresh sandbox holding ``tree`` and the driver (at ``argv[2]``)."""
+    async with Sandbox(limits=task.limits, network=task.network) as box:
+        await box.write_tree(tree)
+        await install_driver(box, argv[2].rsplit("/", 1)[0], "_check_driver.py")
+        request = {"id": variant.id, "source": variant.source, "watch": watch}
+        result = await box.exec(argv, stdin=json.dumps(request), env=GRADING_ENV)
     return _Run(variant, result, *_read_channel(result.stdout_text, variant.id, truncated=result.stdout_truncated))
 
 
@@ -182,15 +131,18 @@ def _report(test_id: str, runs: Sequence[_Run]) -> RunnerReport:
     )
 
 
-async def run_check(sb: Sandbox, task: Task, grading: FunctionGrading) -> RunnerReport:
-    """Run the task's check and its canaries against the candidate whose tree ``sb`` holds in /workspace.
+async def run_check(tree: Path, task: Task, grading: FunctionGrading) -> RunnerReport:
+    """Run the task's check and its canaries against the candidate whose graded tree is the host directory ``tree``.
 
-    Call it before any of the candidate's code has run in ``sb``: the files are listed and read from ``sb``
-    then, and ``sb`` runs nothing else. Each variant runs in a fresh sandbox of ``sb``'s kind and limits that
-    holds those files; a failure to set one up is rollbox's (``infra_error``), never the candidate's doing. The
-    one graded test is ``ENTRY_POINT[check]``, with the outcome of the real check's completion record (``missing``
-    without one). Variants left to run once the grade is decided (the real check did not pass, a canary passed
-    with it, a forgery) are skipped, and so are all of them when a canary hits a limit before the real check ran.
+    Each variant runs in a fresh sandbox of the task's limits and network that holds ``tree`` as it is now;
+    ``tree`` must not change meanwhile (the judge's own copy). A failure to set one up is rollbox's
+    (``infra_error``), never the candidate's doing. The one graded test is ``ENTRY_POINT[check]``, with the
+    outcome of the real check's completion record (``missing`` without one). Variants left to run once the grade
+    is decided (the real check did not pass, a canary passed with it, a forgery) are skipped, and so are all of
+    them when a canary hits a limit before the real check ran.
+
+    Raises:
+        OSError: ``tree`` does not fit a sandbox (ENOSPC and the like: the candidate's doing), or cannot be read.
     """
     test_id = f"{grading.entry_point}[check]"
     missing = (GradedTest(test_id, Outcome.MISSING),)
@@ -202,20 +154,11 @@ async def run_check(sb: Sandbox, task: Task, grading: FunctionGrading) -> Runner
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFormatError(path, f"cannot read the check: {exc}") from exc
     variants, watch = check_variants(source), imported_modules(source)
-    try:
-        tree = await _read_tree(sb)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        tree = ExecResult.infra_error(f"could not read the graded files back from the sandbox: {exc}")
-    if isinstance(tree, ExecResult):
-        if tree.status in (Status.INFRA_ERROR, Status.NONZERO_EXIT, Status.SIGNALED):
-            detail = tree.error or f"listing the graded files failed: {tree.stderr_text[-2000:]}"
-            return RunnerReport(tests=missing, run_status=Status.INFRA_ERROR, detail=detail)
-        return RunnerReport(tests=missing, run_status=tree.status, crashed=True)  # too many files to list
-    driver = f"/tmp/.rollbox-check-{secrets.token_hex(8)}/driver.py"
+    driver = f"/tmp/.rollbox-check-{secrets.token_hex(8)}/driver.pyc"
     argv = ["python3", "-s", driver, f"/workspace/{grading.module}", grading.entry_point]
     runs: list[_Run] = []
     for variant in variants:
-        run = await _run_variant(sb, tree, variant, watch, argv)
+        run = await _run_variant(task, tree, variant, watch, argv)
         if run.result.status is Status.INFRA_ERROR:
             return RunnerReport(tests=missing, run_status=Status.INFRA_ERROR, detail=run.result.error)
         if (

@@ -1,6 +1,6 @@
 """Runs inside a grading sandbox: ONE variant of the task's check (the real one or a canary) against the candidate.
 
-    python3 -s driver.py MODULE_FILE ENTRY_POINT < variant.json
+    python3 -s driver.pyc MODULE_FILE ENTRY_POINT < variant.json
 
 stdin is ``{"id": ..., "source": ..., "watch": [MODULE, ...]}``: one check module under a random id, and the
 modules the check imports, to be imported and watched before the candidate's code runs. The judge starts one such
@@ -27,6 +27,7 @@ import builtins
 import importlib
 import importlib.util
 import json
+import marshal
 import os
 import sys
 import types
@@ -36,9 +37,8 @@ _MISSING = object()
 
 def load_codec(directory):
     namespace = {"__name__": "_rollbox_values"}
-    path = os.path.join(directory, "_values.py")
-    with open(path, encoding="utf-8") as f:
-        exec(compile(f.read(), path, "exec"), namespace)
+    with open(os.path.join(directory, "_values.pyc"), "rb") as f:
+        exec(marshal.loads(f.read()[16:]), namespace)  # the judge's bytecode: magic, flags, 8 unused bytes
     return namespace["encode"], namespace["decode"]
 
 

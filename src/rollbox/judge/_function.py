@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from rollbox.tasks._values import decode, encode
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check import run_check
+from ._drivers import install_driver
 from ._report import RunnerReport, merge_reports
 from ._verdict import GradedTest, Outcome
 
@@ -84,24 +84,20 @@ async def run_function(
     """Grade the candidate's function in a fresh sandbox built from ``tree`` (the pristine task plus its changes)."""
     cases = load_cases(task.tests / grading.cases) if grading.cases else []
     inputs = json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
-    package = resources.files("rollbox.judge")
     reports: list[RunnerReport] = []
-    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
-        await sb.write_tree(tree)
-        driver = package.joinpath("_function_driver.py").read_bytes()
-        await sb.write_file(f"{_JUDGE_DIR}/driver.py", driver, read_only=True)
-        values = resources.files("rollbox.tasks").joinpath("_values.py").read_bytes()
-        await sb.write_file(f"{_JUDGE_DIR}/_values.py", values, read_only=True)
-        if grading.check:  # first: it writes its own files before any of the candidate's code has run here
-            reports.append(await run_check(sb, task, grading))
-        if cases:
+    if grading.check:  # in fresh sandboxes of its own, from the tree as it is before any of the candidate's code ran
+        reports.append(await run_check(tree, task, grading))
+    if cases:
+        async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
+            await sb.write_tree(tree)
+            driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
             result = await sb.exec(
-                ["python3", f"{_JUDGE_DIR}/driver.py", f"/workspace/{grading.module}", grading.entry_point],
+                ["python3", driver, f"/workspace/{grading.module}", grading.entry_point],
                 stdin=inputs,
                 env=GRADING_ENV,
                 warm_python=True,  # a fork of the sandbox's pre-started interpreter, not a fresh start-up
             )
-            reports.append(_cases_report(grading, cases, result))
+        reports.append(_cases_report(grading, cases, result))
     return merge_reports(reports)
 
 

@@ -1,6 +1,6 @@
 """Runs inside a grading sandbox: call the candidate's function on each case's inputs, report strict outputs.
 
-    python3 -s driver.py MODULE_FILE ENTRY_POINT < inputs.json
+    python3 -s driver.pyc MODULE_FILE ENTRY_POINT < inputs.json
 
 The inputs (a JSON list of ``{"args": [...], "kwargs": {...}}``) are all this process ever sees: expected
 outputs stay with the judge. Reports go, one JSON object a line, to a duplicate of the original stdout taken

@@ -171,27 +171,37 @@ async def evaluate_samples(
     *,
     workers: int,
     progress: Callable[[SampleResult], None] | None = None,
+    dedupe: bool = True,
 ) -> list[SampleResult]:
     """Grade every sample, ``workers`` at a time; the results come back in the samples' order.
 
     Grading sandboxes are warm (``workers`` per configuration) and reset between samples, so no sample pays for a
-    sandbox's creation. ``progress`` is called with each result as it is done (in completion order).
+    sandbox's creation. With ``dedupe`` (the default), byte-identical completions of the same problem are graded
+    once and share that verdict, as a policy's group of samples often repeats itself; a completion whose outcome
+    depends on chance (``random``, timing) then gets one draw for all its copies, where ``dedupe=False`` draws for
+    each. ``progress`` is called with each sample's result as it is done (in completion order).
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     prompts = {task_id: (task.workspace / "solution.py").read_text() for task_id, task in tasks.items()}
+    copies: dict[tuple[str, str] | int, list[int]] = defaultdict(list)
+    for index, sample in enumerate(samples):
+        copies[(sample.task_id, sample.completion) if dedupe else index].append(index)
     gate = asyncio.Semaphore(workers)
+    results: list[SampleResult | None] = [None] * len(samples)
     async with WarmSandboxes(size=workers) as sandboxes:
 
-        async def one(sample: Sample) -> SampleResult:
+        async def one(indices: list[int]) -> None:
+            first = samples[indices[0]]
             async with gate:
-                verdict = await _grade_sample(tasks[sample.task_id], sample, prompts[sample.task_id], sandboxes)
-            result = SampleResult(sample=sample, verdict=verdict)
-            if progress is not None:
-                progress(result)
-            return result
+                verdict = await _grade_sample(tasks[first.task_id], first, prompts[first.task_id], sandboxes)
+            for index in indices:
+                results[index] = result = SampleResult(sample=samples[index], verdict=verdict)
+                if progress is not None:
+                    progress(result)
 
-        return list(await asyncio.gather(*(one(s) for s in samples)))
+        await asyncio.gather(*(one(indices) for indices in copies.values()))
+    return [r for r in results if r is not None]
 
 
 def write_results(path: Path, results: Sequence[SampleResult]) -> None:

@@ -27,9 +27,9 @@ from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
 
-__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Usage", "classify"]
+__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify"]
 
-_MSG_EXEC, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET = 1, 2, 3, 4, 5
+_MSG_SPARE, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET, _MSG_EXEC = 1, 2, 3, 4, 5, 6
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
 _EXITED = struct.Struct("<Iiqq")
 _WORD = struct.Struct("<I")  # one-word messages: ready, zygote started, reset done
@@ -91,6 +91,16 @@ class ExecGroup(Protocol):
         """The final resource report (after ``kill``)."""
 
 
+@dataclass(frozen=True)
+class Spare:
+    """The next command's process, forked and placed in its group ahead of the command, waiting for it."""
+
+    runner: AgentConnection
+    group: ExecGroup
+    sync: socket.socket
+    pid: int
+
+
 def classify(
     *, killed_for: Status | None, wait_status: int | None, usage: Usage, limits: Limits
 ) -> tuple[Status, int | None, int | None]:
@@ -119,21 +129,17 @@ def classify(
     return (Status.OK if exit_code == 0 else Status.NONZERO_EXIT), exit_code, signo
 
 
+def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0) -> bytes:
+    cpu_time_s = max(1, int(limits.cpu_time_s + 0.999))
+    return _EXEC_HEADER.pack(kind, argc, envc, 0, cpu_time_s, limits.open_files, limits.effective_file_size_bytes)
+
+
 def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> bytes:
     env = [f"{k}={v}" for k, v in request.env.items()]
     strings = [request.cwd, *request.argv, *env]
     if any("\0" in s for s in strings):
         raise ValueError("arguments, environment and cwd must not contain NUL characters")
-    header = _EXEC_HEADER.pack(
-        kind,
-        len(request.argv),
-        len(env),
-        0,
-        max(1, int(limits.cpu_time_s + 0.999)),
-        limits.open_files,
-        limits.effective_file_size_bytes,
-    )
-    message = header + b"".join(s.encode() + b"\0" for s in strings)
+    message = _header(kind, limits, len(request.argv), len(env)) + b"".join(s.encode() + b"\0" for s in strings)
     if len(message) > _MAX_REQUEST:
         raise ValueError(f"command line and environment are {len(message)} bytes; the limit is {_MAX_REQUEST}")
     return message
@@ -301,47 +307,88 @@ class AgentConnection:
                     os.close(pidfd)
         self.reap()
 
+    async def spawn(self, group: ExecGroup, limits: Limits) -> Spare | ExecResult:
+        """Fork the next command's process with ``limits``' rlimits and place it in ``group``, ahead of the command.
+
+        Returns the waiting process, or an ``infra_error`` result when it could not be made (the agent is then
+        marked dead when it cannot be trusted with another command).
+        """
+        sync_host, sync_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        try:
+            fds = array.array("i", [sync_child.fileno()])
+            self._sock.sendmsg([_header(_MSG_SPARE, limits)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        except OSError as exc:
+            sync_host.close()
+            self.alive = False
+            return ExecResult.infra_error(f"the sandbox's agent is gone ({exc.strerror}); the sandbox restarts")
+        finally:
+            sync_child.close()
+        try:
+            pid = await self._child_pid(sync_host)
+            if pid is None:
+                sync_host.close()
+                return await self._failed_start()
+            group.adopt(pid)
+        except asyncio.CancelledError:
+            # The sandbox is closing: it kills the process; its exit report will never be read here.
+            sync_host.close()
+            self.alive = False
+            raise
+        except SandboxError as exc:
+            sync_host.close()
+            group.kill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._next_exited(), _CLEANUP_TIMEOUT_S)
+            return ExecResult.infra_error(str(exc))
+        return Spare(self, group, sync_host, pid)
+
+    async def discard(self, spare: Spare) -> None:
+        """End a spare that no command will use, and consume its exit report (bounded; a silent agent is dead)."""
+        spare.sync.close()
+        spare.group.kill()
+        try:
+            await asyncio.wait_for(self._next_exited(), _CLEANUP_TIMEOUT_S)
+        except TimeoutError:
+            self.alive = False
+
     async def run(
-        self, request: ExecRequest, limits: Limits, group: ExecGroup, disk_full: Callable[[], bool]
+        self, spare: Spare, request: ExecRequest, limits: Limits, disk_full: Callable[[], bool]
     ) -> ExecResult:
-        """Run one command to its end and report it. Infrastructure faults come back as ``infra_error``."""
-        message = _encode(request, limits)
+        """Run one command in ``spare`` to its end and report it. Infrastructure faults come back as
+        ``infra_error``."""
+        try:
+            message = _encode(request, limits)
+        except ValueError:
+            await self.discard(spare)
+            raise
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        sync_host, sync_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        passed = [stdin_r, out_w, err_w, sync_child.fileno()]
-        try:
-            self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))])
-        except OSError as exc:
-            for fd in (stdin_r, stdin_w, out_r, out_w, err_r, err_w):
-                os.close(fd)
-            sync_host.close()
-            sync_child.close()
-            self.alive = False
-            return ExecResult.infra_error(f"the sandbox's agent is gone ({exc.strerror}); the sandbox restarts")
-        for fd in (stdin_r, out_w, err_w):
-            os.close(fd)
-        sync_child.close()
-        with sync_host:
-            pid = await self._child_pid(sync_host)
-            if pid is None:
-                os.close(stdin_w)
-                os.close(out_r)
-                os.close(err_r)
-                return await self._failed_start()
+        passed = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [stdin_r, out_w, err_w]))]
+        with spare.sync:
             try:
-                group.adopt(pid)
-            except SandboxError as exc:
-                group.kill()
-                os.close(stdin_w)
-                os.close(out_r)
-                os.close(err_r)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._next_exited(), _CLEANUP_TIMEOUT_S)
-                return ExecResult.infra_error(str(exc))
-            return await self._supervise(request, limits, group, disk_full, (sync_host, stdin_w, out_r, err_r))
+                spare.sync.sendmsg([message], passed)
+            except OSError:
+                delivered = False  # something killed it while it waited: nothing of the command ran
+            else:
+                delivered = True
+            finally:
+                for fd in (stdin_r, out_w, err_w):
+                    os.close(fd)
+            if not delivered:
+                for fd in (stdin_w, out_r, err_r):
+                    os.close(fd)
+                return await self._failed_start()
+            result = await self._supervise(request, limits, spare.group, disk_full, (stdin_w, out_r, err_r))
+            try:
+                started = spare.sync.recv(1, socket.MSG_DONTWAIT) == b"x"
+            except OSError:
+                started = False
+        if not started:  # it died before the command started (something outside killed it while it waited)
+            self.alive = False
+            return ExecResult.infra_error("the command's process died before the command could start")
+        return result
 
     async def _child_pid(self, sync: socket.socket) -> int | None:
         """The host pid of the new child, read from the credentials the kernel attached to its hello."""
@@ -391,9 +438,9 @@ class AgentConnection:
         limits: Limits,
         group: ExecGroup,
         disk_full: Callable[[], bool],
-        channels: tuple[socket.socket, int, int, int],
+        channels: tuple[int, int, int],
     ) -> ExecResult:
-        sync, stdin_w, out_r, err_r = channels
+        stdin_w, out_r, err_r = channels
         done: asyncio.Future[None] = self._loop.create_future()
         killed_for: list[Status] = []
 
@@ -412,10 +459,6 @@ class AgentConnection:
         timer = self._loop.call_later(request.timeout_s, stop, Status.TIMEOUT)
         watcher = asyncio.ensure_future(self._watch(group, limits, stop))
         start = time.monotonic()
-        try:
-            sync.send(b"g")
-        except OSError:
-            stop(Status.SIGNALED)
         try:
             await done
             wall_s = time.monotonic() - start

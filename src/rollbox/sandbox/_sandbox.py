@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-from ._agent import AgentConnection, ExecGroup, ExecRequest
+from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare
 from ._bwrap import PATH, BwrapSandbox
 from ._errors import SandboxError, SandboxStateError
 from ._files import read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
@@ -93,6 +93,8 @@ class Sandbox:
         self._impl: _Backend | None = None
         self._state = _State.NEW
         self._lock = asyncio.Lock()
+        self._spare: asyncio.Future[Spare | ExecResult] | None = None
+        self._spare_warm = False
 
     async def __aenter__(self) -> Sandbox:
         if self._state is not _State.NEW:
@@ -113,6 +115,7 @@ class Sandbox:
         if self._impl is not None:
             async with self._lock:
                 impl, self._impl = self._impl, None
+                self._drop_spare()
                 impl.close()
         self._state = _State.CLOSED
 
@@ -129,10 +132,33 @@ class Sandbox:
             SandboxError: the sandbox could not be reset (the caller should close it).
         """
         async with self._lock:
+            impl = self._open()
+            task, self._spare = self._spare, None
+            spare = await task if task is not None else None
             try:
-                await self._open().reset()
+                await impl.reset()
             except OSError as exc:
                 raise SandboxError(f"cannot reset the sandbox: {exc}") from exc
+            finally:
+                if isinstance(spare, Spare) and spare.runner.alive:
+                    # The agent and the zygote were kept: the spare, forked from them after the last command had
+                    # ended, is as pristine as they are.
+                    self._spare = _done(spare)
+                elif isinstance(spare, Spare):
+                    spare.sync.close()
+                    _finish(impl, spare.group)
+            if self._spare is None:
+                self._prepare_spare(impl, self._spare_warm)
+
+    def _drop_spare(self) -> None:
+        """Forget the spare when the sandbox closes (closing kills it with everything else)."""
+        task, self._spare = self._spare, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and isinstance(spare := task.result(), Spare):
+            spare.sync.close()
 
     def _open(self) -> _Backend:
         if self._impl is None:
@@ -216,21 +242,58 @@ class Sandbox:
         return not (impl.agent_alive and (not warm_python or impl.zygote_alive))
 
     async def _run(self, impl: _Backend, request: ExecRequest, warm_python: bool) -> ExecResult:
+        spare = await self._take_spare(impl, warm_python)
+        if isinstance(spare, ExecResult):
+            return spare
+        try:
+            result = await spare.runner.run(spare, request, self.limits, impl.disk_full)
+        except SandboxError as exc:
+            result = ExecResult.infra_error(str(exc))
+        except BaseException:
+            _finish(impl, spare.group)
+            raise
+        # The command's group is empty now (the command's end killed it); it is removed in the background.
+        self._prepare_spare(impl, warm_python, spare.group)
+        return result
+
+    # The next command's process is forked and placed in its cgroup while the sandbox is idle (a spare), so that
+    # an exec only hands it the command: forking, and on cgroup v1 the move into a cgroup (which can wait for an
+    # RCU grace period), stay off the command's path. One spare at a time, for the kind of the last command.
+
+    async def _spawn(self, impl: _Backend, warm_python: bool, finished: ExecGroup | None = None) -> Spare | ExecResult:
+        if finished is not None and (failure := _finish(impl, finished)) is not None:
+            return failure
         try:
             group = await impl.exec_group()
         except SandboxError as exc:
             return ExecResult.infra_error(str(exc))
         try:
             runner = await impl.zygote() if warm_python else impl.agent
-            result = await runner.run(request, self.limits, group, impl.disk_full)
+            spare = await runner.spawn(group, self.limits)
         except SandboxError as exc:
-            result = ExecResult.infra_error(str(exc))
-        finally:
-            try:
-                impl.finish_exec(group)
-            except SandboxError as exc:
-                result = ExecResult.infra_error(f"cleaning up after the command failed: {exc}")
-        return result
+            spare = ExecResult.infra_error(str(exc))
+        except BaseException:
+            _finish(impl, group)
+            raise
+        if isinstance(spare, ExecResult):
+            _finish(impl, group)
+        return spare
+
+    def _prepare_spare(self, impl: _Backend, warm_python: bool, finished: ExecGroup | None = None) -> None:
+        """Start the next spare in the background, after removing the group of the command that just ended."""
+        self._spare_warm = warm_python
+        self._spare = asyncio.ensure_future(self._spawn(impl, warm_python, finished))
+
+    async def _take_spare(self, impl: _Backend, warm_python: bool) -> Spare | ExecResult:
+        """The waiting spare when it suits this command, else a new one."""
+        task, self._spare = self._spare, None
+        spare = await task if task is not None else None
+        if isinstance(spare, Spare):
+            if self._spare_warm == warm_python and spare.runner.alive:
+                return spare
+            await spare.runner.discard(spare)
+            _finish(impl, spare.group)
+        return await self._spawn(impl, warm_python)
 
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644, read_only: bool = False) -> None:
         """Write a file in /workspace (relative paths) or /tmp, creating parent directories.
@@ -310,6 +373,21 @@ class Sandbox:
         """
         root, relative = resolve_sandbox_path(path)
         return read_beneath(os.path.join(self._open().writable_root, root), relative)
+
+
+def _done(spare: Spare) -> asyncio.Future[Spare | ExecResult]:
+    future: asyncio.Future[Spare | ExecResult] = asyncio.get_running_loop().create_future()
+    future.set_result(spare)
+    return future
+
+
+def _finish(impl: _Backend, group: ExecGroup) -> ExecResult | None:
+    """Remove a command's group; an ``infra_error`` result if that failed."""
+    try:
+        impl.finish_exec(group)
+    except SandboxError as exc:
+        return ExecResult.infra_error(f"cleaning up after the command failed: {exc}")
+    return None
 
 
 async def run(

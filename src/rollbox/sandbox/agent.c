@@ -10,14 +10,16 @@
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command bubblewrap starts. FD is a SOCK_SEQPACKET socket to the
- *       host. For each EXEC request (with stdin, stdout, stderr and a sync socket passed as SCM_RIGHTS) it
- *       forks a child that starts a session, applies the rlimits, announces itself on the sync socket (the
- *       kernel attaches its pid, translated into the host's pid namespace), waits for the host to place it
- *       in the exec's cgroup, and execs the command. The agent reports the exit status and exits when the
- *       host closes the socket. It keeps no state between requests. A RESET request removes every SysV IPC object of
- *       the sandbox's ipc namespace, between users of a reused sandbox. A ZYGOTE request
- *       starts the Python zygote (zygote.py), which serves EXEC requests on its own socket by forking
- *       itself instead of exec'ing a new interpreter.
+ *       host. A SPARE request (with a sync socket passed as SCM_RIGHTS) forks the next command's process
+ *       ahead of its command: it starts a session, announces itself on the sync socket (the kernel attaches
+ *       its pid, translated into the host's pid namespace) so that the host places it in the command's
+ *       cgroup while the sandbox is idle, and waits, with the command's rlimits already applied. The EXEC
+ *       request then arrives on the sync socket (with stdin, stdout and stderr): the child says "x" (the
+ *       command starts) and execs it; a closed sync socket instead makes it exit. The agent reports the child's exit status and exits when the host closes the
+ *       socket. It keeps no state between commands, and keeps serving while a spare waits: a RESET request
+ *       removes every SysV IPC object of the sandbox's ipc namespace, between users of a reused sandbox; a
+ *       ZYGOTE request starts the Python zygote (zygote.py), which serves SPARE requests on its own socket
+ *       by forking itself instead of exec'ing a new interpreter.
  *
  * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside could kill it.
  * Every limit and every measurement that matters is enforced or taken by the host through cgroups.
@@ -45,15 +47,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <grp.h>
+#include <poll.h>
 
 extern char **environ;
 
 /* Wire format, shared with rollbox/sandbox/_agent.py (little-endian, native sizes). */
-#define MSG_EXEC 1u
+#define MSG_SPARE 1u          /* a header with the rlimits, one fd: the sync socket of the next command's process */
 #define MSG_READY 2u
 #define MSG_EXITED 3u
 #define MSG_RESET 5u          /* remove every SysV IPC object; answered with the same word */
 #define MSG_ZYGOTE 4u         /* like EXEC, with one fd (the helper's socket); answered with the same word */
+#define MSG_EXEC 6u           /* on a spare's sync socket: the command (its header's rlimits unused), with stdin, stdout, stderr */
 #define MSG_MAX (1u << 20)
 
 struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
@@ -148,34 +152,74 @@ static int launch(int argc, char **argv) {
     return code;
 }
 
-static void child(int fds[4], char *cwd, char **args, char **env, const struct exec_header *h) {
+/* Split a request (header, cwd, argv, env) in place; 0 when it is well formed. */
+static int parse_request(char *buf, size_t n, uint32_t type, struct exec_header *h, char **cwd, char ***args,
+                         char ***env) {
+    char *end = buf + n, *p = buf + sizeof *h;
+    if (n < sizeof *h) return -1;
+    memcpy(h, buf, sizeof *h);
+    if (h->type != type || h->argc == 0 || h->argc > MSG_MAX || h->envc > MSG_MAX) return -1;
+    *args = calloc(h->argc + 1, sizeof **args);
+    *env = calloc(h->envc + 1, sizeof **env);
+    if (!*args || !*env) return -1;
+    *cwd = p;
+    if (!(p = memchr(p, '\0', (size_t)(end - p)))) return -1;
+    p++;
+    for (uint32_t k = 0; k < h->argc + h->envc; k++) {
+        if (k < h->argc) (*args)[k] = p; else (*env)[k - h->argc] = p;
+        if (!(p = memchr(p, '\0', (size_t)(end - p)))) return -1;
+        p++;
+    }
+    return 0;
+}
+
+/* The next command's process: take the command's rlimits, announce, wait in its cgroup for the command, become
+ * it. Whatever fails before the announcement (a crippled agent's limits cannot be raised) shows the host that
+ * nothing of the command ran. */
+static void spare(int sync, const struct exec_header *limits) {
+    static char buf[MSG_MAX];
     struct rlimit rl;
-    char go;
+    struct exec_header h;
+    char *cwd, **args, **env;
+    int fds[3];
+    char cbuf[CMSG_SPACE(sizeof fds)];
+    struct iovec iov = {buf, sizeof buf};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
     if (setsid() < 0) die("setsid");
     signal(SIGPIPE, SIG_DFL);
-    for (int i = 0; i < 3; i++)
-        if (dup2(fds[i], i) < 0) die("dup2");
-    if (dup2(fds[3], 3) < 0) die("dup2");
+    if (dup2(sync, 3) < 0) die("dup2");
     if (syscall(SYS_close_range, 4, ~0U, 0) < 0) die("close_range");
-    if (h->cpu_time_s >= 0) {
-        rl.rlim_cur = (rlim_t)h->cpu_time_s;
-        rl.rlim_max = (rlim_t)h->cpu_time_s + 1;
+    if (limits->cpu_time_s >= 0) {
+        rl.rlim_cur = (rlim_t)limits->cpu_time_s;
+        rl.rlim_max = (rlim_t)limits->cpu_time_s + 1;
         if (setrlimit(RLIMIT_CPU, &rl) < 0) die("RLIMIT_CPU");
     }
-    if (h->open_files >= 0) {
-        rl.rlim_cur = rl.rlim_max = (rlim_t)h->open_files;
+    if (limits->open_files >= 0) {
+        rl.rlim_cur = rl.rlim_max = (rlim_t)limits->open_files;
         if (setrlimit(RLIMIT_NOFILE, &rl) < 0) die("RLIMIT_NOFILE");
     }
-    if (h->file_size_bytes >= 0) {
-        rl.rlim_cur = rl.rlim_max = (rlim_t)h->file_size_bytes;
+    if (limits->file_size_bytes >= 0) {
+        rl.rlim_cur = rl.rlim_max = (rlim_t)limits->file_size_bytes;
         if (setrlimit(RLIMIT_FSIZE, &rl) < 0) die("RLIMIT_FSIZE");
     }
     rl.rlim_cur = rl.rlim_max = 0;
     setrlimit(RLIMIT_CORE, &rl);
-    /* Announce ourselves (the host reads our pid from SCM_CREDENTIALS) and wait to be placed in the cgroup. */
+    /* The host reads our pid from SCM_CREDENTIALS and places us in the command's cgroup before it answers. */
     if (send(3, "r", 1, 0) != 1) _exit(125);
-    if (recv(3, &go, 1, 0) != 1) _exit(125);
-    close(3);
+    ssize_t n = recvmsg(3, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0) _exit(125);  /* not needed after all: the host closed the socket */
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof fds) ||
+        parse_request(buf, (size_t)n, MSG_EXEC, &h, &cwd, &args, &env) < 0) {
+        dprintf(2, "rollbox-agent: malformed command\n");
+        _exit(125);
+    }
+    memcpy(fds, CMSG_DATA(c), sizeof fds);
+    for (int i = 0; i < 3; i++)
+        if (dup2(fds[i], i) < 0) die("dup2");
+    /* From here on the command runs: what ends it is the command's own result, not a failed start. */
+    if (send(3, "x", 1, 0) != 1) _exit(125);
+    if (syscall(SYS_close_range, 3, ~0U, 0) < 0) die("close_range");
     if (chdir(cwd) < 0) {
         dprintf(2, "rollbox: cannot enter %s: %s\n", cwd, strerror(errno));
         _exit(126);
@@ -239,22 +283,50 @@ static void start_zygote(int sock, int fd, char *cwd, char **args, char **env) {
     send(sock, &answer, sizeof answer, 0);
 }
 
+/* Reap every ended child; report the spare's (the command's) exit on the control socket. */
+static int reap(int sock, pid_t *command, int *pidfd) {
+    int status;
+    struct rusage ru;
+    pid_t pid;
+    while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
+        if (pid != *command) continue;  /* a zygote that ended */
+        struct exited_msg m = {MSG_EXITED, status,
+                               (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+                                   ru.ru_utime.tv_usec + ru.ru_stime.tv_usec,
+                               ru.ru_maxrss};
+        close(*pidfd);
+        *command = 0;
+        *pidfd = -1;
+        if (send(sock, &m, sizeof m, 0) < 0) return -1;
+    }
+    return 0;
+}
+
 static int serve(int sock) {
     static char buf[MSG_MAX];
     uint32_t ready = MSG_READY;
+    pid_t command = 0;  /* the spare, or the command it became: one at a time */
+    int pidfd = -1;
     prctl(PR_SET_DUMPABLE, 0);  /* keep the program inside away from our fds through /proc */
     if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
     if (send(sock, &ready, sizeof ready, 0) < 0) die("send ready");
     for (;;) {
-        int fds[4];
-        char cbuf[CMSG_SPACE(sizeof fds)];
+        int fd;
+        char cbuf[CMSG_SPACE(sizeof fd)];
         struct iovec iov = {buf, sizeof buf};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-        while (waitpid(-1, NULL, WNOHANG) > 0) {}  /* a zygote that ended; no command is running now */
+        struct pollfd polled[2] = {{.fd = sock, .events = POLLIN}, {.fd = pidfd, .events = POLLIN}};
+        if (poll(polled, command ? 2 : 1, -1) < 0) {
+            if (errno == EINTR) continue;
+            die("poll");
+        }
+        if (reap(sock, &command, &pidfd) < 0) return 0;
+        if (!polled[0].revents) continue;
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
         if (n == 0) return 0;
         if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
         uint32_t type;
+        if ((size_t)n < sizeof type) return 125;
         memcpy(&type, buf, sizeof type);
         if (type == MSG_RESET && n == sizeof type) {
             remove_ipc_objects();
@@ -262,51 +334,36 @@ static int serve(int sock) {
             continue;
         }
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        struct exec_header h;
-        size_t nfds = type == MSG_ZYGOTE ? 1 : 4;
-        if ((size_t)n < sizeof h || c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(nfds * sizeof(int))) {
+        if (c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof fd)) {
             dprintf(2, "rollbox-agent: malformed request\n");
             return 125;
         }
-        memcpy(fds, CMSG_DATA(c), nfds * sizeof(int));
-        memcpy(&h, buf, sizeof h);
-        char *end = buf + n, *p = buf + sizeof h;
-        char **args = calloc(h.argc + 1, sizeof *args), **env = calloc(h.envc + 1, sizeof *env);
-        char *cwd = p;
-        p = memchr(p, '\0', (size_t)(end - p));
-        if ((h.type != MSG_EXEC && h.type != MSG_ZYGOTE) || h.argc == 0 || !args || !env || p == NULL) {
-            dprintf(2, "rollbox-agent: malformed request\n");
-            return 125;
-        }
-        p++;
-        for (uint32_t k = 0; k < h.argc; k++) { args[k] = p; p = memchr(p, '\0', (size_t)(end - p)); if (!p) return 125; p++; }
-        for (uint32_t k = 0; k < h.envc; k++) { env[k] = p; p = memchr(p, '\0', (size_t)(end - p)); if (!p) return 125; p++; }
-        if (h.type == MSG_ZYGOTE) {
-            start_zygote(sock, fds[0], cwd, args, env);
+        memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        if (type == MSG_ZYGOTE) {
+            struct exec_header h;
+            char *cwd, **args, **env;
+            if (parse_request(buf, (size_t)n, MSG_ZYGOTE, &h, &cwd, &args, &env) < 0) return 125;
+            start_zygote(sock, fd, cwd, args, env);
             free(args);
             free(env);
             continue;
         }
-        pid_t pid = fork();
-        if (pid < 0) {
-            struct exited_msg m = {MSG_EXITED, -errno, 0, 0};
-            send(sock, &m, sizeof m, 0);
-        } else if (pid == 0) {
-            child(fds, cwd, args, env, &h);
-        } else {
-            int status;
-            struct rusage ru;
-            for (int i = 0; i < 4; i++) close(fds[i]);
-            while (wait4(pid, &status, 0, &ru) < 0)
-                if (errno != EINTR) die("wait4");
-            struct exited_msg m = {MSG_EXITED, status,
-                                   (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
-                                       ru.ru_utime.tv_usec + ru.ru_stime.tv_usec,
-                                   ru.ru_maxrss};
-            if (send(sock, &m, sizeof m, 0) < 0) return 0;
+        struct exec_header limits;
+        if (type != MSG_SPARE || (size_t)n != sizeof limits || command) {
+            dprintf(2, "rollbox-agent: malformed request\n");
+            return 125;
         }
-        free(args);
-        free(env);
+        memcpy(&limits, buf, sizeof limits);
+        pid_t pid = fork();
+        if (pid == 0) spare(fd, &limits);
+        close(fd);
+        if (pid > 0 && (pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) >= 0) {
+            command = pid;
+            continue;
+        }
+        struct exited_msg m = {MSG_EXITED, -errno, 0, 0};
+        if (pid > 0) kill(pid, SIGKILL);  /* no pidfd: the kernel is too old to watch it */
+        if (send(sock, &m, sizeof m, 0) < 0) return 0;
     }
 }
 

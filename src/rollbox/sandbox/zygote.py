@@ -3,10 +3,11 @@
     python3 -s zygote.py serve FD
 
 Started once per sandbox by the agent (``agent.c``, ZYGOTE request), it imports what scripts commonly need, then
-speaks the agent's protocol on FD: for each EXEC request it forks a child that does exactly what the agent's child
-does (a new session, the command's stdin/stdout/stderr, its rlimits, announcing itself for the host to place it in
-the command's cgroup) and then, instead of exec'ing a new interpreter, runs the script in the copy of this
-already-started one, with the command's arguments, environment and working directory.
+speaks the agent's protocol on FD: for each SPARE request it forks a child that does exactly what the agent's
+spare does (a new session, announcing itself for the host to place it in the command's cgroup, waiting for the
+command on its sync socket, then the command's stdin/stdout/stderr and rlimits) and then, instead of exec'ing a new
+interpreter, runs the script in the copy of this already-started one, with the command's arguments, environment
+and working directory.
 
 The zygote never runs any of the program's code itself, so every child starts from the same pristine state; a
 child changes only its own copy. Like the agent it is not trusted by the host: if the program kills it, rollbox
@@ -41,7 +42,7 @@ for _name in PRELOADED:
 # The compiler sets itself up on first use; done here, a child's first compile costs microseconds, not 1.5 ms.
 compile("import os\nx = [i for i in range(3)]\ndef f(a, *b, **c):\n    return {**c}\n", "<warm-up>", "exec")
 
-_EXEC, _READY, _EXITED = 1, 2, 3
+_SPARE, _READY, _EXITED, _EXEC = 1, 2, 3, 6
 _HEADER = struct.Struct("<IIIIqqq")
 _EXITED_MSG = struct.Struct("<Iiqq")
 _MAX_REQUEST = 1 << 20
@@ -81,21 +82,44 @@ def _python_environment(env: dict[str, str]) -> None:
             stream.reconfigure(write_through=True)  # type: ignore[union-attr]
 
 
-def _run(fds: list[int], cwd: str, argv: list[str], env: dict[str, str], limits: tuple[int, int, int]) -> None:
-    """The child: become the command, wait to be placed in its cgroup, run the script, exit as Python would."""
+def _command(sync: socket.socket) -> tuple[list[int], str, list[str], dict[str, str]]:
+    """Wait for the command on the sync socket: its stdin/stdout/stderr, cwd, argv and env."""
+    fds = array.array("i")
+    message, ancillary, _flags, _addr = sync.recvmsg(_MAX_REQUEST, socket.CMSG_SPACE(3 * fds.itemsize))
+    if not message:
+        os._exit(125)  # not needed after all: the host closed the socket
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    kind, argc, envc = _HEADER.unpack_from(message)[:3]
+    strings = message[_HEADER.size :].split(b"\0")
+    if kind != _EXEC or len(fds) != 3 or len(strings) < 1 + argc + envc or argc < 2:
+        os._exit(125)
+    argv = [os.fsdecode(s) for s in strings[1 : 1 + argc]]
+    env = dict(os.fsdecode(s).partition("=")[::2] for s in strings[1 + argc : 1 + argc + envc])
+    return list(fds), os.fsdecode(strings[0]), argv, env
+
+
+def _run(sync_fd: int, limits: tuple[int, int, int]) -> None:
+    """The child: take the rlimits, announce, wait in the command's cgroup for the command, run the script, exit as
+    Python would."""
     code = 1
     try:
         os.setsid()
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
+        os.dup2(sync_fd, 3)
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         _rlimits(*limits)
         sync = socket.socket(fileno=3)
         sync.send(b"r")  # the kernel attaches our pid, in the host's pid namespace
-        if sync.recv(1) != b"g":
-            os._exit(125)
+        fds, cwd, argv, env = _command(sync)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        sync.send(b"x")  # the command starts: what ends it now is its own result
         sync.close()
         os.chdir(cwd)
         os.environ.clear()
@@ -127,25 +151,20 @@ def _run(fds: list[int], cwd: str, argv: list[str], env: dict[str, str], limits:
 def _serve(sock: socket.socket) -> None:
     while True:
         fds = array.array("i")
-        message, ancillary, _flags, _addr = sock.recvmsg(_MAX_REQUEST, socket.CMSG_SPACE(4 * fds.itemsize))
+        message, ancillary, _flags, _addr = sock.recvmsg(_HEADER.size, socket.CMSG_SPACE(fds.itemsize))
         if not message:
             return
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-        kind, argc, envc, _reserved, cpu_time_s, open_files, file_size_bytes = _HEADER.unpack_from(message)
-        strings = message[_HEADER.size :].split(b"\0")
-        if kind != _EXEC or len(fds) != 4 or len(strings) < 1 + argc + envc or argc < 2:
+        if len(message) != _HEADER.size or _HEADER.unpack(message)[0] != _SPARE or len(fds) != 1:
             return  # a malformed request: the host restarts us
-        cwd = os.fsdecode(strings[0])
-        argv = [os.fsdecode(s) for s in strings[1 : 1 + argc]]
-        env = dict(os.fsdecode(s).partition("=")[::2] for s in strings[1 + argc : 1 + argc + envc])
+        cpu_time_s, open_files, file_size_bytes = _HEADER.unpack(message)[4:]
         pid = os.fork()
         if pid == 0:
             sock.close()
-            _run(list(fds), cwd, argv, env, (cpu_time_s, open_files, file_size_bytes))
-        for fd in fds:
-            os.close(fd)
+            _run(fds[0], (cpu_time_s, open_files, file_size_bytes))
+        os.close(fds[0])
         _pid, status, usage = os.wait4(pid, 0)
         cpu_us = int((usage.ru_utime + usage.ru_stime) * 1_000_000)
         sock.send(_EXITED_MSG.pack(_EXITED, status, cpu_us, usage.ru_maxrss))

@@ -1,0 +1,103 @@
+"""The next command's process, forked and placed in its cgroup while the sandbox is idle (the spare)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from rollbox import ExecResult, Limits, Sandbox, Status
+from rollbox.sandbox import WarmSandboxes
+
+FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _cgroup(pid: int) -> str:
+    line = next(ln for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if ":pids:" in ln or ln[:3] == "0::")
+    return line.split(":", 2)[2]
+
+
+async def _settled(sb: Sandbox) -> None:
+    """Let the background preparation of the next spare finish."""
+    if sb._spare is not None:
+        await asyncio.shield(sb._spare)
+
+
+def test_the_next_command_waits_alone_in_a_fresh_cgroup_of_its_own() -> None:
+    async def main() -> tuple[list[int], str, str, ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            first = await sb.exec(["sh", "-c", "echo $$"])
+            await _settled(sb)
+            agent = sb._impl.agent.pid  # type: ignore[union-attr]
+            assert agent is not None
+            spares = [p for p in _children(agent)]
+            where = _cgroup(spares[0])
+            after = await sb.exec(["sh", "-c", "echo $$"])
+            return spares, where, first.stdout_text, after
+
+    spares, where, first_pid, after = asyncio.run(main())
+    assert len(spares) == 1  # one process waits, and it is a child of the agent (not of the last command)
+    assert where.rsplit("/", 1)[-1].startswith("exec-")  # already in a command cgroup, not the agent's
+    assert after.ok and after.stdout_text != first_pid
+
+
+def test_plain_and_warm_python_commands_interleave() -> None:
+    async def main() -> list[ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.write_file("hello.py", "import sys\nprint('hi', sys.argv[1:])\n")
+            results = []
+            for warm in (False, True, True, False, True, False, False):
+                argv = ["python3", "hello.py", str(warm)]
+                results.append(await sb.exec(argv, warm_python=warm))
+            return results
+
+    for result, warm in zip(asyncio.run(main()), (False, True, True, False, True, False, False), strict=True):
+        assert result.ok and result.stdout_text == f"hi ['{warm}']\n", result
+
+
+def test_a_spare_killed_while_it_waits_costs_nothing_but_a_retry() -> None:
+    """Something outside kills the waiting process: the command still runs, exactly once."""
+
+    async def main() -> tuple[ExecResult, ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.exec(["true"])
+            await _settled(sb)
+            agent = sb._impl.agent.pid  # type: ignore[union-attr]
+            assert agent is not None
+            for pid in _children(agent):  # processes this test's sandbox started, by pid
+                os.kill(pid, signal.SIGKILL)
+            once = await sb.exec(["sh", "-c", "echo ran >> count; cat count"])
+            return once, await sb.exec(["cat", "count"])
+
+    once, count = asyncio.run(main())
+    assert once.ok and once.stdout == b"ran\n", once
+    assert count.stdout == b"ran\n"
+
+
+def test_a_pooled_sandbox_keeps_its_spare_across_an_in_place_reset_and_nothing_else() -> None:
+    async def main() -> tuple[list[ExecResult], int]:
+        results = []
+        async with WarmSandboxes(size=1) as pool:
+            for _ in range(3):
+                async with pool.sandbox(limits=FAST, network="none") as sb:
+                    results.append(await sb.exec(["sh", "-c", "ls -A /tmp /workspace; sleep 30 &"]))
+                    results.append(await sb.exec(["sh", "-c", "echo left > /tmp/x"], warm_python=False))
+            async with pool.sandbox(limits=FAST, network="none") as sb:
+                await _settled(sb)
+                agent = sb._impl.agent.pid  # type: ignore[union-attr]
+                assert agent is not None
+                waiting = len(_children(agent))
+                results.append(await sb.exec(["sh", "-c", "ls -A /tmp /workspace; ps -e -o pid= | wc -l"]))
+        return results, waiting
+
+    results, waiting = asyncio.run(main())
+    assert all(r.status is Status.OK for r in results), results
+    assert results[0].stdout_text == results[2].stdout_text == results[4].stdout_text == "/tmp:\n\n/workspace:\n"
+    assert waiting == 1
+    listing = results[-1].stdout_text.splitlines()
+    assert listing[:3] == ["/tmp:", "", "/workspace:"]
