@@ -9,9 +9,12 @@ no single run is trusted. The check is graded by comparing runs:
   replaced by another of its type, sign and count of significant digits; a tolerance's target moved the same way;
   else the one opposite assertion: ``is True``/``is False``, ``==``/``!=``, ``<``/``>=``, ``X``/``not X``). All
   are printed by :func:`ast.unparse` alike and carry fresh random ids;
-- each variant runs alone, in random order, in a fresh sandbox of its own built from the same files (the tree
-  as it was before any of the candidate's code ran), through a driver process that knows only that variant and
-  its id. No run sees another variant, nor anything left by another run (files, processes, IPC, pids);
+- each variant runs alone, in random order, in a sandbox of its own, all borrowed together so that no two
+  variants of one grading ever share a sandbox, and each holding the same files (the tree as it was before any
+  of the candidate's code ran), through a driver process (a fork of the sandbox's pre-started Python) that knows
+  only that variant and its id. No run sees another variant, nor anything left by another run (files,
+  processes, IPC, pids, counters): what a warm sandbox shows of its past (pid numbers, IPC ids, inode numbers
+  continue after an in-place reset) comes from an earlier grading, whose variants are unrelated to these;
 - ``tampered``: a canary passed while the real check passed, or a run's channel carried a forged or repeated
   record, or a builtin or a name the check relies on was rebound. A canary passed while the real check did not
   pass is not counted: honest code that is wrong exactly where a canary was flipped passes that canary;
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import ExecResult, Sandbox, Status
+from rollbox.sandbox import ExecResult, Sandbox, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
@@ -90,13 +93,12 @@ def _read_channel(stdout: str, variant_id: str, *, truncated: bool) -> tuple[str
     return outcome, notes
 
 
-async def _run_variant(task: Task, tree: Path, variant: CheckVariant, watch: list[str], argv: list[str]) -> _Run:
-    """Run one variant in a fresh sandbox holding ``tree`` and the driver (at ``argv[2]``)."""
-    async with Sandbox(limits=task.limits, network=task.network) as box:
-        await box.write_tree(tree)
-        await install_driver(box, argv[2].rsplit("/", 1)[0], "_check_driver.py")
-        request = {"id": variant.id, "source": variant.source, "watch": watch}
-        result = await box.exec(argv, stdin=json.dumps(request), env=GRADING_ENV)
+async def _run_variant(box: Sandbox, tree: Path, variant: CheckVariant, watch: list[str], argv: list[str]) -> _Run:
+    """Run one variant in ``box``, given to this variant alone, after writing ``tree`` and the driver (``argv[1]``)."""
+    await box.write_tree(tree)
+    await install_driver(box, argv[1].rsplit("/", 1)[0], "_check_driver.py")
+    request = {"id": variant.id, "source": variant.source, "watch": watch}
+    result = await box.exec(argv, stdin=json.dumps(request), env=GRADING_ENV, warm_python=True)
     return _Run(variant, result, *_read_channel(result.stdout_text, variant.id, truncated=result.stdout_truncated))
 
 
@@ -131,11 +133,12 @@ def _report(test_id: str, runs: Sequence[_Run]) -> RunnerReport:
     )
 
 
-async def run_check(tree: Path, task: Task, grading: FunctionGrading) -> RunnerReport:
+async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes: SandboxSource) -> RunnerReport:
     """Run the task's check and its canaries against the candidate whose graded tree is the host directory ``tree``.
 
-    Each variant runs in a fresh sandbox of the task's limits and network that holds ``tree`` as it is now;
-    ``tree`` must not change meanwhile (the judge's own copy). A failure to set one up is rollbox's
+    Each variant runs in a sandbox of its own from ``sandboxes`` (all borrowed together, so no two variants ever
+    share one), which then holds ``tree`` as it is now; ``tree`` must not change meanwhile (the judge's own
+    copy). A failure to set one up is rollbox's
     (``infra_error``), never the candidate's doing. The one graded test is ``ENTRY_POINT[check]``, with the
     outcome of the real check's completion record (``missing`` without one). Variants left to run once the grade
     is decided (the real check did not pass, a canary passed with it, a forgery) are skipped, and so are all of
@@ -155,21 +158,22 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading) -> RunnerR
         raise TaskFormatError(path, f"cannot read the check: {exc}") from exc
     variants, watch = check_variants(source), imported_modules(source)
     driver = f"/tmp/.rollbox-check-{secrets.token_hex(8)}/driver.pyc"
-    argv = ["python3", "-s", driver, f"/workspace/{grading.module}", grading.entry_point]
+    argv = ["python3", driver, f"/workspace/{grading.module}", grading.entry_point]
     runs: list[_Run] = []
-    for variant in variants:
-        run = await _run_variant(task, tree, variant, watch, argv)
-        if run.result.status is Status.INFRA_ERROR:
-            return RunnerReport(tests=missing, run_status=Status.INFRA_ERROR, detail=run.result.error)
-        if (
-            "ready" not in run.notes
-            and "forged" not in run.notes
-            and run.result.status in (Status.OK, Status.NONZERO_EXIT)
-        ):
-            # The driver died before any code of the task or the candidate ran: that is rollbox's failure.
-            detail = f"the check driver failed before the candidate's code ran: {run.result.stderr_text[-2000:]}"
-            return RunnerReport(tests=missing, run_status=Status.INFRA_ERROR, detail=detail)
-        runs.append(run)
-        if _settled(runs):
-            break
+    async with sandboxes.sandboxes(len(variants), limits=task.limits, network=task.network) as boxes:
+        for variant, box in zip(variants, boxes, strict=True):
+            run = await _run_variant(box, tree, variant, watch, argv)
+            if run.result.status is Status.INFRA_ERROR:
+                return RunnerReport(tests=missing, run_status=Status.INFRA_ERROR, detail=run.result.error)
+            if (
+                "ready" not in run.notes
+                and "forged" not in run.notes
+                and run.result.status in (Status.OK, Status.NONZERO_EXIT)
+            ):
+                # The driver died before any code of the task or the candidate ran: that is rollbox's failure.
+                detail = f"the check driver failed before the candidate's code ran: {run.result.stderr_text[-2000:]}"
+                return RunnerReport(tests=missing, run_status=Status.INFRA_ERROR, detail=detail)
+            runs.append(run)
+            if _settled(runs):
+                break
     return _report(test_id, runs)

@@ -22,6 +22,8 @@ __all__ = ["CheckVariant", "check_variants", "imported_modules"]
 
 _RANDOM = secrets.SystemRandom()
 _CANARIES = 2
+#: The most variants :func:`check_variants` gives: the real check and its canaries.
+MAX_VARIANTS = 1 + _CANARIES
 _TEXT_CLASSES = (string.ascii_lowercase, string.ascii_uppercase, string.digits, string.punctuation)
 
 

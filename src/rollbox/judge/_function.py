@@ -85,8 +85,8 @@ async def run_function(
     cases = load_cases(task.tests / grading.cases) if grading.cases else []
     inputs = json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
     reports: list[RunnerReport] = []
-    if grading.check:  # in fresh sandboxes of its own, from the tree as it is before any of the candidate's code ran
-        reports.append(await run_check(tree, task, grading))
+    if grading.check:  # in sandboxes of its own, from the tree as it is before any of the candidate's code ran
+        reports.append(await run_check(tree, task, grading, sandboxes))
     if cases:
         async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
             await sb.write_tree(tree)

@@ -27,6 +27,7 @@ from typing import Any
 from rollbox.sandbox import RollboxError, SandboxSource, WarmSandboxes
 from rollbox.tasks import Task
 
+from ._check_variants import MAX_VARIANTS
 from ._grade import grade
 from ._verdict import Outcome, Verdict, VerdictStatus
 
@@ -189,7 +190,8 @@ async def evaluate_samples(
         copies[(sample.task_id, sample.completion) if dedupe else index].append(index)
     gate = asyncio.Semaphore(workers)
     results: list[SampleResult | None] = [None] * len(samples)
-    async with WarmSandboxes(size=workers) as sandboxes:
+    # Room for one check-based grading's variants (each in a sandbox of its own) beside the other workers.
+    async with WarmSandboxes(size=workers + MAX_VARIANTS - 1) as sandboxes:
 
         async def one(indices: list[int]) -> None:
             first = samples[indices[0]]

@@ -19,7 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ._errors import SandboxError
 from ._health import fingerprint
@@ -27,7 +27,9 @@ from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
 
-__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify"]
+T = TypeVar("T")
+
+__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify", "in_thread"]
 
 _MSG_SPARE, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET, _MSG_EXEC = 1, 2, 3, 4, 5, 6
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
@@ -143,6 +145,20 @@ def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> byte
     if len(message) > _MAX_REQUEST:
         raise ValueError(f"command line and environment are {len(message)} bytes; the limit is {_MAX_REQUEST}")
     return message
+
+
+async def in_thread(function: Callable[..., T], *args: object) -> T:
+    """``function(*args)`` in a worker thread, for cgroup changes that can block (see ``spawn``).
+
+    Cancelling the caller waits for the thread to finish first, so that no cgroup change is still under way when
+    the caller's cleanup (removing the sandbox's cgroups) runs.
+    """
+    future = asyncio.get_running_loop().run_in_executor(None, function, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        raise
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -329,7 +345,9 @@ class AgentConnection:
             if pid is None:
                 sync_host.close()
                 return await self._failed_start()
-            group.adopt(pid)
+            # In a thread: on cgroup v1 a move can wait for an RCU grace period (10-20 ms), which must not hold
+            # up the event loop and every other sandbox's commands.
+            await in_thread(group.adopt, pid)
         except asyncio.CancelledError:
             # The sandbox is closing: it kills the process; its exit report will never be read here.
             sync_host.close()

@@ -24,7 +24,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from ._agent import AgentConnection, ExecGroup, Exited, Usage
+from ._agent import AgentConnection, ExecGroup, Exited, Usage, in_thread
 from ._cgroup import Cgroup, CgroupTree
 from ._errors import IsolationUnavailable, SandboxError
 from ._limits import Limits, Network
@@ -322,8 +322,10 @@ class BwrapSandbox:
         """A fresh cgroup for the next command, restarting the agent first if something killed or stopped it."""
         if self._agent is None or not self._agent.alive:
             await self._restart()
-        group, self._next_group = self._next_group or self._new_group(), None
-        return group
+        group, self._next_group = self._next_group, None
+        # In a thread, as every cgroup change off a command's path: on cgroup v1 one can wait behind a move that
+        # waits for an RCU grace period, and must not hold up the event loop meanwhile.
+        return group if group is not None else await in_thread(self._new_group)
 
     @property
     def agent(self) -> AgentConnection:

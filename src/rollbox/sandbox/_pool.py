@@ -66,6 +66,8 @@ class SandboxPool:
         self._available = asyncio.Condition()
         self._state = _State.NEW
         self._lost: RollboxError | None = None
+        #: Resets of returned sandboxes, running in the background: returning one never waits for its reset.
+        self._resets: set[asyncio.Future[None]] = set()
 
     @property
     def idle(self) -> int:
@@ -103,6 +105,7 @@ class SandboxPool:
     async def close(self) -> None:
         """Destroy every sandbox; sandboxes still handed out are destroyed when they come back (idempotent)."""
         self._state = _State.CLOSED
+        await asyncio.gather(*self._resets)  # each sees the pool closed, and closes its sandbox
         while self._idle:
             await self._idle.popleft().close()
         async with self._available:
@@ -112,7 +115,8 @@ class SandboxPool:
     async def sandbox(self, *, timeout_s: float | None = None) -> AsyncIterator[Sandbox]:
         """Borrow a sandbox for the duration of the ``async with`` block; it is reset when it comes back.
 
-        Do not keep the sandbox past the block: the pool hands it to its next user.
+        Do not keep the sandbox past the block: the pool resets it in the background (leaving the block does not
+        wait for that) and hands it to its next user.
 
         Args:
             timeout_s: How long to wait when every sandbox is busy (``None``: as long as it takes).
@@ -121,31 +125,60 @@ class SandboxPool:
             PoolExhausted: no sandbox came free within ``timeout_s``.
             SandboxStateError: the pool is not open.
         """
-        sandbox = await self._acquire(timeout_s)
-        try:
+        async with self.sandboxes(1, timeout_s=timeout_s) as (sandbox,):
             yield sandbox
-        finally:
-            await asyncio.shield(self._release(sandbox))
 
-    async def _acquire(self, timeout_s: float | None) -> Sandbox:
+    @contextlib.asynccontextmanager
+    async def sandboxes(self, count: int, *, timeout_s: float | None = None) -> AsyncIterator[list[Sandbox]]:
+        """Borrow ``count`` distinct sandboxes at once, as :meth:`sandbox` borrows one.
+
+        They are taken together when ``count`` are idle (never some while waiting for the rest, so that
+        borrowers of several cannot deadlock each other).
+
+        Raises:
+            ValueError: ``count`` is not between 1 and the pool's size.
+            PoolExhausted: ``count`` sandboxes were not idle together within ``timeout_s``.
+            SandboxStateError: the pool is not open.
+        """
+        if not 1 <= count <= self.size:
+            raise ValueError(f"cannot borrow {count} sandboxes from a pool of {self.size}")
+        sandboxes = await self._acquire(count, timeout_s)
+        try:
+            yield sandboxes
+        finally:
+            for sandbox in sandboxes:  # reset in the background; each stays busy until it is ready again
+                reset = asyncio.ensure_future(self._release(sandbox))
+                self._resets.add(reset)
+                reset.add_done_callback(self._resets.discard)
+
+    async def _acquire(self, count: int, timeout_s: float | None) -> list[Sandbox]:
         async with self._available:
             try:
                 await asyncio.wait_for(
-                    self._available.wait_for(lambda: bool(self._idle) or self._state is not _State.OPEN or self._empty),
+                    self._available.wait_for(
+                        lambda: len(self._idle) >= count or self._state is not _State.OPEN or self._empty
+                    ),
                     timeout_s,
                 )
             except TimeoutError:
+                busy = (
+                    f"all {self.size} sandboxes of the pool stayed busy"
+                    if count == 1
+                    else f"{count} of the pool's {self.size} sandboxes were not free together"
+                )
                 raise PoolExhausted(
-                    f"all {self.size} sandboxes of the pool stayed busy for {timeout_s} s: make the pool larger "
-                    "(size=...), return sandboxes sooner, or wait longer (timeout_s=...)"
+                    f"{busy} for {timeout_s} s: make the pool larger (size=...), return sandboxes sooner, or wait "
+                    "longer (timeout_s=...)"
                 ) from None
             if self._state is not _State.OPEN:
                 raise SandboxStateError(f"this pool is {self._state.value}; open it with 'async with SandboxPool(...)'")
-            if not self._idle:
-                raise SandboxError(f"the pool lost every sandbox; the last replacement failed: {self._lost}")
-            sandbox = self._idle.popleft()
-            self._busy.add(sandbox)
-            return sandbox
+            if len(self._idle) < count:
+                raise SandboxError(f"the pool lost its sandboxes; the last replacement failed: {self._lost}")
+            taken = [self._idle.popleft() for _ in range(count)]
+            self._busy.update(taken)
+            if self._idle:
+                self._available.notify_all()  # another waiter may be satisfied by what is left
+            return taken
 
     async def _release(self, sandbox: Sandbox) -> None:
         # It stays counted as busy while it is reset: a pool in the middle of a reset has not lost it.
@@ -173,7 +206,7 @@ class SandboxPool:
         async with self._available:
             self._busy.discard(sandbox)
             self._idle.append(sandbox)
-            self._available.notify()
+            self._available.notify_all()  # waiters for several sandboxes may now be satisfied
 
 
 class SandboxSource(Protocol):
@@ -181,6 +214,12 @@ class SandboxSource(Protocol):
 
     def sandbox(self, *, limits: Limits, network: Network) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         """A sandbox with these limits and network for the duration of an ``async with`` block."""
+        ...
+
+    def sandboxes(
+        self, count: int, *, limits: Limits, network: Network
+    ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        """``count`` distinct sandboxes, borrowed together, for the duration of an ``async with`` block."""
         ...
 
 
@@ -192,6 +231,12 @@ class FreshSandboxes:
         """A new sandbox, destroyed when the block ends."""
         async with Sandbox(limits=limits, network=network) as sb:
             yield sb
+
+    @contextlib.asynccontextmanager
+    async def sandboxes(self, count: int, *, limits: Limits, network: Network) -> AsyncIterator[list[Sandbox]]:
+        """``count`` new sandboxes, destroyed when the block ends."""
+        async with contextlib.AsyncExitStack() as stack:
+            yield [await stack.enter_async_context(Sandbox(limits=limits, network=network)) for _ in range(count)]
 
 
 class WarmSandboxes:
@@ -218,14 +263,28 @@ class WarmSandboxes:
         for pool in pools:
             await pool.close()
 
-    @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
-        """A warm sandbox of this configuration, reset when the block ends."""
+    async def _pool(self, limits: Limits, network: Network) -> SandboxPool:
         key = (limits, Network(network))
         async with self._opening:
             if key not in self._pools:
                 pool = SandboxPool(size=self.size, limits=limits, network=network)
                 await pool.__aenter__()
                 self._pools[key] = pool
-        async with self._pools[key].sandbox() as sb:
+        return self._pools[key]
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        """A warm sandbox of this configuration, reset when the block ends."""
+        async with (await self._pool(limits, network)).sandbox() as sb:
             yield sb
+
+    @contextlib.asynccontextmanager
+    async def sandboxes(self, count: int, *, limits: Limits, network: Network) -> AsyncIterator[list[Sandbox]]:
+        """``count`` distinct warm sandboxes of this configuration, borrowed together, reset when the block ends;
+        beyond ``size``, the rest are new ones, destroyed when the block ends."""
+        pool = await self._pool(limits, network)
+        async with contextlib.AsyncExitStack() as stack:
+            boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.size))))
+            for _ in range(count - len(boxes)):
+                boxes.append(await stack.enter_async_context(Sandbox(limits=limits, network=network)))
+            yield boxes

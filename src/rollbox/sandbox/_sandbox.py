@@ -12,12 +12,13 @@ dies when it ends. ``run`` is the one-shot form.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import os
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare
+from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare, in_thread
 from ._bwrap import PATH, BwrapSandbox
 from ._errors import SandboxError, SandboxStateError
 from ._files import read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
@@ -105,6 +106,7 @@ class Sandbox:
         await impl.start()
         self._impl = impl
         self._state = _State.OPEN
+        self._prepare_spare(impl, warm_python=False)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -115,7 +117,7 @@ class Sandbox:
         if self._impl is not None:
             async with self._lock:
                 impl, self._impl = self._impl, None
-                self._drop_spare()
+                await self._drop_spare()
                 impl.close()
         self._state = _State.CLOSED
 
@@ -150,15 +152,15 @@ class Sandbox:
             if self._spare is None:
                 self._prepare_spare(impl, self._spare_warm)
 
-    def _drop_spare(self) -> None:
-        """Forget the spare when the sandbox closes (closing kills it with everything else)."""
+    async def _drop_spare(self) -> None:
+        """Stop preparing a spare, and forget it, before the sandbox closes (closing kills its process)."""
         task, self._spare = self._spare, None
         if task is None:
             return
-        if not task.done():
-            task.cancel()
-        elif not task.cancelled() and isinstance(spare := task.result(), Spare):
-            spare.sync.close()
+        task.cancel()  # a cgroup change under way finishes first (see ``in_thread``)
+        with contextlib.suppress(asyncio.CancelledError):
+            if isinstance(spare := await task, Spare):
+                spare.sync.close()
 
     def _open(self) -> _Backend:
         if self._impl is None:
@@ -261,7 +263,7 @@ class Sandbox:
     # RCU grace period), stay off the command's path. One spare at a time, for the kind of the last command.
 
     async def _spawn(self, impl: _Backend, warm_python: bool, finished: ExecGroup | None = None) -> Spare | ExecResult:
-        if finished is not None and (failure := _finish(impl, finished)) is not None:
+        if finished is not None and (failure := await in_thread(_finish, impl, finished)) is not None:
             return failure
         try:
             group = await impl.exec_group()
