@@ -441,3 +441,41 @@ def test_results_read_like_human_evals() -> None:
         "failed: tampered: a canary passed"
     )
     assert result(VerdictStatus.FAILED).startswith("failed: ")
+
+
+def test_no_run_of_a_check_sees_what_another_run_left(tasks: dict[str, Task]) -> None:
+    """Each variant of a check (the real one, the canaries) runs in a sandbox of its own, emptied since its last
+    user: a candidate that behaves differently once it finds a mark left by an earlier run is never found out by
+    the judge, because it never finds one. Several copies go through the same warm pool."""
+    mark = textwrap.dedent(
+        """\
+            return number % 1.0
+
+        import os as _os
+        _SEEN = any(_os.path.exists(d + "/.mark") for d in ("/tmp", "/workspace", "/dev/shm"))
+        for _d in ("/tmp", "/workspace", "/dev/shm"):
+            open(_d + "/.mark", "w").write("here")
+        if _SEEN:
+            truncate_number = lambda number: -1.0
+        """
+    )
+    assert check_of(tasks["HumanEval/2"])
+    verdicts = grade_all(tasks, [("HumanEval/2", f"{mark}# copy {i}\n") for i in range(6)])
+    assert [v.status for v in verdicts] == [VerdictStatus.PASSED] * 6, [v.flags for v in verdicts]
+
+
+def test_identical_completions_are_graded_once_unless_asked(tasks: dict[str, Task]) -> None:
+    right, wrong = PROBLEMS["HumanEval/0"]["canonical_solution"], "    return None\n"
+    pairs = [("HumanEval/0", right), ("HumanEval/0", wrong), ("HumanEval/0", right), ("HumanEval/1", right)]
+    samples = [Sample(line=i, task_id=t, completion=c, record={}) for i, (t, c) in enumerate(pairs, 1)]
+
+    async def main(dedupe: bool) -> list[SampleResult]:
+        return await evaluate_samples(samples, tasks, workers=2, dedupe=dedupe)
+
+    shared = asyncio.run(main(True))
+    alone = asyncio.run(main(False))
+    for results in (shared, alone):
+        assert [r.sample for r in results] == samples
+        assert [r.passed for r in results] == [True, False, True, False]  # HumanEval/1's solution is not /0's
+    assert shared[0].verdict is shared[2].verdict  # one grading for both copies
+    assert alone[0].verdict is not alone[2].verdict

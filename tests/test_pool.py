@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from rollbox import ExecResult, Limits, PoolExhausted, Sandbox, SandboxPool, SandboxStateError, Status
+from rollbox import ExecResult, Limits, Network, PoolExhausted, Sandbox, SandboxPool, SandboxStateError, Status
+from rollbox.sandbox import WarmSandboxes
 
 LIMITS = Limits(timeout_s=5, cpu_time_s=3, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
@@ -293,3 +294,54 @@ def test_a_request_during_a_reset_waits_for_it() -> None:
 
     result = asyncio.run(main())
     assert result.ok and result.stdout == b"served\n", result
+
+
+def test_several_sandboxes_are_borrowed_together_distinct_and_never_deadlock() -> None:
+    """Borrowers of several never hold some while waiting for the rest: four of them, each wanting 2 of a pool
+    of 3, all finish; each sees sandboxes of its own."""
+
+    async def main() -> tuple[list[list[str]], float]:
+        async with SandboxPool(size=3, limits=LIMITS) as pool:
+
+            async def borrower(i: int) -> list[str]:
+                async with pool.sandboxes(2, timeout_s=30) as (a, b):
+                    assert a is not b
+                    await a.write_file("who", f"{i}a")
+                    await b.write_file("who", f"{i}b")
+                    await asyncio.sleep(0.05)  # all four want sandboxes at once
+                    return [(await sb.exec(["cat", "who"])).stdout_text for sb in (a, b)]
+
+            outputs = await asyncio.gather(*(borrower(i) for i in range(4)))
+            start = time.monotonic()
+            with pytest.raises(PoolExhausted, match=r"2 of the pool's 3 sandboxes were not free together for 0\.2 s"):
+                async with pool.sandboxes(2), pool.sandboxes(2, timeout_s=0.2):
+                    pass
+            return outputs, time.monotonic() - start
+
+    outputs, waited = asyncio.run(main())
+    assert outputs == [[f"{i}a", f"{i}b"] for i in range(4)]
+    assert waited < 5
+
+
+def test_borrowing_more_than_the_pool_holds_is_refused() -> None:
+    async def main() -> None:
+        async with SandboxPool(size=2, limits=LIMITS) as pool:
+            with pytest.raises(ValueError, match="cannot borrow 3 sandboxes from a pool of 2"):
+                async with pool.sandboxes(3):
+                    pass
+
+    asyncio.run(main())
+
+
+def test_warm_sandboxes_beyond_their_size_are_made_fresh() -> None:
+    async def main() -> list[ExecResult]:
+        async with (
+            WarmSandboxes(size=1) as sandboxes,
+            sandboxes.sandboxes(3, limits=LIMITS, network=Network.NONE) as boxes,
+        ):
+            assert len({id(sb) for sb in boxes}) == 3
+            for i, sb in enumerate(boxes):
+                await sb.write_file("who", str(i))
+            return [await sb.exec(["cat", "who"]) for sb in boxes]
+
+    assert [r.stdout_text for r in asyncio.run(main())] == ["0", "1", "2"]

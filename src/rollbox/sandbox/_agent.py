@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from ._cgroup import read_kernel_file
 from ._errors import SandboxError
 from ._health import fingerprint
 from ._limits import Limits
@@ -169,9 +170,12 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class AgentConnection:
     """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
 
-    def __init__(self, sock: socket.socket, process: subprocess.Popen[bytes] | None) -> None:
+    def __init__(
+        self, sock: socket.socket, process: subprocess.Popen[bytes] | None, *, with_parent: bool = True
+    ) -> None:
         self._sock = sock
         self._process = process
+        self._with_parent = with_parent
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
         self.alive = True
@@ -237,7 +241,7 @@ class AgentConnection:
         if answer != _WORD.pack(_MSG_ZYGOTE):
             host_end.close()
             raise SandboxError("the sandbox's agent could not start the zygote")
-        zygote = AgentConnection(host_end, None)
+        zygote = AgentConnection(host_end, None, with_parent=False)
         await zygote.wait_ready()
         return zygote
 
@@ -247,12 +251,14 @@ class AgentConnection:
         return self.alive and self.pid is not None and self._fingerprints() == self.fingerprint is not None
 
     def _fingerprints(self) -> tuple[tuple[str, ...] | None, ...] | None:
-        """The helper's fingerprint and its parent's (for the agent: bubblewrap's init, pid 1 inside)."""
+        """The helper's fingerprint and its parent's (for the agent: bubblewrap's init, pid 1 inside; the zygote's
+        parent is the agent, which is checked on its own)."""
         if self.pid is None:
             return None
+        if not self._with_parent:
+            return (fingerprint(self.pid),)
         try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            parent = int(read_kernel_file(f"/proc/{self.pid}/stat").rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             return None
         return fingerprint(self.pid), fingerprint(parent)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ._errors import IsolationUnavailable, SandboxError
 
-__all__ = ["Cgroup", "CgroupStats", "CgroupTree"]
+__all__ = ["Cgroup", "CgroupStats", "CgroupTree", "read_kernel_file"]
 
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 _PARENT_ENV = "ROLLBOX_CGROUP_PARENT"
@@ -37,15 +37,25 @@ class CgroupStats:
     pids_limit_hits: int
 
 
-def _read(path: str | Path) -> str:
-    with open(path) as f:
-        return f.read()
+def read_kernel_file(path: str | Path) -> str:
+    """A small cgroup or /proc file, through a plain fd (no file object): a command reads a dozen on its way."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = [os.read(fd, 65536)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 65536))
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode()
 
 
 def _write(path: str | Path, value: str) -> None:
     try:
-        with open(path, "w") as f:
-            f.write(value)
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise SandboxError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
 
@@ -61,7 +71,7 @@ def _keyed(text: str, key: str) -> int:
 
 def _mounts() -> Iterator[tuple[str, Path, set[str]]]:
     """(fstype, mount point, super options) of every cgroup mount this process sees."""
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+    for line in read_kernel_file(Path("/proc/self/mountinfo")).splitlines():
         before, _, after = line.partition(" - ")
         fstype, _source, options = [*after.split(" "), "", ""][:3]
         if fstype in ("cgroup", "cgroup2"):
@@ -71,7 +81,7 @@ def _mounts() -> Iterator[tuple[str, Path, set[str]]]:
 def _own_paths() -> dict[str, str]:
     """This process's cgroup path per v1 controller, and under ``""`` its v2 path."""
     paths: dict[str, str] = {}
-    for line in _read(Path("/proc/self/cgroup")).splitlines():
+    for line in read_kernel_file(Path("/proc/self/cgroup")).splitlines():
         _id, controllers, path = line.split(":", 2)
         for controller in controllers.split(",") if controllers else [""]:
             paths[controller] = path
@@ -102,7 +112,9 @@ class CgroupTree:
         own = _own_paths()
         mounts = list(_mounts())
         for fstype, point, _ in mounts:
-            if fstype == "cgroup2" and {"memory", "pids"} <= set(_read(point / "cgroup.controllers").split()):
+            if fstype == "cgroup2" and {"memory", "pids"} <= set(
+                read_kernel_file(point / "cgroup.controllers").split()
+            ):
                 return cls._v2(point, override or own.get("", "/"), overridden=override is not None)
         v1: dict[str, Path] = {}
         for fstype, point, options in mounts:
@@ -158,7 +170,7 @@ def _enable_v2_controllers(point: Path, parent: str) -> None:
     for part in [""] + [p for p in parent.split("/") if p]:
         directory = directory / part if part else directory
         control = directory / "cgroup.subtree_control"
-        if {"memory", "pids"} <= set(_read(control).split()):
+        if {"memory", "pids"} <= set(read_kernel_file(control).split()):
             continue
         try:
             with open(control, "w") as f:
@@ -254,23 +266,25 @@ class Cgroup:
     def cpu_s(self) -> float:
         """CPU seconds used so far by every process that was ever in this cgroup."""
         if self.version == 2:
-            return _keyed(_read(self._file("", "cpu.stat")), "usage_usec") / 1e6
-        return int(_read(self._file("cpuacct", "cpuacct.usage"))) / 1e9
+            return _keyed(read_kernel_file(self._file("", "cpu.stat")), "usage_usec") / 1e6
+        return int(read_kernel_file(self._file("cpuacct", "cpuacct.usage"))) / 1e9
 
     def pids_limit_hits(self) -> int:
         """How many forks or clones the pids limit has refused."""
-        return _keyed(_read(self._file("pids", "pids.events")), "max")
+        return _keyed(read_kernel_file(self._file("pids", "pids.events")), "max")
 
     def stats(self) -> CgroupStats:
         """Read the resource report."""
         if self.version == 2:
             peak_file = self._file("", "memory.peak")
-            peak = int(_read(peak_file)) if _has(peak_file) else None
-            oom = _keyed(_read(self._file("", "memory.events")), "oom_kill")
+            peak = int(read_kernel_file(peak_file)) if _has(peak_file) else None
+            oom = _keyed(read_kernel_file(self._file("", "memory.events")), "oom_kill")
         else:
             memsw_peak = self._file("memory", "memory.memsw.max_usage_in_bytes")
-            peak = int(_read(memsw_peak if _has(memsw_peak) else self._file("memory", "memory.max_usage_in_bytes")))
-            oom = _keyed(_read(self._file("memory", "memory.oom_control")), "oom_kill")
+            peak = int(
+                read_kernel_file(memsw_peak if _has(memsw_peak) else self._file("memory", "memory.max_usage_in_bytes"))
+            )
+            oom = _keyed(read_kernel_file(self._file("memory", "memory.oom_control")), "oom_kill")
         return CgroupStats(
             cpu_s=self.cpu_s(), peak_memory_bytes=peak, oom_kills=oom, pids_limit_hits=self.pids_limit_hits()
         )
@@ -278,7 +292,7 @@ class Cgroup:
     def pids(self) -> list[int]:
         """The processes in this cgroup now."""
         with contextlib.suppress(FileNotFoundError):
-            return [int(p) for p in _read(self._file("pids", "cgroup.procs")).split()]
+            return [int(p) for p in read_kernel_file(self._file("pids", "cgroup.procs")).split()]
         return []
 
     def kill(self, *, timeout_s: float = 5.0) -> None:
@@ -320,7 +334,7 @@ class Cgroup:
         controller = "" if self.version == 2 else "pids"
         mine = self.paths[controller]
         try:
-            lines = _read(Path(f"/proc/{pid}/cgroup")).splitlines()
+            lines = read_kernel_file(Path(f"/proc/{pid}/cgroup")).splitlines()
         except (FileNotFoundError, ProcessLookupError):
             return False
         for line in lines:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import platform
 
+from ._cgroup import read_kernel_file
+
 __all__ = ["fingerprint"]
 
 _SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
@@ -21,18 +23,13 @@ _IOPRIO_WHO_PROCESS = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
-
-
 def fingerprint(pid: int) -> tuple[str, ...] | None:
     """The changeable attributes of process ``pid`` (host pid), or None when it is gone or unreadable."""
     try:
-        stat = _read(f"/proc/{pid}/stat")
-        limits = _read(f"/proc/{pid}/limits")
-        status = _read(f"/proc/{pid}/status")
-        oom = _read(f"/proc/{pid}/oom_score_adj").strip()
+        stat = read_kernel_file(f"/proc/{pid}/stat")
+        limits = read_kernel_file(f"/proc/{pid}/limits")
+        status = read_kernel_file(f"/proc/{pid}/status")
+        oom = read_kernel_file(f"/proc/{pid}/oom_score_adj").strip()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
