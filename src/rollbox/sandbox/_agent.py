@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import select
@@ -148,17 +149,23 @@ def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> byte
     return message
 
 
+#: Threads for cgroup changes off a command's path (see ``in_thread``).
+_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="rollbox-cgroups")
+
+
 async def in_thread(function: Callable[..., T], *args: object) -> T:
     """``function(*args)`` in a worker thread, for cgroup changes that can block (see ``spawn``).
 
-    Cancelling the caller waits for the thread to finish first, so that no cgroup change is still under way when
-    the caller's cleanup (removing the sandbox's cgroups) runs.
+    Cancelling the caller waits for the thread if it has started, so that no cgroup change is still under way
+    when the caller's cleanup (removing the sandbox's cgroups) runs.
     """
-    future = asyncio.get_running_loop().run_in_executor(None, function, *args)
+    work = _THREADS.submit(function, *args)
+    future = asyncio.wrap_future(work)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        await asyncio.wait([future])
+        if not work.cancel():  # it has started: let it finish
+            await asyncio.wait([future])
         raise
 
 

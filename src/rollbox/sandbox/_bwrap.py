@@ -318,14 +318,27 @@ class BwrapSandbox:
         # Without an explicit file size limit, RLIMIT_FSIZE is the disk size: reaching it fills the disk.
         return self.limits.file_size_bytes is not None and _largest_file(self._dir.fs) >= self.limits.file_size_bytes
 
-    async def exec_group(self) -> ExecGroup:
-        """A fresh cgroup for the next command, restarting the agent first if something killed or stopped it."""
+    async def exec_group(self, finished: ExecGroup | None = None) -> ExecGroup:
+        """A fresh cgroup for the next command, restarting the agent first if something killed or stopped it;
+        ``finished``, the cgroup of a command that ended, is removed on the way.
+
+        Raises:
+            SandboxError: a cgroup could not be removed or made.
+        """
         if self._agent is None or not self._agent.alive:
             await self._restart()
         group, self._next_group = self._next_group, None
+
+        def replace() -> ExecGroup:
+            if finished is not None:
+                self.finish_exec(finished)
+            return group if group is not None else self._new_group()
+
+        if finished is None and group is not None:
+            return group
         # In a thread, as every cgroup change off a command's path: on cgroup v1 one can wait behind a move that
         # waits for an RCU grace period, and must not hold up the event loop meanwhile.
-        return group if group is not None else await in_thread(self._new_group)
+        return await in_thread(replace)
 
     @property
     def agent(self) -> AgentConnection:

@@ -124,7 +124,7 @@ class ProcessSandbox:
         """This backend has no disk limit of its own."""
         return False
 
-    async def exec_group(self) -> ExecGroup:
+    async def exec_group(self, finished: ExecGroup | None = None) -> ExecGroup:
         """A process group for the next command (restarting the agent if it died)."""
         if self._agent is None or not self._agent.alive:
             if self._agent is not None:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare, in_thread
+from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare
 from ._bwrap import PATH, BwrapSandbox
 from ._errors import SandboxError, SandboxStateError
 from ._files import read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
@@ -41,7 +41,7 @@ class _Backend(Protocol):
     def agent(self) -> AgentConnection: ...
     async def start(self) -> None: ...
     async def reset(self) -> None: ...
-    async def exec_group(self) -> ExecGroup: ...
+    async def exec_group(self, finished: ExecGroup | None = None) -> ExecGroup: ...
     async def zygote(self) -> AgentConnection: ...
     @property
     def agent_alive(self) -> bool: ...
@@ -263,12 +263,10 @@ class Sandbox:
     # RCU grace period), stay off the command's path. One spare at a time, for the kind of the last command.
 
     async def _spawn(self, impl: _Backend, warm_python: bool, finished: ExecGroup | None = None) -> Spare | ExecResult:
-        if finished is not None and (failure := await in_thread(_finish, impl, finished)) is not None:
-            return failure
         try:
-            group = await impl.exec_group()
+            group = await impl.exec_group(finished)
         except SandboxError as exc:
-            return ExecResult.infra_error(str(exc))
+            return ExecResult.infra_error(f"preparing the next command failed: {exc}")
         try:
             runner = await impl.zygote() if warm_python else impl.agent
             spare = await runner.spawn(group, self.limits)
@@ -282,7 +280,7 @@ class Sandbox:
         return spare
 
     def _prepare_spare(self, impl: _Backend, warm_python: bool, finished: ExecGroup | None = None) -> None:
-        """Start the next spare in the background, after removing the group of the command that just ended."""
+        """Start the next spare in the background, removing on the way the group of the command that just ended."""
         self._spare_warm = warm_python
         self._spare = asyncio.ensure_future(self._spawn(impl, warm_python, finished))
 
