@@ -207,7 +207,7 @@ def test_links_of_the_task_reach_the_grading_sandbox(task: Task, tmp_path: Path)
 
 LEAVER = textwrap.dedent("""
     import os, subprocess
-    for path in ("/tmp/.rollbox-judge/_values.py", "/tmp/.rollbox-judge/driver.py", "/workspace/sitecustomize.py",
+    for path in ("/tmp/.rollbox-judge/_values.pyc", "/tmp/.rollbox-judge/driver.pyc", "/workspace/sitecustomize.py",
                  "/tmp/sitecustomize.py", "/dev/shm/planted"):
         try:
             with open(path, "w") as f:

@@ -5,14 +5,21 @@
 The inputs (a JSON list of ``{"args": [...], "kwargs": {...}}``) are all this process ever sees: expected
 outputs stay with the judge. Reports go, one JSON object a line, to a duplicate of the original stdout taken
 before the candidate's code is imported; the candidate's own prints go to stderr. Only the standard library.
+
+This runs in a fork of the sandbox's pre-started Python, where every object touched costs a copied page: the codec
+and the candidate's module are loaded by plain ``exec``, without the import system's finders and specs.
 """
 
-import importlib.util
 import json
+import marshal
 import os
 import sys
+import types
 
-from _values import decode, encode
+with open(os.path.join(os.path.dirname(__file__), "_values.pyc"), "rb") as _codec:
+    _namespace = {"__name__": "_rollbox_values"}
+    exec(marshal.loads(_codec.read()[16:]), _namespace)  # the judge's bytecode: magic, flags, 8 unused bytes
+decode, encode = _namespace["decode"], _namespace["encode"]
 
 
 def main() -> None:
@@ -28,10 +35,12 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(module_file)))
     name = os.path.splitext(os.path.basename(module_file))[0]
     try:
-        spec = importlib.util.spec_from_file_location(name, module_file)
-        module = importlib.util.module_from_spec(spec)
+        module = types.ModuleType(name)
+        module.__file__ = module_file
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        with open(module_file, "rb") as f:
+            source = f.read()
+        exec(compile(source, module_file, "exec", dont_inherit=True), module.__dict__)
         function = getattr(module, entry_point)
     except BaseException as exc:
         emit({"import_error": f"{type(exc).__name__}: {exc}"[:1000]})
