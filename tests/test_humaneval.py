@@ -479,3 +479,25 @@ def test_identical_completions_are_graded_once_unless_asked(tasks: dict[str, Tas
         assert [r.passed for r in results] == [True, False, True, False]  # HumanEval/1's solution is not /0's
     assert shared[0].verdict is shared[2].verdict  # one grading for both copies
     assert alone[0].verdict is not alone[2].verdict
+
+
+def test_a_check_never_runs_where_a_run_of_the_same_check_left_counters(tasks: dict[str, Task]) -> None:
+    """The kernel's counters survive an in-place reset: a SysV IPC id is 0 only in an ipc namespace where no
+    object was ever made. A candidate that misbehaves whenever it finds a used namespace would notice a sandbox
+    that already ran a variant of this check; the judge restarts such a sandbox first, so it never finds one."""
+    probe = textwrap.dedent(
+        """\
+            mean = sum(numbers) / len(numbers)
+            return sum(abs(x - mean) for x in numbers) / len(numbers)
+
+        import ctypes as _ctypes
+        _libc = _ctypes.CDLL(None)
+        _id = _libc.shmget(0, 4096, 0o600)  # IPC_PRIVATE
+        _libc.shmctl(_id, 0, None)  # IPC_RMID
+        if _id != 0:
+            mean_absolute_deviation = lambda numbers: -1.0
+        """
+    )
+    assert check_of(tasks["HumanEval/4"]) and not tasks["HumanEval/4"].grading.cases  # type: ignore[union-attr]
+    verdicts = grade_all(tasks, [("HumanEval/4", f"{probe}# copy {i}\n") for i in range(8)])
+    assert [v.status for v in verdicts] == [VerdictStatus.PASSED] * 8, [v.flags for v in verdicts]

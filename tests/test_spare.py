@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from pathlib import Path
 
-from rollbox import ExecResult, Limits, Sandbox, Status
+from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 from rollbox.sandbox import WarmSandboxes
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
@@ -101,3 +102,71 @@ def test_a_pooled_sandbox_keeps_its_spare_across_an_in_place_reset_and_nothing_e
     assert waiting == 1
     listing = results[-1].stdout_text.splitlines()
     assert listing[:3] == ["/tmp:", "", "/workspace:"]
+
+
+def test_a_cancelled_command_never_lends_its_exit_status_to_the_next() -> None:
+    """A command cancelled before its exit report was read would leave that report for the next command to take
+    as its own: the helper that ran it (agent or zygote) serves no more, and the next command gets a new one."""
+
+    def helper_pid(sb: Sandbox, warm: bool) -> int | None:
+        impl = sb._impl
+        assert impl is not None
+        return (impl._zygote if warm else impl.agent).pid  # type: ignore[attr-defined]
+
+    async def main(warm: bool) -> tuple[list[ExecResult], list[bool]]:
+        async with Sandbox(limits=FAST) as sb:
+            script = "import sys, time\ntime.sleep(float(sys.argv[1]))\nsys.exit(int(sys.argv[2]))\n"
+            await sb.write_file("exit.py", script)
+            results, renewed = [], []
+            for code in range(3, 6):
+                await sb.exec(["python3", "exit.py", "0", "0"], warm_python=warm)
+                before = helper_pid(sb, warm)
+                with contextlib.suppress(TimeoutError):  # cancelled while it runs: its exit comes later
+                    await asyncio.wait_for(sb.exec(["python3", "exit.py", "0.3", "9"], warm_python=warm), 0.1)
+                results.append(await sb.exec(["python3", "exit.py", "0", str(code)], warm_python=warm))
+                renewed.append(helper_pid(sb, warm) != before)
+            return results, renewed
+
+    for warm in (False, True):
+        results, renewed = asyncio.run(main(warm))
+        assert [(r.status, r.exit_code) for r in results] == [(Status.NONZERO_EXIT, c) for c in range(3, 6)], results
+        assert renewed == [True] * 3
+
+
+def test_a_command_line_of_most_of_a_mebibyte_still_runs() -> None:
+    async def main() -> ExecResult:
+        async with Sandbox(limits=FAST) as sb:
+            return await sb.exec(["sh", "-c", 'echo "$#"', "sh", *(["x" * 1000] * 900)])
+
+    result = asyncio.run(main())
+    assert result.ok and result.stdout == b"900\n", result
+
+
+def test_a_limit_of_a_few_open_files_leaves_the_command_its_stdio() -> None:
+    async def main() -> list[ExecResult]:
+        limits = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, open_files=4)
+        async with Sandbox(limits=limits) as sb:
+            await sb.write_file("hi.py", "print('hi')\n")
+            return [await sb.exec(["echo", "hi"]), await sb.exec(["python3", "hi.py"], warm_python=True)]
+
+    for result in asyncio.run(main()):
+        assert result.ok and result.stdout == b"hi\n", result
+
+
+def test_cancelling_a_pools_close_leaves_nothing() -> None:
+    async def main() -> tuple[int, int]:
+        pool = SandboxPool(size=2, limits=FAST)
+        await pool.__aenter__()
+        for _ in range(2):
+            async with pool.sandboxes(2) as boxes:
+                for sb in boxes:
+                    await sb.exec(["true"])
+        closing = asyncio.ensure_future(pool.close())  # the two resets run in the background
+        await asyncio.sleep(0)
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        await pool.close()
+        return pool.idle, pool.busy
+
+    assert asyncio.run(main()) == (0, 0)  # and the session's leak check finds no process, cgroup or mount

@@ -13,8 +13,10 @@ no single run is trusted. The check is graded by comparing runs:
   variants of one grading ever share a sandbox, and each holding the same files (the tree as it was before any
   of the candidate's code ran), through a driver process (a fork of the sandbox's pre-started Python) that knows
   only that variant and its id. No run sees another variant, nor anything left by another run (files,
-  processes, IPC, pids, counters): what a warm sandbox shows of its past (pid numbers, IPC ids, inode numbers
-  continue after an in-place reset) comes from an earlier grading, whose variants are unrelated to these;
+  processes, IPC, pids, counters). Warm sandboxes are emptied in place between users, which leaves a few bits
+  in the kernel's counters (pid numbers, IPC ids, inode numbers); as the real check's text is the same in every
+  grading of a task, a sandbox that has run a variant of this check since its namespaces were made is restarted
+  (``reset(fresh=True)``) before it runs another;
 - ``tampered``: a canary passed while the real check passed, or a run's channel carried a forged or repeated
   record, or a builtin or a name the check relies on was rebound. A canary passed while the real check did not
   pass is not counted: honest code that is wrong exactly where a canary was flipped passes that canary;
@@ -36,6 +38,7 @@ about 1/15 with two. Covert channels between runs through the host (timing, page
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 from collections.abc import Sequence
@@ -160,7 +163,14 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
     driver = f"/tmp/.rollbox-check-{secrets.token_hex(8)}/driver.pyc"
     argv = ["python3", driver, f"/workspace/{grading.module}", grading.entry_point]
     runs: list[_Run] = []
+    # The real check's text is the same in every grading of this task (canaries are random): a run that found
+    # it in a sandbox's counters (pid numbers, IPC ids), left there by an earlier run of one, could tell it apart.
+    mark = "rollbox.check:" + hashlib.sha256(source.encode()).hexdigest()
     async with sandboxes.sandboxes(len(variants), limits=task.limits, network=task.network) as boxes:
+        for box in boxes:
+            if mark in box.history:
+                await box.reset(fresh=True)
+            box.history.add(mark)
         for variant, box in zip(variants, boxes, strict=True):
             run = await _run_variant(box, tree, variant, watch, argv)
             if run.result.status is Status.INFRA_ERROR:

@@ -344,6 +344,7 @@ class AgentConnection:
         """
         sync_host, sync_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)  # a command of up to _MAX_REQUEST
         try:
             fds = array.array("i", [sync_child.fileno()])
             self._sock.sendmsg([_header(_MSG_SPARE, limits)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
@@ -369,8 +370,10 @@ class AgentConnection:
         except SandboxError as exc:
             sync_host.close()
             group.kill()
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._next_exited(), _CLEANUP_TIMEOUT_S)
+            except TimeoutError:
+                self.alive = False  # its exit report, if it comes, must not be taken for another command's
             return ExecResult.infra_error(str(exc))
         return Spare(self, group, sync_host, pid)
 
@@ -388,14 +391,19 @@ class AgentConnection:
     ) -> ExecResult:
         """Run one command in ``spare`` to its end and report it. Infrastructure faults come back as
         ``infra_error``."""
+        pipes: list[tuple[int, int]] = []
         try:
             message = _encode(request, limits)
-        except ValueError:
+            while len(pipes) < 3:
+                pipes.append(os.pipe2(os.O_CLOEXEC))
+        except (ValueError, OSError) as exc:  # a bad request, or a host out of fds: the spare is not used
+            for fd in (fd for pipe in pipes for fd in pipe):
+                os.close(fd)
             await self.discard(spare)
-            raise
-        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            if isinstance(exc, ValueError):
+                raise
+            return ExecResult.infra_error(f"cannot set up the command's streams: {exc}")
+        (stdin_r, stdin_w), (out_r, out_w), (err_r, err_w) = pipes
         passed = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [stdin_r, out_w, err_w]))]
         with spare.sync:
             try:
@@ -411,7 +419,13 @@ class AgentConnection:
                 for fd in (stdin_w, out_r, err_r):
                     os.close(fd)
                 return await self._failed_start()
-            result = await self._supervise(request, limits, spare.group, disk_full, (stdin_w, out_r, err_r))
+            try:
+                result = await self._supervise(request, limits, spare.group, disk_full, (stdin_w, out_r, err_r))
+            except BaseException:
+                # Cancelled (or failed) before the command's exit report was read: a later command would take it
+                # for its own, so this helper serves no more (the sandbox restarts it).
+                self.alive = False
+                raise
             try:
                 started = spare.sync.recv(1, socket.MSG_DONTWAIT) == b"x"
             except OSError:

@@ -265,8 +265,8 @@ class BwrapSandbox:
         args += ["--seccomp", str(seccomp_fd)]
         return args
 
-    async def reset(self) -> None:
-        """Make the sandbox as good as new for its next user.
+    async def reset(self, *, fresh: bool = False) -> bool:
+        """Make the sandbox as good as new for its next user; True when it restarted (new namespaces).
 
         Every process of every command is already dead (each command's cgroup is killed when it ends). When the
         sandbox has no network and the agent, bubblewrap's init and the zygote are exactly as they started
@@ -274,15 +274,17 @@ class BwrapSandbox:
         agent removes the SysV IPC objects (POSIX queues are refused by the syscall filter, namespaced sysctls are
         read-only) and the tree is emptied in place, with its directories' attributes (ACLs, xattrs, times):
         about a millisecond. Otherwise, or if any step fails, the sandbox restarts with new namespaces, a new
-        agent and a new tree. What stays visible after an in-place reset is only how much ran before: pid
-        numbers, IPC ids and inode numbers continue, and the agent's counted child CPU time.
+        agent and a new tree; ``fresh`` asks for that always. What stays visible after an in-place reset is only
+        how much ran before: pid numbers, IPC ids and inode numbers continue, and the agent's counted child CPU
+        time (a few bits a user can set on purpose, for the next one to read).
         """
         assert self._dir is not None
         helpers = [self._agent, *([self._zygote] if self._zygote is not None else [])]
         # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters), and a runtime
         # mounted inside the writable tree has its mount points there: neither is ever emptied in place.
         reusable = (
-            self.network is Network.NONE
+            not fresh
+            and self.network is Network.NONE
             and not self.host.runtime_in_writable_tree
             and all(h is not None and h.unchanged for h in helpers)
         )
@@ -290,10 +292,11 @@ class BwrapSandbox:
             try:
                 await self._agent.remove_ipc_objects()
                 self._dir.empty_writable_tree(uid=self.uid, gid=self.uid)
-                return
+                return False
             except (SandboxError, OSError):
                 pass
         await self._restart(new_tree=True)
+        return True
 
     async def _restart(self, *, new_tree: bool = False) -> None:
         """Stop the agent and the zygote, optionally replace the writable tree, and start a new agent."""

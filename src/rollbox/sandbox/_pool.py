@@ -74,9 +74,9 @@ class SandboxPool:
         """Sandboxes ready to be handed out now."""
         return len(self._idle)
 
-    @property
-    def _empty(self) -> bool:
-        return not self._idle and not self._busy
+    def _short(self, count: int) -> bool:
+        """Fewer sandboxes are left than ``count`` (replacements failed): waiting for them would be forever."""
+        return len(self._idle) + len(self._busy) < count
 
     @property
     def busy(self) -> int:
@@ -105,11 +105,14 @@ class SandboxPool:
     async def close(self) -> None:
         """Destroy every sandbox; sandboxes still handed out are destroyed when they come back (idempotent)."""
         self._state = _State.CLOSED
-        await asyncio.gather(*self._resets)  # each sees the pool closed, and closes its sandbox
-        while self._idle:
-            await self._idle.popleft().close()
-        async with self._available:
-            self._available.notify_all()
+        try:
+            # Each sees the pool closed and closes its sandbox; shielded, so that cancelling close leaks nothing.
+            await asyncio.shield(asyncio.gather(*self._resets))
+        finally:
+            while self._idle:
+                await self._idle.popleft().close()
+            async with self._available:
+                self._available.notify_all()
 
     @contextlib.asynccontextmanager
     async def sandbox(self, *, timeout_s: float | None = None) -> AsyncIterator[Sandbox]:
@@ -156,7 +159,7 @@ class SandboxPool:
             try:
                 await asyncio.wait_for(
                     self._available.wait_for(
-                        lambda: len(self._idle) >= count or self._state is not _State.OPEN or self._empty
+                        lambda: len(self._idle) >= count or self._state is not _State.OPEN or self._short(count)
                     ),
                     timeout_s,
                 )
@@ -173,7 +176,10 @@ class SandboxPool:
             if self._state is not _State.OPEN:
                 raise SandboxStateError(f"this pool is {self._state.value}; open it with 'async with SandboxPool(...)'")
             if len(self._idle) < count:
-                raise SandboxError(f"the pool lost its sandboxes; the last replacement failed: {self._lost}")
+                raise SandboxError(
+                    f"the pool has {len(self._idle) + len(self._busy)} of its {self.size} sandboxes left, fewer than "
+                    f"the {count} asked for; the last replacement failed: {self._lost}"
+                )
             taken = [self._idle.popleft() for _ in range(count)]
             self._busy.update(taken)
             if self._idle:
@@ -186,11 +192,13 @@ class SandboxPool:
             if self._state is not _State.OPEN:
                 raise SandboxStateError("the pool closed while the sandbox was out")
             await sandbox.reset()
-        except Exception:  # whatever went wrong, this sandbox never serves again: close it, make another
+        except BaseException as exc:  # whatever went wrong, this sandbox never serves again: close it, make another
             with contextlib.suppress(Exception):
                 await sandbox.close()
-            if self._state is not _State.OPEN:
+            if self._state is not _State.OPEN or not isinstance(exc, Exception):
                 self._busy.discard(sandbox)
+                if not isinstance(exc, Exception):
+                    raise
                 return
             try:
                 replacement = await self._new()  # so that the pool keeps its size

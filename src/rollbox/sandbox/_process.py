@@ -114,11 +114,13 @@ class ProcessSandbox:
         self._agent = AgentConnection(host_end, process)
         await self._agent.wait_ready()
 
-    async def reset(self) -> None:
-        """New, empty directories for the next user (no more: this backend is not a boundary)."""
+    async def reset(self, *, fresh: bool = False) -> bool:
+        """New, empty directories for the next user (no more: this backend is not a boundary, and has no
+        namespaces to renew: it says it did all it can)."""
         assert self._root is not None
         old, self._root = self._root, self._make_root()
         _remove_tree(old)
+        return True
 
     def disk_full(self) -> bool:
         """This backend has no disk limit of its own."""

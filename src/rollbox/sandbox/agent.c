@@ -173,7 +173,7 @@ static int parse_request(char *buf, size_t n, uint32_t type, struct exec_header 
     return 0;
 }
 
-/* The next command's process: take the command's rlimits, announce, wait in its cgroup for the command, become
+/* The next command's process: take the command's rlimits (the open files limit once its fds are in), announce, wait in its cgroup for the command, become
  * it. Whatever fails before the announcement (a crippled agent's limits cannot be raised) shows the host that
  * nothing of the command ran. */
 static void spare(int sync, const struct exec_header *limits) {
@@ -194,10 +194,6 @@ static void spare(int sync, const struct exec_header *limits) {
         rl.rlim_max = (rlim_t)limits->cpu_time_s + 1;
         if (setrlimit(RLIMIT_CPU, &rl) < 0) die("RLIMIT_CPU");
     }
-    if (limits->open_files >= 0) {
-        rl.rlim_cur = rl.rlim_max = (rlim_t)limits->open_files;
-        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) die("RLIMIT_NOFILE");
-    }
     if (limits->file_size_bytes >= 0) {
         rl.rlim_cur = rl.rlim_max = (rlim_t)limits->file_size_bytes;
         if (setrlimit(RLIMIT_FSIZE, &rl) < 0) die("RLIMIT_FSIZE");
@@ -217,9 +213,16 @@ static void spare(int sync, const struct exec_header *limits) {
     memcpy(fds, CMSG_DATA(c), sizeof fds);
     for (int i = 0; i < 3; i++)
         if (dup2(fds[i], i) < 0) die("dup2");
+    if (syscall(SYS_close_range, 4, ~0U, 0) < 0) die("close_range");
+    /* Only now, with the command's fds in place: a limit of a few files must not keep them from arriving. A
+     * crippled agent's lower limit fails here, before "x": a failed start. */
+    if (limits->open_files >= 0) {
+        rl.rlim_cur = rl.rlim_max = (rlim_t)limits->open_files;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) die("RLIMIT_NOFILE");
+    }
     /* From here on the command runs: what ends it is the command's own result, not a failed start. */
     if (send(3, "x", 1, 0) != 1) _exit(125);
-    if (syscall(SYS_close_range, 3, ~0U, 0) < 0) die("close_range");
+    close(3);
     if (chdir(cwd) < 0) {
         dprintf(2, "rollbox: cannot enter %s: %s\n", cwd, strerror(errno));
         _exit(126);

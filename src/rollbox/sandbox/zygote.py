@@ -48,11 +48,9 @@ _EXITED_MSG = struct.Struct("<Iiqq")
 _MAX_REQUEST = 1 << 20
 
 
-def _rlimits(cpu_time_s: int, open_files: int, file_size_bytes: int) -> None:
+def _rlimits(cpu_time_s: int, file_size_bytes: int) -> None:
     if cpu_time_s >= 0:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_time_s, cpu_time_s + 1))
-    if open_files >= 0:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
     if file_size_bytes >= 0:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_bytes, file_size_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -110,7 +108,8 @@ def _run(sync_fd: int, limits: tuple[int, int, int]) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.dup2(sync_fd, 3)
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        _rlimits(*limits)
+        cpu_time_s, open_files, file_size_bytes = limits
+        _rlimits(cpu_time_s, file_size_bytes)
         sync = socket.socket(fileno=3)
         sync.send(b"r")  # the kernel attaches our pid, in the host's pid namespace
         fds, cwd, argv, env = _command(sync)
@@ -119,6 +118,8 @@ def _run(sync_fd: int, limits: tuple[int, int, int]) -> None:
         for fd in fds:
             if fd > 2:
                 os.close(fd)
+        if open_files >= 0:  # only now, with the command's fds in place (a limit of a few must not stop them)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
         sync.send(b"x")  # the command starts: what ends it now is its own result
         sync.close()
         os.chdir(cwd)
