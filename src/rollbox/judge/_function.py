@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,19 @@ def load_cases(path: Path) -> list[FunctionCase]:
     return cases
 
 
+def _cases(path: Path) -> tuple[list[FunctionCase], str]:
+    """The cases of ``path`` and the inputs the driver gets, read once per version of the file (a task is graded
+    many times)."""
+    st = path.stat()
+    return _read_cases(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_cases(path: str, _mtime_ns: int, _size: int) -> tuple[list[FunctionCase], str]:
+    cases = load_cases(Path(path))
+    return cases, json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
+
+
 def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tuple[list[Outcome], bool, str | None]:
     """Per-case outcomes from the driver's reports, whether the module failed to load, and any forgery."""
     outcomes = [Outcome.MISSING] * len(cases)
@@ -82,8 +96,7 @@ async def run_function(
     task: Task, grading: FunctionGrading, tree: Path, sandboxes: SandboxSource = _FRESH
 ) -> RunnerReport:
     """Grade the candidate's function in a fresh sandbox built from ``tree`` (the pristine task plus its changes)."""
-    cases = load_cases(task.tests / grading.cases) if grading.cases else []
-    inputs = json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
+    cases, inputs = _cases(task.tests / grading.cases) if grading.cases else ([], "[]")
     reports: list[RunnerReport] = []
     if grading.check:  # in sandboxes of its own, from the tree as it is before any of the candidate's code ran
         reports.append(await run_check(tree, task, grading, sandboxes))

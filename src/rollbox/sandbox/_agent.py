@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import concurrent.futures
 import contextlib
 import os
 import select
@@ -20,18 +19,16 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
-from ._cgroup import read_kernel_file
+from ._cgroup import in_thread, read_kernel_file
 from ._errors import SandboxError
 from ._health import fingerprint
 from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
 
-T = TypeVar("T")
-
-__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify", "in_thread"]
+__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify"]
 
 _MSG_SPARE, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET, _MSG_EXEC = 1, 2, 3, 4, 5, 6
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
@@ -147,26 +144,6 @@ def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> byte
     if len(message) > _MAX_REQUEST:
         raise ValueError(f"command line and environment are {len(message)} bytes; the limit is {_MAX_REQUEST}")
     return message
-
-
-#: Threads for cgroup changes off a command's path (see ``in_thread``).
-_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="rollbox-cgroups")
-
-
-async def in_thread(function: Callable[..., T], *args: object) -> T:
-    """``function(*args)`` in a worker thread, for cgroup changes that can block (see ``spawn``).
-
-    Cancelling the caller waits for the thread if it has started, so that no cgroup change is still under way
-    when the caller's cleanup (removing the sandbox's cgroups) runs.
-    """
-    work = _THREADS.submit(function, *args)
-    future = asyncio.wrap_future(work)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        if not work.cancel():  # it has started: let it finish
-            await asyncio.wait([future])
-        raise
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -24,8 +24,8 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from ._agent import AgentConnection, ExecGroup, Exited, Usage, in_thread
-from ._cgroup import Cgroup, CgroupTree
+from ._agent import AgentConnection, ExecGroup, Exited, Usage
+from ._cgroup import Cgroup, CgroupTree, in_thread
 from ._errors import IsolationUnavailable, SandboxError
 from ._limits import Limits, Network
 from ._native import agent_binary

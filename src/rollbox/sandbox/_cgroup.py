@@ -10,18 +10,23 @@ path exists once per hierarchy (memory, pids, cpuacct); on v2 once.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ._errors import IsolationUnavailable, SandboxError
 
-__all__ = ["Cgroup", "CgroupStats", "CgroupTree", "read_kernel_file"]
+__all__ = ["Cgroup", "CgroupStats", "CgroupTree", "in_thread", "read_kernel_file"]
+
+T = TypeVar("T")
 
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 _PARENT_ENV = "ROLLBOX_CGROUP_PARENT"
@@ -86,6 +91,28 @@ def _own_paths() -> dict[str, str]:
         for controller in controllers.split(",") if controllers else [""]:
             paths[controller] = path
     return paths
+
+
+#: Threads for cgroup changes off a command's path (see ``in_thread``).
+_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="rollbox-cgroups")
+
+
+async def in_thread(function: Callable[..., T], *args: object) -> T:
+    """``function(*args)`` in a worker thread, for cgroup changes off a command's path. On cgroup v1 a move into a
+    cgroup can wait for an RCU grace period while holding ``cgroup_mutex``, and every other cgroup change waits
+    behind it: on the event loop, that would stall every sandbox of the process.
+
+    Cancelling the caller waits for the thread if it has started, so that no cgroup change is still under way
+    when the caller's cleanup (removing the sandbox's cgroups) runs.
+    """
+    work = _THREADS.submit(function, *args)
+    future = asyncio.wrap_future(work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if not work.cancel():  # it has started: let it finish
+            await asyncio.wait([future])
+        raise
 
 
 class CgroupTree:

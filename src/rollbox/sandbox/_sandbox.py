@@ -392,13 +392,11 @@ def _done(spare: Spare) -> asyncio.Future[Spare | ExecResult]:
     return future
 
 
-def _finish(impl: _Backend, group: ExecGroup) -> ExecResult | None:
-    """Remove a command's group; an ``infra_error`` result if that failed."""
-    try:
+def _finish(impl: _Backend, group: ExecGroup) -> None:
+    """Remove a group no command will use any more. Its processes are dead or about to be killed by it; should
+    the cgroup itself stay (a host fault), it goes when the sandbox closes, with the sandbox's whole tree."""
+    with contextlib.suppress(SandboxError):
         impl.finish_exec(group)
-    except SandboxError as exc:
-        return ExecResult.infra_error(f"cleaning up after the command failed: {exc}")
-    return None
 
 
 async def run(
