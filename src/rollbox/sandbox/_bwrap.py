@@ -6,13 +6,14 @@ cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its
 
 Process tree: rollbox → launcher (``agent.c launch``: stages the runtime, drops to the sandbox uid, reaps) →
 bubblewrap → bubblewrap's init (pid 1 inside) → agent → one command at a time. Each command's first process
-is moved into a fresh cgroup before it execs, so everything the program runs is counted, limited and killed
-there. The launcher, bubblewrap and the agent run nothing of the program's; each dies with its parent
+is forked ahead of the command (a spare, while the sandbox is idle) and moved into a fresh cgroup before it
+execs, so everything the program runs is counted, limited and killed there. The launcher, bubblewrap and the agent run nothing of the program's; each dies with its parent
 (parent-death signals from rollbox down), so none of them outlives rollbox.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import resource
@@ -156,7 +157,6 @@ class BwrapSandbox:
         self._dir: SandboxDir | None = None
         self._uid_lock: int | None = None
         self._agent: AgentConnection | None = None
-        self._next_group: _CgroupExecGroup | None = None
         self._zygote: AgentConnection | None = None
         self._execs = 0
 
@@ -172,20 +172,31 @@ class BwrapSandbox:
         Raises:
             SandboxError: any step failed; everything made so far is removed.
         """
+        made: asyncio.Future[None] | None = None
         try:
             self.uid, self._uid_lock = self.host.state.allocate_uid()
             self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
             self._dir.record_cgroup(self._cgroup)
-            self._cgroup.create(delegate=True)
-            # What commands leave charged to the sandbox outlives them (tmpfs pages, IPC objects): bound it too.
-            self._cgroup.set_limits(
-                memory_bytes=self.limits.memory_bytes + self.limits.disk_bytes, pids=self.limits.pids + 8
-            )
+            # The agent is in no cgroup of rollbox's: the sandbox's cgroup is made in a thread (see ``in_thread``)
+            # while bubblewrap starts, and is there before the first command's cgroup is made inside it.
+            made = asyncio.ensure_future(in_thread(self._make_cgroup))
             self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
             await self._start_agent()
+            await made
         except BaseException:
+            if made is not None:
+                made.cancel()  # a cgroup change under way finishes first
+                with contextlib.suppress(BaseException):
+                    await made
             self.close()
             raise
+
+    def _make_cgroup(self) -> None:
+        self._cgroup.create(delegate=True)
+        # What commands leave charged to the sandbox outlives them (tmpfs pages, IPC objects): bound it too.
+        self._cgroup.set_limits(
+            memory_bytes=self.limits.memory_bytes + self.limits.disk_bytes, pids=self.limits.pids + 8
+        )
 
     async def _start_agent(self) -> None:
         assert self._dir is not None
@@ -222,8 +233,6 @@ class BwrapSandbox:
             sandbox_end.close()
             os.close(seccomp_r)
         self._agent = AgentConnection(host_end, process)
-        if self._next_group is None:  # while bubblewrap starts: the first command's cgroup
-            self._next_group = self._new_group()
         await self._agent.wait_ready()
 
     def _new_group(self) -> _CgroupExecGroup:
@@ -330,15 +339,12 @@ class BwrapSandbox:
         """
         if self._agent is None or not self._agent.alive:
             await self._restart()
-        group, self._next_group = self._next_group, None
 
         def replace() -> ExecGroup:
             if finished is not None:
                 self.finish_exec(finished)
-            return group if group is not None else self._new_group()
+            return self._new_group()
 
-        if finished is None and group is not None:
-            return group
         # In a thread, as every cgroup change off a command's path: on cgroup v1 one can wait behind a move that
         # waits for an RCU grace period, and must not hold up the event loop meanwhile.
         return await in_thread(replace)
@@ -389,7 +395,6 @@ class BwrapSandbox:
             self._zygote = None
         if self._agent is not None:
             self._agent.shutdown()
-        self._next_group = None
         if self._dir is not None:
             self._dir.destroy()
             self._dir = None
