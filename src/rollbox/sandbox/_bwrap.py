@@ -5,10 +5,11 @@ What the program inside sees: a read-only root with the system directories and t
 cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
 
 Process tree: rollbox → launcher (``agent.c launch``: stages the runtime, drops to the sandbox uid, reaps) →
-bubblewrap → bubblewrap's init (pid 1 inside) → agent → one command at a time. Each command's first process
-is forked ahead of the command (a spare, while the sandbox is idle) and moved into a fresh cgroup before it
-execs, so everything the program runs is counted, limited and killed there. The launcher, bubblewrap and the agent run nothing of the program's; each dies with its parent
-(parent-death signals from rollbox down), so none of them outlives rollbox.
+bubblewrap → bubblewrap's init (pid 1 inside) → agent → one command at a time. Each command's first process is
+forked ahead of the command (a spare, while the sandbox is idle) and moved into a fresh cgroup before it execs, so
+everything the program runs is counted, limited and killed there. The launcher, bubblewrap and the agent run
+nothing of the program's; each dies with its parent (parent-death signals from rollbox down), so none of them
+outlives rollbox.
 """
 
 from __future__ import annotations

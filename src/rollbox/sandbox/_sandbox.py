@@ -167,9 +167,15 @@ class Sandbox:
         if task is None:
             return
         task.cancel()  # a cgroup change under way finishes first (see ``in_thread``)
-        with contextlib.suppress(asyncio.CancelledError):
-            if isinstance(spare := await task, Spare):
-                spare.sync.close()
+        try:
+            spare = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # close itself was cancelled: say so
+                raise
+            return
+        if isinstance(spare, Spare):
+            spare.sync.close()
 
     def _open(self) -> _Backend:
         if self._impl is None:
