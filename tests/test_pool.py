@@ -95,17 +95,17 @@ def test_posix_message_queues_are_refused() -> None:
 
 
 def test_what_a_user_did_to_the_sandbox_itself_does_not_reach_the_next() -> None:
-    # Lower the agent's (pid 2's) limits and priority, raise its OOM score, and try a namespaced sysctl: none of it
+    # Lower the agent's (pid 1's) limits and priority, raise its OOM score, and try a namespaced sysctl: none of it
     # may reach the next user.
     poison = (
         "import os, resource\n"
-        "os.setpriority(os.PRIO_PROCESS, 2, 19)\n"
-        "resource.prlimit(2, resource.RLIMIT_NOFILE, (16, 16))\n"
-        "open('/proc/2/oom_score_adj', 'w').write('1000')\n"
+        "os.setpriority(os.PRIO_PROCESS, 1, 19)\n"
+        "resource.prlimit(1, resource.RLIMIT_NOFILE, (16, 16))\n"
+        "open('/proc/1/oom_score_adj', 'w').write('1000')\n"
         "try:\n    open('/proc/sys/kernel/shmmax', 'w').write('1')\nexcept OSError:\n    pass\n"
     )
     look = (
-        "import os; print(os.getpriority(os.PRIO_PROCESS, 2), open('/proc/2/oom_score_adj').read().strip(),"
+        "import os; print(os.getpriority(os.PRIO_PROCESS, 1), open('/proc/1/oom_score_adj').read().strip(),"
         " open('/proc/sys/kernel/shmmax').read().strip())"
     )
     before, after, reused = asyncio.run(two_users(["python3", "-c", poison], ["python3", "-c", look]))
@@ -115,7 +115,10 @@ def test_what_a_user_did_to_the_sandbox_itself_does_not_reach_the_next() -> None
     assert (priority, oom) == ("0", "0") and shmmax != "1"
 
 
-@pytest.mark.parametrize("leave", ["kill -STOP 2", "true", "echo x > /workspace/f; mkdir -p a/b/c; chmod 000 a"])
+RENICE_AGENT = "python3 -c 'import os; os.setpriority(os.PRIO_PROCESS, 1, 19)'"
+
+
+@pytest.mark.parametrize("leave", [RENICE_AGENT, "true", "echo x > /workspace/f; mkdir -p a/b/c; chmod 000 a"])
 def test_an_untouched_agent_is_kept_and_a_touched_one_replaced(leave: str) -> None:
     from rollbox.sandbox._bwrap import BwrapHost
 
@@ -133,7 +136,7 @@ def test_an_untouched_agent_is_kept_and_a_touched_one_replaced(leave: str) -> No
                 return before or 0, sb._impl.agent.pid or 0  # type: ignore[union-attr]
 
     before, after = asyncio.run(main())
-    assert (before == after) == (leave != "kill -STOP 2")
+    assert (before == after) == (leave != RENICE_AGENT)
 
 
 def test_environment_is_per_command() -> None:
@@ -255,7 +258,7 @@ def test_a_loopback_sandbox_is_always_restarted() -> None:
 def test_a_changed_scheduling_slice_of_the_agent_is_noticed() -> None:
     code = (
         "import ctypes, struct\nattr = struct.pack('IIQiIQQQII', 56, 0, 0, 0, 0, 100_000_000, 0, 0, 0, 0)\n"
-        "print(ctypes.CDLL(None, use_errno=True).syscall(314, 2, attr, 0))\n"  # sched_setattr(2, slice=100 ms)
+        "print(ctypes.CDLL(None, use_errno=True).syscall(314, 1, attr, 0))\n"  # sched_setattr(1, slice=100 ms)
     )
 
     async def main() -> tuple[ExecResult, int | None, int | None]:
@@ -280,7 +283,7 @@ def test_a_request_during_a_reset_waits_for_it() -> None:
 
             async def first() -> None:
                 async with pool.sandbox() as sb:
-                    await sb.exec(["sh", "-c", "kill -STOP 2"], timeout_s=0.5)  # its reset will be a slow restart
+                    await sb.exec(["sh", "-c", RENICE_AGENT])  # its reset will be a restart
                     returned.set()
 
             async def second() -> ExecResult:

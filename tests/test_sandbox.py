@@ -281,3 +281,15 @@ def test_a_command_may_run_longer_than_any_internal_wait() -> None:
     # Regression: the wait for the agent's exit report once had a fixed bound shorter than the command's limit.
     r = asyncio.run(rollbox.run(["sh", "-c", "sleep 4; echo done"], limits=Limits(timeout_s=10, cpu_time_s=5)))
     assert r.status is Status.OK and r.stdout == b"done\n", r
+
+
+def test_orphans_are_reaped_at_once_and_never_count_against_the_pids_limit() -> None:
+    """The agent is pid 1 inside: every orphan becomes its child, and an unreaped one would still count against
+    the command's pids limit. Two hundred orphans, one after another, under a limit of 32."""
+
+    async def main() -> ExecResult:
+        async with Sandbox(limits=FAST) as sb:
+            return await sb.exec(["sh", "-c", "for i in $(seq 200); do (true &); done; echo done"])
+
+    result = asyncio.run(main())
+    assert result.status is Status.OK and result.stdout == b"done\n", result

@@ -235,8 +235,9 @@ class AgentConnection:
         return self.alive and self.pid is not None and self._fingerprints() == self.fingerprint is not None
 
     def _fingerprints(self) -> tuple[tuple[str, ...] | None, ...] | None:
-        """The helper's fingerprint and its parent's (for the agent: bubblewrap's init, pid 1 inside; the zygote's
-        parent is the agent, which is checked on its own)."""
+        """The helper's fingerprint and its parent's (for the agent: bubblewrap, outside the sandbox's pid namespace
+        and so out of the program's reach, checked all the same; the zygote's parent is the agent, checked on its
+        own)."""
         if self.pid is None:
             return None
         if not self._with_parent:

@@ -5,11 +5,11 @@ What the program inside sees: a read-only root with the system directories and t
 cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
 
 Process tree: rollbox → launcher (``agent.c launch``: stages the runtime, drops to the sandbox uid, reaps) →
-bubblewrap → bubblewrap's init (pid 1 inside) → agent → one command at a time. Each command's first process is
-forked ahead of the command (a spare, while the sandbox is idle) and moved into a fresh cgroup before it execs, so
-everything the program runs is counted, limited and killed there. The launcher, bubblewrap and the agent run
-nothing of the program's; each dies with its parent (parent-death signals from rollbox down), so none of them
-outlives rollbox.
+bubblewrap → agent (pid 1 inside, so that no signal from inside can kill or stop it; it reaps orphans) → one
+command at a time. Each command's first process is forked ahead of the command (a spare, while the sandbox is idle)
+and moved into a fresh cgroup before it execs, so everything the program runs is counted, limited and killed there.
+The launcher, bubblewrap and the agent run nothing of the program's; each dies with its parent (parent-death
+signals from rollbox down), so none of them outlives rollbox.
 """
 
 from __future__ import annotations
@@ -244,6 +244,8 @@ class BwrapSandbox:
         assert self._dir is not None
         args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
         args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
+        # The agent is pid 1 inside (and reaps there): no signal from inside can kill or stop it.
+        args += ["--as-pid-1"]
         args += [
             "--hostname",
             "rollbox",
@@ -279,7 +281,7 @@ class BwrapSandbox:
         """Make the sandbox as good as new for its next user; True when it restarted (new namespaces).
 
         Every process of every command is already dead (each command's cgroup is killed when it ends). When the
-        sandbox has no network and the agent, bubblewrap's init and the zygote are exactly as they started
+        sandbox has no network and the agent, its parent and the zygote are exactly as they started
         (``_health``: not stopped, same priority, scheduling, rlimits, affinity, OOM score, I/O priority), the
         agent removes the SysV IPC objects (POSIX queues are refused by the syscall filter, namespaced sysctls are
         read-only) and the tree is emptied in place, with its directories' attributes (ACLs, xattrs, times):
@@ -388,9 +390,9 @@ class BwrapSandbox:
 
     def close(self) -> None:
         """Kill everything, remove the cgroup, free the tree, free the uid (idempotent)."""
-        # Closing the socket ends the agent, then bubblewrap's init, then bubblewrap, each reaped by its parent
-        # (killing them all at once would orphan bubblewrap's init to the host's pid 1). The host's side of the
-        # tree goes while they exit: their mount namespace holds its own reference to the tmpfs.
+        # Closing the socket ends the agent (pid 1 inside: the kernel kills what is left there), then bubblewrap,
+        # each reaped by its parent (killing them all at once would orphan bubblewrap to the host's pid 1). The
+        # host's side of the tree goes while they exit: their mount namespace holds its own reference to the tmpfs.
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None

@@ -44,6 +44,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <grp.h>
@@ -185,6 +186,9 @@ static void spare(int sync, const struct exec_header *limits) {
     char cbuf[CMSG_SPACE(sizeof fds)];
     struct iovec iov = {buf, sizeof buf};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);  /* the agent blocks SIGCHLD for its signalfd */
     if (setsid() < 0) die("setsid");
     signal(SIGPIPE, SIG_DFL);
     if (dup2(sync, 3) < 0) die("dup2");
@@ -273,6 +277,9 @@ static void start_zygote(int sock, int fd, char *cwd, char **args, char **env) {
     uint32_t answer = MSG_ZYGOTE;
     pid_t pid = fork();
     if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         /* dup2 onto itself keeps close-on-exec, which the received fd has: clear it then. */
         if ((fd == 3 ? fcntl(3, F_SETFD, 0) : dup2(fd, 3)) < 0) die("fd 3");
         if (syscall(SYS_close_range, 4, ~0U, 0) < 0) die("close_range");
@@ -283,24 +290,22 @@ static void start_zygote(int sock, int fd, char *cwd, char **args, char **env) {
     }
     close(fd);
     if (pid < 0) answer = 0;
-    send(sock, &answer, sizeof answer, 0);
+    send(sock, &answer, sizeof answer, MSG_NOSIGNAL);
 }
 
-/* Reap every ended child; report the spare's (the command's) exit on the control socket. */
-static int reap(int sock, pid_t *command, int *pidfd) {
+/* Reap every ended child (as pid 1 of the sandbox, orphans are ours too); report the command's exit. */
+static int reap(int sock, pid_t *command) {
     int status;
     struct rusage ru;
     pid_t pid;
     while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
-        if (pid != *command) continue;  /* a zygote that ended */
+        if (pid != *command) continue;  /* an orphan, or a zygote that ended */
         struct exited_msg m = {MSG_EXITED, status,
                                (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
                                    ru.ru_utime.tv_usec + ru.ru_stime.tv_usec,
                                ru.ru_maxrss};
-        close(*pidfd);
         *command = 0;
-        *pidfd = -1;
-        if (send(sock, &m, sizeof m, 0) < 0) return -1;
+        if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) return -1;
     }
     return 0;
 }
@@ -309,21 +314,30 @@ static int serve(int sock) {
     static char buf[MSG_MAX];
     uint32_t ready = MSG_READY;
     pid_t command = 0;  /* the spare, or the command it became: one at a time */
-    int pidfd = -1;
+    sigset_t chld;
+    struct signalfd_siginfo info;
     prctl(PR_SET_DUMPABLE, 0);  /* keep the program inside away from our fds through /proc */
     if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
-    if (send(sock, &ready, sizeof ready, 0) < 0) die("send ready");
+    /* A child's end wakes us through a signalfd: the command's, to report it, and any orphan's, to reap it at
+     * once (an unreaped one would count against the next command's pids limit). */
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0) die("sigprocmask");
+    int children = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (children < 0) die("signalfd");
+    if (send(sock, &ready, sizeof ready, MSG_NOSIGNAL) < 0) die("send ready");
     for (;;) {
         int fd;
         char cbuf[CMSG_SPACE(sizeof fd)];
         struct iovec iov = {buf, sizeof buf};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-        struct pollfd polled[2] = {{.fd = sock, .events = POLLIN}, {.fd = pidfd, .events = POLLIN}};
-        if (poll(polled, command ? 2 : 1, -1) < 0) {
+        struct pollfd polled[2] = {{.fd = sock, .events = POLLIN}, {.fd = children, .events = POLLIN}};
+        if (poll(polled, 2, -1) < 0) {
             if (errno == EINTR) continue;
             die("poll");
         }
-        if (reap(sock, &command, &pidfd) < 0) return 0;
+        while (read(children, &info, sizeof info) == sizeof info) {}
+        if (reap(sock, &command) < 0) return 0;
         if (!polled[0].revents) continue;
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
         if (n == 0) return 0;
@@ -333,7 +347,7 @@ static int serve(int sock) {
         memcpy(&type, buf, sizeof type);
         if (type == MSG_RESET && n == sizeof type) {
             remove_ipc_objects();
-            if (send(sock, &type, sizeof type, 0) < 0) return 0;
+            if (send(sock, &type, sizeof type, MSG_NOSIGNAL) < 0) return 0;
             continue;
         }
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
@@ -360,13 +374,12 @@ static int serve(int sock) {
         pid_t pid = fork();
         if (pid == 0) spare(fd, &limits);
         close(fd);
-        if (pid > 0 && (pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) >= 0) {
+        if (pid > 0) {
             command = pid;
             continue;
         }
         struct exited_msg m = {MSG_EXITED, -errno, 0, 0};
-        if (pid > 0) kill(pid, SIGKILL);  /* no pidfd: the kernel is too old to watch it */
-        if (send(sock, &m, sizeof m, 0) < 0) return 0;
+        if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) return 0;
     }
 }
 
