@@ -11,9 +11,9 @@ no single run is trusted. The check is graded by comparing runs:
   are printed by :func:`ast.unparse` alike and carry fresh random ids;
 - each variant runs alone, in random order, in a sandbox of its own, all borrowed together so that no two
   variants of one grading ever share a sandbox, and each holding the same files (the tree as it was before any
-  of the candidate's code ran), through a driver process (a fork of the sandbox's pre-started Python) that knows
-  only that variant and its id. No run sees another variant, nor anything left by another run (files,
-  processes, IPC, pids, counters). Warm sandboxes are emptied in place between users, which leaves a few bits
+  of the candidate's code ran), through a driver process (a fork of the sandbox's pre-started Python where one
+  runs) that knows only that variant and its id. No run sees another variant, nor anything left by another run
+  (files, processes, IPC, pids, counters). Warm sandboxes are emptied in place between users, which leaves a few bits
   in the kernel's counters (pid numbers, IPC ids, inode numbers); as the real check's text is the same in every
   grading of a task, a sandbox that has run a variant of this check since its namespaces were made is restarted
   (``reset(fresh=True)``) before it runs another;
@@ -101,7 +101,11 @@ async def _run_variant(box: Sandbox, tree: Path, variant: CheckVariant, watch: l
     await box.write_tree(tree)
     await install_driver(box, argv[1].rsplit("/", 1)[0], "_check_driver.py")
     request = {"id": variant.id, "source": variant.source, "watch": watch}
-    result = await box.exec(argv, stdin=json.dumps(request), env=GRADING_ENV, warm_python=True)
+    # A fork of the sandbox's running zygote when there is one; else one plain interpreter, which costs less than
+    # starting a zygote for a single command.
+    warm = box.warm_python_ready
+    command = argv if warm else [argv[0], "-s", *argv[1:]]
+    result = await box.exec(command, stdin=json.dumps(request), env=GRADING_ENV, warm_python=warm)
     return _Run(variant, result, *_read_channel(result.stdout_text, variant.id, truncated=result.stdout_truncated))
 
 

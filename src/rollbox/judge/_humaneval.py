@@ -176,11 +176,11 @@ async def evaluate_samples(
 ) -> list[SampleResult]:
     """Grade every sample, ``workers`` at a time; the results come back in the samples' order.
 
-    Grading sandboxes are warm (``workers`` per configuration) and reset between samples, so no sample pays for a
-    sandbox's creation. With ``dedupe`` (the default), byte-identical completions of the same problem are graded
-    once and share that verdict, as a policy's group of samples often repeats itself; a completion whose outcome
-    depends on chance (``random``, timing) then gets one draw for all its copies, where ``dedupe=False`` draws for
-    each. ``progress`` is called with each sample's result as it is done (in completion order).
+    Grading sandboxes are warm (a pool per configuration, a few per worker) and reset between samples, so no sample
+    pays for a sandbox's creation. With ``dedupe`` (the default), byte-identical completions of the same problem are
+    graded once and share that verdict, as a policy's group of samples often repeats itself; a completion whose
+    outcome depends on chance (``random``, timing) then gets one draw for all its copies, where ``dedupe=False``
+    draws for each. ``progress`` is called with each sample's result as it is done (in completion order).
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
@@ -190,8 +190,9 @@ async def evaluate_samples(
         copies[(sample.task_id, sample.completion) if dedupe else index].append(index)
     gate = asyncio.Semaphore(workers)
     results: list[SampleResult | None] = [None] * len(samples)
-    # Room for one check-based grading's variants (each in a sandbox of its own) beside the other workers.
-    async with WarmSandboxes(size=workers + MAX_VARIANTS - 1) as sandboxes:
+    # Room for one check-based grading's variants (each in a sandbox of its own) beside the other workers, twice
+    # over: returned sandboxes are reset in the background, and a check borrows its sandboxes all at once.
+    async with WarmSandboxes(size=2 * (workers + MAX_VARIANTS - 1)) as sandboxes:
 
         async def one(indices: list[int]) -> None:
             first = samples[indices[0]]

@@ -127,6 +127,12 @@ class Sandbox:
                     impl.close()
         self._state = _State.CLOSED
 
+    @property
+    def warm_python_ready(self) -> bool:
+        """Whether the sandbox's Python zygote is running now, so that a ``warm_python`` command costs a fork; when
+        it is not, the first such command pays for starting it (more than one plain ``python3``)."""
+        return self._impl is not None and self._impl.zygote_alive
+
     async def reset(self, *, fresh: bool = False) -> None:
         """Make the sandbox as good as new for another user: what warm pools call between uses.
 
