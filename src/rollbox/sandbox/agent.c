@@ -5,8 +5,9 @@
  *       Runs on the host, as root, between rollbox and bubblewrap. It makes a private mount namespace in
  *       which the runtime directories (for example a Python under /root, which the sandbox uid could not
  *       traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the sandbox's own
- *       unprivileged uid (FD, a detached mount of the sandbox's writable tree, is attached at DIR/fs first), and runs bubblewrap as its child, reaping every process bubblewrap
- *       orphans. Nothing it mounts is visible to the host.
+ *       unprivileged uid (FD, a detached mount of the sandbox's writable tree, is attached at DIR/fs first),
+ *       and runs bubblewrap as its child, reaping every process bubblewrap orphans. Nothing it mounts is
+ *       visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command bubblewrap starts. FD is a SOCK_SEQPACKET socket to the
@@ -15,14 +16,17 @@
  *       its pid, translated into the host's pid namespace) so that the host places it in the command's
  *       cgroup while the sandbox is idle, and waits, with the command's rlimits already applied. The EXEC
  *       request then arrives on the sync socket (with stdin, stdout and stderr): the child says "x" (the
- *       command starts) and execs it; a closed sync socket instead makes it exit. The agent reports the child's exit status and exits when the host closes the
- *       socket. It keeps no state between commands, and keeps serving while a spare waits: a RESET request
- *       removes every SysV IPC object of the sandbox's ipc namespace, between users of a reused sandbox; a
- *       ZYGOTE request starts the Python zygote (zygote.py), which serves SPARE requests on its own socket
- *       by forking itself instead of exec'ing a new interpreter.
+ *       command starts) and execs it; a closed sync socket instead makes it exit. The agent reports the
+ *       child's exit status, and exits when the host closes the socket. It is pid 1 of the sandbox (so no
+ *       signal from inside kills or stops it) and reaps every orphan at once. It keeps no state between
+ *       commands, and keeps serving while a spare waits: a RESET request removes every SysV IPC object of
+ *       the sandbox's ipc namespace, between users of a reused sandbox; a ZYGOTE request starts the Python
+ *       zygote (zygote.py), which serves SPARE requests on its own socket by forking itself instead of
+ *       exec'ing a new interpreter.
  *
- * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside could kill it.
- * Every limit and every measurement that matters is enforced or taken by the host through cgroups.
+ * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside can change its
+ * priority and limits. Every limit and every measurement that matters is enforced or taken by the host through
+ * cgroups.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -53,12 +57,12 @@
 extern char **environ;
 
 /* Wire format, shared with rollbox/sandbox/_agent.py (little-endian, native sizes). */
-#define MSG_SPARE 1u          /* a header with the rlimits, one fd: the sync socket of the next command's process */
+#define MSG_SPARE 1u          /* a header with the rlimits, one fd: the next command's process's sync socket */
 #define MSG_READY 2u
 #define MSG_EXITED 3u
 #define MSG_RESET 5u          /* remove every SysV IPC object; answered with the same word */
-#define MSG_ZYGOTE 4u         /* like EXEC, with one fd (the helper's socket); answered with the same word */
-#define MSG_EXEC 6u           /* on a spare's sync socket: the command (its header's rlimits unused), with stdin, stdout, stderr */
+#define MSG_ZYGOTE 4u         /* a header, cwd, argv, env and one fd (the zygote's socket); answered alike */
+#define MSG_EXEC 6u           /* on a spare's socket: the command (header rlimits unused), stdin, stdout, stderr */
 #define MSG_MAX (1u << 20)
 
 struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
@@ -174,9 +178,9 @@ static int parse_request(char *buf, size_t n, uint32_t type, struct exec_header 
     return 0;
 }
 
-/* The next command's process: take the command's rlimits (the open files limit once its fds are in), announce, wait in its cgroup for the command, become
- * it. Whatever fails before the announcement (a crippled agent's limits cannot be raised) shows the host that
- * nothing of the command ran. */
+/* The next command's process: take the command's rlimits (the open files limit once its fds are in), announce,
+ * wait in its cgroup for the command, become it. Whatever fails before "x" (a crippled agent's limits cannot be
+ * raised) shows the host that nothing of the command ran. */
 static void spare(int sync, const struct exec_header *limits) {
     static char buf[MSG_MAX];
     struct rlimit rl;
