@@ -326,6 +326,28 @@ def test_several_sandboxes_are_borrowed_together_distinct_and_never_deadlock() -
     assert waited < 5
 
 
+def test_sandboxes_without_the_label_to_avoid_are_handed_out_first() -> None:
+    """Whatever the order the two came back in, each borrower that avoids one label gets the other sandbox."""
+
+    async def main() -> tuple[int, int, int, int]:
+        async with SandboxPool(size=2, limits=LIMITS) as pool:
+            async with pool.sandboxes(2) as (a, b):
+                a.history.add("ran x")
+                b.history.add("ran y")
+            while pool.idle < 2:
+                await asyncio.sleep(0.01)
+            async with pool.sandboxes(1, avoid="ran x") as (not_x,):
+                pass
+            while pool.idle < 2:
+                await asyncio.sleep(0.01)
+            async with pool.sandboxes(1, avoid="ran y") as (not_y,):
+                pass
+            return id(not_x), id(b), id(not_y), id(a)
+
+    not_x, b, not_y, a = asyncio.run(main())
+    assert (not_x, not_y) == (b, a)
+
+
 def test_borrowing_more_than_the_pool_holds_is_refused() -> None:
     async def main() -> None:
         async with SandboxPool(size=2, limits=LIMITS) as pool:

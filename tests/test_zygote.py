@@ -96,3 +96,40 @@ def test_the_environment_a_fresh_interpreter_reads_at_start_up_is_honoured() -> 
     result, listing = asyncio.run(main())
     assert result.stdout == b"True 5\n", result
     assert "__pycache__" not in listing
+
+
+GLOBALS = (
+    "import sys\nprint(sorted(k for k in globals() if k.startswith('__')), __file__, getattr(__spec__, 'origin', 0), "
+    "__package__, sys.path[0], "
+    "type(__builtins__), type(__loader__), sys.argv, sys.modules['__main__'].__dict__ is globals())\n"
+)
+
+
+def test_every_kind_of_script_runs_as_a_fresh_interpreter_runs_it() -> None:
+    """Source files and sourceless .pyc run in the child itself; a zip archive (a zipapp, even behind a shebang),
+    a directory with __main__.py, a source that merely contains a zip's end signature, and a missing file all do
+    what python3 does with them."""
+
+    async def main() -> list[tuple[ExecResult, ExecResult]]:
+        async with Sandbox(limits=LIMITS) as sb:
+            await sb.write_file("g.py", GLOBALS)
+            await sb.write_file("sig.py", GLOBALS + "print('PK\x05\x06 is only text here')\n")
+            await sb.write_file("d/__main__.py", GLOBALS)
+            build = (
+                "import py_compile, zipapp\n"
+                "py_compile.compile('g.py', cfile='g.pyc')\n"
+                "zipapp.create_archive('d', 'app.pyz', interpreter='/usr/bin/env python3')\n"
+            )
+            assert (await sb.exec(["python3", "-c", build])).ok
+            pairs = []
+            for script in ("g.py", "sig.py", "g.pyc", "app.pyz", "d", "missing.py"):
+                argv = ["python3", script, "arg"]
+                pairs.append((await sb.exec(argv), await sb.exec(argv, warm_python=True)))
+            return pairs
+
+    *runs, (cold_missing, warm_missing) = asyncio.run(main())
+    for cold, warm in runs:
+        assert cold.ok and warm.ok, (cold, warm)
+        assert warm.stdout == cold.stdout, (cold, warm)
+    assert cold_missing.exit_code == warm_missing.exit_code == 2
+    assert warm_missing.stderr == cold_missing.stderr, (cold_missing, warm_missing)

@@ -144,7 +144,8 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
     """Run the task's check and its canaries against the candidate whose graded tree is the host directory ``tree``.
 
     Each variant runs in a sandbox of its own from ``sandboxes`` (all borrowed together, so no two variants ever
-    share one; one that has run a variant of this check since its namespaces were made is restarted first), which
+    share one; sandboxes that have not run a variant of this check since their namespaces were made are taken
+    first, and one that has is restarted before it runs another), which
     then holds ``tree`` as it is now; ``tree`` must not change meanwhile (the judge's own copy). A failure to set
     one up is rollbox's (``infra_error``), never the candidate's doing. The one graded test is
     ``ENTRY_POINT[check]``, with the outcome of the real check's completion record (``missing`` without one).
@@ -170,7 +171,7 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
     # The real check's text is the same in every grading of this task (canaries are random): a run that found
     # it in a sandbox's counters (pid numbers, IPC ids), left there by an earlier run of one, could tell it apart.
     mark = "rollbox.check:" + hashlib.sha256(source.encode()).hexdigest()
-    async with sandboxes.sandboxes(len(variants), limits=task.limits, network=task.network) as boxes:
+    async with sandboxes.sandboxes(len(variants), limits=task.limits, network=task.network, avoid=mark) as boxes:
         for box in boxes:
             if mark in box.history:
                 await box.reset(fresh=True)

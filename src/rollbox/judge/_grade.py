@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from ._scan import scan_changes
 from ._script import run_script
 from ._stdio import run_stdio
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
-from ._workspace import WorkspaceError, build_grading_tree, diff_workspace
+from ._workspace import WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
 
 __all__ = ["grade"]
 
@@ -67,7 +66,7 @@ async def _reference_usage(task: Task, runner: Runner, sandboxes: SandboxSource)
     it does not pass, which turns the efficiency terms off."""
     key = _fingerprint(task)
     if key not in _references and task.solution is not None:
-        with tempfile.TemporaryDirectory(prefix="rollbox-reference-") as tree:
+        with scratch_directory("rollbox-reference-") as tree:
             shutil.copytree(task.workspace, tree, dirs_exist_ok=True, symlinks=True)
             shutil.copytree(task.solution, tree, dirs_exist_ok=True, symlinks=True)
             report = await runner(task, task.grading, Path(tree), sandboxes)
@@ -111,7 +110,7 @@ async def grade(task: Task, solution: str | Path, *, sandboxes: SandboxSource | 
         guard = isinstance(task.grading, PytestGrading | ScriptGrading)  # a test framework runs over the tree
         changes = diff_workspace(task.workspace, Path(solution), guard=guard, max_total_bytes=task.limits.disk_bytes)
         flags = changes.flags + scan_changes(Path(solution), [*changes.added, *changes.modified])
-        with tempfile.TemporaryDirectory(prefix="rollbox-grade-") as tree:
+        with scratch_directory("rollbox-grade-") as tree:
             build_grading_tree(task.workspace, Path(solution), Path(tree), changes)
             report = await runner(task, task.grading, Path(tree), source)
     except WorkspaceError as exc:

@@ -17,7 +17,6 @@ import asyncio
 import json
 import math
 import os
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from rollbox.tasks import Task
 from ._check_variants import MAX_VARIANTS
 from ._grade import grade
 from ._verdict import Outcome, Verdict, VerdictStatus
+from ._workspace import scratch_directory
 
 __all__ = [
     "Sample",
@@ -149,7 +149,7 @@ def read_samples(path: Path, known: Iterable[str]) -> list[Sample]:
 
 
 async def _grade_sample(task: Task, sample: Sample, prompt: str, sandboxes: SandboxSource) -> Verdict:
-    with tempfile.TemporaryDirectory(prefix="rollbox-humaneval-") as workspace:
+    with scratch_directory("rollbox-humaneval-") as workspace:
         # surrogatepass: a completion with a lone surrogate is not valid source, and fails as Python would say.
         Path(workspace, "solution.py").write_bytes((prompt + sample.completion + "\n").encode("utf-8", "surrogatepass"))
         verdict: Verdict | None = None
@@ -203,8 +203,20 @@ async def evaluate_samples(
                 if progress is not None:
                     progress(result)
 
-        await asyncio.gather(*(one(indices) for indices in copies.values()))
+        await asyncio.gather(*(one(indices) for indices in _interleaved(copies.values(), samples)))
     return [r for r in results if r is not None]
+
+
+def _interleaved(groups: Iterable[list[int]], samples: Sequence[Sample]) -> list[list[int]]:
+    """The groups in the order they are graded: one of each problem in turn, so that gradings of the same problem
+    are spread apart (a sandbox that ran a check restarts before it runs that check again; see ``run_check``)."""
+    rank: Counter[str] = Counter()
+    keyed = []
+    for position, group in enumerate(groups):
+        task_id = samples[group[0]].task_id
+        keyed.append((rank[task_id], position, group))
+        rank[task_id] += 1
+    return [group for _rank, _position, group in sorted(keyed)]
 
 
 def write_results(path: Path, results: Sequence[SampleResult]) -> None:

@@ -14,11 +14,13 @@ standard library, the task's test paths, and test files (the agent's own, or edi
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
 import stat
 import sys
+import tempfile
 import tomllib
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +29,15 @@ from pathlib import Path
 
 from rollbox.sandbox import RollboxError
 
-__all__ = ["Changes", "Flag", "WorkspaceError", "build_grading_tree", "diff_workspace", "is_protected"]
+__all__ = [
+    "Changes",
+    "Flag",
+    "WorkspaceError",
+    "build_grading_tree",
+    "diff_workspace",
+    "is_protected",
+    "scratch_directory",
+]
 
 _MiB = 1024 * 1024
 _IGNORED_NAMES = frozenset({"__pycache__", ".git"})
@@ -368,6 +378,24 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
         dropped=tuple(sorted(dropped)),
         flags=tuple(flags),
     )
+
+
+@functools.cache
+def _scratch_root() -> str | None:
+    configured = os.environ.get("ROLLBOX_SCRATCH_DIR")
+    if configured:
+        return configured
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
+
+
+def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A temporary directory for one grading's host-side files (a candidate's workspace, a grading tree).
+
+    It is made in ``$ROLLBOX_SCRATCH_DIR``, else in /dev/shm where the machine has it (a grading tree is small and
+    lives for one grading: on a disk, creating and removing it costs more than the grading's own host work), else
+    in the system's temporary directory.
+    """
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=_scratch_root())
 
 
 def _check_relative(path: str) -> None:

@@ -132,11 +132,14 @@ class SandboxPool:
             yield sandbox
 
     @contextlib.asynccontextmanager
-    async def sandboxes(self, count: int, *, timeout_s: float | None = None) -> AsyncIterator[list[Sandbox]]:
+    async def sandboxes(
+        self, count: int, *, timeout_s: float | None = None, avoid: str | None = None
+    ) -> AsyncIterator[list[Sandbox]]:
         """Borrow ``count`` distinct sandboxes at once, as :meth:`sandbox` borrows one.
 
         They are taken together when ``count`` are idle (never some while waiting for the rest, so that
-        borrowers of several cannot deadlock each other).
+        borrowers of several cannot deadlock each other). With ``avoid``, a :attr:`Sandbox.history` label, idle
+        sandboxes without it are handed out first, so that fewer of them need a restart before they serve.
 
         Raises:
             ValueError: ``count`` is not between 1 and the pool's size.
@@ -145,7 +148,7 @@ class SandboxPool:
         """
         if not 1 <= count <= self.size:
             raise ValueError(f"cannot borrow {count} sandboxes from a pool of {self.size}")
-        sandboxes = await self._acquire(count, timeout_s)
+        sandboxes = await self._acquire(count, timeout_s, avoid)
         try:
             yield sandboxes
         finally:
@@ -154,7 +157,7 @@ class SandboxPool:
                 self._resets.add(reset)
                 reset.add_done_callback(self._resets.discard)
 
-    async def _acquire(self, count: int, timeout_s: float | None) -> list[Sandbox]:
+    async def _acquire(self, count: int, timeout_s: float | None, avoid: str | None) -> list[Sandbox]:
         async with self._available:
             try:
                 await asyncio.wait_for(
@@ -180,7 +183,10 @@ class SandboxPool:
                     f"the pool has {len(self._idle) + len(self._busy)} of its {self.size} sandboxes left, fewer than "
                     f"the {count} asked for; the last replacement failed: {self._lost}"
                 )
-            taken = [self._idle.popleft() for _ in range(count)]
+            # The longest idle first (so that use spreads over the pool), those without ``avoid`` before the rest.
+            taken = sorted(self._idle, key=lambda sb: avoid is not None and avoid in sb.history)[:count]
+            for sandbox in taken:
+                self._idle.remove(sandbox)
             self._busy.update(taken)
             if self._idle:
                 self._available.notify_all()  # another waiter may be satisfied by what is left
@@ -225,9 +231,10 @@ class SandboxSource(Protocol):
         ...
 
     def sandboxes(
-        self, count: int, *, limits: Limits, network: Network
+        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
     ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
-        """``count`` distinct sandboxes, borrowed together, for the duration of an ``async with`` block."""
+        """``count`` distinct sandboxes, borrowed together, for the duration of an ``async with`` block; those
+        whose :attr:`Sandbox.history` lacks the label ``avoid`` are preferred."""
         ...
 
 
@@ -241,8 +248,10 @@ class FreshSandboxes:
             yield sb
 
     @contextlib.asynccontextmanager
-    async def sandboxes(self, count: int, *, limits: Limits, network: Network) -> AsyncIterator[list[Sandbox]]:
-        """``count`` new sandboxes, destroyed when the block ends."""
+    async def sandboxes(
+        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
+    ) -> AsyncIterator[list[Sandbox]]:
+        """``count`` new sandboxes (with an empty history), destroyed when the block ends."""
         async with contextlib.AsyncExitStack() as stack:
             yield [await stack.enter_async_context(Sandbox(limits=limits, network=network)) for _ in range(count)]
 
@@ -287,12 +296,15 @@ class WarmSandboxes:
             yield sb
 
     @contextlib.asynccontextmanager
-    async def sandboxes(self, count: int, *, limits: Limits, network: Network) -> AsyncIterator[list[Sandbox]]:
-        """``count`` distinct warm sandboxes of this configuration, borrowed together, reset when the block ends;
-        beyond ``size``, the rest are new ones, destroyed when the block ends."""
+    async def sandboxes(
+        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
+    ) -> AsyncIterator[list[Sandbox]]:
+        """``count`` distinct warm sandboxes of this configuration, borrowed together (as
+        :meth:`SandboxPool.sandboxes`), reset when the block ends; beyond ``size``, the rest are new ones,
+        destroyed when the block ends."""
         pool = await self._pool(limits, network)
         async with contextlib.AsyncExitStack() as stack:
-            boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.size))))
+            boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.size), avoid=avoid)))
             for _ in range(count - len(boxes)):
                 boxes.append(await stack.enter_async_context(Sandbox(limits=limits, network=network)))
             yield boxes
