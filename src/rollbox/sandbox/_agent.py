@@ -77,7 +77,8 @@ class ExecGroup(Protocol):
     """Everything one command starts, as its backend contains it."""
 
     def adopt(self, pid: int) -> None:
-        """Take in the command's first process (a host pid), before it execs."""
+        """Take in the command's first process (a host pid), before it execs; called off the event loop, as it
+        may make and remove cgroups."""
 
     def kill(self) -> None:
         """SIGKILL every process of the command and wait until they are gone."""

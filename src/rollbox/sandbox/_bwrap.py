@@ -121,15 +121,30 @@ def _largest_file(root: Path, budget: int = 10_000) -> int:
 
 
 class _CgroupExecGroup:
-    """A command's processes as one cgroup, with its own limits and its own resource report."""
+    """A command's processes as one cgroup, with its own limits and its own resource report.
 
-    def __init__(self, cgroup: Cgroup, limits: Limits) -> None:
+    The cgroup is made when it adopts the command's first process, and the group of the command before, if
+    given, is removed then: all of a command's cgroup changes in one call, which the caller makes off the event
+    loop (see ``in_thread``).
+    """
+
+    def __init__(self, cgroup: Cgroup, limits: Limits, finished: _CgroupExecGroup | None) -> None:
         self.cgroup = cgroup
-        cgroup.create()
-        cgroup.set_limits(memory_bytes=limits.memory_bytes, pids=limits.pids)
+        self._limits = limits
+        self._finished = finished
 
     def adopt(self, pid: int) -> None:
+        self.remove()
+        self.cgroup.create()
+        self.cgroup.set_limits(memory_bytes=self._limits.memory_bytes, pids=self._limits.pids)
         self.cgroup.add(pid)
+
+    def remove(self) -> None:
+        """Remove the group of the command before (if still there), then this one's (if made)."""
+        if self._finished is not None:
+            self._finished.cgroup.remove()
+            self._finished = None
+        self.cgroup.remove()
 
     def kill(self) -> None:
         self.cgroup.kill()
@@ -236,10 +251,6 @@ class BwrapSandbox:
         self._agent = AgentConnection(host_end, process)
         await self._agent.wait_ready()
 
-    def _new_group(self) -> _CgroupExecGroup:
-        self._execs += 1
-        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self.limits)
-
     def _bwrap_args(self, staged: list[str], seccomp_fd: int) -> list[str]:
         assert self._dir is not None
         args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
@@ -334,23 +345,14 @@ class BwrapSandbox:
         return self.limits.file_size_bytes is not None and _largest_file(self._dir.fs) >= self.limits.file_size_bytes
 
     async def exec_group(self, finished: ExecGroup | None = None) -> ExecGroup:
-        """A fresh cgroup for the next command, restarting the agent first if something killed or stopped it;
-        ``finished``, the cgroup of a command that ended, is removed on the way.
-
-        Raises:
-            SandboxError: a cgroup could not be removed or made.
-        """
+        """The cgroup for the next command, restarting the agent first if something killed or stopped it. It is
+        made when it adopts the command's process, and ``finished``, the cgroup of a command that ended, is removed
+        then (``SandboxError`` there if either fails)."""
         if self._agent is None or not self._agent.alive:
             await self._restart()
-
-        def replace() -> ExecGroup:
-            if finished is not None:
-                self.finish_exec(finished)
-            return self._new_group()
-
-        # In a thread, as every cgroup change off a command's path: on cgroup v1 one can wait behind a move that
-        # waits for an RCU grace period, and must not hold up the event loop meanwhile.
-        return await in_thread(replace)
+        assert finished is None or isinstance(finished, _CgroupExecGroup)
+        self._execs += 1
+        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self.limits, finished)
 
     @property
     def agent(self) -> AgentConnection:
@@ -359,9 +361,9 @@ class BwrapSandbox:
         return self._agent
 
     def finish_exec(self, group: ExecGroup) -> None:
-        """Remove a command's cgroup once its result is read."""
+        """Remove a command's cgroup once its result is read (and the one before it, if that is still there)."""
         assert isinstance(group, _CgroupExecGroup)
-        group.cgroup.remove()
+        group.remove()
 
     @property
     def agent_alive(self) -> bool:

@@ -9,6 +9,7 @@ helper's fingerprint with the one taken when it started, and restarts the sandbo
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 
 from ._cgroup import read_kernel_file
@@ -28,14 +29,13 @@ def fingerprint(pid: int) -> tuple[str, ...] | None:
     try:
         stat = read_kernel_file(f"/proc/{pid}/stat")
         limits = read_kernel_file(f"/proc/{pid}/limits")
-        status = read_kernel_file(f"/proc/{pid}/status")
         oom = read_kernel_file(f"/proc/{pid}/oom_score_adj").strip()
+        affinity = ",".join(map(str, sorted(os.sched_getaffinity(pid))))
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
     # stopped or not, nice, rt_priority, policy (proc(5): fields 3, 19, 40, 41; here counted after comm)
     scheduling = ("stopped" if fields[0] in "Tt" else "live", fields[16], fields[37], fields[38])
-    affinity = next((line for line in status.splitlines() if line.startswith("Cpus_allowed_list:")), "")
     ioprio = str(_libc.syscall(_SYS_IOPRIO_GET, _IOPRIO_WHO_PROCESS, pid)) if _SYS_IOPRIO_GET else ""
     # The whole scheduling attribute (slice length, utilization clamps, flags) and the policy with its
     # SCHED_RESET_ON_FORK bit: children inherit them.
