@@ -67,6 +67,21 @@ def test_correct_solution_passes(task: Task, tmp_path: Path) -> None:
     json.dumps(data)
 
 
+def test_grading_scratch_goes_where_configured_and_its_failure_is_rollboxs(
+    task: Task, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch, first, second = tmp_path / "scratch", tmp_path / "a", tmp_path / "b"
+    for directory in (scratch, first, second):
+        directory.mkdir()
+    monkeypatch.setenv("ROLLBOX_SCRATCH_DIR", str(scratch))
+    assert grade_files(task, first, {"solution.py": CORRECT}).status is VerdictStatus.PASSED
+    assert list(scratch.iterdir()) == []  # nothing left behind; that it is used at all shows below
+    scratch.rmdir()
+    verdict = grade_files(task, second, {"solution.py": CORRECT})
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert str(scratch) in (verdict.error or ""), verdict
+
+
 def test_the_untouched_stub_fails(task: Task, tmp_path: Path) -> None:
     verdict = grade_files(task, tmp_path, {})
     assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0

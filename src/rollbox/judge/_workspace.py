@@ -14,7 +14,6 @@ standard library, the task's test paths, and test files (the agent's own, or edi
 
 from __future__ import annotations
 
-import functools
 import os
 import posixpath
 import shutil
@@ -380,14 +379,6 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
     )
 
 
-@functools.cache
-def _scratch_root() -> str | None:
-    configured = os.environ.get("ROLLBOX_SCRATCH_DIR")
-    if configured:
-        return configured
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
-
-
 def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
     """A temporary directory for one grading's host-side files (a candidate's workspace, a grading tree).
 
@@ -395,7 +386,10 @@ def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
     lives for one grading: on a disk, creating and removing it costs more than the grading's own host work), else
     in the system's temporary directory.
     """
-    return tempfile.TemporaryDirectory(prefix=prefix, dir=_scratch_root())
+    root = os.environ.get("ROLLBOX_SCRATCH_DIR") or (
+        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
+    )
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=root)
 
 
 def _check_relative(path: str) -> None:
