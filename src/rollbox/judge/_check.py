@@ -144,11 +144,11 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
     """Run the task's check and its canaries against the candidate whose graded tree is the host directory ``tree``.
 
     Each variant runs in a sandbox of its own from ``sandboxes`` (all borrowed together, so no two variants ever
-    share one; sandboxes that have not run a variant of this check since their namespaces were made are taken
-    first, and one that has is restarted before it runs another), which
-    then holds ``tree`` as it is now; ``tree`` must not change meanwhile (the judge's own copy). A failure to set
-    one up is rollbox's (``infra_error``), never the candidate's doing. The one graded test is
-    ``ENTRY_POINT[check]``, with the outcome of the real check's completion record (``missing`` without one).
+    share one; those that have not run a variant of this check since their namespaces were made are taken first,
+    and one that has is restarted before it runs another), which then holds ``tree`` as it is now; ``tree`` must
+    not change meanwhile (the judge's own copy). A failure to set one up is rollbox's (``infra_error``), never the
+    candidate's doing. The one graded test is ``ENTRY_POINT[check]``, with the outcome of the real check's
+    completion record (``missing`` without one).
     Variants left to run once the grade is decided (the real check did not pass, a canary passed with it, a
     forgery) are skipped, and so are all of them when a canary hits a limit before the real check ran.
 

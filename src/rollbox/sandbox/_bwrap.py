@@ -134,17 +134,20 @@ class _CgroupExecGroup:
         self._finished = finished
 
     def adopt(self, pid: int) -> None:
-        self.remove()
+        self._remove_finished()
         self.cgroup.create()
         self.cgroup.set_limits(memory_bytes=self._limits.memory_bytes, pids=self._limits.pids)
         self.cgroup.add(pid)
 
     def remove(self) -> None:
         """Remove the group of the command before (if still there), then this one's (if made)."""
+        self._remove_finished()
+        self.cgroup.remove()
+
+    def _remove_finished(self) -> None:
         if self._finished is not None:
             self._finished.cgroup.remove()
             self._finished = None
-        self.cgroup.remove()
 
     def kill(self) -> None:
         self.cgroup.kill()
