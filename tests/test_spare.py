@@ -133,6 +133,32 @@ def test_a_cancelled_command_never_lends_its_exit_status_to_the_next() -> None:
         assert renewed == [True] * 3
 
 
+def test_an_exit_report_nobody_waited_for_is_never_taken_for_another_commands() -> None:
+    """Every spare has a number that its exit report carries: a report left unread (here: a spare dropped without
+    waiting for its end, which exits 125) is skipped by the next command, which gets its own exit status."""
+
+    async def main(warm: bool) -> ExecResult:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.write_file("exit.py", "import sys\nsys.exit(3)\n")
+            await sb.exec(["python3", "exit.py"], warm_python=warm)
+            task, sb._spare = sb._spare, None
+            assert task is not None
+            spare = await task
+            assert not isinstance(spare, ExecResult)
+            spare.sync.close()  # it exits; its report arrives, and nobody reads it
+            inbox = spare.runner._inbox
+            for _ in range(500):
+                if inbox.qsize():
+                    break
+                await asyncio.sleep(0.01)
+            assert inbox.qsize() == 1
+            return await sb.exec(["python3", "exit.py"], warm_python=warm)
+
+    for warm in (False, True):
+        result = asyncio.run(main(warm))
+        assert (result.status, result.exit_code) == (Status.NONZERO_EXIT, 3), result
+
+
 def test_a_command_line_of_most_of_a_mebibyte_still_runs() -> None:
     async def main() -> ExecResult:
         async with Sandbox(limits=FAST) as sb:

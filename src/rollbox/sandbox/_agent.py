@@ -32,7 +32,7 @@ __all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Us
 
 _MSG_SPARE, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET, _MSG_EXEC = 1, 2, 3, 4, 5, 6
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
-_EXITED = struct.Struct("<Iiqq")
+_EXITED = struct.Struct("<IiqqII")  # type, wait status, CPU us, max RSS KiB, the spare's number, unused
 _WORD = struct.Struct("<I")  # one-word messages: ready, zygote started, reset done
 _MAX_REQUEST = 1 << 20
 _START_TIMEOUT_S = 10.0
@@ -101,6 +101,8 @@ class Spare:
     group: ExecGroup
     sync: socket.socket
     pid: int
+    #: Its number on this connection, which its exit report carries.
+    seq: int
 
 
 def classify(
@@ -131,9 +133,9 @@ def classify(
     return (Status.OK if exit_code == 0 else Status.NONZERO_EXIT), exit_code, signo
 
 
-def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0) -> bytes:
+def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0, seq: int = 0) -> bytes:
     cpu_time_s = max(1, int(limits.cpu_time_s + 0.999))
-    return _EXEC_HEADER.pack(kind, argc, envc, 0, cpu_time_s, limits.open_files, limits.effective_file_size_bytes)
+    return _EXEC_HEADER.pack(kind, argc, envc, seq, cpu_time_s, limits.open_files, limits.effective_file_size_bytes)
 
 
 def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> bytes:
@@ -163,6 +165,7 @@ class AgentConnection:
         self._with_parent = with_parent
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self._spares = 0  # spares asked for so far: each one's number
         self.alive = True
         #: The helper's host pid and what it looked like when it started (see ``_health``).
         self.pid: int | None = None
@@ -321,12 +324,13 @@ class AgentConnection:
         Returns the waiting process, or an ``infra_error`` result when it could not be made (the agent is then
         marked dead when it cannot be trusted with another command).
         """
+        self._spares = seq = (self._spares + 1) & 0xFFFFFFFF
         sync_host, sync_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)  # a command of up to _MAX_REQUEST
         try:
             fds = array.array("i", [sync_child.fileno()])
-            self._sock.sendmsg([_header(_MSG_SPARE, limits)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            self._sock.sendmsg([_header(_MSG_SPARE, limits, seq=seq)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         except OSError as exc:
             sync_host.close()
             self.alive = False
@@ -337,7 +341,7 @@ class AgentConnection:
             pid = await self._child_pid(sync_host)
             if pid is None:
                 sync_host.close()
-                return await self._failed_start()
+                return await self._failed_start(seq)
             # In a thread: on cgroup v1 a move can wait for an RCU grace period (10-20 ms), which must not hold
             # up the event loop and every other sandbox's commands.
             await in_thread(group.adopt, pid)
@@ -350,18 +354,18 @@ class AgentConnection:
             sync_host.close()
             group.kill()
             try:
-                await asyncio.wait_for(self._next_exited(), _CLEANUP_TIMEOUT_S)
+                await asyncio.wait_for(self._next_exited(seq), _CLEANUP_TIMEOUT_S)
             except TimeoutError:
-                self.alive = False  # its exit report, if it comes, must not be taken for another command's
+                self.alive = False  # the agent did not report it: it cannot be trusted with another command
             return ExecResult.infra_error(str(exc))
-        return Spare(self, group, sync_host, pid)
+        return Spare(self, group, sync_host, pid, seq)
 
     async def discard(self, spare: Spare) -> None:
         """End a spare that no command will use, and consume its exit report (bounded; a silent agent is dead)."""
         spare.sync.close()
         spare.group.kill()
         try:
-            await asyncio.wait_for(self._next_exited(), _CLEANUP_TIMEOUT_S)
+            await asyncio.wait_for(self._next_exited(spare.seq), _CLEANUP_TIMEOUT_S)
         except TimeoutError:
             self.alive = False
 
@@ -397,12 +401,12 @@ class AgentConnection:
             if not delivered:
                 for fd in (stdin_w, out_r, err_r):
                     os.close(fd)
-                return await self._failed_start()
+                return await self._failed_start(spare.seq)
             try:
-                result = await self._supervise(request, limits, spare.group, disk_full, (stdin_w, out_r, err_r))
+                result = await self._supervise(request, limits, spare, disk_full, (stdin_w, out_r, err_r))
             except BaseException:
-                # Cancelled (or failed) before the command's exit report was read: a later command would take it
-                # for its own, so this helper serves no more (the sandbox restarts it).
+                # Cancelled (or failed) before the command's exit report was read: the helper may not have
+                # reaped it yet, and serves one command at a time, so it serves no more (the sandbox restarts it).
                 self.alive = False
                 raise
             try:
@@ -432,24 +436,29 @@ class AgentConnection:
                 return pid
         return None
 
-    async def _next_exited(self) -> Exited | None:
-        """The agent's next exit report; None when its connection ends first. Callers bound the wait."""
+    async def _next_exited(self, seq: int) -> Exited | None:
+        """The exit report of spare number ``seq``; None when the connection ends first. Callers bound the wait.
+
+        A report of another spare (one whose report was never waited for: its command was cancelled) is dropped:
+        it is never taken for this one's.
+        """
         while True:
             data = await self._inbox.get()
             if not data:
                 self._inbox.put_nowait(data)  # keep the EOF visible to whoever asks next
                 return None
             if len(data) >= _EXITED.size and _EXITED.unpack_from(data)[0] == _MSG_EXITED:
-                _t, status, cpu_us, rss_kib = _EXITED.unpack_from(data)
-                return Exited(status, cpu_us / 1e6, rss_kib * 1024)
+                _t, status, cpu_us, rss_kib, reported, _unused = _EXITED.unpack_from(data)
+                if reported == seq:
+                    return Exited(status, cpu_us / 1e6, rss_kib * 1024)
 
-    async def _failed_start(self) -> ExecResult:
+    async def _failed_start(self, seq: int) -> ExecResult:
         """The command's process never announced itself: nothing of the command ran. The agent cannot be trusted
         with another command (a previous one may have stopped it, or lowered its limits): it is marked dead, so
         that it is restarted, and the caller may try once more."""
         self.alive = False
         try:
-            exited = await asyncio.wait_for(self._next_exited(), _FAILED_START_WAIT_S)
+            exited = await asyncio.wait_for(self._next_exited(seq), _FAILED_START_WAIT_S)
         except TimeoutError:
             exited = None
         if exited is not None and exited.wait_status < 0:
@@ -460,11 +469,12 @@ class AgentConnection:
         self,
         request: ExecRequest,
         limits: Limits,
-        group: ExecGroup,
+        spare: Spare,
         disk_full: Callable[[], bool],
         channels: tuple[int, int, int],
     ) -> ExecResult:
         stdin_w, out_r, err_r = channels
+        group = spare.group
         done: asyncio.Future[None] = self._loop.create_future()
         killed_for: list[Status] = []
 
@@ -478,7 +488,7 @@ class AgentConnection:
         stdout = OutputCapture(out_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         stderr = OutputCapture(err_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         feeder = StdinFeeder(stdin_w, request.stdin or b"")
-        exited_task = asyncio.ensure_future(self._next_exited())
+        exited_task = asyncio.ensure_future(self._next_exited(spare.seq))
         exited_task.add_done_callback(lambda _: _resolve(done))
         timer = self._loop.call_later(request.timeout_s, stop, Status.TIMEOUT)
         watcher = asyncio.ensure_future(self._watch(group, limits, stop))

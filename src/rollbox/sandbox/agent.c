@@ -69,7 +69,7 @@ struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... 
     uint32_t type;
     uint32_t argc;
     uint32_t envc;
-    uint32_t reserved;
+    uint32_t seq;             /* SPARE: the host's number for it, echoed in its EXITED report */
     int64_t cpu_time_s;       /* RLIMIT_CPU soft limit; the hard limit is one second more; <0: none */
     int64_t open_files;       /* RLIMIT_NOFILE; <0: inherit */
     int64_t file_size_bytes;  /* RLIMIT_FSIZE; <0: inherit */
@@ -80,6 +80,8 @@ struct exited_msg {
     int32_t wait_status;      /* as from wait(2); negative: -errno of a failed fork */
     int64_t cpu_us;           /* user + system time of the command and the children it waited for */
     int64_t max_rss_kib;
+    uint32_t seq;             /* the SPARE request's: a report is never taken for another command's */
+    uint32_t reserved;
 };
 
 static void die(const char *what) {
@@ -298,7 +300,7 @@ static void start_zygote(int sock, int fd, char *cwd, char **args, char **env) {
 }
 
 /* Reap every ended child (as pid 1 of the sandbox, orphans are ours too); report the command's exit. */
-static int reap(int sock, pid_t *command) {
+static int reap(int sock, pid_t *command, uint32_t seq) {
     int status;
     struct rusage ru;
     pid_t pid;
@@ -307,7 +309,7 @@ static int reap(int sock, pid_t *command) {
         struct exited_msg m = {MSG_EXITED, status,
                                (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
                                    ru.ru_utime.tv_usec + ru.ru_stime.tv_usec,
-                               ru.ru_maxrss};
+                               ru.ru_maxrss, seq, 0};
         *command = 0;
         if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) return -1;
     }
@@ -318,6 +320,7 @@ static int serve(int sock) {
     static char buf[MSG_MAX];
     uint32_t ready = MSG_READY;
     pid_t command = 0;  /* the spare, or the command it became: one at a time */
+    uint32_t seq = 0;   /* its SPARE request's number */
     sigset_t chld;
     struct signalfd_siginfo info;
     prctl(PR_SET_DUMPABLE, 0);  /* keep the program inside away from our fds through /proc */
@@ -341,7 +344,7 @@ static int serve(int sock) {
             die("poll");
         }
         while (read(children, &info, sizeof info) == sizeof info) {}
-        if (reap(sock, &command) < 0) return 0;
+        if (reap(sock, &command, seq) < 0) return 0;
         if (!polled[0].revents) continue;
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
         if (n == 0) return 0;
@@ -380,9 +383,10 @@ static int serve(int sock) {
         close(fd);
         if (pid > 0) {
             command = pid;
+            seq = limits.seq;
             continue;
         }
-        struct exited_msg m = {MSG_EXITED, -errno, 0, 0};
+        struct exited_msg m = {MSG_EXITED, -errno, 0, 0, limits.seq, 0};
         if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) return 0;
     }
 }

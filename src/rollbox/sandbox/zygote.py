@@ -50,7 +50,7 @@ compile("import os\nx = [i for i in range(3)]\ndef f(a, *b, **c):\n    return {*
 
 _SPARE, _READY, _EXITED, _EXEC = 1, 2, 3, 6
 _HEADER = struct.Struct("<IIIIqqq")
-_EXITED_MSG = struct.Struct("<Iiqq")
+_EXITED_MSG = struct.Struct("<IiqqII")  # as agent.c's: type, wait status, CPU us, max RSS KiB, the spare's seq
 _MAX_REQUEST = 1 << 20
 
 
@@ -211,7 +211,7 @@ def _serve(sock: socket.socket) -> None:
                 fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
         if len(message) != _HEADER.size or _HEADER.unpack(message)[0] != _SPARE or len(fds) != 1:
             return  # a malformed request: the host restarts us
-        cpu_time_s, open_files, file_size_bytes = _HEADER.unpack(message)[4:]
+        _kind, _argc, _envc, seq, cpu_time_s, open_files, file_size_bytes = _HEADER.unpack(message)
         pid = os.fork()
         if pid == 0:
             sock.close()
@@ -219,7 +219,7 @@ def _serve(sock: socket.socket) -> None:
         os.close(fds[0])
         _pid, status, usage = os.wait4(pid, 0)
         cpu_us = int((usage.ru_utime + usage.ru_stime) * 1_000_000)
-        sock.send(_EXITED_MSG.pack(_EXITED, status, cpu_us, usage.ru_maxrss))
+        sock.send(_EXITED_MSG.pack(_EXITED, status, cpu_us, usage.ru_maxrss, seq, 0))
 
 
 def main() -> None:
