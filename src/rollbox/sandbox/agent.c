@@ -17,7 +17,8 @@
  *       cgroup while the sandbox is idle, and waits, with the command's rlimits already applied. The EXEC
  *       request then arrives on the sync socket (with stdin, stdout and stderr): the child says "x" (the
  *       command starts) and execs it; a closed sync socket instead makes it exit. The agent reports the
- *       child's exit status, and exits when the host closes the socket. It is pid 1 of the sandbox (so no
+ *       child's exit status with the number the host gave its SPARE request (so that a report nobody read is
+ *       never taken for a later command's), and exits when the host closes the socket. It is pid 1 of the sandbox (so no
  *       signal from inside kills or stops it) and reaps every orphan at once. It keeps no state between
  *       commands, and keeps serving while a spare waits: a RESET request removes every SysV IPC object of
  *       the sandbox's ipc namespace, between users of a reused sandbox; a ZYGOTE request starts the Python
