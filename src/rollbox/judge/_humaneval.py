@@ -180,7 +180,9 @@ async def evaluate_samples(
     pays for a sandbox's creation. With ``dedupe`` (the default), byte-identical completions of the same problem are
     graded once and share that verdict, as a policy's group of samples often repeats itself; a completion whose
     outcome depends on chance (``random``, timing) then gets one draw for all its copies, where ``dedupe=False``
-    draws for each. ``progress`` is called with each sample's result as it is done (in completion order).
+    draws for each. Samples are taken one problem after another in turn, not in the file's order (gradings of one
+    problem spread apart need fewer sandbox restarts). ``progress`` is called with each sample's result as it is
+    done (in completion order).
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
