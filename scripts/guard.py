@@ -57,15 +57,23 @@ def _make_guard(memory: int, pids: int) -> tuple[list[Path], list[Path], dict[st
     name = f"rollbox-guard-{os.getpid()}"
     unified = mounts.get("unified")
     if unified and {"memory", "pids"} <= set((unified / "cgroup.controllers").read_text().split()):
+        # The root may not hand the controllers down yet (a fresh mount without systemd): it always may.
+        (unified / "cgroup.subtree_control").write_text("+memory +pids")
         guard = unified / name
-        guard.mkdir()
-        (guard / "memory.max").write_text(str(memory))
-        (guard / "pids.max").write_text(str(pids))
-        (guard / "cgroup.subtree_control").write_text("+memory +pids")
         runner, sandboxes = guard / "runner", guard / "sandboxes"
-        runner.mkdir()
-        sandboxes.mkdir()
-        (sandboxes / "cgroup.subtree_control").write_text("+memory +pids")
+        guard.mkdir()
+        try:
+            (guard / "memory.max").write_text(str(memory))
+            (guard / "pids.max").write_text(str(pids))
+            (guard / "cgroup.subtree_control").write_text("+memory +pids")
+            runner.mkdir()
+            sandboxes.mkdir()
+            (sandboxes / "cgroup.subtree_control").write_text("+memory +pids")
+        except OSError:
+            for directory in (sandboxes, runner, guard):
+                if directory.exists():
+                    directory.rmdir()
+            raise
         env = {"ROLLBOX_CGROUP_PARENT": f"/{name}/sandboxes"}
         return [sandboxes, runner, guard], [runner / "cgroup.procs"], env
     dirs: list[Path] = []

@@ -158,6 +158,26 @@ def test_close_leaves_nothing_behind() -> None:
     assert not [m for m in rollbox_mounts() if sandbox_id in m]
 
 
+def test_a_sandbox_that_cannot_start_says_why_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import STATE_DIR
+
+    from rollbox.sandbox._bwrap import BwrapHost
+
+    def sandbox_dirs() -> set[Path]:
+        return set((STATE_DIR / "sandboxes").glob("*"))
+
+    before = sandbox_dirs()
+    monkeypatch.setattr(BwrapHost.get(), "bwrap", "/nonexistent/bwrap")
+
+    async def main() -> None:
+        async with Sandbox(limits=FAST):
+            pass
+
+    with pytest.raises(rollbox.SandboxError, match=r"failed to start: .*/nonexistent/bwrap: No such file"):
+        asyncio.run(main())
+    assert sandbox_dirs() == before
+
+
 def test_the_next_start_reaps_what_a_killed_supervisor_left(tmp_path: Path) -> None:
     from conftest import STATE_DIR, rollbox_mounts
 

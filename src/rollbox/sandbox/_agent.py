@@ -203,9 +203,13 @@ class AgentConnection:
             message = b""
         if len(message) >= _WORD.size and _WORD.unpack_from(message)[0] == _MSG_READY:
             return
-        self.close()
-        stream = self._process.stderr if self._process is not None else None
-        stderr = stream.read().decode(errors="replace").strip() if stream is not None else ""
+        self.shutdown()
+        self._wait_for_launcher()
+        stderr = ""
+        if self._process is not None and self._process.stderr is not None:
+            os.set_blocking(self._process.stderr.fileno(), False)  # what it said before it ended, never a hang
+            stderr = (self._process.stderr.read() or b"").decode(errors="replace").strip()
+        self.reap()
         raise SandboxError(f"the sandbox failed to start: {stderr or 'no message (the launcher died)'}")
 
     async def start_zygote(self, argv: Sequence[str], env: Mapping[str, str], limits: Limits) -> AgentConnection:
@@ -282,6 +286,11 @@ class AgentConnection:
 
     def reap(self) -> None:
         """Wait for the launcher to exit, killing it if it does not (idempotent)."""
+        self._wait_for_launcher()
+        if self._process is not None and self._process.stderr:
+            self._process.stderr.close()
+
+    def _wait_for_launcher(self) -> None:
         if self._process is None:
             return
         if self._process.poll() is None:
@@ -297,8 +306,6 @@ class AgentConnection:
                 if not exited:
                     self._process.kill()
             self._process.wait()
-        if self._process.stderr:
-            self._process.stderr.close()
 
     async def aclose(self) -> None:
         """As :meth:`close`, but waiting for the launcher without blocking the event loop (up to 2 s when the

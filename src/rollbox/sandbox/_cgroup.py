@@ -273,12 +273,12 @@ class Cgroup:
             raise SandboxError(f"cannot create cgroup {exc.filename}: {exc.strerror}") from exc
 
     def set_limits(self, *, memory_bytes: int, pids: int) -> None:
-        """Limit memory including swap, and processes plus threads."""
+        """Limit memory including swap, and processes plus threads. Out of memory, the kernel kills the process
+        that allocated, on v2 as on v1 (no ``memory.oom.group``): a parent waiting for it sees it die."""
         if self.version == 2:
             _write(self._file("", "memory.max"), str(memory_bytes))
             if _has(swap := self._file("", "memory.swap.max")):
                 _write(swap, "0")
-            _write(self._file("", "memory.oom.group"), "1")
         else:
             _write(self._file("memory", "memory.limit_in_bytes"), str(memory_bytes))
             if _has(memsw := self._file("memory", "memory.memsw.limit_in_bytes")):
