@@ -160,7 +160,6 @@ def test_close_leaves_nothing_behind() -> None:
 
 def test_a_sandbox_that_cannot_start_says_why_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import STATE_DIR
-
     from rollbox.sandbox._bwrap import BwrapHost
 
     def sandbox_dirs() -> set[Path]:
