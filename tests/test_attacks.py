@@ -282,10 +282,13 @@ def test_thread_bomb_hits_pids_limit() -> None:
 # ---------------------------------------------------------------------------------------- memory bombs
 
 _MEMORY_BOMB = "chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))\n"
+# Room in time, so that the memory limit is what stops the bomb even on an emulated machine (the cgroup v2 run
+# of scripts/vm-cgroup2), where Python's start-up alone takes a second of CPU.
+_BOMB_LIMITS = limits(memory_bytes=64 * MiB, cpu_time_s=10, timeout_s=20)
 
 
 def test_memory_bomb_in_main_process_hits_memory_limit() -> None:
-    result = exec_then_alive(py(_MEMORY_BOMB), limits=limits(memory_bytes=64 * MiB))
+    result = exec_then_alive(py(_MEMORY_BOMB), limits=_BOMB_LIMITS)
     assert result.status is Status.MEMORY_LIMIT, explain(result)
     assert result.peak_memory_bytes is not None
     assert result.peak_memory_bytes <= 64 * MiB + 4 * MiB
@@ -302,7 +305,7 @@ def test_memory_bomb_in_grandchild_hits_memory_limit_while_parent_waits() -> Non
             print("grandchild ended with", done.returncode)
             """
         ),
-        limits=limits(memory_bytes=64 * MiB),
+        limits=_BOMB_LIMITS,
     )
     assert result.status is Status.MEMORY_LIMIT, explain(result)
     assert b"grandchild ended with" in result.stdout

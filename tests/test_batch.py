@@ -16,6 +16,7 @@ async def collect(programs: list[Program], **kw: object) -> list[tuple[int, Exec
     return [item async for item in run_batch(programs, limits=LIMITS, **kw)]  # type: ignore[arg-type]
 
 
+@pytest.mark.native_speed
 def test_every_program_gets_exactly_one_result_and_they_stream_as_they_finish() -> None:
     slow = Program(argv=["sh", "-c", "sleep 0.5; echo slow"])
     quick = [Program(argv=["sh", "-c", f"echo {i}"]) for i in range(1, 8)]

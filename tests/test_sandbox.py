@@ -302,6 +302,7 @@ def test_a_command_may_run_longer_than_any_internal_wait() -> None:
     assert r.status is Status.OK and r.stdout == b"done\n", r
 
 
+@pytest.mark.native_speed
 def test_orphans_are_reaped_at_once_and_never_count_against_the_pids_limit() -> None:
     """The agent is pid 1 inside: every orphan becomes its child, and an unreaped one would still count against
     the command's pids limit. Two hundred orphans, one after another, under a limit of 32."""
