@@ -121,7 +121,8 @@ static int launch(int argc, char **argv) {
             snprintf(target, sizeof target, "%s/fs", stage);
             if (mkdir(target, 0711) < 0) die(target);
             int tree = (int)syscall(SYS_open_tree, fs, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
-            if (tree < 0) die("open_tree");
+            if (tree < 0) die(errno == EINVAL ? "open_tree (this kernel cannot clone a detached mount: Linux 6.1 "
+                                                "cannot, 6.18 can)" : "open_tree");
             if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
             close(tree);
             close(fs);
