@@ -21,7 +21,6 @@ import contextlib
 import ctypes
 import gc
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import marshal
@@ -139,7 +138,7 @@ def _run_script(path: str) -> None:
         runpy._run_module_as_main("__main__", alter_argv=False)  # type: ignore[attr-defined]
         return
     sys.path[0] = os.path.dirname(absolute)
-    loader: importlib.abc.Loader
+    loader: importlib.machinery.SourceFileLoader | importlib.machinery.SourcelessFileLoader
     if data[:4] == importlib.util.MAGIC_NUMBER:
         code = marshal.loads(data[16:])  # magic, flags, then 8 bytes of source mtime and size, or of hash
         loader = importlib.machinery.SourcelessFileLoader("__main__", absolute)
