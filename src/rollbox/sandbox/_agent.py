@@ -28,13 +28,14 @@ from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
 
-__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify"]
+__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify", "roomy_socketpair"]
 
 _MSG_SPARE, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET, _MSG_EXEC = 1, 2, 3, 4, 5, 6
 _EXEC_HEADER = struct.Struct("<IIIIqqq")
 _EXITED = struct.Struct("<IiqqII")  # type, wait status, CPU us, max RSS KiB, the spare's number, unused
 _WORD = struct.Struct("<I")  # one-word messages: ready, zygote started, reset done
 _MAX_REQUEST = 1 << 20
+_SO_SNDBUFFORCE = 32  # Linux's (x86_64, aarch64); Python's socket module does not name it
 _START_TIMEOUT_S = 10.0
 _CLEANUP_TIMEOUT_S = 3.0  # after a kill, the agent reports within milliseconds unless it was stopped
 _EXIT_TIMEOUT_S = 2.0
@@ -131,6 +132,16 @@ def classify(
         # The agent died without reporting: something inside killed the sandbox's supervisor.
         return Status.SIGNALED, None, signal.SIGKILL
     return (Status.OK if exit_code == 0 else Status.NONZERO_EXIT), exit_code, signo
+
+
+def roomy_socketpair() -> tuple[socket.socket, socket.socket]:
+    """A SOCK_SEQPACKET pair whose first end can send a whole request of up to ``_MAX_REQUEST`` bytes at once.
+
+    SO_SNDBUF is capped by ``net.core.wmem_max`` (208 KiB by default): root sets it beyond with SO_SNDBUFFORCE.
+    """
+    first, second = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    first.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, 2 * _MAX_REQUEST)
+    return first, second
 
 
 def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0, seq: int = 0) -> bytes:
@@ -332,9 +343,8 @@ class AgentConnection:
         marked dead when it cannot be trusted with another command).
         """
         self._spares = seq = (self._spares + 1) & 0xFFFFFFFF
-        sync_host, sync_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sync_host, sync_child = roomy_socketpair()
         sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)  # a command of up to _MAX_REQUEST
         try:
             fds = array.array("i", [sync_child.fileno()])
             self._sock.sendmsg([_header(_MSG_SPARE, limits, seq=seq)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])

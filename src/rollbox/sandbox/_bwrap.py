@@ -26,13 +26,13 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from ._agent import AgentConnection, ExecGroup, Exited, Usage
+from ._agent import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
 from ._cgroup import Cgroup, CgroupTree, in_thread
 from ._errors import IsolationUnavailable, SandboxError
 from ._limits import Limits, Network
 from ._native import agent_binary
 from ._seccomp import build_filter
-from ._state import SANDBOX_UID, SandboxDir, StateDir
+from ._state import SANDBOX_UID, SandboxDir, StateDir, trees_attached
 
 __all__ = ["BwrapHost", "BwrapSandbox"]
 
@@ -219,9 +219,8 @@ class BwrapSandbox:
 
     async def _start_agent(self) -> None:
         assert self._dir is not None
-        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host_end, sandbox_end = roomy_socketpair()
         host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the hello then says who the agent is
-        host_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
         seccomp_r, seccomp_w = os.pipe2(os.O_CLOEXEC)
         program = build_filter(allow_inet=self.network is Network.LOOPBACK)
         os.write(seccomp_w, program)
@@ -229,7 +228,8 @@ class BwrapSandbox:
         launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
         fs_fd = self._dir.fs_fd
         assert fs_fd is not None
-        launcher += ["--stage", str(self.host.state.stage), "--fs", str(fs_fd)]
+        launcher += ["--stage", str(self.host.state.stage)]
+        launcher += ["--fs-path", str(self._dir.mount_point)] if trees_attached() else ["--fs", str(fs_fd)]
         staged = [*self.host.runtime_binds, str(self.host.agent), _ZYGOTE_SOURCE]
         for source in staged:
             launcher += ["--bind", source]

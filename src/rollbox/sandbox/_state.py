@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from pathlib import Path
 from ._cgroup import Cgroup, CgroupTree
 from ._errors import SandboxError
 
-__all__ = ["SandboxDir", "StateDir"]
+__all__ = ["SandboxDir", "StateDir", "trees_attached"]
 
 #: Host uids of sandboxes are UID_BASE + n: far above any login or system account.
 UID_BASE = 1_100_000
@@ -101,8 +102,11 @@ def _empty(path: str) -> None:
             os.close(fd)
 
 
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429
 _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 430, 431, 432  # the same on x86_64 and asm-generic (aarch64)
 _FSOPEN_CLOEXEC = _FSMOUNT_CLOEXEC = 0x1
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0o2000000, 0x1000, 0x4
+_MNT_DETACH = 0x2
 _FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
 _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x2, 0x4
 
@@ -126,6 +130,24 @@ def detached_tmpfs(*, size_bytes: int, inodes: int) -> int:
         _check(_libc.syscall(_SYS_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0), "create a tmpfs")
         attributes = _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
         return _check(_libc.syscall(_SYS_FSMOUNT, fs, _FSMOUNT_CLOEXEC, attributes), "mount a tmpfs (fsmount)")
+    finally:
+        os.close(fs)
+
+
+@functools.cache
+def trees_attached() -> bool:
+    """Whether sandboxes' writable trees are mounted on the host (under their state directory) instead of kept
+    detached: on kernels that cannot clone a detached mount (``open_tree(OPEN_TREE_CLONE)`` says EINVAL on Linux
+    6.1 and 6.12), the launcher binds the tree by its path. ``ROLLBOX_ATTACHED_TREES=1`` asks for it anywhere."""
+    if os.environ.get("ROLLBOX_ATTACHED_TREES") == "1":
+        return True
+    fs = detached_tmpfs(size_bytes=1 << 16, inodes=16)
+    try:
+        clone = _libc.syscall(_SYS_OPEN_TREE, fs, b"", _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_EMPTY_PATH)
+        if clone >= 0:
+            os.close(clone)
+            return False
+        return True
     finally:
         os.close(fs)
 
@@ -255,9 +277,24 @@ class SandboxDir:
         """Remember where the sandbox's cgroup is, so that a reaper in another process can find it."""
         (self.path / "cgroup").write_text(json.dumps({"version": cgroup.version, "paths": cgroup.paths}))
 
+    @property
+    def mount_point(self) -> Path:
+        """Where the writable tree is mounted on the host when trees are attached (see :func:`trees_attached`),
+        in a directory only root may enter, so that no other user of the host reaches the sandbox's files."""
+        return self.path / "private" / "fs"
+
     def make_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
         """Make the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid."""
         self.fs_fd = detached_tmpfs(size_bytes=size_bytes, inodes=max(1024, size_bytes // 4096))
+        if trees_attached():
+            self.mount_point.parent.mkdir(mode=0o700, exist_ok=True)
+            self.mount_point.mkdir(mode=0o700, exist_ok=True)
+            _check(
+                _libc.syscall(
+                    _SYS_MOVE_MOUNT, self.fs_fd, b"", -100, bytes(self.mount_point), _MOVE_MOUNT_F_EMPTY_PATH
+                ),
+                f"mount the writable tree at {self.mount_point} (move_mount)",
+            )
         for name in ("workspace", "tmp", "shm"):
             d = self.fs / name
             d.mkdir(mode=0o755)
@@ -285,10 +322,16 @@ class SandboxDir:
 
     def replace_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
         """Drop the writable tree (its tmpfs goes with the last reference) and make a new, empty one."""
+        self._drop_writable_tree()
+        self.make_writable_tree(size_bytes=size_bytes, uid=uid, gid=gid)
+
+    def _drop_writable_tree(self) -> None:
         if self.fs_fd is not None:
             os.close(self.fs_fd)
             self.fs_fd = None
-        self.make_writable_tree(size_bytes=size_bytes, uid=uid, gid=gid)
+        # An attached tree (this process's, or one a dead owner left): unmounted, never emptied by rmtree.
+        if os.path.ismount(self.mount_point):
+            _check(_libc.umount2(bytes(self.mount_point), _MNT_DETACH), f"unmount {self.mount_point}")
 
     def destroy(self) -> None:
         """Kill and remove the cgroup, free the tmpfs, remove the directory, release the lock."""
@@ -296,9 +339,7 @@ class SandboxDir:
         if record.exists() and self._tree is not None:
             data = json.loads(record.read_text())
             Cgroup(data["version"], self._tree.mounts, data["paths"]).remove()
-        if self.fs_fd is not None:
-            os.close(self.fs_fd)
-            self.fs_fd = None
+        self._drop_writable_tree()
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.path)
         if self._lock_fd is not None:

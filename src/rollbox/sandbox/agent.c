@@ -1,11 +1,12 @@
 /*
  * rollbox-agent: the two small native pieces of rollbox's bubblewrap backend.
  *
- *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD] [--bind SRC]... -- bwrap ARGS...
+ *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-path PATH] [--bind SRC]... -- bwrap ARGS...
  *       Runs on the host, as root, between rollbox and bubblewrap. It makes a private mount namespace in
  *       which the runtime directories (for example a Python under /root, which the sandbox uid could not
  *       traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the sandbox's own
- *       unprivileged uid (FD, a detached mount of the sandbox's writable tree, is attached at DIR/fs first),
+ *       unprivileged uid (FD, a detached mount of the sandbox's writable tree, is attached at DIR/fs first; or
+ *       PATH, where the host mounted it, on kernels that cannot clone a detached mount),
  *       and runs bubblewrap as its child, reaping every process bubblewrap orphans. Nothing it mounts is
  *       visible to the host.
  *
@@ -18,8 +19,8 @@
  *       request then arrives on the sync socket (with stdin, stdout and stderr): the child says "x" (the
  *       command starts) and execs it; a closed sync socket instead makes it exit. The agent reports the
  *       child's exit status with the number the host gave its SPARE request (so that a report nobody read is
- *       never taken for a later command's), and exits when the host closes the socket. It is pid 1 of the sandbox (so no
- *       signal from inside kills or stops it) and reaps every orphan at once. It keeps no state between
+ *       never taken for a later command's), and exits when the host closes the socket. It is pid 1 of the
+ *       sandbox (so no signal from inside kills or stops it) and reaps every orphan at once. It keeps no state between
  *       commands, and keeps serving while a spare waits: a RESET request removes every SysV IPC object of
  *       the sandbox's ipc namespace, between users of a reused sandbox; a ZYGOTE request starts the Python
  *       zygote (zygote.py), which serves SPARE requests on its own socket by forking itself instead of
@@ -93,7 +94,7 @@ static void die(const char *what) {
 static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
-    const char *stage = NULL;
+    const char *stage = NULL, *fs_path = NULL;
     int fs = -1;
     const char *binds[64];
     int nbinds = 0, i;
@@ -104,14 +105,16 @@ static int launch(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--stage")) stage = argv[++i];
         else if (!strcmp(argv[i], "--fs")) fs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fs-path")) fs_path = argv[++i];
         else if (!strcmp(argv[i], "--bind") && nbinds < 64) binds[nbinds++] = argv[++i];
         else { dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]); return 125; }
     }
     if (i + 1 >= argc || uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL) {
-        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--fs FD] [--bind SRC]... -- CMD...\n");
+        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-path PATH] "
+                   "[--bind SRC]... -- CMD...\n");
         return 125;
     }
-    if (nbinds > 0 || fs >= 0) {
+    if (nbinds > 0 || fs >= 0 || fs_path != NULL) {
         if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
         if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
@@ -126,6 +129,11 @@ static int launch(int argc, char **argv) {
             if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
             close(tree);
             close(fs);
+        } else if (fs_path != NULL) {
+            char target[4096];
+            snprintf(target, sizeof target, "%s/fs", stage);
+            if (mkdir(target, 0711) < 0) die(target);
+            if (mount(fs_path, target, NULL, MS_BIND | MS_REC, NULL) < 0) die(fs_path);
         }
         for (int b = 0; b < nbinds; b++) {
             char target[4096];
