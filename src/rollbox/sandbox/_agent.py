@@ -405,6 +405,8 @@ class AgentConnection:
             return ExecResult.infra_error(f"cannot set up the command's streams: {exc}")
         (stdin_r, stdin_w), (out_r, out_w), (err_r, err_w) = pipes
         passed = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [stdin_r, out_w, err_w]))]
+        # Before the command can run: it may fill the disk, or finish, before the next line of this method.
+        full_before, start = disk_full(), time.monotonic()
         with spare.sync:
             try:
                 spare.sync.sendmsg([message], passed)
@@ -420,7 +422,10 @@ class AgentConnection:
                     os.close(fd)
                 return await self._failed_start(spare.seq)
             try:
-                result = await self._supervise(request, limits, spare, disk_full, (stdin_w, out_r, err_r))
+                channels = (stdin_w, out_r, err_r)
+                result = await self._supervise(
+                    request, limits, spare, channels, disk_full=disk_full, full_before=full_before, start=start
+                )
             except BaseException:
                 # Cancelled (or failed) before the command's exit report was read: the helper may not have
                 # reaped it yet, and serves one command at a time, so it serves no more (the sandbox restarts it).
@@ -487,8 +492,11 @@ class AgentConnection:
         request: ExecRequest,
         limits: Limits,
         spare: Spare,
-        disk_full: Callable[[], bool],
         channels: tuple[int, int, int],
+        *,
+        disk_full: Callable[[], bool],
+        full_before: bool,
+        start: float,
     ) -> ExecResult:
         stdin_w, out_r, err_r = channels
         group = spare.group
@@ -501,7 +509,6 @@ class AgentConnection:
                 group.kill()
             _resolve(done)
 
-        full_before = disk_full()
         stdout = OutputCapture(out_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         stderr = OutputCapture(err_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         feeder = StdinFeeder(stdin_w, request.stdin or b"")
@@ -509,7 +516,6 @@ class AgentConnection:
         exited_task.add_done_callback(lambda _: _resolve(done))
         timer = self._loop.call_later(request.timeout_s, stop, Status.TIMEOUT)
         watcher = asyncio.ensure_future(self._watch(group, limits, stop))
-        start = time.monotonic()
         try:
             await done
             wall_s = time.monotonic() - start
