@@ -106,7 +106,7 @@ _SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429
 _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 430, 431, 432  # the same on x86_64 and asm-generic (aarch64)
 _FSOPEN_CLOEXEC = _FSMOUNT_CLOEXEC = 0x1
 _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0o2000000, 0x1000, 0x4
-_MNT_DETACH = 0x2
+_MNT_DETACH, _AT_FDCWD = 0x2, -100
 _FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
 _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x2, 0x4
 
@@ -291,7 +291,7 @@ class SandboxDir:
             self.mount_point.mkdir(mode=0o700, exist_ok=True)
             _check(
                 _libc.syscall(
-                    _SYS_MOVE_MOUNT, self.fs_fd, b"", -100, bytes(self.mount_point), _MOVE_MOUNT_F_EMPTY_PATH
+                    _SYS_MOVE_MOUNT, self.fs_fd, b"", _AT_FDCWD, bytes(self.mount_point), _MOVE_MOUNT_F_EMPTY_PATH
                 ),
                 f"mount the writable tree at {self.mount_point} (move_mount)",
             )
