@@ -29,7 +29,7 @@ async def _settled(sb: Sandbox) -> None:
         await asyncio.shield(sb._spare)
 
 
-def test_the_next_command_waits_alone_in_a_fresh_cgroup_of_its_own() -> None:
+def test_the_next_command_waits_alone_in_a_cgroup_of_its_own() -> None:
     async def main() -> tuple[list[int], str, str, ExecResult]:
         async with Sandbox(limits=FAST) as sb:
             first = await sb.exec(["sh", "-c", "echo $$"])
@@ -196,3 +196,53 @@ def test_cancelling_a_pools_close_leaves_nothing() -> None:
         return pool.idle, pool.busy
 
     assert asyncio.run(main()) == (0, 0)  # and the session's leak check finds no process, cgroup or mount
+
+
+# A command's cgroup is passed on to the next command when it holds almost nothing any more (``Cgroup.recycle``).
+
+_WHERE = "sed -n 's,.*/exec-,exec-,p' /proc/self/cgroup | sort -u"  # the command's cgroup, as it sees it
+_ALLOCATE = "import time; b = bytearray({mib} << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.05)"
+
+
+def test_a_cgroup_passed_on_reports_and_limits_only_the_next_command() -> None:
+    async def main() -> list[tuple[ExecResult, ExecResult]]:
+        async with Sandbox(limits=Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=8)) as sb:
+            await sb.exec(["true"])
+            heavy = [
+                ["python3", "-c", _ALLOCATE.format(mib=80) + "\nwhile time.process_time() < 0.4: pass"],
+                ["python3", "-c", _ALLOCATE.format(mib=400)],  # beyond the 128 MiB limit
+                ["sh", "-c", "for i in $(seq 12); do sleep 2 & done; wait"],  # beyond the 8 pids
+                ["python3", "-c", _ALLOCATE.format(mib=100)],  # the whole limit is still there
+            ]
+            pairs = []
+            for argv in heavy:
+                pairs.append((await sb.exec(argv), await sb.exec(["sh", "-c", _WHERE])))
+            return pairs
+
+    (spin, spin_after), (bomb, bomb_after), (forks, forks_after), (big, big_after) = asyncio.run(main())
+    assert spin.ok and spin.cpu_s >= 0.35 and (spin.peak_memory_bytes or 0) >= 80 << 20, spin
+    assert bomb.status is Status.MEMORY_LIMIT, bomb
+    assert forks.status is Status.PIDS_LIMIT, forks
+    assert big.ok, big
+    for after in (spin_after, bomb_after, forks_after, big_after):
+        # Each next command reports its own small usage: no CPU, peak, OOM kill or refused fork of the one before.
+        assert after.ok and after.cpu_s < 0.2 and (after.peak_memory_bytes or 0) < 16 << 20, after
+    # The cgroups were passed on, not made anew: one name for all (else this test would prove nothing).
+    assert len({after.stdout_text for after in (spin_after, bomb_after, forks_after, big_after)}) == 1
+
+
+def test_a_command_that_leaves_memory_charged_hands_the_next_a_fresh_cgroup() -> None:
+    async def main() -> tuple[ExecResult, ExecResult, ExecResult, ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            first = await sb.exec(["sh", "-c", _WHERE])
+            await sb.exec(["sh", "-c", "head -c 4M /dev/urandom > /tmp/kept"])  # 4 MiB of tmpfs, charged to it
+            second = await sb.exec(["sh", "-c", _WHERE])
+            big = await sb.exec(["python3", "-c", _ALLOCATE.format(mib=100)])
+            third = await sb.exec(["sh", "-c", _WHERE])
+            return first, second, big, third
+
+    first, second, big, third = asyncio.run(main())
+    assert first.ok and second.ok and third.ok
+    assert first.stdout_text != second.stdout_text  # replaced: the next command gets the whole limit
+    assert big.ok, big
+    assert second.stdout_text == third.stdout_text  # a command that frees what it used passes its cgroup on

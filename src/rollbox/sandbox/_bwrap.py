@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 
 from ._agent import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
-from ._cgroup import Cgroup, CgroupTree, in_thread
+from ._cgroup import Cgroup, CgroupStats, CgroupTree, in_thread
 from ._errors import IsolationUnavailable, SandboxError
 from ._limits import Limits, Network
 from ._native import agent_binary
@@ -40,6 +40,10 @@ _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _AGENT_PATH = "/opt/rollbox/agent"
 _ZYGOTE_PATH = "/opt/rollbox/zygote.py"
 _ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox").joinpath("zygote.py"))
+# A command's cgroup is reused by the next command when at most this share of the memory limit is still charged to
+# it (kernel objects, some freed only after an RCU grace period, and cache: a few hundred KiB after most commands,
+# a few MiB after a burst of forks); the next command's limit is raised by as much.
+_MOST_LEFT_SHARE = 1 / 32
 # The interpreter's own directory comes first, so that ``python3`` is the interpreter rollbox runs on, found
 # where a virtual environment's pyvenv.cfg makes its installed packages visible.
 PATH = ":".join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]))
@@ -123,44 +127,59 @@ def _largest_file(root: Path, budget: int = 10_000) -> int:
 class _CgroupExecGroup:
     """A command's processes as one cgroup, with its own limits and its own resource report.
 
-    The cgroup is made when it adopts the command's first process, and the group of the command before, if
-    given, is removed then: all of a command's cgroup changes in one call, which the caller makes off the event
-    loop (see ``in_thread``).
+    The cgroup is ready when it adopts the command's first process: the cgroup of the command before (``finished``),
+    when it can be reused (see ``Cgroup.recycle``), else a fresh one, the other removed. Its report counts from
+    there. All of a command's cgroup changes happen in that one call, which the caller makes off the event loop
+    (see ``in_thread``).
     """
 
     def __init__(self, cgroup: Cgroup, limits: Limits, finished: _CgroupExecGroup | None) -> None:
         self.cgroup = cgroup
         self._limits = limits
         self._finished = finished
+        self._before = CgroupStats(cpu_s=0.0, peak_memory_bytes=0, oom_kills=0, pids_limit_hits=0)
 
     def adopt(self, pid: int) -> None:
-        self._remove_finished()
+        finished, self._finished = self._finished, None
+        if finished is not None:
+            memory = self._limits.memory_bytes
+            before = finished.cgroup.recycle(memory_bytes=memory, most_left=int(memory * _MOST_LEFT_SHARE))
+            if before is not None:
+                self.cgroup, self._before = finished.cgroup, before
+                self.cgroup.add(pid)
+                return
+            finished.cgroup.remove()
         self.cgroup.create()
         self.cgroup.set_limits(memory_bytes=self._limits.memory_bytes, pids=self._limits.pids)
         self.cgroup.add(pid)
 
     def remove(self) -> None:
         """Remove the group of the command before (if still there), then this one's (if made)."""
-        self._remove_finished()
-        self.cgroup.remove()
-
-    def _remove_finished(self) -> None:
         if self._finished is not None:
             self._finished.cgroup.remove()
             self._finished = None
+        self.cgroup.remove()
 
     def kill(self) -> None:
         self.cgroup.kill()
 
     def cpu_s(self) -> float:
-        return self.cgroup.cpu_s()
+        return self.cgroup.cpu_s() - self._before.cpu_s
 
     def pids_limit_hits(self) -> int:
-        return self.cgroup.pids_limit_hits()
+        return self.cgroup.pids_limit_hits() - self._before.pids_limit_hits
 
     def usage(self, exited: Exited | None) -> Usage:
-        stats = self.cgroup.stats()
-        return Usage(stats.cpu_s, stats.peak_memory_bytes, stats.oom_kills, stats.pids_limit_hits)
+        now, before = self.cgroup.stats(), self._before
+        peak = (
+            None if now.peak_memory_bytes is None else max(0, now.peak_memory_bytes - (before.peak_memory_bytes or 0))
+        )
+        return Usage(
+            now.cpu_s - before.cpu_s,
+            peak,
+            now.oom_kills - before.oom_kills,
+            now.pids_limit_hits - before.pids_limit_hits,
+        )
 
 
 class BwrapSandbox:

@@ -6,6 +6,11 @@ commands leave behind. Inside it each command gets a fresh ``exec-<n>`` with its
 resource report is its own and killing it kills exactly what it started. (The sandbox's own supervisor runs
 nothing of the program's and is in no cgroup of rollbox's.) On cgroup v1 the same relative
 path exists once per hierarchy (memory, pids, cpuacct); on v2 once.
+
+A command's cgroup is passed on to the next command when its processes are all dead and it holds almost no
+memory any more (see :meth:`Cgroup.recycle`): removing a memory cgroup makes the kernel walk every mounted
+filesystem's object lists, and each sandbox mounts a few, so with a thousand sandboxes open a fresh cgroup per
+command cost more CPU than a short command itself.
 """
 
 from __future__ import annotations
@@ -230,6 +235,9 @@ class Cgroup:
         #: The cgroup's path inside each hierarchy, by controller (``""`` on v2).
         self.paths = paths
         self._dirs = {c: f"{mounts[c]}{p}" for c, p in paths.items()}
+        self._memory_limit: int | None = None
+        # v2 restarts a peak only for reads through the file descriptor that asked for it (Linux 6.12+).
+        self._peak_fd: int | None = None
 
     def _dir(self, controller: str) -> str:
         return self._dirs["" if self.version == 2 else controller]
@@ -275,15 +283,73 @@ class Cgroup:
     def set_limits(self, *, memory_bytes: int, pids: int) -> None:
         """Limit memory including swap, and processes plus threads. Out of memory, the kernel kills the process
         that allocated, on v2 as on v1 (no ``memory.oom.group``): a parent waiting for it sees it die."""
+        if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
+            _write(swap, "0")
+        self._set_memory_limit(memory_bytes)
+        _write(self._file("pids", "pids.max"), str(pids))
+
+    def _set_memory_limit(self, memory_bytes: int) -> None:
         if self.version == 2:
             _write(self._file("", "memory.max"), str(memory_bytes))
-            if _has(swap := self._file("", "memory.swap.max")):
-                _write(swap, "0")
         else:
-            _write(self._file("memory", "memory.limit_in_bytes"), str(memory_bytes))
+            files = [self._file("memory", "memory.limit_in_bytes")]
             if _has(memsw := self._file("memory", "memory.memsw.limit_in_bytes")):
-                _write(memsw, str(memory_bytes))
-        _write(self._file("pids", "pids.max"), str(pids))
+                files.append(memsw)
+            # v1 refuses a memory limit above the memory+swap one: raise memory+swap first, lower memory first.
+            if self._memory_limit is not None and memory_bytes > self._memory_limit:
+                files.reverse()
+            for path in files:
+                _write(path, str(memory_bytes))
+        self._memory_limit = memory_bytes
+
+    def recycle(self, *, memory_bytes: int, most_left: int) -> CgroupStats | None:
+        """Ready this cgroup, whose processes are all dead, for another command; None when it must be replaced.
+
+        It is reused when what the commands before left charged to it (kernel objects such as dentries, cache,
+        small files they wrote) is at most ``most_left`` bytes: its memory limit becomes ``memory_bytes`` plus that
+        much, so the next command has the room a fresh cgroup would give, and its peak restarts. The counters
+        returned are where the next command's report starts (``peak_memory_bytes``: what was left charged).
+
+        Raises:
+            SandboxError: a limit could not be set.
+        """
+        if self.pids():
+            return None
+        left = self._charged_bytes()
+        if left > most_left or not self._restart_peak():
+            return None
+        self._set_memory_limit(memory_bytes + left)
+        stats = self.stats()
+        return CgroupStats(stats.cpu_s, left, stats.oom_kills, stats.pids_limit_hits)
+
+    def _charged_bytes(self) -> int:
+        if self.version == 2:
+            return int(read_kernel_file(self._file("", "memory.current")))
+        memsw = self._file("memory", "memory.memsw.usage_in_bytes")
+        return int(read_kernel_file(memsw if _has(memsw) else self._file("memory", "memory.usage_in_bytes")))
+
+    def _restart_peak(self) -> bool:
+        """Make the memory peak start again from what is charged now; False when the kernel cannot."""
+        if self.version == 1:
+            _write(self._file("memory", "memory.max_usage_in_bytes"), "0")
+            if _has(memsw_peak := self._file("memory", "memory.memsw.max_usage_in_bytes")):
+                _write(memsw_peak, "0")
+            return True
+        if not _has(peak := self._file("", "memory.peak")):
+            return True  # no peak is reported at all
+        self._close_peak()
+        try:
+            self._peak_fd = os.open(peak, os.O_RDWR | os.O_CLOEXEC)
+            os.write(self._peak_fd, b"reset\n")
+        except OSError:
+            self._close_peak()
+            return False
+        return True
+
+    def _close_peak(self) -> None:
+        if self._peak_fd is not None:
+            os.close(self._peak_fd)
+            self._peak_fd = None
 
     def add(self, pid: int) -> None:
         """Move a process into this cgroup."""
@@ -304,7 +370,10 @@ class Cgroup:
         """Read the resource report."""
         if self.version == 2:
             peak_file = self._file("", "memory.peak")
-            peak = int(read_kernel_file(peak_file)) if _has(peak_file) else None
+            if self._peak_fd is not None:
+                peak: int | None = int(os.pread(self._peak_fd, 64, 0))
+            else:
+                peak = int(read_kernel_file(peak_file)) if _has(peak_file) else None
             oom = _keyed(read_kernel_file(self._file("", "memory.events")), "oom_kill")
         else:
             memsw_peak = self._file("memory", "memory.memsw.max_usage_in_bytes")
@@ -376,6 +445,7 @@ class Cgroup:
         Raises:
             SandboxError: the cgroup could not be removed.
         """
+        self._close_peak()
         self.kill(timeout_s=timeout_s)
         children: set[str] = set()
         for d in self._dirs.values():

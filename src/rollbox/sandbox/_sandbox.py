@@ -122,7 +122,7 @@ class Sandbox:
             async with self._lock:
                 impl, self._impl = self._impl, None
                 try:
-                    await self._drop_spare()
+                    await self._drop_spare(impl)
                 finally:
                     impl.close()
         self._state = _State.CLOSED
@@ -167,8 +167,8 @@ class Sandbox:
             if self._spare is None:
                 self._prepare_spare(impl, self._spare_warm)
 
-    async def _drop_spare(self) -> None:
-        """Stop preparing a spare, and forget it, before the sandbox closes (closing kills its process)."""
+    async def _drop_spare(self, impl: _Backend) -> None:
+        """Stop preparing a spare, and remove it and its group, before the sandbox closes."""
         task, self._spare = self._spare, None
         if task is None:
             return
@@ -182,6 +182,7 @@ class Sandbox:
             return
         if isinstance(spare, Spare):
             spare.sync.close()
+            _finish(impl, spare.group)
 
     def _open(self) -> _Backend:
         if self._impl is None:
