@@ -4,7 +4,7 @@ What the program inside sees: a read-only root with the system directories and t
 (``python3`` on PATH), a size-limited writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net,
 cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
 
-Process tree: rollbox → launcher (``agent.c launch``: stages the runtime, drops to the sandbox uid, reaps) →
+Process tree: rollbox → launcher (``agent.c launch``: builds the root, drops to the sandbox uid, reaps) →
 bubblewrap → agent (pid 1 inside, so that no signal from inside can kill or stop it; it reaps orphans) → one
 command at a time. Each command's first process is forked ahead of the command (a spare, while the sandbox is idle)
 and moved into a fresh cgroup before it execs, so everything the program runs is counted, limited and killed there.
@@ -37,6 +37,14 @@ from ._state import SANDBOX_UID, SandboxDir, StateDir, trees_attached
 __all__ = ["BwrapHost", "BwrapSandbox"]
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEVICE_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+)
 _AGENT_PATH = "/opt/rollbox/agent"
 _ZYGOTE_PATH = "/opt/rollbox/zygote.py"
 _ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox").joinpath("zygote.py"))
@@ -249,10 +257,7 @@ class BwrapSandbox:
         assert fs_fd is not None
         launcher += ["--stage", str(self.host.state.stage)]
         launcher += ["--fs-path", str(self._dir.mount_point)] if trees_attached() else ["--fs", str(fs_fd)]
-        staged = [*self.host.runtime_binds, str(self.host.agent), _ZYGOTE_SOURCE]
-        for source in staged:
-            launcher += ["--bind", source]
-        argv = [*launcher, "--", self.host.bwrap, *self._bwrap_args(staged, seccomp_r)]
+        argv = [*launcher, *self._root(), "--", self.host.bwrap, *self._bwrap_args(seccomp_r)]
         argv += ["--", _AGENT_PATH, "serve", str(sandbox_end.fileno())]
         try:
             process = subprocess.Popen(
@@ -273,8 +278,29 @@ class BwrapSandbox:
         self._agent = AgentConnection(host_end, process)
         await self._agent.wait_ready()
 
-    def _bwrap_args(self, staged: list[str], seccomp_fd: int) -> list[str]:
-        assert self._dir is not None
+    def _root(self) -> list[str]:
+        """The launcher's operations that build the sandbox's root (see ``agent.c``), which bubblewrap binds at /."""
+        ops: list[str] = []
+        for path in _SYSTEM_DIRS:
+            if os.path.islink(path):
+                ops += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                ops += ["--ro", path, path]
+        ops += ["--ro", str(self.host.state.etc), "/etc", "--dir", "/proc"]
+        for device in _DEVICES:
+            ops += ["--dev", device]
+        for name, target in _DEVICE_LINKS:
+            ops += ["--symlink", target, f"/dev/{name}"]
+        ops += ["--devpts", "/dev/pts"]
+        fs = f"{self.host.state.stage}/fs"  # where the launcher attaches the writable tree, in its own namespace
+        ops += ["--rw", f"{fs}/workspace", "/workspace", "--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
+        # The runtime after the writable tree: a Python installed under /tmp (a checkout there) stays visible.
+        for source in self.host.runtime_binds:
+            ops += ["--ro", source, source]
+        ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
+        return ops
+
+    def _bwrap_args(self, seccomp_fd: int) -> list[str]:
         args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
         args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
         # The agent is pid 1 inside (and reaps there): no signal from inside can kill or stop it.
@@ -288,24 +314,10 @@ class BwrapSandbox:
             "--cap-drop",
             "ALL",
         ]
-        for path in _SYSTEM_DIRS:
-            if os.path.islink(path):
-                args += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                args += ["--ro-bind", path, path]
-        args += ["--ro-bind", str(self.host.state.etc), "/etc"]
-        stage = self.host.state.stage
+        # The root the launcher built, whole; "dev": its device nodes work (the root and the trees are nodev).
+        args += ["--dev-bind", f"{self.host.state.stage}/root", "/"]
         # The sandbox's own /proc; its sysctls (IPC limits, pid_max of its namespaces) stay read-only.
-        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
-        fs = f"{stage}/fs"  # where the launcher attaches the writable tree, in its own mount namespace
-        args += ["--bind", f"{fs}/workspace", "/workspace", "--bind", f"{fs}/tmp", "/tmp"]
-        args += ["--bind", f"{fs}/shm", "/dev/shm"]
-        # The runtime after the writable tree: a Python installed under /tmp (a checkout there) stays visible.
-        for index, source in enumerate(staged):
-            target = {str(self.host.agent): _AGENT_PATH, _ZYGOTE_SOURCE: _ZYGOTE_PATH}.get(source, source)
-            args += ["--ro-bind", f"{stage}/{index}", target]
-        # bubblewrap's /dev is a writable tmpfs of its own, outside the disk limit: make it read-only.
-        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
         args += ["--chdir", "/workspace"]
         args += ["--seccomp", str(seccomp_fd)]
         return args

@@ -1,14 +1,21 @@
 /*
  * rollbox-agent: the two small native pieces of rollbox's bubblewrap backend.
  *
- *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-path PATH] [--bind SRC]... -- bwrap ARGS...
+ *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-path PATH] [OPERATION]... -- bwrap ARGS...
  *       Runs on the host, as root, between rollbox and bubblewrap. It makes a private mount namespace in
- *       which the runtime directories (for example a Python under /root, which the sandbox uid could not
- *       traverse) are bind-mounted under DIR/0, DIR/1, ..., drops every privilege to the sandbox's own
- *       unprivileged uid (FD, a detached mount of the sandbox's writable tree, is attached at DIR/fs first; or
- *       PATH, where the host mounted it, on kernels that cannot clone a detached mount),
- *       and runs bubblewrap as its child, reaping every process bubblewrap orphans. Nothing it mounts is
- *       visible to the host.
+ *       which it builds the sandbox's whole root at DIR/root, for bubblewrap to bind at / (FD, a detached
+ *       mount of the sandbox's writable tree, is attached at DIR/fs first; or PATH, where the host mounted it,
+ *       on kernels that cannot clone a detached mount). The root is a small read-only tmpfs; the operations
+ *       fill it in order, each DEST an absolute path inside it, made with its missing parents:
+ *           --ro SRC DEST       SRC bound at DEST, recursively, read-only, nosuid, nodev (the runtime, for
+ *                               example a Python under /root, which the sandbox's uid could not traverse)
+ *           --rw SRC DEST       the same, writable (directories made below it belong to the sandbox's uid)
+ *           --dev NAME          the host's /dev/NAME at /dev/NAME (the root itself is nodev)
+ *           --devpts DEST       a new instance of devpts
+ *           --symlink T DEST    a symbolic link to T
+ *           --dir DEST          an empty directory (a mount point for bubblewrap)
+ *       It then drops every privilege to the sandbox's own unprivileged uid and runs bubblewrap as its
+ *       child, reaping every process bubblewrap orphans. Nothing it mounts is visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command bubblewrap starts. FD is a SOCK_SEQPACKET socket to the
@@ -91,59 +98,151 @@ static void die(const char *what) {
     _exit(125);
 }
 
+/* The sandbox's root, built by the launcher in its private mount namespace and handed to bubblewrap whole: one
+ * bind for bubblewrap to make, where one per directory cost it a parse of /proc/self/mountinfo each (a third of
+ * a sandbox's start). */
+struct root {
+    char path[4096];
+    const char *writable[16];  /* the DESTs of --rw: directories made below them belong to the sandbox's uid */
+    int nwritable;
+    uid_t uid;
+    gid_t gid;
+};
+
+struct open_mount_attr {      /* struct mount_attr, which older C libraries do not declare */
+    uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+static int beneath(const char *path, const char *dir) {
+    size_t n = strlen(dir);
+    return !strncmp(path, dir, n) && (path[n] == '/' || path[n] == '\0');
+}
+
+/* Make DEST (absolute, inside the root) and its missing parents: a directory, or an empty file. */
+static void make_path(struct root *r, const char *dest, int file) {
+    char full[8192];
+    int n = snprintf(full, sizeof full, "%s%s", r->path, dest);
+    if (n <= 0 || (size_t)n >= sizeof full) { errno = ENAMETOOLONG; die(dest); }
+    size_t base = strlen(r->path);
+    for (char *p = full + base + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        int last = saved == '\0';
+        int made = last && file ? close(open(full, O_CREAT | O_WRONLY | O_CLOEXEC, 0644)) == 0
+                                : mkdir(full, 0755) == 0;
+        if (!made && errno != EEXIST) die(full);
+        for (int w = 0; made && w < r->nwritable; w++)
+            if (beneath(full + base, r->writable[w]) && lchown(full, r->uid, r->gid) < 0) die(full);
+        *p = saved;
+        if (last) return;
+    }
+}
+
+/* Bind SRC (recursively) at DEST inside the root, with ATTRS (MOUNT_ATTR_*) set on every mount of it. */
+static void bind_into(struct root *r, const char *src, const char *dest, uint64_t attrs) {
+    struct stat st;
+    char target[8192];
+    if (stat(src, &st) < 0) die(src);
+    make_path(r, dest, !S_ISDIR(st.st_mode));
+    snprintf(target, sizeof target, "%s%s", r->path, dest);
+    int tree = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0) die(src);
+    struct open_mount_attr attr = {.attr_set = attrs};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0) die(src);
+    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die(target);
+    close(tree);
+}
+
+/* One operation of the root's: 0 when ARGV[*I] is none (its arguments consumed otherwise). */
+static int root_operation(struct root *r, int argc, char **argv, int *i) {
+    const char *op = argv[*i];
+    int arity = !strcmp(op, "--ro") || !strcmp(op, "--rw") || !strcmp(op, "--symlink") ? 2
+              : !strcmp(op, "--dir") || !strcmp(op, "--dev") || !strcmp(op, "--devpts") ? 1 : 0;
+    if (arity == 0) return 0;
+    if (*i + arity >= argc) { dprintf(2, "rollbox-agent: %s needs %d values\n", op, arity); _exit(125); }
+    const char *a = argv[*i + 1], *b = arity == 2 ? argv[*i + 2] : NULL;
+    *i += arity;
+    if (!strcmp(op, "--ro")) {
+        bind_into(r, a, b, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    } else if (!strcmp(op, "--rw")) {
+        if (r->nwritable == 16) { dprintf(2, "rollbox-agent: too many --rw\n"); _exit(125); }
+        bind_into(r, a, b, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        r->writable[r->nwritable++] = b;
+    } else if (!strcmp(op, "--dev")) {  /* a device node of the host's, usable (the root itself is nodev) */
+        char src[4096];
+        snprintf(src, sizeof src, "/dev/%s", a);
+        bind_into(r, src, src, MOUNT_ATTR_NOSUID);
+    } else if (!strcmp(op, "--symlink")) {
+        char target[8192];
+        snprintf(target, sizeof target, "%s%s", r->path, b);
+        if (symlink(a, target) < 0) die(target);
+    } else if (!strcmp(op, "--devpts")) {  /* pseudo-terminals of the sandbox's own */
+        char target[8192];
+        make_path(r, a, 0);
+        snprintf(target, sizeof target, "%s%s", r->path, a);
+        if (mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+            die(target);
+    } else {
+        make_path(r, a, 0);
+    }
+    return 1;
+}
+
 static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
     const char *stage = NULL, *fs_path = NULL;
-    int fs = -1;
-    const char *binds[64];
-    int nbinds = 0, i;
+    int fs = -1, i;
 
-    for (i = 2; i < argc && strcmp(argv[i], "--") != 0; i++) {
-        if (i + 1 >= argc) { dprintf(2, "rollbox-agent: %s needs a value\n", argv[i]); return 125; }
-        if (!strcmp(argv[i], "--uid")) uid = (uid_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--stage")) stage = argv[++i];
-        else if (!strcmp(argv[i], "--fs")) fs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--fs-path")) fs_path = argv[++i];
-        else if (!strcmp(argv[i], "--bind") && nbinds < 64) binds[nbinds++] = argv[++i];
-        else { dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]); return 125; }
+    /* The options first (the root's operations need them), then the root's operations, then "--". */
+    for (i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--uid")) uid = (uid_t)strtoul(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--stage")) stage = argv[i + 1];
+        else if (!strcmp(argv[i], "--fs")) fs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--fs-path")) fs_path = argv[i + 1];
+        else break;
     }
-    if (i + 1 >= argc || uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL) {
+    if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL) {
         dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-path PATH] "
-                   "[--bind SRC]... -- CMD...\n");
+                   "[--ro SRC DEST | --rw SRC DEST | --dev NAME | --devpts DEST | --symlink TARGET DEST | "
+                   "--dir DEST]... -- CMD...\n");
         return 125;
     }
-    if (nbinds > 0 || fs >= 0 || fs_path != NULL) {
-        if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
-        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
-        if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+    if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
+    if (fs >= 0 || fs_path != NULL) {
+        char target[4096];
+        snprintf(target, sizeof target, "%s/fs", stage);
+        if (mkdir(target, 0711) < 0) die(target);
         if (fs >= 0) {
             /* A clone of the host's detached mount: the host keeps its own, to clone again after a restart. */
-            char target[4096];
-            snprintf(target, sizeof target, "%s/fs", stage);
-            if (mkdir(target, 0711) < 0) die(target);
             int tree = (int)syscall(SYS_open_tree, fs, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
             if (tree < 0) die(errno == EINVAL ? "open_tree (this kernel cannot clone a detached mount: Linux 6.1 "
                                                 "cannot, 6.18 can)" : "open_tree");
             if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
             close(tree);
             close(fs);
-        } else if (fs_path != NULL) {
-            char target[4096];
-            snprintf(target, sizeof target, "%s/fs", stage);
-            if (mkdir(target, 0711) < 0) die(target);
-            if (mount(fs_path, target, NULL, MS_BIND | MS_REC, NULL) < 0) die(fs_path);
-        }
-        for (int b = 0; b < nbinds; b++) {
-            char target[4096];
-            struct stat st;
-            snprintf(target, sizeof target, "%s/%d", stage, b);
-            if (stat(binds[b], &st) < 0) die(binds[b]);
-            if (S_ISDIR(st.st_mode) ? mkdir(target, 0755) : close(open(target, O_CREAT | O_WRONLY, 0644))) die(target);
-            if (mount(binds[b], target, NULL, MS_BIND | MS_REC, NULL) < 0) die(binds[b]);
+        } else if (mount(fs_path, target, NULL, MS_BIND | MS_REC, NULL) < 0) {
+            die(fs_path);
         }
     }
+    struct root r = {.uid = uid, .gid = gid};
+    snprintf(r.path, sizeof r.path, "%s/root", stage);
+    if (mkdir(r.path, 0755) < 0) die(r.path);
+    if (mount("rollbox-root", r.path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=256k,nr_inodes=1024") < 0)
+        die(r.path);
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (!root_operation(&r, argc, argv, &i)) {
+            dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]);
+            return 125;
+        }
+    }
+    if (i + 1 >= argc) { dprintf(2, "rollbox-agent: launch needs -- CMD...\n"); return 125; }
+    /* Only the root itself: what is bound in it keeps its own attributes (the writable tree stays writable). */
+    if (mount(NULL, r.path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) die(r.path);
     if (setgroups(0, NULL) < 0) die("setgroups");
     if (setresgid(gid, gid, gid) < 0) die("setresgid");
     if (setresuid(uid, uid, uid) < 0) die("setresuid");
