@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,11 +47,11 @@ def sandbox_processes() -> set[int]:
 
 
 def rollbox_mounts() -> list[str]:
-    """Mount points under this session's state directory."""
+    """Mount points under this session's state directory (not the tmpfs rollbox may mount on it)."""
     return [
         line.split()[4]
         for line in Path("/proc/self/mountinfo").read_text().splitlines()
-        if line.split()[4].startswith(str(STATE_DIR))
+        if line.split()[4].startswith(f"{STATE_DIR}/")
     ]
 
 
@@ -68,4 +69,6 @@ def no_leaks() -> Iterator[None]:
     assert not leaked_cgroups, f"sandbox cgroups left behind: {sorted(leaked_cgroups)}"
     assert not mounts, f"mounts left behind: {mounts}"
     assert not sandboxes, f"sandbox directories left behind: {sandboxes}"
+    while os.path.ismount(STATE_DIR):
+        subprocess.run(["umount", "--lazy", str(STATE_DIR)], check=True)
     shutil.rmtree(STATE_DIR, ignore_errors=True)

@@ -344,3 +344,26 @@ def test_orphans_are_reaped_at_once_and_never_count_against_the_pids_limit() -> 
 
     result = asyncio.run(main())
     assert result.status is Status.OK and result.stdout == b"done\n", result
+
+
+def test_a_new_state_directory_on_disk_gets_a_tmpfs_and_one_in_use_is_never_mounted_over(tmp_path: Path) -> None:
+    from rollbox.sandbox._state import StateDir, _on_tmpfs
+
+    if _on_tmpfs(tmp_path):
+        pytest.skip(f"{tmp_path} is on a tmpfs already: nothing would be mounted")
+    fresh, used = tmp_path / "fresh", tmp_path / "used"
+    used.mkdir()
+    (used / "left-by-a-dead-owner").write_text("")
+
+    def mounts(path: Path) -> int:
+        return sum(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+    try:
+        for _ in range(2):
+            StateDir(fresh).ensure()
+            StateDir(used).ensure()
+        assert mounts(fresh) == 1 and _on_tmpfs(fresh / "sandboxes")  # once, however often it is ensured
+        assert mounts(used) == 0 and (used / "left-by-a-dead-owner").exists()
+    finally:
+        while os.path.ismount(fresh):
+            subprocess.run(["umount", "--lazy", str(fresh)], check=True)
