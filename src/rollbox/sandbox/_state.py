@@ -125,7 +125,7 @@ _TMPFS_MAGIC = 0x01021994
 def _check(result: int, what: str) -> int:
     if result < 0:
         err = ctypes.get_errno()
-        raise SandboxError(f"cannot {what}: {os.strerror(err)} (rollbox needs root and Linux >= 5.2)")
+        raise SandboxError(f"cannot {what}: {os.strerror(err)} (rollbox needs root and Linux >= 5.12)")
     return result
 
 
