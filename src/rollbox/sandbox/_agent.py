@@ -11,15 +11,13 @@ import array
 import asyncio
 import contextlib
 import os
-import select
 import signal
 import socket
 import struct
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ._cgroup import in_thread, read_kernel_file
 from ._errors import SandboxError
@@ -27,6 +25,9 @@ from ._health import fingerprint
 from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
+
+if TYPE_CHECKING:
+    from ._spawner import Launched
 
 __all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify", "roomy_socketpair"]
 
@@ -160,7 +161,8 @@ def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> byte
     return message
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def resolve(future: asyncio.Future[None]) -> None:
+    """Complete ``future`` unless it is done (a reader callback may fire again before its waiter runs)."""
     if not future.done():
         future.set_result(None)
 
@@ -168,9 +170,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class AgentConnection:
     """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
 
-    def __init__(
-        self, sock: socket.socket, process: subprocess.Popen[bytes] | None, *, with_parent: bool = True
-    ) -> None:
+    def __init__(self, sock: socket.socket, process: Launched | None, *, with_parent: bool = True) -> None:
         self._sock = sock
         self._process = process
         self._with_parent = with_parent
@@ -216,10 +216,7 @@ class AgentConnection:
             return
         self.shutdown()
         self._wait_for_launcher()
-        stderr = ""
-        if self._process is not None and self._process.stderr is not None:
-            os.set_blocking(self._process.stderr.fileno(), False)  # what it said before it ended, never a hang
-            stderr = (self._process.stderr.read() or b"").decode(errors="replace").strip()
+        stderr = self._process.read_stderr() if self._process is not None else ""
         self.reap()
         raise SandboxError(f"the sandbox failed to start: {stderr or 'no message (the launcher died)'}")
 
@@ -296,44 +293,22 @@ class AgentConnection:
         self.alive = False
 
     def reap(self) -> None:
-        """Wait for the launcher to exit, killing it if it does not (idempotent)."""
+        """Wait for the launcher to exit, killing it if it does not, and release it (idempotent)."""
         self._wait_for_launcher()
-        if self._process is not None and self._process.stderr:
-            self._process.stderr.close()
+        if self._process is not None:
+            self._process.close()
 
     def _wait_for_launcher(self) -> None:
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            # A pidfd wakes us the moment it exits; Popen.wait(timeout) would poll with growing sleeps.
-            with contextlib.suppress(ProcessLookupError):
-                pidfd = os.pidfd_open(self._process.pid)
-                try:
-                    poller = select.poll()  # not select(): with a thousand sandboxes open, fds pass 1024
-                    poller.register(pidfd, select.POLLIN)
-                    exited = poller.poll(_EXIT_TIMEOUT_S * 1000)
-                finally:
-                    os.close(pidfd)
-                if not exited:
-                    self._process.kill()
-            self._process.wait()
+        if self._process is not None and not self._process.exited(_EXIT_TIMEOUT_S):
+            self._process.kill()
+            self._process.exited(_CLEANUP_TIMEOUT_S)
 
     async def aclose(self) -> None:
         """As :meth:`close`, but waiting for the launcher without blocking the event loop (up to 2 s when the
         agent was stopped by the program)."""
         self.shutdown()
-        if self._process is not None and self._process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                pidfd = os.pidfd_open(self._process.pid)
-                exited = self._loop.create_future()
-                self._loop.add_reader(pidfd, _resolve, exited)
-                try:
-                    await asyncio.wait_for(exited, _EXIT_TIMEOUT_S)
-                except TimeoutError:
-                    self._process.kill()
-                finally:
-                    self._loop.remove_reader(pidfd)
-                    os.close(pidfd)
+        if self._process is not None and not await self._process.wait(_EXIT_TIMEOUT_S):
+            self._process.kill()
         self.reap()
 
     async def spawn(self, group: ExecGroup, limits: Limits) -> Spare | ExecResult:
@@ -444,7 +419,7 @@ class AgentConnection:
         """The host pid of the new child, read from the credentials the kernel attached to its hello."""
         sync.setblocking(False)
         ready = self._loop.create_future()
-        self._loop.add_reader(sync.fileno(), _resolve, ready)
+        self._loop.add_reader(sync.fileno(), resolve, ready)
         try:
             await asyncio.wait_for(ready, _ANNOUNCE_TIMEOUT_S)
             _data, ancillary, _flags, _addr = sync.recvmsg(1, socket.CMSG_SPACE(12))
@@ -507,13 +482,13 @@ class AgentConnection:
             if not killed_for:
                 killed_for.append(reason)
                 group.kill()
-            _resolve(done)
+            resolve(done)
 
         stdout = OutputCapture(out_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         stderr = OutputCapture(err_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
         feeder = StdinFeeder(stdin_w, request.stdin or b"")
         exited_task = asyncio.ensure_future(self._next_exited(spare.seq))
-        exited_task.add_done_callback(lambda _: _resolve(done))
+        exited_task.add_done_callback(lambda _: resolve(done))
         timer = self._loop.call_later(request.timeout_s, stop, Status.TIMEOUT)
         watcher = asyncio.ensure_future(self._watch(group, limits, stop))
         try:

@@ -21,7 +21,6 @@ import resource
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
@@ -32,6 +31,7 @@ from ._errors import IsolationUnavailable, SandboxError
 from ._limits import Limits, Network
 from ._native import agent_binary
 from ._seccomp import build_filter
+from ._spawner import Spawner
 from ._state import SANDBOX_UID, SandboxDir, StateDir, trees_attached
 
 __all__ = ["BwrapHost", "BwrapSandbox"]
@@ -252,26 +252,19 @@ class BwrapSandbox:
         program = build_filter(allow_inet=self.network is Network.LOOPBACK)
         os.write(seccomp_w, program)
         os.close(seccomp_w)
-        launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
         fs_fd = self._dir.fs_fd
         assert fs_fd is not None
+        # The launcher gets the agent's socket as fd 3, the filter as 4 and the detached tree as 5.
+        launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
         launcher += ["--stage", str(self.host.state.stage)]
-        launcher += ["--fs-path", str(self._dir.mount_point)] if trees_attached() else ["--fs", str(fs_fd)]
-        argv = [*launcher, *self._root(), "--", self.host.bwrap, *self._bwrap_args(seccomp_r)]
-        argv += ["--", _AGENT_PATH, "serve", str(sandbox_end.fileno())]
+        launcher += ["--fs-path", str(self._dir.mount_point)] if trees_attached() else ["--fs", "5"]
+        argv = [*launcher, *self._root(), "--", self.host.bwrap, *self._bwrap_args(seccomp_fd=4)]
+        argv += ["--", _AGENT_PATH, "serve", "3"]
         try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=(sandbox_end.fileno(), seccomp_r, fs_fd),
-                env={},
-                cwd="/",
-            )
-        except OSError as exc:
+            process = await Spawner.get().spawn(argv, pass_fds=[sandbox_end.fileno(), seccomp_r, fs_fd])
+        except SandboxError as exc:
             host_end.close()
-            raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc.strerror}") from exc
+            raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
         finally:
             sandbox_end.close()
             os.close(seccomp_r)

@@ -20,6 +20,7 @@ from ._agent import AgentConnection, ExecGroup, Exited, Usage
 from ._errors import SandboxError
 from ._limits import Limits
 from ._native import agent_binary
+from ._spawner import Spawner
 
 __all__ = ["InsecureBackendWarning", "ProcessSandbox"]
 
@@ -97,18 +98,11 @@ class ProcessSandbox:
         assert self._root is not None
         host_end, agent_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            process = subprocess.Popen(
-                [str(agent_binary()), "serve", str(agent_end.fileno())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=(agent_end.fileno(),),
-                cwd=self._root,
-                env={},
-            )
-        except OSError as exc:
+            argv = [str(agent_binary()), "serve", "3"]
+            process = await Spawner.get().spawn(argv, pass_fds=[agent_end.fileno()], cwd=str(self._root))
+        except SandboxError as exc:
             host_end.close()
-            raise SandboxError(f"cannot start rollbox's agent: {exc.strerror}") from exc
+            raise SandboxError(f"cannot start rollbox's agent: {exc}") from exc
         finally:
             agent_end.close()
         self._agent = AgentConnection(host_end, process)

@@ -33,6 +33,14 @@
  *       zygote (zygote.py), which serves SPARE requests on its own socket by forking itself instead of
  *       exec'ing a new interpreter.
  *
+ *   rollbox-agent spawner FD
+ *       Runs on the host, started once by rollbox, and starts launchers (and the process backend's agents) for
+ *       it: a fork copies the parent's whole table of descriptors and the child closes each one it must not
+ *       keep, and rollbox holds a few thousand with a thousand sandboxes open. A SPAWN request on FD carries
+ *       the command's cwd, argv and env, and as SCM_RIGHTS a reply socket, the command's stderr and the fds it
+ *       gets as 3, 4, ...; the reply is the command's pid (or -errno) with its pidfd. The kernel reaps what it
+ *       starts. It dies with rollbox, and everything it started dies with it (parent-death signals).
+ *
  * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside can change its
  * priority and limits. Every limit and every measurement that matters is enforced or taken by the host through
  * cgroups.
@@ -72,7 +80,9 @@ extern char **environ;
 #define MSG_RESET 5u          /* remove every SysV IPC object; answered with the same word */
 #define MSG_ZYGOTE 4u         /* a header, cwd, argv, env and one fd (the zygote's socket); answered alike */
 #define MSG_EXEC 6u           /* on a spare's socket: the command (header rlimits unused), stdin, stdout, stderr */
+#define MSG_SPAWN 7u           /* to the spawner: a header, cwd, argv, env; fds: a reply socket, stderr, then fds 3.. */
 #define MSG_MAX (1u << 20)
+#define SPAWN_FDS 8
 
 struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
     uint32_t type;
@@ -500,9 +510,87 @@ static int serve(int sock) {
     }
 }
 
+/* The child of a SPAWN request: stdin and stdout are the spawner's (/dev/null), FDS[1] becomes stderr and FDS[2..]
+ * become 3, 4, ... (through copies above them all, so that no target overwrites a source), nothing else stays. */
+static void spawned(int *fds, int nfds, const char *cwd, char **args, char **env) {
+    int copies[SPAWN_FDS];
+    signal(SIGCHLD, SIG_DFL);  /* an ignored signal stays ignored across exec */
+    for (int k = 1; k < nfds; k++)
+        if ((copies[k] = fcntl(fds[k], F_DUPFD_CLOEXEC, 64)) < 0) die("F_DUPFD");
+    for (int k = 1; k < nfds; k++)
+        if (dup2(copies[k], k == 1 ? 2 : k + 1) < 0) die("dup2");
+    if (syscall(SYS_close_range, nfds + 1, ~0U, 0) < 0) die("close_range");
+    if (chdir(cwd) < 0) die(cwd);
+    environ = env;
+    execv(args[0], args);
+    dprintf(2, "rollbox-agent: cannot execute %s: %s\n", args[0], strerror(errno));
+    _exit(127);
+}
+
+static int spawner(int sock) {
+    static char buf[MSG_MAX];
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
+    if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
+    /* What we start gets every signal's default action and mask, not rollbox's: Python ignores SIGPIPE and
+     * SIGXFSZ, and glibc's posix_spawn ignores its two internal signals, which its signal() will not reset. The
+     * kernel reaps what we start, and rollbox watches it through the pidfd we send. */
+    struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; } default_action = {0};
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int sig = 1; sig <= 64; sig++)
+        syscall(SYS_rt_sigaction, sig, &default_action, NULL, sizeof default_action.mask);
+    signal(SIGCHLD, SIG_IGN);
+    for (;;) {
+        int fds[SPAWN_FDS];
+        char cbuf[CMSG_SPACE(sizeof fds)];
+        struct iovec iov = {buf, sizeof buf};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+        ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+        if (n == 0) return 0;
+        if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        int nfds = c != NULL && c->cmsg_type == SCM_RIGHTS ? (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int)) : 0;
+        struct exec_header h;
+        char *cwd, **args, **env;
+        if (nfds < 2 || parse_request(buf, (size_t)n, MSG_SPAWN, &h, &cwd, &args, &env) < 0) {
+            dprintf(2, "rollbox-agent: malformed spawn request\n");
+            return 125;
+        }
+        memcpy(fds, CMSG_DATA(c), (size_t)nfds * sizeof(int));
+        pid_t pid = fork();
+        if (pid == 0) spawned(fds, nfds, cwd, args, env);
+        /* Its pidfd, taken before it can be reaped: rollbox can never signal a stranger that reused the pid. */
+        int32_t answer = pid < 0 ? -errno : pid;
+        int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+        if (pid > 0 && pidfd < 0) {
+            answer = -errno;
+            kill(pid, SIGKILL);
+        }
+        char rbuf[CMSG_SPACE(sizeof pidfd)];
+        struct iovec riov = {&answer, sizeof answer};
+        struct msghdr reply = {.msg_iov = &riov, .msg_iovlen = 1};
+        if (pidfd >= 0) {
+            reply.msg_control = rbuf;
+            reply.msg_controllen = sizeof rbuf;
+            struct cmsghdr *rc = CMSG_FIRSTHDR(&reply);
+            rc->cmsg_level = SOL_SOCKET;
+            rc->cmsg_type = SCM_RIGHTS;
+            rc->cmsg_len = CMSG_LEN(sizeof pidfd);
+            memcpy(CMSG_DATA(rc), &pidfd, sizeof pidfd);
+        }
+        sendmsg(fds[0], &reply, MSG_NOSIGNAL);  /* a caller that went away meanwhile: its process dies with us */
+        if (pidfd >= 0) close(pidfd);
+        for (int k = 0; k < nfds; k++) close(fds[k]);
+        free(args);
+        free(env);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "launch")) return launch(argc, argv);
     if (argc == 3 && !strcmp(argv[1], "serve")) return serve(atoi(argv[2]));
-    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD\n");
+    if (argc == 3 && !strcmp(argv[1], "spawner")) return spawner(atoi(argv[2]));
+    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD | rollbox-agent spawner FD\n");
     return 125;
 }

@@ -1,0 +1,83 @@
+"""The spawner: the small helper process that starts every launcher, so that rollbox never forks while holding
+thousands of descriptors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+
+from rollbox import Limits, Sandbox
+from rollbox.sandbox._spawner import Spawner
+
+FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
+
+
+def test_a_spawned_process_gets_only_its_fds_and_default_signals() -> None:
+    async def main() -> tuple[list[str], dict[str, str]]:
+        r, w = os.pipe()
+        try:
+            launched = await Spawner.get().spawn(["/bin/sleep", "5"], pass_fds=[w])
+        finally:
+            os.close(r)
+            os.close(w)
+        try:
+            await asyncio.sleep(0.1)  # let it exec
+            fds = sorted(os.listdir(f"/proc/{launched.pid}/fd"))
+            with open(f"/proc/{launched.pid}/status") as f:
+                status = dict(line.split(":\t", 1) for line in f.read().splitlines())
+            launched.kill()  # through its pidfd: the process this test started
+            assert await launched.wait(timeout_s=5)
+            return fds, status
+        finally:
+            launched.close()
+
+    fds, status = asyncio.run(main())
+    assert fds == ["0", "1", "2", "3"]  # nothing of rollbox's: stdio and the one fd passed
+    # Python ignores SIGPIPE and SIGXFSZ; a launched process must not (a file size limit kills with SIGXFSZ).
+    assert int(status["SigIgn"], 16) == 0 and int(status["SigBlk"], 16) == 0, status
+
+
+def test_sandboxes_outlive_the_thread_that_started_the_spawner() -> None:
+    Spawner.get().close()  # the next sandbox starts a new one, from the thread that opens it
+
+    opened, release = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        async def first() -> None:
+            async with Sandbox(limits=FAST) as sb:
+                await sb.exec(["true"])
+            opened.set()
+            await asyncio.to_thread(release.wait, 30)
+
+        asyncio.run(first())
+
+    async def main() -> tuple[int | None, int | None]:
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        assert await asyncio.to_thread(opened.wait, 30), "the other thread failed to open its sandbox"
+        async with Sandbox(limits=FAST) as sb:
+            await sb.exec(["true"])
+            before = sb._impl.agent.pid  # type: ignore[union-attr]
+            release.set()
+            await asyncio.to_thread(thread.join)  # the thread that started the spawner is gone
+            await asyncio.sleep(0.2)
+            result = await sb.exec(["true"])
+            assert result.ok, result
+            return before, sb._impl.agent.pid  # type: ignore[union-attr]
+
+    before, after = asyncio.run(main())
+    assert before == after  # the same agent: the sandbox was never killed and restarted
+
+
+def test_a_killed_spawner_is_replaced_for_the_next_sandbox() -> None:
+    async def main() -> bool:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.exec(["true"])
+        os.kill(Spawner.get().pid, signal.SIGKILL)  # by pid: the spawner this test's process started
+        await asyncio.sleep(0.1)
+        async with Sandbox(limits=FAST) as sb:
+            return (await sb.exec(["true"])).ok
+
+    assert asyncio.run(main())
