@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import platform
 import signal
 from pathlib import Path
 
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 from rollbox.sandbox import WarmSandboxes
+from rollbox.sandbox._cgroup import CgroupTree
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
@@ -201,6 +203,17 @@ def test_cancelling_a_pools_close_leaves_nothing() -> None:
 # A command's cgroup is passed on to the next command when it holds almost nothing any more (``Cgroup.recycle``).
 
 _WHERE = "sed -n 's,.*/exec-,exec-,p' /proc/self/cgroup | sort -u"  # the command's cgroup, as it sees it
+
+
+def _passed_on() -> bool:
+    """Whether this kernel lets a cgroup serve another command: v1, or v2 from Linux 6.12 (which can restart a
+    memory peak); elsewhere every command gets a fresh one."""
+    if CgroupTree.detect().version == 1:
+        return True
+    major, minor = (int(part) for part in platform.release().split(".")[:2])
+    return (major, minor) >= (6, 12)
+
+
 _ALLOCATE = "import time; b = bytearray({mib} << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.05)"
 
 
@@ -226,9 +239,10 @@ def test_a_cgroup_passed_on_reports_and_limits_only_the_next_command() -> None:
     assert big.ok, big
     for after in (spin_after, bomb_after, forks_after, big_after):
         # Each next command reports its own small usage: no CPU, peak, OOM kill or refused fork of the one before.
-        assert after.ok and after.cpu_s < 0.2 and (after.peak_memory_bytes or 0) < 16 << 20, after
-    # The cgroups were passed on, not made anew: one name for all (else this test would prove nothing).
-    assert len({after.stdout_text for after in (spin_after, bomb_after, forks_after, big_after)}) == 1
+        assert after.ok and after.cpu_s < spin.cpu_s / 2 and (after.peak_memory_bytes or 0) < 16 << 20, after
+    # The cgroups were passed on, not made anew: one name for all (else this test would prove little).
+    names = {after.stdout_text for after in (spin_after, bomb_after, forks_after, big_after)}
+    assert len(names) == (1 if _passed_on() else 4)
 
 
 def test_a_command_that_leaves_memory_charged_hands_the_next_a_fresh_cgroup() -> None:
@@ -245,4 +259,5 @@ def test_a_command_that_leaves_memory_charged_hands_the_next_a_fresh_cgroup() ->
     assert first.ok and second.ok and third.ok
     assert first.stdout_text != second.stdout_text  # replaced: the next command gets the whole limit
     assert big.ok, big
-    assert second.stdout_text == third.stdout_text  # a command that frees what it used passes its cgroup on
+    # A command that frees what it used passes its cgroup on.
+    assert (second.stdout_text == third.stdout_text) == _passed_on()
