@@ -9,7 +9,11 @@ What it reports (targets of the fast-path issue in brackets):
 - memory per idle sandbox: the drop in the host's MemAvailable once all are open and settled, divided by N
   (kernel objects, the launcher, bubblewrap, the agent, page tables, cgroups) [<= 5 MiB];
 - exec of ``true`` in a live sandbox, round-robin over all N while all are open: p50 and p99 [<= 2 ms, <= 10 ms];
-  beside it, in the same run, a bare ``posix_spawn`` + ``waitpid`` of ``/usr/bin/true`` (the floor);
+  then, in the same run, a bare ``posix_spawn`` + ``waitpid`` of ``/usr/bin/true`` (the floor);
+- the machine's CPU per creation, per exec and per bare spawn (user, system and interrupt time of all CPUs from
+  ``/proc/stat``: everything the operation made the kernel and every process do, and not the time a virtual
+  machine's CPUs were taken by others, ``steal``, which is reported beside): on a shared machine these move much
+  less than the wall-clock figures;
 - pool hand-out: taking a warm sandbox from a ``SandboxPool`` (giving it back does not wait: the pool resets it in
   the background), and that reset after a command (in place when the agent was untouched), p50 of each.
 
@@ -40,6 +44,14 @@ def _mem_available() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def _machine_cpu_ms() -> tuple[float, float]:
+    """(busy, stolen) milliseconds of all CPUs so far: user + nice + system + irq + softirq, and steal."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    per_tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    return sum(ticks[i] for i in (0, 1, 2, 5, 6)) * per_tick_ms, ticks[7] * per_tick_ms
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -92,19 +104,25 @@ async def _pool_handout_ms(rounds: int) -> tuple[float, float]:
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     before = _mem_available()
+    run_start, stolen_start = _machine_cpu_ms()
+    wall_start = time.perf_counter()
     sandboxes, seconds = await _open_many(args.sandboxes, args.concurrency)
+    creation_cpu = (_machine_cpu_ms()[0] - run_start) / len(sandboxes)
     try:
         await asyncio.sleep(2)  # let deferred kernel work (namespace setup, page cache) settle
         memory = (before - _mem_available()) / len(sandboxes)
         execs: list[float] = []
-        bare: list[float] = []
+        cpu_start = _machine_cpu_ms()[0]
         for i in range(args.execs):
             start = time.perf_counter()
             result = await sandboxes[i % len(sandboxes)].exec(["true"])
             execs.append((time.perf_counter() - start) * 1000)
             if not result.ok:
                 raise SystemExit(f"exec failed in a live sandbox: {result}")
-            bare.append(_bare_spawn_ms())
+        exec_cpu = (_machine_cpu_ms()[0] - cpu_start) / args.execs
+        cpu_start = _machine_cpu_ms()[0]
+        bare = [_bare_spawn_ms() for _ in range(args.execs)]
+        bare_cpu = (_machine_cpu_ms()[0] - cpu_start) / args.execs
         handout, reset = await _pool_handout_ms(200)
     finally:
         close_start = time.perf_counter()
@@ -122,6 +140,14 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         "pool_handout_p50_ms": handout,
         "reset_p50_ms": reset,
         "close_per_s": len(sandboxes) / close_seconds,
+        "creation_cpu_ms": creation_cpu,
+        "exec_cpu_ms": exec_cpu,
+        "bare_spawn_cpu_ms": bare_cpu,
+        "steal_pct": 100
+        * (_machine_cpu_ms()[1] - stolen_start)
+        / (time.perf_counter() - wall_start)
+        / 1000
+        / (os.cpu_count() or 1),
     }
 
 
