@@ -22,6 +22,7 @@ import select
 import signal
 import socket
 import struct
+import threading
 from collections.abc import Sequence
 
 from ._agent import resolve, roomy_socketpair
@@ -37,6 +38,7 @@ _MAX_FDS = 6  # besides the reply socket and stderr (SPAWN_FDS in agent.c)
 _ANSWER_TIMEOUT_S = 10.0
 #: An idle worker waits for work until the process exits: the spawner's parent thread.
 _LASTING_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollbox-spawner")
+_STARTING = threading.Lock()
 
 
 class Launched:
@@ -132,12 +134,13 @@ class Spawner:
     @classmethod
     def get(cls) -> Spawner:
         """The running spawner (a new one when the last has ended, which is then reaped)."""
-        current = cls._instance
-        if current is None or not current.alive:
-            if current is not None:
-                current.close()
-            cls._instance = current = cls()
-        return current
+        with _STARTING:  # event loops in two threads: one spawner
+            current = cls._instance
+            if current is None or not current.alive:
+                if current is not None:
+                    current.close()
+                cls._instance = current = cls()
+            return current
 
     @property
     def alive(self) -> bool:
