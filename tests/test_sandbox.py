@@ -177,10 +177,9 @@ def test_a_sandbox_that_cannot_start_says_why_and_leaves_nothing(monkeypatch: py
     assert sandbox_dirs() == before
 
 
-@pytest.mark.parametrize("trees", ["detached", "attached"])
+@pytest.mark.parametrize("trees", ["detached", "held"])
 def test_the_next_start_reaps_what_a_killed_supervisor_left(tmp_path: Path, trees: str) -> None:
     from conftest import STATE_DIR, rollbox_mounts
-    from rollbox.sandbox._state import trees_attached
 
     script = textwrap.dedent("""
         import asyncio, sys, rollbox
@@ -190,7 +189,7 @@ def test_the_next_start_reaps_what_a_killed_supervisor_left(tmp_path: Path, tree
                 await sb.exec(["sleep", "60"])
         asyncio.run(main())
     """)
-    env = {**os.environ, "ROLLBOX_ATTACHED_TREES": "1" if trees == "attached" else "0"}
+    env = {**os.environ, "ROLLBOX_HELD_TREES": "1" if trees == "held" else "0"}
     supervisor = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     assert supervisor.stdout is not None
     sandbox_id, *cgroup_dirs = supervisor.stdout.readline().split()
@@ -198,38 +197,40 @@ def test_the_next_start_reaps_what_a_killed_supervisor_left(tmp_path: Path, tree
     supervisor.send_signal(signal.SIGKILL)  # by pid: the process this test started
     supervisor.wait()
     assert (STATE_DIR / "sandboxes" / sandbox_id).exists(), "the killed supervisor should have left its sandbox"
-    attached = trees == "attached" or trees_attached()  # a kernel that cannot clone detached mounts attaches
-    assert bool([m for m in rollbox_mounts() if sandbox_id in m]) == attached
+    assert not rollbox_mounts()  # its tree was never mounted on the host, detached or held
 
     subprocess.run([sys.executable, "-c", "import asyncio, rollbox; asyncio.run(rollbox.run(['true']))"], check=True)
     assert not (STATE_DIR / "sandboxes" / sandbox_id).exists()
     assert not any(Path(d).exists() for d in cgroup_dirs)
-    assert not [m for m in rollbox_mounts() if sandbox_id in m]
 
 
-def test_a_tree_attached_on_the_host_serves_as_a_detached_one_and_leaves_nothing() -> None:
-    """Where the kernel cannot clone a detached mount (Linux 6.1, 6.12), the writable tree is mounted under the
-    sandbox's state directory, in a directory only root may enter, and the launcher binds it by path."""
+def test_a_tree_held_by_the_spawner_serves_as_a_detached_one_and_leaves_nothing() -> None:
+    """Where the kernel cannot clone a detached mount (Linux 6.1, 6.12), the writable tree is held mounted in the
+    spawner's own mount namespace, never the host's, and each launcher gets a clone of it."""
     from conftest import rollbox_mounts
 
     script = textwrap.dedent("""
-        import asyncio, os, rollbox
+        import asyncio, os, re, rollbox
+        from rollbox.sandbox._spawner import Spawner
+        def held():  # trees mounted in the spawner's namespace: /tmp/<sandbox id> there
+            with open(f"/proc/{Spawner.running().pid}/mountinfo") as f:
+                return sum(bool(re.fullmatch("/tmp/[0-9a-f]{12}", line.split()[4])) for line in f)
         async def main():
             async with rollbox.SandboxPool(size=1) as pool, pool.sandbox() as sb:
                 await sb.write_file("a.txt", "hello")
                 first = await sb.exec(["sh", "-c", "cat a.txt; echo made > b.txt"])
-                point = sb._impl._dir.mount_point
-                print(first.stdout_text, os.path.ismount(point), oct(point.parent.stat().st_mode & 0o777))
+                print(first.stdout_text, sb._impl._dir.held_as == sb._impl.id, held())
                 sb._impl._agent.alive = False  # the next command restarts the agent on the same tree
                 print((await sb.exec(["cat", "b.txt"])).stdout_text.strip())
-                await sb.reset(fresh=True)  # a new tree
-                print((await sb.exec(["ls", "-A"])).stdout_text == "", sb._impl._dir.mount_point.is_mount())
+                await sb.reset(fresh=True)  # a new tree, the old one released
+                print((await sb.exec(["ls", "-A"])).stdout_text == "", held())
+            print(held())
         asyncio.run(main())
     """)
-    env = {**os.environ, "ROLLBOX_ATTACHED_TREES": "1"}
+    env = {**os.environ, "ROLLBOX_HELD_TREES": "1"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["hello", "True", "0o700", "made", "True", "True"], done.stdout
+    assert done.stdout.split() == ["hello", "True", "1", "made", "True", "1", "0"], done.stdout
     assert not rollbox_mounts()
 
 

@@ -33,7 +33,7 @@ from ._limits import Limits, Network
 from ._native import agent_binary
 from ._seccomp import build_filter
 from ._spawner import Spawner
-from ._state import SANDBOX_UID, SandboxDir, StateDir, trees_attached
+from ._state import SANDBOX_UID, SandboxDir, StateDir
 
 __all__ = ["BwrapHost", "BwrapSandbox"]
 
@@ -253,16 +253,17 @@ class BwrapSandbox:
         program = build_filter(allow_inet=self.network is Network.LOOPBACK)
         os.write(seccomp_w, program)
         os.close(seccomp_w)
-        fs_fd = self._dir.fs_fd
+        fs_fd, held = self._dir.fs_fd, self._dir.held_as
         assert fs_fd is not None
-        # The launcher gets the agent's socket as fd 3, the filter as 4 and the detached tree as 5.
+        # The launcher gets the agent's socket as fd 3, the filter as 4, and the writable tree as 5: the host's
+        # detached mount, or the spawner's clone of the tree it holds.
+        passed = [sandbox_end.fileno(), seccomp_r, *([] if held else [fs_fd])]
         launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
-        launcher += ["--stage", str(self.host.state.stage)]
-        launcher += ["--fs-path", str(self._dir.mount_point)] if trees_attached() else ["--fs", "5"]
+        launcher += ["--stage", str(self.host.state.stage), "--fs-tree" if held else "--fs", "5"]
         argv = [*launcher, *self._root(), "--", self.host.bwrap, *self._bwrap_args(seccomp_fd=4)]
         argv += ["--", _AGENT_PATH, "serve", "3"]
         try:
-            process = await Spawner.get().spawn(argv, pass_fds=[sandbox_end.fileno(), seccomp_r, fs_fd])
+            process = await Spawner.get().spawn(argv, pass_fds=passed, tree=held)
         except SandboxError as exc:
             host_end.close()
             raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc

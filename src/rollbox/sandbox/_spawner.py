@@ -31,7 +31,8 @@ from ._native import agent_binary
 
 __all__ = ["Launched", "Spawner"]
 
-_MSG_SPAWN = 7
+_MSG_SPAWN, _MSG_HOLD, _MSG_RELEASE = 7, 8, 9
+_SPAWN_WITH_TREE = 1
 _HEADER = struct.Struct("<IIIIqqq")  # the agent's exec header; only type, argc and envc are read
 _ANSWER = struct.Struct("<i")
 _MAX_FDS = 6  # besides the reply socket and stderr (SPAWN_FDS in agent.c)
@@ -151,9 +152,18 @@ class Spawner:
         poller.register(self._pidfd, select.POLLIN)
         return not poller.poll(0)
 
-    async def spawn(self, argv: Sequence[str], *, pass_fds: Sequence[int] = (), cwd: str = "/") -> Launched:
+    @classmethod
+    def running(cls) -> Spawner | None:
+        """The spawner, if one is running (none is started)."""
+        current = cls._instance
+        return current if current is not None and current.alive else None
+
+    async def spawn(
+        self, argv: Sequence[str], *, pass_fds: Sequence[int] = (), cwd: str = "/", tree: str | None = None
+    ) -> Launched:
         """Start ``argv`` (a path, not looked up) in ``cwd`` with an empty environment, stdin and stdout on
-        /dev/null, stderr on a new pipe, and ``pass_fds`` as its fds 3, 4, ... in that order.
+        /dev/null, stderr on a new pipe, and ``pass_fds`` as its fds 3, 4, ... in that order; with ``tree``, a
+        clone of that held tree (see :meth:`hold`) as the fd after them.
 
         Raises:
             SandboxError: the spawner could not start it (the program not being runnable shows later, as a
@@ -161,8 +171,9 @@ class Spawner:
         """
         if len(pass_fds) > _MAX_FDS:
             raise ValueError(f"at most {_MAX_FDS} fds can be passed, got {len(pass_fds)}")
-        strings = [cwd, *argv]
-        message = _HEADER.pack(_MSG_SPAWN, len(argv), 0, 0, 0, 0, 0) + b"".join(s.encode() + b"\0" for s in strings)
+        strings = [cwd, *argv, *([tree] if tree is not None else [])]
+        header = _HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, _SPAWN_WITH_TREE if tree else 0, 0, 0, 0)
+        message = header + b"".join(s.encode() + b"\0" for s in strings)
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -181,6 +192,44 @@ class Spawner:
             if stderr_w >= 0:
                 os.close(stderr_w)
         return Launched(answer, pidfd, stderr_r)
+
+    def hold(self, tree_fd: int, name: str) -> None:
+        """Keep the detached mount ``tree_fd`` mounted under ``name`` (hexadecimal) in the spawner's own mount
+        namespace, for kernels that cannot clone a detached mount: the host's mount table stays as it is (each new
+        namespace copies it whole), and the tree goes with the spawner however rollbox ends.
+
+        Raises:
+            SandboxError: the spawner could not.
+        """
+        self._ask(_MSG_HOLD, name, [tree_fd], "hold a writable tree")
+
+    def release(self, name: str) -> None:
+        """Unmount the tree held under ``name``.
+
+        Raises:
+            SandboxError: the spawner could not (it holds no such tree).
+        """
+        self._ask(_MSG_RELEASE, name, [], "release a writable tree")
+
+    def _ask(self, kind: int, name: str, fds: list[int], what: str) -> None:
+        """One request answered at once (no fork): sent and waited for in place, within a bounded time."""
+        reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with reply, reply_theirs:
+            message = _HEADER.pack(kind, 0, 0, 0, 0, 0, 0) + name.encode() + b"\0"
+            rights = array.array("i", [reply_theirs.fileno(), *fds])
+            try:
+                self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+                reply_theirs.close()
+                poller = select.poll()
+                poller.register(reply, select.POLLIN)
+                data = reply.recv(_ANSWER.size) if poller.poll(_ANSWER_TIMEOUT_S * 1000) else b""
+            except OSError as exc:
+                raise SandboxError(f"rollbox's spawner could not {what}: {exc.strerror}") from exc
+        if len(data) != _ANSWER.size:
+            raise SandboxError(f"rollbox's spawner could not {what}: it did not answer")
+        (error,) = _ANSWER.unpack(data)
+        if error < 0:
+            raise SandboxError(f"rollbox's spawner could not {what}: {os.strerror(-error)}")
 
     def close(self) -> None:
         """Stop the spawner (what it started dies with it) and reap it (idempotent)."""

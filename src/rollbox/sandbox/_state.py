@@ -21,7 +21,8 @@ A sandbox's writable tree (workspace/, tmp/, shm/) is a size-limited tmpfs that 
 is a detached mount (``fsopen``/``fsmount``) held by an fd of the owning process, and attached only inside the
 sandbox's own mount namespace. So the host's mount table does not grow with the number of sandboxes (each new
 namespace copies it: that would make every start slower), and the tmpfs is freed when its owner dies, however it
-dies: a mount cannot leak.
+dies: a mount cannot leak. On kernels that cannot clone a detached mount (Linux 6.1, 6.12), the tree is instead
+mounted in the spawner's own mount namespace (:func:`trees_held`), which dies with the owner all the same.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from pathlib import Path
 
 from ._cgroup import Cgroup, CgroupTree
 from ._errors import SandboxError
+from ._spawner import Spawner
 
-__all__ = ["SandboxDir", "StateDir", "trees_attached"]
+__all__ = ["SandboxDir", "StateDir", "trees_held"]
 
 #: Host uids of sandboxes are UID_BASE + n: far above any login or system account.
 UID_BASE = 1_100_000
@@ -111,11 +113,10 @@ def _empty(path: str) -> None:
             os.close(fd)
 
 
-_SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429
+_SYS_OPEN_TREE = 428
 _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 430, 431, 432  # the same on x86_64 and asm-generic (aarch64)
 _FSOPEN_CLOEXEC = _FSMOUNT_CLOEXEC = 0x1
-_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0o2000000, 0x1000, 0x4
-_MNT_DETACH, _AT_FDCWD = 0x2, -100
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH = 0x1, 0o2000000, 0x1000
 _FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
 _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x2, 0x4
 _MS_NOSUID, _MS_NODEV = 0x2, 0x4
@@ -146,11 +147,12 @@ def detached_tmpfs(*, size_bytes: int, inodes: int) -> int:
 
 
 @functools.cache
-def trees_attached() -> bool:
-    """Whether sandboxes' writable trees are mounted on the host (under their state directory) instead of kept
-    detached: on kernels that cannot clone a detached mount (``open_tree(OPEN_TREE_CLONE)`` says EINVAL on Linux
-    6.1 and 6.12), the launcher binds the tree by its path. ``ROLLBOX_ATTACHED_TREES=1`` asks for it anywhere."""
-    if os.environ.get("ROLLBOX_ATTACHED_TREES") == "1":
+def trees_held() -> bool:
+    """Whether sandboxes' writable trees are held mounted in the spawner's own mount namespace (see
+    :meth:`Spawner.hold`) instead of kept detached: on kernels that cannot clone a detached mount
+    (``open_tree(OPEN_TREE_CLONE)`` says EINVAL on Linux 6.1 and 6.12), the spawner clones the held tree for each
+    launcher. ``ROLLBOX_HELD_TREES=1`` asks for it anywhere."""
+    if os.environ.get("ROLLBOX_HELD_TREES") == "1":
         return True
     fs = detached_tmpfs(size_bytes=1 << 16, inodes=16)
     try:
@@ -283,6 +285,7 @@ class SandboxDir:
         self._lock_fd = lock_fd
         #: The detached tmpfs's mount fd, while the sandbox has one.
         self.fs_fd: int | None = None
+        self._held = False
 
     @property
     def fs(self) -> Path:
@@ -309,23 +312,20 @@ class SandboxDir:
         (self.path / "cgroup").write_text(json.dumps({"version": cgroup.version, "paths": cgroup.paths}))
 
     @property
-    def mount_point(self) -> Path:
-        """Where the writable tree is mounted on the host when trees are attached (see :func:`trees_attached`),
-        in a directory only root may enter, so that no other user of the host reaches the sandbox's files."""
-        return self.path / "private" / "fs"
+    def held_as(self) -> str | None:
+        """The name the spawner holds the writable tree under (see :func:`trees_held`), or None."""
+        return self.path.name if self._held else None
 
     def make_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
-        """Make the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid."""
+        """Make the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid.
+
+        Raises:
+            SandboxError: the tmpfs could not be made, or (where trees are held) the spawner could not hold it.
+        """
         self.fs_fd = detached_tmpfs(size_bytes=size_bytes, inodes=max(1024, size_bytes // 4096))
-        if trees_attached():
-            self.mount_point.parent.mkdir(mode=0o700, exist_ok=True)
-            self.mount_point.mkdir(mode=0o700, exist_ok=True)
-            _check(
-                _libc.syscall(
-                    _SYS_MOVE_MOUNT, self.fs_fd, b"", _AT_FDCWD, bytes(self.mount_point), _MOVE_MOUNT_F_EMPTY_PATH
-                ),
-                f"mount the writable tree at {self.mount_point} (move_mount)",
-            )
+        if trees_held():
+            Spawner.get().hold(self.fs_fd, self.path.name)
+            self._held = True
         for name in ("workspace", "tmp", "shm"):
             d = self.fs / name
             d.mkdir(mode=0o755)
@@ -360,9 +360,12 @@ class SandboxDir:
         if self.fs_fd is not None:
             os.close(self.fs_fd)
             self.fs_fd = None
-        # An attached tree (this process's, or one a dead owner left): unmounted, never emptied by rmtree.
-        if os.path.ismount(self.mount_point):
-            _check(_libc.umount2(bytes(self.mount_point), _MNT_DETACH), f"unmount {self.mount_point}")
+        if self._held:
+            self._held = False
+            # A spawner that ended took the tree with it; a new one never held it.
+            if (spawner := Spawner.running()) is not None:
+                with contextlib.suppress(SandboxError):
+                    spawner.release(self.path.name)
 
     def destroy(self) -> None:
         """Kill and remove the cgroup, free the tmpfs, remove the directory, release the lock."""

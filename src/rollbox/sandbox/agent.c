@@ -1,11 +1,12 @@
 /*
- * rollbox-agent: the two small native pieces of rollbox's bubblewrap backend.
+ * rollbox-agent: the small native pieces of rollbox's sandboxes.
  *
- *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-path PATH] [OPERATION]... -- bwrap ARGS...
+ *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-tree FD] [OPERATION]... -- bwrap ARGS...
  *       Runs on the host, as root, between rollbox and bubblewrap. It makes a private mount namespace in
- *       which it builds the sandbox's whole root at DIR/root, for bubblewrap to bind at / (FD, a detached
- *       mount of the sandbox's writable tree, is attached at DIR/fs first; or PATH, where the host mounted it,
- *       on kernels that cannot clone a detached mount). The root is a small read-only tmpfs; the operations
+ *       which it builds the sandbox's whole root at DIR/root, for bubblewrap to bind at / (the sandbox's
+ *       writable tree is attached at DIR/fs first: a clone of --fs, the host's detached mount of it, or on
+ *       kernels that cannot clone a detached mount --fs-tree, a clone the spawner made of the tree it holds,
+ *       attached as it is). The root is a small read-only tmpfs; the operations
  *       fill it in order, each DEST an absolute path inside it, made with its missing parents:
  *           --ro SRC DEST       SRC bound at DEST, recursively, read-only, nosuid, nodev (the runtime, for
  *                               example a Python under /root, which the sandbox's uid could not traverse)
@@ -40,6 +41,9 @@
  *       the command's cwd, argv and env, and as SCM_RIGHTS a reply socket, the command's stderr and the fds it
  *       gets as 3, 4, ...; the reply is the command's pid (or -errno) with its pidfd. The kernel reaps what it
  *       starts. It dies with rollbox, and everything it started dies with it (parent-death signals).
+ *       On kernels that cannot clone a detached mount, HOLD keeps a sandbox's writable tree mounted in the
+ *       spawner's own mount namespace (made at the first HOLD; what it starts returns to the host's), RELEASE
+ *       unmounts it, and a SPAWN may ask for a clone of a held tree as its last fd.
  *
  * The agent is not trusted by the host: it runs as the sandbox's uid, and the program inside can change its
  * priority and limits. Every limit and every measurement that matters is enforced or taken by the host through
@@ -81,6 +85,10 @@ extern char **environ;
 #define MSG_ZYGOTE 4u         /* a header, cwd, argv, env and one fd (the zygote's socket); answered alike */
 #define MSG_EXEC 6u           /* on a spare's socket: the command (header rlimits unused), stdin, stdout, stderr */
 #define MSG_SPAWN 7u           /* to the spawner: a header, cwd, argv, env; fds: a reply socket, stderr, then fds 3.. */
+#define MSG_HOLD 8u            /* to the spawner: a header, a tree's name; fds: a reply socket, the tree */
+#define MSG_RELEASE 9u         /* to the spawner: a header, a tree's name; fds: a reply socket */
+#define SPAWN_WITH_TREE 1u     /* a SPAWN's seq: its first env string names a held tree, passed cloned as the last fd */
+#define HELD "/tmp"            /* where held trees are, in the spawner's own mount namespace */
 #define MSG_MAX (1u << 20)
 #define SPAWN_FDS 8
 
@@ -202,8 +210,8 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
 static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
-    const char *stage = NULL, *fs_path = NULL;
-    int fs = -1, i;
+    const char *stage = NULL;
+    int fs = -1, fs_tree = -1, i;
 
     /* The options first (the root's operations need them), then the root's operations, then "--". */
     for (i = 2; i + 1 < argc; i += 2) {
@@ -211,11 +219,11 @@ static int launch(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--stage")) stage = argv[i + 1];
         else if (!strcmp(argv[i], "--fs")) fs = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--fs-path")) fs_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--fs-tree")) fs_tree = atoi(argv[i + 1]);
         else break;
     }
     if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL) {
-        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-path PATH] "
+        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-tree FD] "
                    "[--ro SRC DEST | --rw SRC DEST | --dev NAME | --devpts DEST | --symlink TARGET DEST | "
                    "--dir DEST]... -- CMD...\n");
         return 125;
@@ -223,21 +231,20 @@ static int launch(int argc, char **argv) {
     if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
     if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
-    if (fs >= 0 || fs_path != NULL) {
+    if (fs >= 0 || fs_tree >= 0) {
         char target[4096];
         snprintf(target, sizeof target, "%s/fs", stage);
         if (mkdir(target, 0711) < 0) die(target);
+        int tree = fs_tree;
         if (fs >= 0) {
             /* A clone of the host's detached mount: the host keeps its own, to clone again after a restart. */
-            int tree = (int)syscall(SYS_open_tree, fs, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+            tree = (int)syscall(SYS_open_tree, fs, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
             if (tree < 0) die(errno == EINVAL ? "open_tree (this kernel cannot clone a detached mount: Linux 6.1 "
                                                 "cannot, 6.18 can)" : "open_tree");
-            if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
-            close(tree);
             close(fs);
-        } else if (mount(fs_path, target, NULL, MS_BIND | MS_REC, NULL) < 0) {
-            die(fs_path);
         }
+        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
+        close(tree);
     }
     struct root r = {.uid = uid, .gid = gid};
     snprintf(r.path, sizeof r.path, "%s/root", stage);
@@ -510,13 +517,30 @@ static int serve(int sock) {
     }
 }
 
-/* The child of a SPAWN request: stdin and stdout are the spawner's (/dev/null), FDS[1] becomes stderr and FDS[2..]
- * become 3, 4, ... (through copies above them all, so that no target overwrites a source), nothing else stays. */
-static void spawned(int *fds, int nfds, const char *cwd, char **args, char **env) {
-    int copies[SPAWN_FDS];
+/* The spawner's mount namespace, made at its first HOLD, and the host's, which everything it starts returns to. */
+static int host_mounts = -1;
+
+static int held_path(char *path, size_t size, const char *name) {
+    if (!*name || strspn(name, "0123456789abcdef") != strlen(name)) { errno = EINVAL; return -1; }
+    return snprintf(path, size, HELD "/%s", name) < (int)size ? 0 : -1;
+}
+
+/* The child of a SPAWN request: stdin and stdout are the spawner's (/dev/null), FDS[1] becomes stderr, FDS[2..]
+ * become 3, 4, ..., and a clone of the held tree TREE (if named) the next (all through copies above them all, so
+ * that no target overwrites a source); nothing else stays. It runs in the host's mount namespace. */
+static void spawned(int *fds, int nfds, const char *tree, const char *cwd, char **args, char **env) {
+    int copies[SPAWN_FDS + 1];
+    char path[4096];
     signal(SIGCHLD, SIG_DFL);  /* an ignored signal stays ignored across exec */
     for (int k = 1; k < nfds; k++)
         if ((copies[k] = fcntl(fds[k], F_DUPFD_CLOEXEC, 64)) < 0) die("F_DUPFD");
+    if (tree != NULL) {
+        if (held_path(path, sizeof path, tree) < 0) die(tree);
+        int flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE;
+        if ((copies[nfds] = (int)syscall(SYS_open_tree, AT_FDCWD, path, flags)) < 0) die(path);
+        nfds++;
+    }
+    if (host_mounts >= 0 && setns(host_mounts, CLONE_NEWNS) < 0) die("setns");
     for (int k = 1; k < nfds; k++)
         if (dup2(copies[k], k == 1 ? 2 : k + 1) < 0) die("dup2");
     if (syscall(SYS_close_range, nfds + 1, ~0U, 0) < 0) die("close_range");
@@ -525,6 +549,49 @@ static void spawned(int *fds, int nfds, const char *cwd, char **args, char **env
     execv(args[0], args);
     dprintf(2, "rollbox-agent: cannot execute %s: %s\n", args[0], strerror(errno));
     _exit(127);
+}
+
+/* Keep a sandbox's writable tree mounted in the spawner's own mount namespace, for kernels that cannot clone a
+ * detached mount: never in the host's (each new namespace copies the host's whole table), and gone with the
+ * spawner however it ends. */
+static int hold(const char *name, int tree) {
+    char path[4096];
+    if (host_mounts < 0) {
+        int host = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+        if (host < 0 || unshare(CLONE_NEWNS) < 0) return -errno;
+        host_mounts = host;
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return -errno;
+        if (mount("rollbox-held", HELD, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700") < 0) return -errno;
+    }
+    if (held_path(path, sizeof path, name) < 0 || mkdir(path, 0700) < 0) return -errno;
+    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+        int error = -errno;
+        rmdir(path);
+        return error;
+    }
+    return 0;
+}
+
+static int release(const char *name) {
+    char path[4096];
+    if (held_path(path, sizeof path, name) < 0 || umount2(path, MNT_DETACH) < 0 || rmdir(path) < 0) return -errno;
+    return 0;
+}
+
+static void answer(int reply, int32_t value, int fd) {
+    char cbuf[CMSG_SPACE(sizeof fd)];
+    struct iovec iov = {&value, sizeof value};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        msg.msg_control = cbuf;
+        msg.msg_controllen = sizeof cbuf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof fd);
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    sendmsg(reply, &msg, MSG_NOSIGNAL);  /* a caller that went away meanwhile: what it asked for dies with us */
 }
 
 static int spawner(int sock) {
@@ -544,7 +611,7 @@ static int spawner(int sock) {
     for (;;) {
         int fds[SPAWN_FDS];
         char cbuf[CMSG_SPACE(sizeof fds)];
-        struct iovec iov = {buf, sizeof buf};
+        struct iovec iov = {buf, sizeof buf - 1};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
         if (n == 0) return 0;
@@ -552,34 +619,36 @@ static int spawner(int sock) {
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         int nfds = c != NULL && c->cmsg_type == SCM_RIGHTS ? (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int)) : 0;
         struct exec_header h;
-        char *cwd, **args, **env;
-        if (nfds < 2 || parse_request(buf, (size_t)n, MSG_SPAWN, &h, &cwd, &args, &env) < 0) {
-            dprintf(2, "rollbox-agent: malformed spawn request\n");
+        if (nfds < 1 || (size_t)n < sizeof h) {
+            dprintf(2, "rollbox-agent: malformed spawner request\n");
             return 125;
         }
         memcpy(fds, CMSG_DATA(c), (size_t)nfds * sizeof(int));
+        memcpy(&h, buf, sizeof h);
+        buf[n] = '\0';
+        if (h.type == MSG_HOLD || h.type == MSG_RELEASE) {
+            const char *name = buf + sizeof h;
+            answer(fds[0], h.type == MSG_RELEASE ? release(name) : nfds == 2 ? hold(name, fds[1]) : -EINVAL, -1);
+            for (int k = 0; k < nfds; k++) close(fds[k]);
+            continue;
+        }
+        char *cwd, **args, **env;
+        if (nfds < 2 || parse_request(buf, (size_t)n, MSG_SPAWN, &h, &cwd, &args, &env) < 0 ||
+            (h.seq == SPAWN_WITH_TREE && h.envc == 0)) {
+            dprintf(2, "rollbox-agent: malformed spawn request\n");
+            return 125;
+        }
+        const char *tree = h.seq == SPAWN_WITH_TREE ? env[0] : NULL;
         pid_t pid = fork();
-        if (pid == 0) spawned(fds, nfds, cwd, args, env);
+        if (pid == 0) spawned(fds, nfds, tree, cwd, args, tree != NULL ? env + 1 : env);
         /* Its pidfd, taken before it can be reaped: rollbox can never signal a stranger that reused the pid. */
-        int32_t answer = pid < 0 ? -errno : pid;
+        int32_t value = pid < 0 ? -errno : pid;
         int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
         if (pid > 0 && pidfd < 0) {
-            answer = -errno;
+            value = -errno;
             kill(pid, SIGKILL);
         }
-        char rbuf[CMSG_SPACE(sizeof pidfd)];
-        struct iovec riov = {&answer, sizeof answer};
-        struct msghdr reply = {.msg_iov = &riov, .msg_iovlen = 1};
-        if (pidfd >= 0) {
-            reply.msg_control = rbuf;
-            reply.msg_controllen = sizeof rbuf;
-            struct cmsghdr *rc = CMSG_FIRSTHDR(&reply);
-            rc->cmsg_level = SOL_SOCKET;
-            rc->cmsg_type = SCM_RIGHTS;
-            rc->cmsg_len = CMSG_LEN(sizeof pidfd);
-            memcpy(CMSG_DATA(rc), &pidfd, sizeof pidfd);
-        }
-        sendmsg(fds[0], &reply, MSG_NOSIGNAL);  /* a caller that went away meanwhile: its process dies with us */
+        answer(fds[0], value, pidfd);
         if (pidfd >= 0) close(pidfd);
         for (int k = 0; k < nfds; k++) close(fds[k]);
         free(args);
