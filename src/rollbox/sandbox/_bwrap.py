@@ -4,9 +4,10 @@ What the program inside sees: a read-only root with the system directories and t
 (``python3`` on PATH), a size-limited writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net,
 cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
 
-Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``) → launcher
-(``agent.c launch``: builds the root, drops to the sandbox uid, reaps) → bubblewrap → agent (pid 1 inside, so that
-no signal from inside can kill or stop it; it reaps orphans) → one command at a time. Each command's first process
+Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``; it reaps what
+bubblewrap leaves) → launcher (``agent.c launch``: builds the root, drops to the sandbox uid, and becomes
+bubblewrap) → agent (pid 1 inside, so that no signal from inside can kill or stop it; it reaps orphans) → one
+command at a time. Each command's first process
 is forked ahead of the command (a spare, while the sandbox is idle) and moved into its cgroup before it execs, so
 everything the program runs is counted, limited and killed there. The spawner, the launcher, bubblewrap and the
 agent run nothing of the program's; each dies with its parent (parent-death signals from rollbox down), so none of

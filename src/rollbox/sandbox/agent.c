@@ -15,8 +15,8 @@
  *           --devpts DEST       a new instance of devpts
  *           --symlink T DEST    a symbolic link to T
  *           --dir DEST          an empty directory (a mount point for bubblewrap)
- *       It then drops every privilege to the sandbox's own unprivileged uid and runs bubblewrap as its
- *       child, reaping every process bubblewrap orphans. Nothing it mounts is visible to the host.
+ *       It then drops every privilege to the sandbox's own unprivileged uid and becomes bubblewrap (the
+ *       spawner reaps what bubblewrap leaves). Nothing it mounts is visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command bubblewrap starts. FD is a SOCK_SEQPACKET socket to the
@@ -263,26 +263,15 @@ static int launch(int argc, char **argv) {
     if (setgroups(0, NULL) < 0) die("setgroups");
     if (setresgid(gid, gid, gid) < 0) die("setresgid");
     if (setresuid(uid, uid, uid) < 0) die("setresuid");
-    /* Credential changes clear the parent-death signal; bubblewrap must not outlive rollbox. */
+    /* Credential changes clear the parent-death signal; bubblewrap must not outlive rollbox (it keeps it across
+     * the exec below, and sets its own). */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
     if (getppid() == 1) _exit(125);
-    /* bubblewrap's monitor exits without reaping the sandbox's init; as a subreaper we reap it, instead of
-     * leaving a zombie to a host pid 1 that may never reap (as in many containers). */
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) die("PR_SET_CHILD_SUBREAPER");
-    pid_t bwrap = fork();
-    if (bwrap < 0) die("fork");
-    if (bwrap == 0) {
-        execvp(argv[i + 1], &argv[i + 1]);
-        die(argv[i + 1]);
-    }
-    int status, code = 125;
-    for (;;) {
-        pid_t pid = wait(&status);
-        if (pid < 0 && errno == EINTR) continue;
-        if (pid < 0) break;
-        if (pid == bwrap) code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    return code;
+    /* Becoming bubblewrap, not its parent: one process fewer per sandbox (every pivot_root on the machine walks
+     * them all). What bubblewrap's monitor leaves unreaped goes to the spawner, a subreaper that reaps at once. */
+    execvp(argv[i + 1], &argv[i + 1]);
+    die(argv[i + 1]);
+    return 125;
 }
 
 /* Split a request (header, cwd, argv, env) in place; 0 when it is well formed. */
@@ -598,6 +587,9 @@ static int spawner(int sock) {
     static char buf[MSG_MAX];
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
     if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
+    /* bubblewrap's monitor exits without reaping the sandbox's init: as a subreaper we get it, and reap it, where
+     * a host pid 1 might never (as in many containers). */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) die("PR_SET_CHILD_SUBREAPER");
     /* What we start gets every signal's default action and mask, not rollbox's: Python ignores SIGPIPE and
      * SIGXFSZ, and glibc's posix_spawn ignores its two internal signals, which its signal() will not reset. The
      * kernel reaps what we start, and rollbox watches it through the pidfd we send. */
