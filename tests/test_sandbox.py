@@ -368,3 +368,41 @@ def test_a_new_state_directory_on_disk_gets_a_tmpfs_and_one_in_use_is_never_moun
     finally:
         while os.path.ismount(fresh):
             subprocess.run(["umount", "--lazy", str(fresh)], check=True)
+
+
+def test_dev_has_the_usual_devices_a_terminal_and_nothing_more_can_be_made() -> None:
+    names = ["null", "zero", "full", "random", "urandom", "tty"]
+    script = textwrap.dedent("""
+        import errno, json, os, pty, sys
+        found = {n: os.stat(f"/dev/{n}").st_rdev for n in sys.argv[1:] if os.path.exists(f"/dev/{n}")}
+        with open("/dev/null", "w") as f:
+            f.write("x")
+        zeros = open("/dev/zero", "rb").read(4)
+        try:
+            with open("/dev/full", "w") as f:
+                f.write("x")
+            full = "written"
+        except OSError as exc:
+            full = errno.errorcode[exc.errno]
+        made = []
+        for where in ("/dev/x", "/workspace/x", "/tmp/x"):
+            try:
+                os.mknod(where, 0o666 | 0o020000, os.makedev(1, 3))
+                made.append(where)
+            except OSError:
+                pass
+        master, slave = pty.openpty()
+        print(json.dumps({"found": found, "zeros": zeros.hex(), "full": full, "made": made, "tty": os.ttyname(slave)}))
+    """)
+
+    async def main() -> ExecResult:
+        async with Sandbox(limits=FAST) as sb:
+            return await sb.exec(["python3", "-c", script, *names])
+
+    result = asyncio.run(main())
+    assert result.ok, result
+    seen = json.loads(result.stdout_text)
+    assert seen["found"] == {n: os.stat(f"/dev/{n}").st_rdev for n in names}  # the host's devices, and all of them
+    assert seen["zeros"] == "00000000" and seen["full"] == "ENOSPC"
+    assert seen["made"] == []  # no device node anywhere: no capability, a read-only /dev, nodev trees
+    assert seen["tty"].startswith("/dev/pts/")

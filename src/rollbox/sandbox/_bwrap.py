@@ -310,7 +310,8 @@ class BwrapSandbox:
             "--cap-drop",
             "ALL",
         ]
-        # The root the launcher built, whole; "dev": its device nodes work (the root and the trees are nodev).
+        # The root the launcher built, whole; "dev": the device nodes in it work (it is read-only; what is bound
+        # in it, the writable trees included, is nodev).
         args += ["--dev-bind", f"{self.host.state.stage}/root", "/"]
         # The sandbox's own /proc; its sysctls (IPC limits, pid_max of its namespaces) stay read-only.
         args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]

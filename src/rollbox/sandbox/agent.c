@@ -11,7 +11,8 @@
  *           --ro SRC DEST       SRC bound at DEST, recursively, read-only, nosuid, nodev (the runtime, for
  *                               example a Python under /root, which the sandbox's uid could not traverse)
  *           --rw SRC DEST       the same, writable (directories made below it belong to the sandbox's uid)
- *           --dev NAME          the host's /dev/NAME at /dev/NAME (the root itself is nodev)
+ *           --dev NAME          a node for the host's character device /dev/NAME, mode 0666 (the root is
+ *                               the one filesystem of the sandbox without nodev, and it is read-only)
  *           --devpts DEST       a new instance of devpts
  *           --symlink T DEST    a symbolic link to T
  *           --dir DEST          an empty directory (a mount point for bubblewrap)
@@ -187,10 +188,14 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
         if (r->nwritable == 16) { dprintf(2, "rollbox-agent: too many --rw\n"); _exit(125); }
         bind_into(r, a, b, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
         r->writable[r->nwritable++] = b;
-    } else if (!strcmp(op, "--dev")) {  /* a device node of the host's, usable (the root itself is nodev) */
-        char src[4096];
+    } else if (!strcmp(op, "--dev")) {  /* a node for the host's device /dev/NAME, mode 0666 */
+        char src[4096], target[8192];
+        struct stat st;
         snprintf(src, sizeof src, "/dev/%s", a);
-        bind_into(r, src, src, MOUNT_ATTR_NOSUID);
+        if (stat(src, &st) < 0 || !S_ISCHR(st.st_mode)) die(src);
+        make_path(r, "/dev", 0);
+        snprintf(target, sizeof target, "%s%s", r->path, src);
+        if (mknod(target, S_IFCHR | 0666, st.st_rdev) < 0 || chmod(target, 0666) < 0) die(target);
     } else if (!strcmp(op, "--symlink")) {
         char target[8192];
         snprintf(target, sizeof target, "%s%s", r->path, b);
@@ -249,7 +254,8 @@ static int launch(int argc, char **argv) {
     struct root r = {.uid = uid, .gid = gid};
     snprintf(r.path, sizeof r.path, "%s/root", stage);
     if (mkdir(r.path, 0755) < 0) die(r.path);
-    if (mount("rollbox-root", r.path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=256k,nr_inodes=1024") < 0)
+    /* Not nodev: the device nodes --dev makes live here (read-only, nothing new can be made in it). */
+    if (mount("rollbox-root", r.path, "tmpfs", MS_NOSUID, "mode=0755,size=256k,nr_inodes=1024") < 0)
         die(r.path);
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (!root_operation(&r, argc, argv, &i)) {
@@ -259,7 +265,7 @@ static int launch(int argc, char **argv) {
     }
     if (i + 1 >= argc) { dprintf(2, "rollbox-agent: launch needs -- CMD...\n"); return 125; }
     /* Only the root itself: what is bound in it keeps its own attributes (the writable tree stays writable). */
-    if (mount(NULL, r.path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) die(r.path);
+    if (mount(NULL, r.path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL) < 0) die(r.path);
     if (setgroups(0, NULL) < 0) die("setgroups");
     if (setresgid(gid, gid, gid) < 0) die("setresgid");
     if (setresuid(uid, uid, uid) < 0) die("setresuid");
