@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify", "roomy_socketpair"]
 
 _MSG_SPARE, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET, _MSG_EXEC = 1, 2, 3, 4, 5, 6
-_EXEC_HEADER = struct.Struct("<IIIIqqq")
+EXEC_HEADER = struct.Struct("<IIIIqqq")  # agent.c's struct exec_header: the requests to the agent and the spawner
 _EXITED = struct.Struct("<IiqqII")  # type, wait status, CPU us, max RSS KiB, the spare's number, unused
 _WORD = struct.Struct("<I")  # one-word messages: ready, zygote started, reset done
 _MAX_REQUEST = 1 << 20
@@ -147,7 +147,7 @@ def roomy_socketpair() -> tuple[socket.socket, socket.socket]:
 
 def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0, seq: int = 0) -> bytes:
     cpu_time_s = max(1, int(limits.cpu_time_s + 0.999))
-    return _EXEC_HEADER.pack(kind, argc, envc, seq, cpu_time_s, limits.open_files, limits.effective_file_size_bytes)
+    return EXEC_HEADER.pack(kind, argc, envc, seq, cpu_time_s, limits.open_files, limits.effective_file_size_bytes)
 
 
 def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> bytes:

@@ -226,7 +226,7 @@ def _has(path: str) -> bool:
 class Cgroup:
     """One cgroup: the same path in each hierarchy (one on v2, memory + pids + cpuacct on v1).
 
-    Paths are plain strings: a command's cgroup is made, used and removed on every exec, on the hot path.
+    Paths are plain strings: a command's cgroup is made or passed on, and used, on every exec, on the hot path.
     """
 
     def __init__(self, version: int, mounts: dict[str, Path], paths: dict[str, str]) -> None:
@@ -313,10 +313,13 @@ class Cgroup:
         Raises:
             SandboxError: a limit could not be set.
         """
-        if self.pids():
-            return None
-        left = self._charged_bytes()
-        if left > most_left or not self._restart_peak():
+        try:
+            if self.pids():
+                return None
+            left = self._charged_bytes()
+            if left > most_left or not self._restart_peak():
+                return None
+        except OSError:  # gone, or not what it was: a fresh one serves
             return None
         self._set_memory_limit(memory_bytes + left)
         stats = self.stats()

@@ -25,7 +25,7 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from ._agent import resolve, roomy_socketpair
+from ._agent import EXEC_HEADER, resolve, roomy_socketpair
 from ._errors import SandboxError
 from ._native import agent_binary
 
@@ -33,7 +33,6 @@ __all__ = ["Launched", "Spawner"]
 
 _MSG_SPAWN, _MSG_HOLD, _MSG_RELEASE = 7, 8, 9
 _SPAWN_WITH_TREE = 1
-_HEADER = struct.Struct("<IIIIqqq")  # the agent's exec header; only type, argc and envc are read
 _ANSWER = struct.Struct("<i")
 _MAX_FDS = 6  # besides the reply socket and stderr (SPAWN_FDS in agent.c)
 _ANSWER_TIMEOUT_S = 10.0
@@ -172,7 +171,7 @@ class Spawner:
         if len(pass_fds) > _MAX_FDS:
             raise ValueError(f"at most {_MAX_FDS} fds can be passed, got {len(pass_fds)}")
         strings = [cwd, *argv, *([tree] if tree is not None else [])]
-        header = _HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, _SPAWN_WITH_TREE if tree else 0, 0, 0, 0)
+        header = EXEC_HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, _SPAWN_WITH_TREE if tree else 0, 0, 0, 0)
         message = header + b"".join(s.encode() + b"\0" for s in strings)
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
@@ -215,7 +214,7 @@ class Spawner:
         """One request answered at once (no fork): sent and waited for in place, within a bounded time."""
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with reply, reply_theirs:
-            message = _HEADER.pack(kind, 0, 0, 0, 0, 0, 0) + name.encode() + b"\0"
+            message = EXEC_HEADER.pack(kind, 0, 0, 0, 0, 0, 0) + name.encode() + b"\0"
             rights = array.array("i", [reply_theirs.fileno(), *fds])
             try:
                 self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
