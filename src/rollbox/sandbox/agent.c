@@ -514,10 +514,12 @@ static int serve(int sock) {
 
 /* The spawner's mount namespace, made at its first HOLD, and the host's, which everything it starts returns to. */
 static int host_mounts = -1;
+static int holding = 0;  /* the tmpfs for held trees is mounted, in the spawner's own namespace */
 
 static int held_path(char *path, size_t size, const char *name) {
     if (!*name || strspn(name, "0123456789abcdef") != strlen(name)) { errno = EINVAL; return -1; }
-    return snprintf(path, size, HELD "/%s", name) < (int)size ? 0 : -1;
+    if (snprintf(path, size, HELD "/%s", name) >= (int)size) { errno = ENAMETOOLONG; return -1; }
+    return 0;
 }
 
 /* The child of a SPAWN request: stdin and stdout are the spawner's (/dev/null), FDS[1] becomes stderr, FDS[2..]
@@ -530,7 +532,8 @@ static void spawned(int *fds, int nfds, const char *tree, const char *cwd, char 
     for (int k = 1; k < nfds; k++)
         if ((copies[k] = fcntl(fds[k], F_DUPFD_CLOEXEC, 64)) < 0) die("F_DUPFD");
     if (tree != NULL) {
-        if (held_path(path, sizeof path, tree) < 0) die(tree);
+        if (!holding) errno = EINVAL;
+        if (!holding || held_path(path, sizeof path, tree) < 0) die(tree);
         int flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE;
         if ((copies[nfds] = (int)syscall(SYS_open_tree, AT_FDCWD, path, flags)) < 0) die(path);
         nfds++;
@@ -553,10 +556,18 @@ static int hold(const char *name, int tree) {
     char path[4096];
     if (host_mounts < 0) {
         int host = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
-        if (host < 0 || unshare(CLONE_NEWNS) < 0) return -errno;
+        if (host < 0) return -errno;
+        if (unshare(CLONE_NEWNS) < 0) {
+            int error = -errno;
+            close(host);
+            return error;
+        }
         host_mounts = host;
+    }
+    if (!holding) {  /* never a directory on the host's HELD: only in a tmpfs of our own */
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return -errno;
         if (mount("rollbox-held", HELD, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700") < 0) return -errno;
+        holding = 1;
     }
     if (held_path(path, sizeof path, name) < 0 || mkdir(path, 0700) < 0) return -errno;
     if (syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
@@ -569,6 +580,7 @@ static int hold(const char *name, int tree) {
 
 static int release(const char *name) {
     char path[4096];
+    if (!holding) return -EINVAL;  /* HELD is the host's then: nothing there is ours */
     if (held_path(path, sizeof path, name) < 0 || umount2(path, MNT_DETACH) < 0 || rmdir(path) < 0) return -errno;
     return 0;
 }
