@@ -8,6 +8,8 @@ import os
 import signal
 import threading
 
+import pytest
+
 from rollbox import Limits, Sandbox
 from rollbox.sandbox._spawner import Spawner
 
@@ -81,3 +83,27 @@ def test_a_killed_spawner_is_replaced_for_the_next_sandbox() -> None:
             return (await sb.exec(["true"])).ok
 
     assert asyncio.run(main())
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+def test_a_forked_child_never_stops_its_parents_spawner() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        sb = Sandbox(limits=FAST)
+        loop.run_until_complete(sb.__aenter__())
+        before = sb._impl.agent.pid  # type: ignore[union-attr]
+        inherited = Spawner.running()
+        assert inherited is not None
+        child = os.fork()
+        if child == 0:  # what the child's exit would run (atexit): the parent's spawner must live on
+            try:
+                inherited.close()
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)  # by pid: the process this test forked
+        result = loop.run_until_complete(sb.exec(["true"]))
+        after = sb._impl.agent.pid  # type: ignore[union-attr]
+        loop.run_until_complete(sb.close())
+    finally:
+        loop.close()
+    assert result.ok and before == after, result  # the same agent: nothing was killed and restarted

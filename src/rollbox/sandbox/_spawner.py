@@ -129,6 +129,7 @@ class Spawner:
             theirs.close()
         self._sock = ours
         self._pidfd = os.pidfd_open(self.pid)
+        self._owner = os.getpid()
         atexit.register(self.close)
 
     @classmethod
@@ -136,7 +137,7 @@ class Spawner:
         """The running spawner (a new one when the last has ended, which is then reaped)."""
         with _STARTING:  # event loops in two threads: one spawner
             current = cls._instance
-            if current is None or not current.alive:
+            if current is None or not current.alive or current._owner != os.getpid():
                 if current is not None:
                     current.close()
                 cls._instance = current = cls()
@@ -153,9 +154,9 @@ class Spawner:
 
     @classmethod
     def running(cls) -> Spawner | None:
-        """The spawner, if one is running (none is started)."""
+        """This process's spawner, if one is running (none is started)."""
         current = cls._instance
-        return current if current is not None and current.alive else None
+        return current if current is not None and current.alive and current._owner == os.getpid() else None
 
     async def spawn(
         self, argv: Sequence[str], *, pass_fds: Sequence[int] = (), cwd: str = "/", tree: str | None = None
@@ -236,10 +237,11 @@ class Spawner:
             return
         atexit.unregister(self.close)
         self._sock.close()
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+        if os.getpid() == self._owner:  # a forked child has copies of the parent's, not a spawner of its own
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
         os.close(self._pidfd)
 
 
