@@ -29,7 +29,18 @@ from ._streams import OutputCapture, StdinFeeder
 if TYPE_CHECKING:
     from ._spawner import Launched
 
-__all__ = ["AgentConnection", "ExecGroup", "ExecRequest", "Exited", "Spare", "Usage", "classify", "roomy_socketpair"]
+__all__ = [
+    "EXEC_HEADER",
+    "AgentConnection",
+    "ExecGroup",
+    "ExecRequest",
+    "Exited",
+    "Spare",
+    "Usage",
+    "classify",
+    "resolve",
+    "roomy_socketpair",
+]
 
 _MSG_SPARE, _MSG_READY, _MSG_EXITED, _MSG_ZYGOTE, _MSG_RESET, _MSG_EXEC = 1, 2, 3, 4, 5, 6
 EXEC_HEADER = struct.Struct("<IIIIqqq")  # agent.c's struct exec_header: the requests to the agent and the spawner
