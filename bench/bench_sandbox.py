@@ -14,7 +14,7 @@ The cases run in rounds: each round runs N iterations of every case, the order r
 so that the noise of a shared machine falls on all cases alike. Warm-up iterations run first and are
 discarded. The targets are printed beside the results with PASS or MISS; nothing is asserted.
 
-Needs what the bwrap backend needs: root, bubblewrap and cgroups.
+Needs what rollbox's namespaces backend needs (root, cgroups), and bubblewrap for the peer.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import rollbox
-from rollbox.sandbox._bwrap import BwrapHost
+from rollbox.sandbox._namespaces import NamespaceHost
 
 TRUE = "/usr/bin/true"
 CREATE_EXEC_DESTROY = "create+exec+destroy"
@@ -157,7 +158,7 @@ def _targets(stats: dict[str, Stats]) -> list[dict[str, Any]]:
     ]
 
 
-def _machine(host: BwrapHost) -> dict[str, str]:
+def _machine(host: NamespaceHost, bwrap: str) -> dict[str, str]:
     def output(*argv: str) -> str:
         try:
             return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.strip()
@@ -167,7 +168,7 @@ def _machine(host: BwrapHost) -> dict[str, str]:
     return {
         "cpus": str(len(os.sched_getaffinity(0))),
         "kernel": platform.release(),
-        "bwrap": output(host.bwrap, "--version"),
+        "bwrap": output(bwrap, "--version"),
         "cgroup": f"v{host.cgroups.version}",
         "python": platform.python_version(),
         "rollbox": output("git", "-C", str(Path(__file__).parent), "describe", "--always", "--dirty"),
@@ -178,8 +179,11 @@ def _machine(host: BwrapHost) -> dict[str, str]:
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
-    host = BwrapHost.get()
-    machine = _machine(host)
+    host = NamespaceHost.get()
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SystemExit("the peer, bubblewrap, is not installed: apt-get install bubblewrap")
+    machine = _machine(host, bwrap)
     print("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
     print(
         f"{args.rounds} rounds x {args.iterations} iterations per case, interleaved; "
@@ -187,7 +191,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     async with rollbox.Sandbox() as live:
-        samples = await _measure(_cases(live, host.bwrap), iterations=args.iterations, rounds=args.rounds)
+        samples = await _measure(_cases(live, bwrap), iterations=args.iterations, rounds=args.rounds)
     stats = {name: Stats.of([t for r in rounds for t in r]) for name, rounds in samples.items()}
     print()
     print(_table(stats))
@@ -224,7 +228,7 @@ def main() -> None:
     try:
         report = asyncio.run(_main(args))
     except rollbox.IsolationUnavailable as exc:
-        raise SystemExit(f"cannot benchmark rollbox's bwrap backend here: {exc}") from exc
+        raise SystemExit(f"cannot benchmark rollbox's namespaces backend here: {exc}") from exc
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
         print(f"\nraw numbers written to {args.json}")

@@ -1,4 +1,4 @@
-"""Attacks on the bubblewrap sandbox, run for real: bombs, floods, escapes, and the host file API.
+"""Attacks on the sandbox, run for real: bombs, floods, escapes, and the host file API.
 
 Every test runs hostile code in a real sandbox with small limits and asserts the exact status the attack
 must end with, and, where the attack aims outside the sandbox, that the host is untouched. Run the module
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -35,8 +37,8 @@ import pytest
 import rollbox
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 
-if shutil.which("bwrap") is None or os.geteuid() != 0:
-    pytest.skip("the attacks need the bwrap backend: bubblewrap installed and root", allow_module_level=True)
+if os.geteuid() != 0:
+    pytest.skip("the attacks need the namespaces backend, which needs root", allow_module_level=True)
 
 pytestmark = pytest.mark.adversarial
 
@@ -475,7 +477,7 @@ def test_python_beyond_file_size_limit_hits_disk_limit() -> None:
 
 def test_dev_is_read_only_so_it_cannot_bypass_the_disk_limit() -> None:
     async def body(sb: Sandbox) -> tuple[ExecResult, ExecResult]:
-        # /dev is a tmpfs of bubblewrap's own, outside the disk limit: writing there must fail outright.
+        # /dev is in the root's tmpfs, outside the disk limit: writing there must fail outright.
         fill = await sb.exec(sh("for i in 1 2 3 4; do dd if=/dev/zero of=/dev/fill$i bs=1M count=8 || exit 1; done"))
         seen = await sb.exec(sh("ls /dev/fill1"))
         return fill, seen
@@ -881,6 +883,72 @@ def test_no_capabilities_no_new_privileges_and_seccomp() -> None:
         "NoNewPrivs": "1",
         "Seccomp": "2",
     }
+
+
+def test_the_sandbox_sees_only_its_own_mounts() -> None:
+    # The host's tree went with the old root, detached after the pivot: none of its mounts is left in the
+    # sandbox's namespace, hidden under another or not.
+    from rollbox.sandbox._namespaces import _SYSTEM_DIRS, NamespaceHost
+
+    result = exec_once(["cat", "/proc/self/mountinfo"])
+    assert result.status is Status.OK, explain(result)
+    points = [line.split()[4] for line in result.stdout_text.splitlines()]
+    expected = {"/", "/etc", "/proc", "/proc/sys", "/dev/pts", "/workspace", "/tmp", "/dev/shm"}
+    expected |= {"/opt/rollbox/agent", "/opt/rollbox/zygote.py", *NamespaceHost.get().runtime_binds}
+    expected |= {d for d in _SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)}
+    assert len(points) == len(set(points)) and set(points) <= expected, points
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
+    # Its user namespace belongs to root, not to its host uid (whose processes would hold every capability in it);
+    # the launcher that made it waits as that uid, unprivileged; and no user namespace can be made inside.
+    ns_get_owner_uid = 0xB704
+
+    async def body(sb: Sandbox) -> tuple[ExecResult, int, dict[str, str], int]:
+        result = await sb.exec(["cat", "/proc/sys/user/max_user_namespaces"])
+        agent = sb._impl.agent.pid  # type: ignore[union-attr]
+        assert agent is not None
+        fd = os.open(f"/proc/{agent}/ns/user", os.O_RDONLY)
+        try:
+            owner = int.from_bytes(fcntl.ioctl(fd, ns_get_owner_uid, bytes(4)), sys.byteorder)
+        finally:
+            os.close(fd)
+        launcher = Path(f"/proc/{_parent(agent)}/status").read_text().splitlines()
+        return result, owner, dict(line.split(":\t", 1) for line in launcher), sb._impl.uid  # type: ignore[union-attr]
+
+    result, owner, launcher, uid = with_sandbox(body)
+    assert result.stdout_text == "0\n", explain(result)
+    assert owner == 0
+    assert launcher["Uid"].split() == [str(uid)] * 4 and launcher["Gid"].split() == [str(uid)] * 4
+    assert int(launcher["CapEff"], 16) == 0 and int(launcher["CapPrm"], 16) == 0
+
+
+def test_the_sandbox_dies_with_its_launcher() -> None:
+    # The launcher is what rollbox watches and kills: the agent and the command must not outlive it (parent-death
+    # signal; rollbox may start a new sandbox meanwhile, whose processes are not these).
+    # The command was killed by the host, not by itself: that is rollbox's failure, never the program's.
+    async def body(sb: Sandbox) -> tuple[ExecResult, set[int], ExecResult]:
+        agent = sb._impl.agent.pid  # type: ignore[union-attr]
+        assert agent is not None
+        command = asyncio.ensure_future(sb.exec(sh("sleep 30 & sleep 30")))
+        await asyncio.sleep(0.5)
+        doomed = _own_sandbox_processes()
+        assert agent in doomed and len(doomed) >= 4  # the launcher, the agent, the shell and its two sleeps
+        os.kill(_parent(agent), signal.SIGKILL)  # started by this test, through rollbox, and signalled by pid
+        result = await asyncio.wait_for(command, 10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and doomed & _own_sandbox_processes():
+            await asyncio.sleep(0.05)
+        return result, doomed & _own_sandbox_processes(), await sb.exec(["echo", "again"])
+
+    result, left, after = with_sandbox(body)
+    assert result.status is Status.INFRA_ERROR and "outside the sandbox" in (result.error or ""), explain(result)
+    assert left == set()
+    assert after.ok and after.stdout == b"again\n", explain(after)  # restarted
 
 
 # ------------------------------------------------------------------------------------------ descriptors

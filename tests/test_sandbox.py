@@ -160,19 +160,20 @@ def test_close_leaves_nothing_behind() -> None:
 
 def test_a_sandbox_that_cannot_start_says_why_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import STATE_DIR
-    from rollbox.sandbox._bwrap import BwrapHost
+    from rollbox.sandbox._namespaces import NamespaceHost
 
     def sandbox_dirs() -> set[Path]:
         return set((STATE_DIR / "sandboxes").glob("*"))
 
     before = sandbox_dirs()
-    monkeypatch.setattr(BwrapHost.get(), "bwrap", "/nonexistent/bwrap")
+    # An interpreter prefix that vanished: the launcher cannot bind it into the root.
+    monkeypatch.setattr(NamespaceHost.get(), "runtime_binds", ["/nonexistent/runtime"])
 
     async def main() -> None:
         async with Sandbox(limits=FAST):
             pass
 
-    with pytest.raises(rollbox.SandboxError, match=r"failed to start: .*/nonexistent/bwrap: No such file"):
+    with pytest.raises(rollbox.SandboxError, match=r"failed to start: .*/nonexistent/runtime: No such file"):
         asyncio.run(main())
     assert sandbox_dirs() == before
 

@@ -124,9 +124,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--stdin", type=Path, metavar="FILE", help="feed FILE to the command's stdin")
     p.add_argument(
         "--backend",
-        choices=["bwrap", "process"],
-        default="bwrap",
-        help="bwrap (default) or process (rlimits only: NOT a security boundary)",
+        choices=["namespaces", "process"],
+        default="namespaces",
+        help="namespaces (default) or process (rlimits only: NOT a security boundary)",
     )
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...", help="the command and its arguments")
     p.set_defaults(run=_run)

@@ -106,7 +106,7 @@ class ExecGroup(Protocol):
         """The final resource report (after ``kill``)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Spare:
     """The next command's process, forked and placed in its group ahead of the command, waiting for it."""
 
@@ -116,6 +116,8 @@ class Spare:
     pid: int
     #: Its number on this connection, which its exit report carries.
     seq: int
+    #: Set by :meth:`AgentConnection.run` once the command started in it (it said so before its exec).
+    started: bool = False
 
 
 def classify(
@@ -181,10 +183,16 @@ def resolve(future: asyncio.Future[None]) -> None:
 class AgentConnection:
     """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
 
-    def __init__(self, sock: socket.socket, process: Launched | None, *, with_parent: bool = True) -> None:
+    def __init__(
+        self, sock: socket.socket, process: Launched | None, *, with_parent: bool = True, out_of_reach: bool = False
+    ) -> None:
+        """``with_parent``: the helper's parent is checked with it (see ``unchanged``). ``out_of_reach``: nothing
+        the program does can kill or stop the helper (the agent as pid 1 of its own pid namespace), so its death
+        during a command is the host's doing, an ``infra_error``, where otherwise it is the program's."""
         self._sock = sock
         self._process = process
         self._with_parent = with_parent
+        self._out_of_reach = out_of_reach
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
         self._spares = 0  # spares asked for so far: each one's number
@@ -217,7 +225,7 @@ class AgentConnection:
         """Wait for the agent's hello.
 
         Raises:
-            SandboxError: the sandbox did not start; the message carries what bubblewrap or the launcher said.
+            SandboxError: the sandbox did not start; the message carries what the launcher said.
         """
         try:
             message = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
@@ -247,13 +255,20 @@ class AgentConnection:
         except (OSError, TimeoutError) as exc:
             host_end.close()
             raise SandboxError(f"the sandbox's agent did not start the zygote: {exc}") from exc
+        except BaseException:  # cancelled: the sandbox is closing
+            host_end.close()
+            raise
         finally:
             zygote_end.close()
         if answer != _WORD.pack(_MSG_ZYGOTE):
             host_end.close()
             raise SandboxError("the sandbox's agent could not start the zygote")
         zygote = AgentConnection(host_end, None, with_parent=False)
-        await zygote.wait_ready()
+        try:
+            await zygote.wait_ready()
+        except BaseException:
+            zygote.close()
+            raise
         return zygote
 
     @property
@@ -262,7 +277,7 @@ class AgentConnection:
         return self.alive and self.pid is not None and self._fingerprints() == self.fingerprint is not None
 
     def _fingerprints(self) -> tuple[tuple[str, ...] | None, ...] | None:
-        """The helper's fingerprint and its parent's (for the agent: bubblewrap, outside the sandbox's pid namespace
+        """The helper's fingerprint and its parent's (for the agent: the launcher, outside the sandbox's pid namespace
         and so out of the program's reach, checked all the same; the zygote's parent is the agent, checked on its
         own)."""
         if self.pid is None:
@@ -296,7 +311,7 @@ class AgentConnection:
         self.reap()
 
     def shutdown(self) -> None:
-        """Close the control socket: the agent, then bubblewrap, then the launcher exit (idempotent)."""
+        """Close the control socket: the agent, then the launcher exit (idempotent)."""
         if self._sock.fileno() >= 0:
             with contextlib.suppress(ValueError, RuntimeError):
                 self._loop.remove_reader(self._sock.fileno())
@@ -418,7 +433,7 @@ class AgentConnection:
                 self.alive = False
                 raise
             try:
-                started = spare.sync.recv(1, socket.MSG_DONTWAIT) == b"x"
+                spare.started = started = spare.sync.recv(1, socket.MSG_DONTWAIT) == b"x"
             except OSError:
                 started = False
         if not started:  # it died before the command started (something outside killed it while it waited)
@@ -520,8 +535,11 @@ class AgentConnection:
                 await asyncio.wait_for(capture.eof, _CLEANUP_TIMEOUT_S)
             except TimeoutError:
                 capture.close()
-        if exited is None and not self.alive and killed_for[:1] == [Status.SIGNALED]:
-            killed_for.clear()
+        if exited is None and self._out_of_reach and not killed_for:
+            return ExecResult.infra_error(
+                "the sandbox's agent was killed or stopped from outside the sandbox during the command (the host's "
+                "OOM killer, or a signal to its launcher); the sandbox restarts"
+            )
         usage = group.usage(exited)
         if disk_full() and not full_before:
             usage = Usage(usage.cpu_s, usage.peak_memory_bytes, usage.oom_kills, usage.pids_limit_hits, True)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,12 +38,6 @@ def _read(path: str) -> str | None:
 
 def _static_checks() -> list[Check]:
     checks: list[Check] = []
-    bwrap = shutil.which("bwrap")
-    if bwrap:
-        version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False).stdout.strip()
-        checks.append(Check("bubblewrap", True, f"{version} at {bwrap}"))
-    else:
-        checks.append(Check("bubblewrap", False, "not installed", "apt-get install bubblewrap"))
     root = os.geteuid() == 0
     checks.append(
         Check(
@@ -55,29 +47,18 @@ def _static_checks() -> list[Check]:
             None if root else "run rollbox as root (it manages cgroups and mounts)",
         )
     )
+    # rollbox makes the namespaces as root: limits on unprivileged user namespaces (Debian's sysctl, AppArmor's
+    # restriction) do not apply; this one does.
     max_ns = _read("/proc/sys/user/max_user_namespaces")
-    userns_ok = max_ns not in (None, "0") and _read("/proc/sys/kernel/unprivileged_userns_clone") in (
-        None,
-        "1",
-    )
+    userns_ok = max_ns not in (None, "0")
     checks.append(
         Check(
             "user namespaces",
             userns_ok,
             f"user.max_user_namespaces={max_ns}",
-            None if userns_ok else "sysctl -w user.max_user_namespaces=65536 kernel.unprivileged_userns_clone=1",
+            None if userns_ok else "sysctl -w user.max_user_namespaces=65536",
         )
     )
-    restricted = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-    if restricted is not None:
-        checks.append(
-            Check(
-                "apparmor userns restriction",
-                restricted == "0",
-                f"kernel.apparmor_restrict_unprivileged_userns={restricted}",
-                None if restricted == "0" else "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
-            )
-        )
     try:
         tree = CgroupTree.detect()
         parents = ", ".join(f"{c or 'unified'}:{p}" for c, p in tree.parents.items())
@@ -87,7 +68,7 @@ def _static_checks() -> list[Check]:
     try:
         checks.append(Check("native agent", True, f"built at {agent_binary()}"))
     except RollboxError as exc:
-        checks.append(Check("native agent", False, str(exc), "apt-get install gcc"))
+        checks.append(Check("native agent", False, str(exc), "apt-get install gcc libc6-dev (or set CC)"))
     return checks
 
 
@@ -143,7 +124,7 @@ async def _sandbox_checks() -> list[Check]:
                 name.replace("_", " "),
                 ok,
                 "verified inside a sandbox" if ok else "NOT in force",
-                None if ok else "report this: the bwrap backend should always give it",
+                None if ok else "report this: the namespaces backend should always give it",
             )
         )
     return checks

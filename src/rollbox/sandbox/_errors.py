@@ -5,8 +5,8 @@ a result value (:class:`rollbox.ExecResult` with a :class:`rollbox.Status`). Exc
 rollbox or its host that happen before anything ran, and for misuse of the API::
 
     RollboxError
-    ├── IsolationUnavailable     this machine cannot give the isolation asked for (bubblewrap missing,
-    │                            no user namespaces, no usable cgroup, unsupported architecture, ...)
+    ├── IsolationUnavailable     this machine cannot give the isolation asked for (not root, no C
+    │                            compiler, no user namespaces, no usable cgroup, unsupported architecture, ...)
     ├── SandboxError             the sandbox could not be built, or broke in a way that is rollbox's fault
     └── SandboxStateError        the API was misused (exec on a closed sandbox, re-entering a sandbox)
 

@@ -53,7 +53,7 @@ class SandboxPool:
         size: int,
         limits: Limits | None = None,
         network: Network | str = Network.NONE,
-        backend: Backend = "bwrap",
+        backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
     ) -> None:
         if size < 1:

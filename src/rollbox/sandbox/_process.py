@@ -80,7 +80,7 @@ class ProcessSandbox:
         warnings.warn(
             "rollbox's 'process' backend is NOT a security boundary: the program runs as you, sees your files "
             "and network, and only time, CPU, open files, file size and output are limited. Use the default "
-            "'bwrap' backend for untrusted code.",
+            "'namespaces' backend for untrusted code.",
             InsecureBackendWarning,
             stacklevel=3,
         )

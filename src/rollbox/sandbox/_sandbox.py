@@ -19,16 +19,16 @@ from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
 from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare
-from ._bwrap import PATH, BwrapSandbox
 from ._errors import SandboxError, SandboxStateError
 from ._files import read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
 from ._limits import Limits, Network
+from ._namespaces import PATH, NamespaceSandbox
 from ._process import ProcessSandbox
 from ._result import ExecResult, Status
 
 __all__ = ["Backend", "Sandbox", "run"]
 
-Backend = Literal["bwrap", "process"]
+Backend = Literal["namespaces", "process"]
 
 
 class _Backend(Protocol):
@@ -64,7 +64,7 @@ class Sandbox:
     Args:
         limits: What every command may use (defaults: :class:`Limits`).
         network: ``"none"`` (default) or ``"loopback"`` (a loopback of the sandbox's own).
-        backend: ``"bwrap"`` (default) or ``"process"`` (rlimits only; not a security boundary, warns).
+        backend: ``"namespaces"`` (default) or ``"process"`` (rlimits only; not a security boundary, warns).
         env: Extra environment variables for every command (nothing of the host's environment is passed).
 
     Raises:
@@ -77,7 +77,7 @@ class Sandbox:
         *,
         limits: Limits | None = None,
         network: Network | str = Network.NONE,
-        backend: Backend = "bwrap",
+        backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.limits = limits or Limits()
@@ -85,10 +85,10 @@ class Sandbox:
             self.network = Network(network)
         except ValueError:
             raise ValueError(f"unknown network {network!r}: expected 'none' or 'loopback'") from None
-        if backend not in ("bwrap", "process"):
-            raise ValueError(f"unknown backend {backend!r}: expected 'bwrap' or 'process'")
+        if backend not in ("namespaces", "process"):
+            raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'")
         if backend == "process" and self.network is not Network.NONE:
-            raise ValueError("the process backend cannot give a private loopback: use backend='bwrap'")
+            raise ValueError("the process backend cannot give a private loopback: use backend='namespaces'")
         self.backend: Backend = backend
         self._extra_env = dict(env or {})
         self._impl: _Backend | None = None
@@ -105,7 +105,7 @@ class Sandbox:
         if self._state is not _State.NEW:
             raise SandboxStateError(f"this sandbox is {self._state.value}; a Sandbox can be entered only once")
         impl: _Backend = (
-            BwrapSandbox(self.limits, self.network) if self.backend == "bwrap" else ProcessSandbox(self.limits)
+            NamespaceSandbox(self.limits, self.network) if self.backend == "namespaces" else ProcessSandbox(self.limits)
         )
         await impl.start()
         self._impl = impl
@@ -191,10 +191,10 @@ class Sandbox:
         return self._impl
 
     def _environment(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        home = "/workspace" if self.backend == "bwrap" else os.path.join(self._open().writable_root, "workspace")
-        tmp = "/tmp" if self.backend == "bwrap" else os.path.join(self._open().writable_root, "tmp")
+        home = "/workspace" if self.backend == "namespaces" else os.path.join(self._open().writable_root, "workspace")
+        tmp = "/tmp" if self.backend == "namespaces" else os.path.join(self._open().writable_root, "tmp")
         env = {
-            "PATH": PATH if self.backend == "bwrap" else os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": PATH if self.backend == "namespaces" else os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": home,
             "TMPDIR": tmp,
             "LANG": "C.UTF-8",
@@ -254,21 +254,22 @@ class Sandbox:
         )
         async with self._lock:
             impl = self._open()
-            result = await self._run(impl, request, warm_python)
-            if result.status is Status.INFRA_ERROR and self._never_started(impl, warm_python):
+            result, started = await self._run(impl, request, warm_python)
+            if result.status is Status.INFRA_ERROR and not started and self._helper_dead(impl, warm_python):
                 # The agent (or zygote) failed to start the command, and nothing of it ran: an earlier command may
                 # have stopped or crippled it. It has been marked dead; a fresh one gets one more try.
-                result = await self._run(impl, request, warm_python)
+                result, _ = await self._run(impl, request, warm_python)
             return result
 
     @staticmethod
-    def _never_started(impl: _Backend, warm_python: bool) -> bool:
+    def _helper_dead(impl: _Backend, warm_python: bool) -> bool:
         return not (impl.agent_alive and (not warm_python or impl.zygote_alive))
 
-    async def _run(self, impl: _Backend, request: ExecRequest, warm_python: bool) -> ExecResult:
+    async def _run(self, impl: _Backend, request: ExecRequest, warm_python: bool) -> tuple[ExecResult, bool]:
+        """The command's result, and whether it started (a command that did is never run again)."""
         spare = await self._take_spare(impl, warm_python)
         if isinstance(spare, ExecResult):
-            return spare
+            return spare, False
         try:
             result = await spare.runner.run(spare, request, self.limits, impl.disk_full)
         except SandboxError as exc:
@@ -278,7 +279,7 @@ class Sandbox:
             raise
         # The command's group is empty now (the command's end killed it); it is removed in the background.
         self._prepare_spare(impl, warm_python, spare.group)
-        return result
+        return result, spare.started
 
     # The next command's process is forked and placed in its cgroup while the sandbox is idle (a spare), so that
     # an exec only hands it the command: forking, and on cgroup v1 the move into a cgroup (which can wait for an
@@ -333,7 +334,7 @@ class Sandbox:
         root, relative = resolve_sandbox_path(path)
         impl = self._open()
         payload = data.encode() if isinstance(data, str) else data
-        owner = 0 if read_only and self.backend == "bwrap" else impl.uid
+        owner = 0 if read_only and self.backend == "namespaces" else impl.uid
         write_beneath(
             os.path.join(impl.writable_root, root),
             relative,
@@ -419,7 +420,7 @@ async def run(
     network: Network | str = Network.NONE,
     stdin: bytes | str | None = None,
     files: Mapping[str, bytes | str] | None = None,
-    backend: Backend = "bwrap",
+    backend: Backend = "namespaces",
 ) -> ExecResult:
     """Run one command in a fresh sandbox and destroy it: the common case in one call.
 

@@ -1,7 +1,7 @@
 """A seccomp filter for the sandbox, written as classic BPF without libseccomp.
 
-:func:`build_filter` returns the raw program that ``bwrap --seccomp FD`` installs right before it executes the
-sandboxed program. The filter, in the order it decides:
+:func:`build_filter` returns the raw program that the launcher (``agent.c launch --seccomp FD``) installs right
+before it executes the sandbox's agent, for the agent and everything it runs. The filter, in the order it decides:
 
 1. A syscall made with a foreign ABI (``seccomp_data.arch`` is not the native audit arch, e.g. i386 through
    ``int 0x80``) or, on x86_64, with the x32 bit set in its number kills the whole process.
@@ -247,7 +247,7 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
 
 @functools.cache
 def build_filter(*, allow_inet: bool) -> bytes:
-    """Return the seccomp program for ``bwrap --seccomp FD`` on this machine.
+    """Return the seccomp program for ``agent.c launch --seccomp FD`` on this machine.
 
     Args:
         allow_inet: Also allow ``AF_INET`` and ``AF_INET6`` sockets. Without it the sandboxed program has no

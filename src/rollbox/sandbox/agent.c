@@ -75,6 +75,11 @@
 #include <unistd.h>
 #include <grp.h>
 #include <poll.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 extern char **environ;
 
@@ -212,11 +217,105 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
     return 1;
 }
 
+/* What the sandbox's first process is given, besides its root. */
+struct sandbox {
+    uid_t id;               /* its uid and gid inside, mapped to the launcher's --uid and --gid */
+    int seccomp;            /* a descriptor holding the syscall filter's raw program */
+    int loopback;           /* bring its network namespace's loopback up */
+    const char *hostname;
+    const char *cwd;
+};
+
+static void write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) die(path);
+    close(fd);
+}
+
+static void bring_loopback_up(void) {
+    struct ifreq ifr = {0};
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    strcpy(ifr.ifr_name, "lo");
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0) die("loopback");
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) die("bring loopback up");
+    close(s);
+}
+
+/* No capability in any set, and none that can come back: the bounding set is emptied while we may. */
+static void drop_capabilities(void) {
+    for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) die("PR_CAPBSET_DROP");
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0) die("PR_CAP_AMBIENT");
+}
+
+static void clear_capability_sets(void) {
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2] = {{0}};
+    if (syscall(SYS_capset, &header, data) < 0) die("capset");
+}
+
+static void install_filter(int fd) {
+    static struct sock_filter program[BPF_MAXINSNS + 1];  /* one more: a longer program is refused, not cut */
+    size_t size = 0;
+    ssize_t n;
+    while (size < sizeof program && (n = read(fd, (char *)program + size, sizeof program - size)) != 0) {
+        if (n < 0 && errno != EINTR) die("reading the syscall filter");
+        if (n > 0) size += (size_t)n;
+    }
+    close(fd);
+    if (size == 0 || size % sizeof program[0] || size == sizeof program) { errno = EINVAL; die("the syscall filter"); }
+    struct sock_fprog filter = {.len = (unsigned short)(size / sizeof program[0]), .filter = program};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("PR_SET_NO_NEW_PRIVS");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) < 0) die("PR_SET_SECCOMP");
+}
+
+/* The sandbox's init, in its new namespaces, once the launcher has written its uid and gid maps (a byte on
+ * SYNC): its own /proc, the root pivoted to and the host's detached, no capability, the filter, then CMD. */
+static void enter(const struct root *r, const struct sandbox *sandbox, int sync, char **cmd) {
+    char path[8192], c;
+    static char *no_env[] = {NULL};
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
+    if (read(sync, &c, 1) != 1) _exit(125);
+    /* A mount of our own namespace's making, unlike the root the launcher made: only such a one can be pivoted to. */
+    if (mount(r->path, r->path, NULL, MS_BIND | MS_REC, NULL) < 0) die("bind the root");
+    /* proc can be mounted here only while the host's is visible in this namespace, before the pivot. */
+    snprintf(path, sizeof path, "%s/proc", r->path);
+    if (mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) die(path);
+    /* No user namespace can be made inside (the filter refuses it too); its sysctls are read-only then. */
+    snprintf(path, sizeof path, "%s/proc/sys/user/max_user_namespaces", r->path);
+    write_file(path, "0");
+    snprintf(path, sizeof path, "%s/proc/sys", r->path);
+    if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        die(path);
+    /* The host's tree goes with the old root, stacked over the new one by pivot_root and detached. */
+    if (chdir(r->path) < 0 || syscall(SYS_pivot_root, ".", ".") < 0) die("pivot_root");
+    if (umount2(".", MNT_DETACH) < 0) die("detach the host's root");
+    if (chdir(sandbox->cwd) < 0) die(sandbox->cwd);
+    if (sethostname(sandbox->hostname, strlen(sandbox->hostname)) < 0) die("sethostname");
+    if (sandbox->loopback) bring_loopback_up();
+    if (setsid() < 0) die("setsid");
+    drop_capabilities();
+    if (setresgid(sandbox->id, sandbox->id, sandbox->id) < 0) die("setresgid");
+    if (setresuid(sandbox->id, sandbox->id, sandbox->id) < 0) die("setresuid");
+    clear_capability_sets();
+    /* The uid change cleared the parent-death signal; the launcher may have died before it was set again. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
+    struct pollfd hangup = {sync, 0, 0};
+    if (poll(&hangup, 1, 0) != 0) _exit(125);
+    close(sync);
+    install_filter(sandbox->seccomp);
+    execve(cmd[0], cmd, no_env);
+    die(cmd[0]);
+}
+
 static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
     const char *stage = NULL;
     int fs = -1, fs_tree = -1, i;
+    struct sandbox sandbox = {.id = (uid_t)-1, .seccomp = -1, .hostname = "", .cwd = "/"};
 
     /* The options first (the root's operations need them), then the root's operations, then "--". */
     for (i = 2; i + 1 < argc; i += 2) {
@@ -225,10 +324,16 @@ static int launch(int argc, char **argv) {
         else if (!strcmp(argv[i], "--stage")) stage = argv[i + 1];
         else if (!strcmp(argv[i], "--fs")) fs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--fs-tree")) fs_tree = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--id")) sandbox.id = (uid_t)strtoul(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--seccomp")) sandbox.seccomp = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--hostname")) sandbox.hostname = argv[i + 1];
+        else if (!strcmp(argv[i], "--chdir")) sandbox.cwd = argv[i + 1];
+        else if (!strcmp(argv[i], "--net")) sandbox.loopback = !strcmp(argv[i + 1], "loopback");
         else break;
     }
-    if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL) {
-        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-tree FD] "
+    if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL || sandbox.id == (uid_t)-1 || sandbox.seccomp < 0) {
+        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --id ID --seccomp FD --stage DIR "
+                   "[--fs FD | --fs-tree FD] [--hostname NAME] [--chdir DIR] [--net none|loopback] "
                    "[--ro SRC DEST | --rw SRC DEST | --dev NAME | --devpts DEST | --symlink TARGET DEST | "
                    "--dir DEST]... -- CMD...\n");
         return 125;
@@ -267,17 +372,42 @@ static int launch(int argc, char **argv) {
     /* Only the root itself: what is bound in it keeps its own attributes (the writable tree stays writable). */
     if (mount(NULL, r.path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL) < 0) die(r.path);
     if (setgroups(0, NULL) < 0) die("setgroups");
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) < 0) die("pipe2");
+    /* The sandbox's namespaces, made by root (so that no policy on unprivileged user namespaces applies): the
+     * user namespace is owned by root, not by the sandbox's uid. */
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                                             CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP, 0, 0, 0, 0);
+    if (pid < 0) die("clone (new namespaces)");
+    if (pid == 0) {
+        close(sync[1]);
+        enter(&r, &sandbox, sync[0], &argv[i + 1]);
+    }
+    /* The monitor keeps only its sync pipe: the agent's socket must end when the agent does. */
+    close(sync[0]);
+    if (syscall(SYS_close_range, 3, sync[1] - 1, 0) < 0 || syscall(SYS_close_range, sync[1] + 1, ~0U, 0) < 0)
+        die("close_range");
+    char map[64], path[64];
+    snprintf(map, sizeof map, "%u %u 1\n", (unsigned)sandbox.id, (unsigned)uid);
+    snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
+    write_file(path, map);
+    snprintf(path, sizeof path, "/proc/%d/setgroups", pid);
+    write_file(path, "deny");
+    snprintf(map, sizeof map, "%u %u 1\n", (unsigned)sandbox.id, (unsigned)gid);
+    snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
+    write_file(path, map);
     if (setresgid(gid, gid, gid) < 0) die("setresgid");
     if (setresuid(uid, uid, uid) < 0) die("setresuid");
-    /* Credential changes clear the parent-death signal; bubblewrap must not outlive rollbox (it keeps it across
-     * the exec below, and sets its own). */
+    /* Credential changes clear the parent-death signal: set it again, then see that rollbox's spawner is there. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
     if (getppid() == 1) _exit(125);
-    /* Becoming bubblewrap, not its parent: one process fewer per sandbox (every pivot_root on the machine walks
-     * them all). What bubblewrap's monitor leaves unreaped goes to the spawner, a subreaper that reaps at once. */
-    execvp(argv[i + 1], &argv[i + 1]);
-    die(argv[i + 1]);
-    return 125;
+    if (write(sync[1], "x", 1) != 1) die("sync");
+    /* sync[1] stays open while we live: the sandbox's init checks it before it starts, as a parent-death
+     * signal set there comes too late for a launcher that died earlier. We exit as the sandbox's init did. */
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) die("waitpid");
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
 /* Split a request (header, cwd, argv, env) in place; 0 when it is well formed. */

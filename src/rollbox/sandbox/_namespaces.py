@@ -1,17 +1,21 @@
-"""The ``bwrap`` backend: bubblewrap namespaces, cgroups, a syscall filter and an unprivileged uid.
+"""The ``namespaces`` backend: Linux namespaces, cgroups, a syscall filter and an unprivileged uid.
 
 What the program inside sees: a read-only root with the system directories and the Python rollbox runs on
 (``python3`` on PATH), a size-limited writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net,
-cgroup and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
+cgroup, mount and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
 
-Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``; it reaps what
-bubblewrap leaves) → launcher (``agent.c launch``: builds the root, drops to the sandbox uid, and becomes
-bubblewrap) → agent (pid 1 inside, so that no signal from inside can kill or stop it; it reaps orphans) → one
-command at a time. Each command's first process
-is forked ahead of the command (a spare, while the sandbox is idle) and moved into its cgroup before it execs, so
-everything the program runs is counted, limited and killed there. The spawner, the launcher, bubblewrap and the
-agent run nothing of the program's; each dies with its parent (parent-death signals from rollbox down), so none of
-them outlives rollbox.
+Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``) → launcher
+(``agent.c launch``: builds the root, makes the namespaces, writes the uid maps, then waits as the sandbox's
+monitor under the sandbox's host uid) → agent (pid 1 inside, so that no signal from inside can kill or stop it;
+it reaps orphans) → one command at a time. Each command's first process is forked ahead of the command (a spare,
+while the sandbox is idle) and moved into its cgroup before it execs, so everything the program runs is counted,
+limited and killed there. The spawner, the launcher and the agent run nothing of the program's; each dies with
+its parent (parent-death signals from rollbox down), so none of them outlives rollbox.
+
+The launcher does what bubblewrap did for earlier versions, with less work per sandbox: one ``pivot_root`` (each
+walks every thread on the machine, and a thousand open sandboxes make thousands), no second program to exec, no
+``/proc/self/mountinfo`` to parse, and no nested user namespace (the sandbox's ``user.max_user_namespaces`` is 0,
+and the syscall filter refuses new namespaces besides).
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import contextlib
 import os
 import resource
 import secrets
-import shutil
 import socket
 import sys
 from importlib import resources
@@ -36,7 +39,7 @@ from ._seccomp import build_filter
 from ._spawner import Spawner
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
-__all__ = ["BwrapHost", "BwrapSandbox"]
+__all__ = ["NamespaceHost", "NamespaceSandbox"]
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -59,24 +62,17 @@ _MOST_LEFT_SHARE = 1 / 32
 PATH = ":".join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]))
 
 
-class BwrapHost:
-    """What every bubblewrap sandbox on this host shares: bubblewrap, the agent, cgroups, the state dir."""
+class NamespaceHost:
+    """What every sandbox of this backend on this host shares: the agent, cgroups, the state dir."""
 
-    _instance: BwrapHost | None = None
+    _instance: NamespaceHost | None = None
 
     def __init__(self) -> None:
-        bwrap = shutil.which("bwrap")
-        if bwrap is None:
-            raise IsolationUnavailable(
-                "bubblewrap is not installed: apt-get install bubblewrap (or dnf install bubblewrap), "
-                "or pass backend='process', which is not a security boundary."
-            )
         if os.geteuid() != 0:
             raise IsolationUnavailable(
-                "the bwrap backend manages cgroups and needs root; run rollbox as root (for example in its "
-                "container), or pass backend='process', which is not a security boundary."
+                "the namespaces backend makes namespaces and manages cgroups, and needs root; run rollbox as root "
+                "(for example in its container), or pass backend='process', which is not a security boundary."
             )
-        self.bwrap = bwrap
         _raise_open_files_limit()
         self.agent = agent_binary()
         self.cgroups = CgroupTree.detect()
@@ -92,7 +88,7 @@ class BwrapHost:
         )
 
     @classmethod
-    def get(cls) -> BwrapHost:
+    def get(cls) -> NamespaceHost:
         """The host, probed once per process (and leftovers of dead rollbox processes reaped then)."""
         if cls._instance is None:
             cls._instance = cls()
@@ -192,13 +188,13 @@ class _CgroupExecGroup:
         )
 
 
-class BwrapSandbox:
-    """One bubblewrap sandbox: its directory, uid, cgroup, and (while started) its agent."""
+class NamespaceSandbox:
+    """One sandbox of this backend: its directory, uid, cgroup, and (while started) its agent."""
 
     def __init__(self, limits: Limits, network: Network) -> None:
         self.limits = limits
         self.network = network
-        self.host = BwrapHost.get()
+        self.host = NamespaceHost.get()
         self.id = secrets.token_hex(6)
         self.uid = -1
         self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}")
@@ -226,7 +222,7 @@ class BwrapSandbox:
             self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
             self._dir.record_cgroup(self._cgroup)
             # The agent is in no cgroup of rollbox's: the sandbox's cgroup is made in a thread (see ``in_thread``)
-            # while bubblewrap starts, and is there before the first command's cgroup is made inside it.
+            # while the launcher starts, and is there before the first command's cgroup is made inside it.
             made = asyncio.ensure_future(in_thread(self._make_cgroup))
             self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
             await self._start_agent()
@@ -260,22 +256,26 @@ class BwrapSandbox:
         # detached mount, or the spawner's clone of the tree it holds.
         passed = [sandbox_end.fileno(), seccomp_r, *([] if held else [fs_fd])]
         launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
-        launcher += ["--stage", str(self.host.state.stage), "--fs-tree" if held else "--fs", "5"]
-        argv = [*launcher, *self._root(), "--", self.host.bwrap, *self._bwrap_args(seccomp_fd=4)]
-        argv += ["--", _AGENT_PATH, "serve", "3"]
+        launcher += ["--id", str(SANDBOX_UID), "--seccomp", "4", "--hostname", "rollbox", "--chdir", "/workspace"]
+        launcher += ["--net", self.network.value, "--stage", str(self.host.state.stage)]
+        launcher += ["--fs-tree" if held else "--fs", "5"]
+        argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
         try:
             process = await Spawner.get().spawn(argv, pass_fds=passed, tree=held)
         except SandboxError as exc:
             host_end.close()
             raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
+        except BaseException:  # cancelled: the sandbox is closing
+            host_end.close()
+            raise
         finally:
             sandbox_end.close()
             os.close(seccomp_r)
-        self._agent = AgentConnection(host_end, process)
+        self._agent = AgentConnection(host_end, process, out_of_reach=True)
         await self._agent.wait_ready()
 
     def _root(self) -> list[str]:
-        """The launcher's operations that build the sandbox's root (see ``agent.c``), which bubblewrap binds at /."""
+        """The launcher's operations that build the sandbox's root (see ``agent.c``), which it pivots into."""
         ops: list[str] = []
         for path in _SYSTEM_DIRS:
             if os.path.islink(path):
@@ -295,29 +295,6 @@ class BwrapSandbox:
             ops += ["--ro", source, source]
         ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
         return ops
-
-    def _bwrap_args(self, seccomp_fd: int) -> list[str]:
-        args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
-        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
-        # The agent is pid 1 inside (and reaps there): no signal from inside can kill or stop it.
-        args += ["--as-pid-1"]
-        args += [
-            "--hostname",
-            "rollbox",
-            "--die-with-parent",
-            "--new-session",
-            "--clearenv",
-            "--cap-drop",
-            "ALL",
-        ]
-        # The root the launcher built, whole; "dev": the device nodes in it work (it is read-only; what is bound
-        # in it, the writable trees included, is nodev).
-        args += ["--dev-bind", f"{self.host.state.stage}/root", "/"]
-        # The sandbox's own /proc; its sysctls (IPC limits, pid_max of its namespaces) stay read-only.
-        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
-        args += ["--chdir", "/workspace"]
-        args += ["--seccomp", str(seccomp_fd)]
-        return args
 
     async def reset(self, *, fresh: bool = False) -> bool:
         """Make the sandbox as good as new for its next user; True when it restarted (new namespaces).
@@ -423,8 +400,8 @@ class BwrapSandbox:
 
     def close(self) -> None:
         """Kill everything, remove the cgroup, free the tree, free the uid (idempotent)."""
-        # Closing the socket ends the agent (pid 1 inside: the kernel kills what is left there), then bubblewrap,
-        # each reaped by its parent (killing them all at once would orphan bubblewrap to the host's pid 1). The
+        # Closing the socket ends the agent (pid 1 inside: the kernel kills what is left there), then the launcher,
+        # each reaped by its parent (killing them all at once would orphan the agent to the spawner). The
         # host's side of the tree goes while they exit: their mount namespace holds its own reference to the tmpfs.
         if self._zygote is not None:
             self._zygote.close()
