@@ -13,7 +13,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p = commands.add_parser(
         "doctor",
         help="check which isolation features work on this machine",
-        description="Check bubblewrap, namespaces, cgroups, the syscall filter and the rest, for real, from "
+        description="Check root, namespaces, cgroups, the syscall filter and the rest, for real, from "
         "inside a sandbox where it matters. Exits 1 when anything is missing.",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")

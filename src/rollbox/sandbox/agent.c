@@ -1,13 +1,13 @@
 /*
  * rollbox-agent: the small native pieces of rollbox's sandboxes.
  *
- *   rollbox-agent launch --uid U --gid G --stage DIR [--fs FD | --fs-tree FD] [OPERATION]... -- bwrap ARGS...
- *       Runs on the host, as root, between rollbox and bubblewrap. It makes a private mount namespace in
- *       which it builds the sandbox's whole root at DIR/root, for bubblewrap to bind at / (the sandbox's
- *       writable tree is attached at DIR/fs first: a clone of --fs, the host's detached mount of it, or on
- *       kernels that cannot clone a detached mount --fs-tree, a clone the spawner made of the tree it holds,
- *       attached as it is). The root is a small read-only tmpfs; the operations
- *       fill it in order, each DEST an absolute path inside it, made with its missing parents:
+ *   rollbox-agent launch --uid U --gid G --id ID --seccomp FD --stage DIR [--fs FD | --fs-tree FD]
+ *                        [--hostname NAME] [--chdir DIR] [--net none|loopback] [OPERATION]... -- CMD...
+ *       Runs on the host, as root, and makes the sandbox. In a private mount namespace it builds the sandbox's
+ *       whole root at DIR/root (the sandbox's writable tree is attached at DIR/fs first: a clone of --fs, the
+ *       host's detached mount of it, or on kernels that cannot clone a detached mount --fs-tree, a clone the
+ *       spawner made of the tree it holds, attached as it is). The root is a small read-only tmpfs; the
+ *       operations fill it in order, each DEST an absolute path inside it, made with its missing parents:
  *           --ro SRC DEST       SRC bound at DEST, recursively, read-only, nosuid, nodev (the runtime, for
  *                               example a Python under /root, which the sandbox's uid could not traverse)
  *           --rw SRC DEST       the same, writable (directories made below it belong to the sandbox's uid)
@@ -15,12 +15,17 @@
  *                               the one filesystem of the sandbox without nodev, and it is read-only)
  *           --devpts DEST       a new instance of devpts
  *           --symlink T DEST    a symbolic link to T
- *           --dir DEST          an empty directory (a mount point for bubblewrap)
- *       It then drops every privilege to the sandbox's own unprivileged uid and becomes bubblewrap (the
- *       spawner reaps what bubblewrap leaves). Nothing it mounts is visible to the host.
+ *           --dir DEST          an empty directory (a mount point: /proc)
+ *       It then clones the sandbox's first process into new user, mount, pid, ipc, uts, net and cgroup
+ *       namespaces, maps ID inside to U and G outside, and drops to U and G itself, an unprivileged monitor
+ *       that exits as that process does. The process mounts its own /proc (its sysctls read-only, no user
+ *       namespace allowed), pivots into the root (the host's tree detached), sets the hostname, brings the
+ *       loopback up with --net loopback, starts a session, drops every capability, installs the syscall
+ *       filter read from FD, and executes CMD as pid 1 with an empty environment, in --chdir. It and the
+ *       monitor die with their parents. Nothing the launcher mounts is visible to the host.
  *
  *   rollbox-agent serve FD
- *       Runs inside the sandbox as the command bubblewrap starts. FD is a SOCK_SEQPACKET socket to the
+ *       Runs inside the sandbox as the command the launcher starts. FD is a SOCK_SEQPACKET socket to the
  *       host. A SPARE request (with a sync socket passed as SCM_RIGHTS) forks the next command's process
  *       ahead of its command: it starts a session, announces itself on the sync socket (the kernel attaches
  *       its pid, translated into the host's pid namespace) so that the host places it in the command's
@@ -122,9 +127,8 @@ static void die(const char *what) {
     _exit(125);
 }
 
-/* The sandbox's root, built by the launcher in its private mount namespace and handed to bubblewrap whole: one
- * bind for bubblewrap to make, where one per directory cost it a parse of /proc/self/mountinfo each (a third of
- * a sandbox's start). */
+/* The sandbox's root, built by the launcher in its private mount namespace for the sandbox to pivot into, with
+ * the new mount API (bubblewrap, used before, parsed /proc/self/mountinfo for each mount: a third of a start). */
 struct root {
     char path[4096];
     const char *writable[16];  /* the DESTs of --rw: directories made below them belong to the sandbox's uid */
@@ -735,7 +739,7 @@ static int spawner(int sock) {
     static char buf[MSG_MAX];
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
     if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
-    /* bubblewrap's monitor exits without reaping the sandbox's init: as a subreaper we get it, and reap it, where
+    /* A killed launcher leaves the sandbox's init to be reaped: as a subreaper we get it, and reap it, where
      * a host pid 1 might never (as in many containers). */
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) die("PR_SET_CHILD_SUBREAPER");
     /* What we start gets every signal's default action and mask, not rollbox's: Python ignores SIGPIPE and
