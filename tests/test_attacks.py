@@ -1217,6 +1217,22 @@ def test_a_crippled_agent_never_turns_the_next_command_into_an_infra_error(cripp
     assert after.status is Status.OK and after.stdout == b"still fine\n", explain(after)
 
 
+def test_an_agent_made_to_die_from_inside_is_the_programs_failure() -> None:
+    # pid 1 ignores every signal from inside, but the program can lower its CPU limit, and the kernel then kills it
+    # as soon as it runs (here, reaping the orphans the program leaves). Its end is the program's doing: never an
+    # infra_error, which a policy could learn to hide its failures behind.
+    cripple = "python3 -c 'import resource; resource.prlimit(1, resource.RLIMIT_CPU, (0, 0))'"
+
+    async def body(sb: Sandbox) -> tuple[ExecResult, bool]:
+        agent = sb._impl.agent.pid  # type: ignore[union-attr]
+        result = await sb.exec(sh(f"{cripple}; while true; do (true &); done"))
+        return result, os.path.exists(f"/proc/{agent}")
+
+    result, agent_alive = with_sandbox(body, limits=limits(timeout_s=20, cpu_time_s=20))
+    assert not agent_alive  # it did die: this test can fail
+    assert result.status is Status.SIGNALED, explain(result)
+
+
 def test_a_tree_thousands_of_levels_deep_breaks_nothing() -> None:
     deep = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nopen('f', 'w').write('x')\n"
 

@@ -184,15 +184,17 @@ class AgentConnection:
     """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
 
     def __init__(
-        self, sock: socket.socket, process: Launched | None, *, with_parent: bool = True, out_of_reach: bool = False
+        self, sock: socket.socket, process: Launched | None, *, with_parent: bool = True, monitor: int | None = None
     ) -> None:
-        """``with_parent``: the helper's parent is checked with it (see ``unchanged``). ``out_of_reach``: nothing
-        the program does can kill or stop the helper (the agent as pid 1 of its own pid namespace), so its death
-        during a command is the host's doing, an ``infra_error``, where otherwise it is the program's."""
+        """``with_parent``: the helper's parent is checked with it (see ``unchanged``). ``monitor``: the read end of
+        the pipe on which the launcher, out of the program's reach, reports the agent's end; the connection owns it.
+        An agent that ends during a command with no such report ended with its launcher: the host's doing, an
+        ``infra_error``. One that ended on its own may have been made to (a program can lower pid 1's CPU limit):
+        the program's failure, as is any helper's end without a monitor."""
         self._sock = sock
         self._process = process
         self._with_parent = with_parent
-        self._out_of_reach = out_of_reach
+        self._monitor = monitor
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
         self._spares = 0  # spares asked for so far: each one's number
@@ -323,6 +325,25 @@ class AgentConnection:
         self._wait_for_launcher()
         if self._process is not None:
             self._process.close()
+        if self._monitor is not None:
+            os.close(self._monitor)
+            self._monitor = None
+
+    async def _ended_with_launcher(self) -> bool:
+        """Whether the agent, gone, ended with its launcher rather than on its own (see ``__init__``): the pipe on
+        which the launcher reports the agent's end closes with no report. False without a monitor, or when the
+        launcher neither reported nor ended in time (it was stopped: it cannot say)."""
+        if self._monitor is None:
+            return False
+        ended = self._loop.create_future()
+        self._loop.add_reader(self._monitor, resolve, ended)
+        try:
+            await asyncio.wait_for(ended, _CLEANUP_TIMEOUT_S)
+            return os.read(self._monitor, _WORD.size) == b""
+        except (TimeoutError, OSError):
+            return False
+        finally:
+            self._loop.remove_reader(self._monitor)
 
     def _wait_for_launcher(self) -> None:
         if self._process is not None and not self._process.exited(_EXIT_TIMEOUT_S):
@@ -535,10 +556,10 @@ class AgentConnection:
                 await asyncio.wait_for(capture.eof, _CLEANUP_TIMEOUT_S)
             except TimeoutError:
                 capture.close()
-        if exited is None and self._out_of_reach and not killed_for:
+        if exited is None and not killed_for and await self._ended_with_launcher():
             return ExecResult.infra_error(
-                "the sandbox's agent was killed or stopped from outside the sandbox during the command (the host's "
-                "OOM killer, or a signal to its launcher); the sandbox restarts"
+                "the sandbox's launcher was killed during the command (from outside the sandbox, which nothing inside "
+                "can reach); the sandbox restarts"
             )
         usage = group.usage(exited)
         if disk_full() and not full_before:

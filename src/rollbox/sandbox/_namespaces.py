@@ -250,28 +250,30 @@ class NamespaceSandbox:
         program = build_filter(allow_inet=self.network is Network.LOOPBACK)
         os.write(seccomp_w, program)
         os.close(seccomp_w)
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
         fs_fd, held = self._dir.fs_fd, self._dir.held_as
         assert fs_fd is not None
-        # The launcher gets the agent's socket as fd 3, the filter as 4, and the writable tree as 5: the host's
-        # detached mount, or the spawner's clone of the tree it holds.
-        passed = [sandbox_end.fileno(), seccomp_r, *([] if held else [fs_fd])]
+        # The launcher gets the agent's socket as fd 3, the filter as 4, the pipe for its report of the agent's end
+        # as 5, and the writable tree as 6: the host's detached mount, or the spawner's clone of the tree it holds.
+        passed = [sandbox_end.fileno(), seccomp_r, status_w, *([] if held else [fs_fd])]
         launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
-        launcher += ["--id", str(SANDBOX_UID), "--seccomp", "4", "--hostname", "rollbox", "--chdir", "/workspace"]
-        launcher += ["--net", self.network.value, "--stage", str(self.host.state.stage)]
-        launcher += ["--fs-tree" if held else "--fs", "5"]
+        launcher += ["--id", str(SANDBOX_UID), "--seccomp", "4", "--status", "5", "--hostname", "rollbox"]
+        launcher += ["--chdir", "/workspace", "--net", self.network.value, "--stage", str(self.host.state.stage)]
+        launcher += ["--fs-tree" if held else "--fs", "6"]
         argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
         try:
             process = await Spawner.get().spawn(argv, pass_fds=passed, tree=held)
-        except SandboxError as exc:
+        except BaseException as exc:
             host_end.close()
-            raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
-        except BaseException:  # cancelled: the sandbox is closing
-            host_end.close()
-            raise
+            os.close(status_r)
+            if isinstance(exc, SandboxError):
+                raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
+            raise  # cancelled: the sandbox is closing
         finally:
             sandbox_end.close()
             os.close(seccomp_r)
-        self._agent = AgentConnection(host_end, process, out_of_reach=True)
+            os.close(status_w)
+        self._agent = AgentConnection(host_end, process, monitor=status_r)
         await self._agent.wait_ready()
 
     def _root(self) -> list[str]:

@@ -1,7 +1,7 @@
 /*
  * rollbox-agent: the small native pieces of rollbox's sandboxes.
  *
- *   rollbox-agent launch --uid U --gid G --id ID --seccomp FD --stage DIR [--fs FD | --fs-tree FD]
+ *   rollbox-agent launch --uid U --gid G --id ID --seccomp FD --status FD --stage DIR [--fs FD | --fs-tree FD]
  *                        [--hostname NAME] [--chdir DIR] [--net none|loopback] [OPERATION]... -- CMD...
  *       Runs on the host, as root, and makes the sandbox. In a private mount namespace it builds the sandbox's
  *       whole root at DIR/root (the sandbox's writable tree is attached at DIR/fs first: a clone of --fs, the
@@ -22,7 +22,8 @@
  *       namespace allowed), pivots into the root (the host's tree detached), sets the hostname, brings the
  *       loopback up with --net loopback, starts a session, drops every capability, installs the syscall
  *       filter read from FD, and executes CMD as pid 1 with an empty environment, in --chdir. It and the
- *       monitor die with their parents. Nothing the launcher mounts is visible to the host.
+ *       monitor die with their parents; when it ends, the monitor writes its wait status (an int32) on
+ *       --status, which nothing in the sandbox holds. Nothing the launcher mounts is visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command the launcher starts. FD is a SOCK_SEQPACKET socket to the
@@ -225,6 +226,7 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
 struct sandbox {
     uid_t id;               /* its uid and gid inside, mapped to the launcher's --uid and --gid */
     int seccomp;            /* a descriptor holding the syscall filter's raw program */
+    int status;             /* the monitor's: where it reports how the sandbox's init ended */
     int loopback;           /* bring its network namespace's loopback up */
     const char *hostname;
     const char *cwd;
@@ -280,6 +282,7 @@ static void enter(const struct root *r, const struct sandbox *sandbox, int sync,
     char path[8192], c;
     static char *no_env[] = {NULL};
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
+    close(sandbox->status);
     if (read(sync, &c, 1) != 1) _exit(125);
     /* A mount of our own namespace's making, unlike the root the launcher made: only such a one can be pivoted to. */
     if (mount(r->path, r->path, NULL, MS_BIND | MS_REC, NULL) < 0) die("bind the root");
@@ -314,12 +317,22 @@ static void enter(const struct root *r, const struct sandbox *sandbox, int sync,
     die(cmd[0]);
 }
 
+/* Close every descriptor from 3 up but A and B. */
+static void close_all_but(int a, int b) {
+    int keep[2] = {a < b ? a : b, a < b ? b : a}, from = 3;
+    for (int k = 0; k < 2; k++) {
+        if (keep[k] > from && syscall(SYS_close_range, from, keep[k] - 1, 0) < 0) die("close_range");
+        from = keep[k] + 1;
+    }
+    if (syscall(SYS_close_range, from, ~0U, 0) < 0) die("close_range");
+}
+
 static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
     const char *stage = NULL;
     int fs = -1, fs_tree = -1, i;
-    struct sandbox sandbox = {.id = (uid_t)-1, .seccomp = -1, .hostname = "", .cwd = "/"};
+    struct sandbox sandbox = {.id = (uid_t)-1, .seccomp = -1, .status = -1, .hostname = "", .cwd = "/"};
 
     /* The options first (the root's operations need them), then the root's operations, then "--". */
     for (i = 2; i + 1 < argc; i += 2) {
@@ -330,13 +343,15 @@ static int launch(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fs-tree")) fs_tree = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--id")) sandbox.id = (uid_t)strtoul(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--seccomp")) sandbox.seccomp = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--status")) sandbox.status = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--hostname")) sandbox.hostname = argv[i + 1];
         else if (!strcmp(argv[i], "--chdir")) sandbox.cwd = argv[i + 1];
         else if (!strcmp(argv[i], "--net")) sandbox.loopback = !strcmp(argv[i + 1], "loopback");
         else break;
     }
-    if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL || sandbox.id == (uid_t)-1 || sandbox.seccomp < 0) {
-        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --id ID --seccomp FD --stage DIR "
+    if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL || sandbox.id == (uid_t)-1 || sandbox.seccomp < 3 ||
+        sandbox.status < 3) {
+        dprintf(2, "usage: rollbox-agent launch --uid U --gid G --id ID --seccomp FD --status FD --stage DIR "
                    "[--fs FD | --fs-tree FD] [--hostname NAME] [--chdir DIR] [--net none|loopback] "
                    "[--ro SRC DEST | --rw SRC DEST | --dev NAME | --devpts DEST | --symlink TARGET DEST | "
                    "--dir DEST]... -- CMD...\n");
@@ -387,10 +402,9 @@ static int launch(int argc, char **argv) {
         close(sync[1]);
         enter(&r, &sandbox, sync[0], &argv[i + 1]);
     }
-    /* The monitor keeps only its sync pipe: the agent's socket must end when the agent does. */
+    /* The monitor keeps only its sync pipe and its status pipe: the agent's socket must end when the agent does. */
     close(sync[0]);
-    if (syscall(SYS_close_range, 3, sync[1] - 1, 0) < 0 || syscall(SYS_close_range, sync[1] + 1, ~0U, 0) < 0)
-        die("close_range");
+    close_all_but(sync[1], sandbox.status);
     char map[64], path[64];
     snprintf(map, sizeof map, "%u %u 1\n", (unsigned)sandbox.id, (unsigned)uid);
     snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
@@ -411,6 +425,10 @@ static int launch(int argc, char **argv) {
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) die("waitpid");
+    /* Its end, on a pipe nothing in the sandbox holds: a sandbox whose init ended with no report here ended with
+     * its monitor, which nothing inside can reach (the host's doing, not the program's). */
+    int32_t report = status;
+    if (write(sandbox.status, &report, sizeof report) < 0) _exit(125);
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
