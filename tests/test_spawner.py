@@ -107,3 +107,30 @@ def test_a_forked_child_never_stops_its_parents_spawner() -> None:
     finally:
         loop.close()
     assert result.ok and before == after, result  # the same agent: nothing was killed and restarted
+
+
+def test_a_spawn_cancelled_midway_leaves_nothing_running() -> None:
+    # Cancelled after the request went out: the spawner may have started the process, and nobody would watch it.
+    marker = f"{os.getpid() % 1000}.{threading.get_ident() % 1000}"
+
+    def running() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read() == f"/bin/sleep\0{marker}\0".encode():
+                        found.append(int(entry))
+            except (OSError, ValueError):
+                continue
+        return found
+
+    async def main() -> list[int]:
+        spawn = asyncio.ensure_future(Spawner.get().spawn(["/bin/sleep", marker]))
+        await asyncio.sleep(0)  # the request is sent; the answer is awaited
+        spawn.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await spawn
+        await asyncio.sleep(0.5)  # time enough for a process left running to have exec'd
+        return running()
+
+    assert asyncio.run(main()) == []

@@ -182,7 +182,17 @@ class Spawner:
             reply_theirs.close()
             os.close(stderr_w)
             stderr_w = -1
-            answer, pidfd = await _read_answer(reply)
+            reading = asyncio.ensure_future(_read_answer(reply))
+            try:
+                answer, pidfd = await asyncio.shield(reading)
+            except asyncio.CancelledError:
+                # The spawner may have started it already: it must not run on with nobody watching it.
+                with contextlib.suppress(Exception):
+                    _pid, started = await reading
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(started, signal.SIGKILL)
+                    os.close(started)
+                raise
         except BaseException:
             os.close(stderr_r)
             raise
