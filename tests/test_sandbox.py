@@ -407,3 +407,28 @@ def test_dev_has_the_usual_devices_a_terminal_and_nothing_more_can_be_made() -> 
     assert seen["zeros"] == "00000000" and seen["full"] == "ENOSPC"
     assert seen["made"] == []  # no device node anywhere: no capability, a read-only /dev, nodev trees
     assert seen["tty"].startswith("/dev/pts/")
+
+
+def test_an_open_sandbox_holds_at_most_seven_host_descriptors() -> None:
+    # Any fork of the host process copies them all, and a thousand sandboxes may be open: the control socket, the
+    # next command's sync socket, the launcher's pidfd and status pipe, the uid lock, the sandbox's directory and
+    # its writable tree. The launcher's stderr is closed once it started.
+    def count() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def main() -> int:
+        async with Sandbox(limits=FAST) as sb:  # what rollbox opens once (the spawner, thread pools) is open now
+            await sb.exec(["true"])
+        before = count()
+        sandboxes = [Sandbox(limits=FAST) for _ in range(5)]
+        try:
+            for sb in sandboxes:
+                await sb.__aenter__()
+                assert (await sb.exec(["true"])).ok
+            await asyncio.sleep(0.1)  # each one's next spare is ready
+            return count() - before
+        finally:
+            for sb in sandboxes:
+                await sb.close()
+
+    assert asyncio.run(main()) <= 7 * 5

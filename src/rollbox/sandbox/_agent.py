@@ -234,6 +234,8 @@ class AgentConnection:
         except TimeoutError:
             message = b""
         if len(message) >= _WORD.size and _WORD.unpack_from(message)[0] == _MSG_READY:
+            if self._process is not None:
+                self._process.close_stderr()  # read only when a start fails: one descriptor fewer per sandbox
             return
         self.shutdown()
         self._wait_for_launcher()

@@ -90,6 +90,12 @@ class Launched:
                 chunks.append(chunk)
         return b"".join(chunks).decode(errors="replace").strip()
 
+    def close_stderr(self) -> None:
+        """Stop reading its stderr: what it writes there from now on fails (EPIPE) and is lost (idempotent)."""
+        if self.stderr >= 0:
+            os.close(self.stderr)
+            self.stderr = -1
+
     def close(self) -> None:
         """Release the pidfd and stderr (idempotent; the process itself is not touched)."""
         for fd in (self._pidfd, self.stderr):
