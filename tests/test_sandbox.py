@@ -125,6 +125,8 @@ def test_bad_arguments_are_refused_clearly() -> None:
         Limits(memory_bytes=0)
     with pytest.raises(ValueError, match="unknown backend"):
         Sandbox(backend="docker")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'bwrap' is now 'namespaces'"):
+        Sandbox(backend="bwrap")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="none"):
         Sandbox(network="internet")
 

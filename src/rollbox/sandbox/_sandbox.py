@@ -86,7 +86,8 @@ class Sandbox:
         except ValueError:
             raise ValueError(f"unknown network {network!r}: expected 'none' or 'loopback'") from None
         if backend not in ("namespaces", "process"):
-            raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'")
+            renamed = " ('bwrap' is now 'namespaces': rollbox makes them itself)" if backend == "bwrap" else ""
+            raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'{renamed}")
         if backend == "process" and self.network is not Network.NONE:
             raise ValueError("the process backend cannot give a private loopback: use backend='namespaces'")
         self.backend: Backend = backend
