@@ -29,6 +29,7 @@ from ._result import ExecResult, Status
 __all__ = ["Backend", "Sandbox", "run"]
 
 Backend = Literal["namespaces", "process"]
+_RENAMED_BACKENDS: dict[str, Backend] = {"bwrap": "namespaces"}  # rollbox makes the namespaces itself now
 
 
 class _Backend(Protocol):
@@ -86,8 +87,9 @@ class Sandbox:
         except ValueError:
             raise ValueError(f"unknown network {network!r}: expected 'none' or 'loopback'") from None
         if backend not in ("namespaces", "process"):
-            renamed = " ('bwrap' is now 'namespaces': rollbox makes them itself)" if backend == "bwrap" else ""
-            raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'{renamed}")
+            renamed = _RENAMED_BACKENDS.get(backend)
+            hint = f" ({backend!r} is now {renamed!r})" if renamed else ""
+            raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'{hint}")
         if backend == "process" and self.network is not Network.NONE:
             raise ValueError("the process backend cannot give a private loopback: use backend='namespaces'")
         self.backend: Backend = backend
