@@ -1089,7 +1089,7 @@ def test_bombs_do_not_disturb_ordinary_commands_beside_them() -> None:
         alone = [await ordinary(argv) for argv in _ORDINARY]
         together = await asyncio.gather(
             bomb(fork_bomb, SMALL),
-            bomb(memory_bomb, limits(memory_bytes=64 * MiB)),
+            bomb(memory_bomb, _BOMB_LIMITS),
             *(ordinary(argv) for argv in _ORDINARY),
         )
         return alone, list(together)
