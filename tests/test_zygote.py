@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from rollbox import ExecResult, Limits, Sandbox, Status
+from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 
 LIMITS = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=256 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
@@ -133,3 +133,42 @@ def test_every_kind_of_script_runs_as_a_fresh_interpreter_runs_it() -> None:
         assert warm.stdout == cold.stdout, (cold, warm)
     assert cold_missing.exit_code == warm_missing.exit_code == 2
     assert warm_missing.stderr == cold_missing.stderr, (cold_missing, warm_missing)
+
+
+async def _zygote_up(sb: Sandbox) -> bool:
+    """Whether the zygote comes up within a few seconds without any command having asked for it."""
+    for _ in range(500):
+        if sb.warm_python_ready:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def test_a_warm_python_sandbox_starts_its_zygote_with_it_and_after_every_restart() -> None:
+    async def main() -> tuple[bool, bool, bool, ExecResult, ExecResult]:
+        async with Sandbox(limits=LIMITS) as cold, Sandbox(limits=LIMITS, warm_python=True) as warm:
+            await asyncio.sleep(0.5)  # time enough for a zygote to start, had the cold sandbox started one
+            started = await _zygote_up(warm)
+            idle_cold = cold.warm_python_ready
+            await warm.reset(fresh=True)  # new namespaces: the old zygote is gone, and a new one starts
+            restarted = await _zygote_up(warm)
+            await warm.write_file("s.py", "print('warm')\n")
+            return (
+                started,
+                idle_cold,
+                restarted,
+                await warm.exec(["python3", "s.py"], warm_python=True),
+                await warm.exec(["sh", "-c", "echo plain"]),
+            )
+
+    started, idle_cold, restarted, python, shell = asyncio.run(main())
+    assert started and restarted and not idle_cold
+    assert python.stdout == b"warm\n" and shell.stdout == b"plain\n", (python, shell)
+
+
+def test_a_warm_python_pool_has_every_zygote_running_before_its_first_command() -> None:
+    async def main() -> list[bool]:
+        async with SandboxPool(size=2, limits=LIMITS, warm_python=True) as pool, pool.sandboxes(2) as boxes:
+            return [await _zygote_up(sb) for sb in boxes]
+
+    assert asyncio.run(main()) == [True, True]

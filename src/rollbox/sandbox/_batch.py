@@ -67,7 +67,9 @@ async def run_batch(
     limits = limits or Limits()
     network = Network(network)
     owned = sandboxes is None
-    source: SandboxSource = sandboxes or WarmSandboxes(size=min(workers, max(1, len(todo))))
+    source: SandboxSource = sandboxes or WarmSandboxes(
+        size=min(workers, max(1, len(todo))), warm_python=any(p.warm_python for p in todo)
+    )
     queue: asyncio.Queue[tuple[int, ExecResult]] = asyncio.Queue()
     gate = asyncio.Semaphore(workers)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
@@ -41,7 +42,7 @@ class SandboxPool:
 
     Args:
         size: How many sandboxes the pool holds, all made when it opens.
-        limits, network, backend, env: As for :class:`Sandbox`; every sandbox of the pool has them.
+        limits, network, backend, env, warm_python: As for :class:`Sandbox`; every sandbox of the pool has them.
 
     Raises:
         IsolationUnavailable, SandboxError: on entry, as for :class:`Sandbox`.
@@ -55,12 +56,15 @@ class SandboxPool:
         network: Network | str = Network.NONE,
         backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
+        warm_python: bool = False,
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one sandbox, got size={size}")
         self.size = size
-        self._config = {"limits": limits, "network": network, "backend": backend, "env": env}
-        Sandbox(limits=limits, network=network, backend=backend, env=env)  # validate the configuration now
+        self._make = functools.partial(
+            Sandbox, limits=limits, network=network, backend=backend, env=env, warm_python=warm_python
+        )
+        self._make()  # validate the configuration now
         self._idle: deque[Sandbox] = deque()
         self._busy: set[Sandbox] = set()
         self._available = asyncio.Condition()
@@ -84,7 +88,7 @@ class SandboxPool:
         return len(self._busy)
 
     async def _new(self) -> Sandbox:
-        sandbox = Sandbox(**self._config)  # type: ignore[arg-type]
+        sandbox = self._make()
         await sandbox.__aenter__()
         return sandbox
 
@@ -261,10 +265,16 @@ class WarmSandboxes:
 
     async with WarmSandboxes(size=4) as sandboxes:
         verdict = await grade(task, workspace, sandboxes=sandboxes)
+
+    Args:
+        size: The size of each pool.
+        warm_python: As for :class:`Sandbox`: for uses that run ``warm_python`` commands (the judge's function
+            and check runners do).
     """
 
-    def __init__(self, *, size: int) -> None:
+    def __init__(self, *, size: int, warm_python: bool = False) -> None:
         self.size = size
+        self.warm_python = warm_python
         self._pools: dict[tuple[Limits, Network], SandboxPool] = {}
         self._opening = asyncio.Lock()
 
@@ -284,7 +294,7 @@ class WarmSandboxes:
         key = (limits, Network(network))
         async with self._opening:
             if key not in self._pools:
-                pool = SandboxPool(size=self.size, limits=limits, network=network)
+                pool = SandboxPool(size=self.size, limits=limits, network=network, warm_python=self.warm_python)
                 await pool.__aenter__()
                 self._pools[key] = pool
         return self._pools[key]
