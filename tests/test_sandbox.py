@@ -279,7 +279,8 @@ def test_json_form_is_the_exec_contract() -> None:
         (None, 1 << 8, Usage(0.1, 1), Status.NONZERO_EXIT),
         (None, signal.SIGSEGV, Usage(0.1, 1), Status.SIGNALED),
         (Status.TIMEOUT, signal.SIGKILL, Usage(0.1, 1, oom_kills=1), Status.TIMEOUT),
-        (None, signal.SIGKILL, Usage(0.1, 1, oom_kills=1, pids_limit_hits=3), Status.MEMORY_LIMIT),
+        (None, signal.SIGKILL, Usage(0.1, 1, oom_kills=1, pids_limit_hits=3, memory_limit_hits=1), Status.MEMORY_LIMIT),
+        (None, signal.SIGKILL, Usage(0.1, 1, oom_kills=1), Status.INFRA_ERROR),  # no limit of its own was reached
         (None, signal.SIGXCPU, Usage(2.5, 1), Status.CPU_TIME_LIMIT),
         (None, signal.SIGXCPU, Usage(0.5, 1), Status.SIGNALED),
         (None, signal.SIGXFSZ, Usage(0.1, 1), Status.SIGNALED),
@@ -442,3 +443,44 @@ def test_an_open_sandbox_holds_at_most_seven_host_descriptors() -> None:
     new = asyncio.run(main())
     peaks = [target for target in new if target.endswith("/memory.peak")]
     assert len(peaks) <= 5 and len(new) - len(peaks) <= 7 * 5, new
+
+
+def test_an_oom_kill_from_outside_the_sandbox_is_the_hosts_failure_not_the_programs() -> None:
+    """A command killed by an out-of-memory killer while no limit of the sandbox's was reached (the machine, or a
+    cgroup above rollbox's, ran out) gets ``infra_error``: it did nothing wrong. Simulated with a parent cgroup
+    whose memory limit is below the sandbox's; a command over its own limit there is still ``memory_limit``."""
+    from rollbox.sandbox._cgroup import CgroupTree
+
+    tree = CgroupTree.detect()
+    name = f"rollbox-test-outside-oom-{os.getpid()}"
+    parents = [mount / name for mount in tree.mounts.values()]
+    script = textwrap.dedent("""
+        import asyncio, rollbox
+        async def main():
+            for limit_mib, mib in ((512, 256), (48, 96)):
+                limits = rollbox.Limits(memory_bytes=limit_mib << 20, timeout_s=20, cpu_time_s=10)
+                async with rollbox.Sandbox(limits=limits) as sb:
+                    result = await sb.exec(["python3", "-c", f"x = bytearray({mib} << 20)"])
+                    print(result.status.value, result.error, flush=True)
+        asyncio.run(main())
+    """)
+    try:
+        for parent in parents:
+            parent.mkdir()
+        limit = str(128 << 20)
+        if tree.version == 2:
+            (tree.mounts[""] / "cgroup.subtree_control").write_text("+memory +pids")  # as rollbox does itself
+            (parents[0] / "memory.max").write_text(limit)
+            (parents[0] / "pids.max").write_text("64")
+        else:
+            (tree.mounts["memory"] / name / "memory.limit_in_bytes").write_text(limit)
+            (tree.mounts["pids"] / name / "pids.max").write_text("64")
+        env = {**os.environ, "ROLLBOX_CGROUP_PARENT": f"/{name}"}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    finally:
+        for parent in parents:
+            with contextlib.suppress(FileNotFoundError):
+                parent.rmdir()
+    outside, own = done.stdout.splitlines()
+    assert outside.startswith("infra_error an out-of-memory killer outside the sandbox"), done
+    assert own.startswith("memory_limit"), done

@@ -16,7 +16,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from ._cgroup import in_thread, read_kernel_file
@@ -72,9 +72,12 @@ class Usage:
 
     cpu_s: float
     peak_memory_bytes: int | None
+    #: Its processes killed by any out-of-memory killer.
     oom_kills: int = 0
     pids_limit_hits: int = 0
     disk_full: bool = False
+    #: How many times its memory, or the sandbox's, reached the limit: an OOM kill without any was the host's.
+    memory_limit_hits: int = 0
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,9 @@ def classify(
     if killed_for is not None:
         return killed_for, exit_code, signo
     if usage.oom_kills > 0:
-        return Status.MEMORY_LIMIT, exit_code, signo
+        # Killed for memory while no limit of the sandbox's was reached: the machine (or a cgroup above the
+        # sandbox) ran out, which says nothing about the program.
+        return (Status.MEMORY_LIMIT if usage.memory_limit_hits else Status.INFRA_ERROR), exit_code, signo
     # SIGXCPU and SIGXFSZ alone prove nothing (a program can send them to itself): the measured usage decides.
     # The kernel's per-process CPU clock, which fires SIGXCPU, runs a little ahead of the cgroup's.
     if usage.cpu_s >= limits.cpu_time_s or (signo == signal.SIGXCPU and usage.cpu_s >= limits.cpu_time_s / 2):
@@ -565,13 +570,19 @@ class AgentConnection:
             )
         usage = group.usage(exited)
         if disk_full() and not full_before:
-            usage = Usage(usage.cpu_s, usage.peak_memory_bytes, usage.oom_kills, usage.pids_limit_hits, True)
+            usage = replace(usage, disk_full=True)
         status, exit_code, signo = classify(
             killed_for=killed_for[0] if killed_for else None,
             wait_status=exited.wait_status if exited is not None else None,
             usage=usage,
             limits=limits,
         )
+        if status is Status.INFRA_ERROR:
+            return ExecResult.infra_error(
+                "an out-of-memory killer outside the sandbox killed the command, which stayed within its memory "
+                "limit: this machine (or a cgroup above rollbox's) ran out of memory",
+                wall_s=wall_s,
+            )
         return ExecResult(
             status=status,
             exit_code=exit_code,

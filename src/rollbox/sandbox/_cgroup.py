@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
@@ -35,6 +36,7 @@ T = TypeVar("T")
 
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 _PARENT_ENV = "ROLLBOX_CGROUP_PARENT"
+_MiB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,11 @@ class CgroupStats:
 
     cpu_s: float
     peak_memory_bytes: int | None
+    #: Processes killed by any out-of-memory killer: the cgroup's own, an ancestor's, or the whole machine's.
     oom_kills: int
     pids_limit_hits: int
+    #: How many times its memory usage reached its limit (v2 memory.events ``max``, v1 ``failcnt``).
+    memory_limit_hits: int = 0
 
 
 def read_kernel_file(path: str | Path) -> str:
@@ -322,8 +327,7 @@ class Cgroup:
         except OSError:  # gone, or not what it was: a fresh one serves
             return None
         self._set_memory_limit(memory_bytes + left)
-        stats = self.stats()
-        return CgroupStats(stats.cpu_s, left, stats.oom_kills, stats.pids_limit_hits)
+        return dataclasses.replace(self.stats(), peak_memory_bytes=left)
 
     def _charged_bytes(self) -> int:
         if self.version == 2:
@@ -369,6 +373,20 @@ class Cgroup:
         """How many forks or clones the pids limit has refused."""
         return _keyed(read_kernel_file(self._file("pids", "pids.events")), "max")
 
+    def memory_limit_hits(self, *, local: bool = False) -> int:
+        """How many times the memory usage reached the limit, whether reclaim then made room or not.
+
+        v2 counts them (``max`` in memory.events; with ``local``, this cgroup's own, not its descendants'). v1 keeps
+        no count that works (``failcnt`` stays 0 on recent kernels): there it is 1 when the peak since the peak last
+        restarted came within a MiB (more than any one charge) of the limit, else 0.
+        """
+        if self.version == 2:
+            events = self._file("", "memory.events.local" if local else "memory.events")
+            return _keyed(read_kernel_file(events if _has(events) else self._file("", "memory.events")), "max")
+        prefix = "memory.memsw." if _has(self._file("memory", "memory.memsw.limit_in_bytes")) else "memory."
+        peak = int(read_kernel_file(self._file("memory", prefix + "max_usage_in_bytes")))
+        return int(peak >= int(read_kernel_file(self._file("memory", prefix + "limit_in_bytes"))) - _MiB)
+
     def stats(self) -> CgroupStats:
         """Read the resource report."""
         if self.version == 2:
@@ -377,15 +395,21 @@ class Cgroup:
                 peak: int | None = int(os.pread(self._peak_fd, 64, 0))
             else:
                 peak = int(read_kernel_file(peak_file)) if _has(peak_file) else None
-            oom = _keyed(read_kernel_file(self._file("", "memory.events")), "oom_kill")
+            events = read_kernel_file(self._file("", "memory.events"))
+            oom, limit_hits = _keyed(events, "oom_kill"), _keyed(events, "max")
         else:
             memsw_peak = self._file("memory", "memory.memsw.max_usage_in_bytes")
             peak = int(
                 read_kernel_file(memsw_peak if _has(memsw_peak) else self._file("memory", "memory.max_usage_in_bytes"))
             )
             oom = _keyed(read_kernel_file(self._file("memory", "memory.oom_control")), "oom_kill")
+            limit_hits = self.memory_limit_hits()
         return CgroupStats(
-            cpu_s=self.cpu_s(), peak_memory_bytes=peak, oom_kills=oom, pids_limit_hits=self.pids_limit_hits()
+            cpu_s=self.cpu_s(),
+            peak_memory_bytes=peak,
+            oom_kills=oom,
+            pids_limit_hits=self.pids_limit_hits(),
+            memory_limit_hits=limit_hits,
         )
 
     def pids(self) -> list[int]:

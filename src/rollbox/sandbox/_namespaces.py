@@ -139,8 +139,10 @@ class _CgroupExecGroup:
     (see ``in_thread``).
     """
 
-    def __init__(self, cgroup: Cgroup, limits: Limits, finished: _CgroupExecGroup | None) -> None:
+    def __init__(self, cgroup: Cgroup, sandbox: Cgroup, limits: Limits, finished: _CgroupExecGroup | None) -> None:
         self.cgroup = cgroup
+        #: The sandbox's cgroup, the command's parent: its memory limit is the sandbox's too.
+        self._sandbox = sandbox
         self._limits = limits
         self._finished = finished
         self._before = CgroupStats(cpu_s=0.0, peak_memory_bytes=0, oom_kills=0, pids_limit_hits=0)
@@ -180,11 +182,17 @@ class _CgroupExecGroup:
         peak = (
             None if now.peak_memory_bytes is None else max(0, now.peak_memory_bytes - (before.peak_memory_bytes or 0))
         )
+        oom_kills, limit_hits = now.oom_kills - before.oom_kills, now.memory_limit_hits - before.memory_limit_hits
+        if oom_kills and not limit_hits:
+            # Was it the sandbox's limit, reached by this command or an earlier one (what a session leaves charged
+            # is its own doing)? Only an OOM kill with no limit of the sandbox's reached is the host's.
+            limit_hits = self._sandbox.memory_limit_hits(local=True)
         return Usage(
             now.cpu_s - before.cpu_s,
             peak,
-            now.oom_kills - before.oom_kills,
+            oom_kills,
             now.pids_limit_hits - before.pids_limit_hits,
+            memory_limit_hits=limit_hits,
         )
 
 
@@ -362,7 +370,7 @@ class NamespaceSandbox:
             await self._restart()
         assert finished is None or isinstance(finished, _CgroupExecGroup)
         self._execs += 1
-        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self.limits, finished)
+        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self._cgroup, self.limits, finished)
 
     @property
     def agent(self) -> AgentConnection:
