@@ -51,7 +51,7 @@ from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check_variants import CheckVariant, check_variants, imported_modules
-from ._drivers import install_driver
+from ._drivers import driver_command, install_driver
 from ._report import RunnerReport
 from ._verdict import GradedTest, Outcome
 
@@ -96,15 +96,13 @@ def _read_channel(stdout: str, variant_id: str, *, truncated: bool) -> tuple[str
     return outcome, notes
 
 
-async def _run_variant(box: Sandbox, tree: Path, variant: CheckVariant, watch: list[str], argv: list[str]) -> _Run:
-    """Run one variant in ``box``, given to this variant alone, after writing ``tree`` and the driver (``argv[1]``)."""
+async def _run_variant(box: Sandbox, tree: Path, variant: CheckVariant, watch: list[str], args: list[str]) -> _Run:
+    """Run one variant in ``box``, given to this variant alone, after writing ``tree`` and the driver (``args[0]``,
+    the driver's path, then its arguments)."""
     await box.write_tree(tree)
-    await install_driver(box, argv[1].rsplit("/", 1)[0], "_check_driver.py")
+    await install_driver(box, args[0].rsplit("/", 1)[0], "_check_driver.py")
     request = {"id": variant.id, "source": variant.source, "watch": watch}
-    # A fork of the sandbox's running zygote when there is one; else one plain interpreter, which costs less than
-    # starting a zygote for a single command.
-    warm = box.warm_python_ready
-    command = argv if warm else [argv[0], "-s", *argv[1:]]
+    command, warm = driver_command(box, *args)
     result = await box.exec(command, stdin=json.dumps(request), env=GRADING_ENV, warm_python=warm)
     return _Run(variant, result, *_read_channel(result.stdout_text, variant.id, truncated=result.stdout_truncated))
 
@@ -166,7 +164,7 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
         raise TaskFormatError(path, f"cannot read the check: {exc}") from exc
     variants, watch = check_variants(source), imported_modules(source)
     driver = f"/tmp/.rollbox-check-{secrets.token_hex(8)}/driver.pyc"
-    argv = ["python3", driver, f"/workspace/{grading.module}", grading.entry_point]
+    args = [driver, f"/workspace/{grading.module}", grading.entry_point]
     runs: list[_Run] = []
     # The real check's text is the same in every grading of this task (canaries are random): a run that found
     # it in a sandbox's counters (pid numbers, IPC ids), left there by an earlier run of one, could tell it apart.
@@ -177,7 +175,7 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
                 await box.reset(fresh=True)
             box.history.add(mark)
         for variant, box in zip(variants, boxes, strict=True):
-            run = await _run_variant(box, tree, variant, watch, argv)
+            run = await _run_variant(box, tree, variant, watch, args)
             if run.result.status is Status.INFRA_ERROR:
                 return RunnerReport(tests=missing, run_status=Status.INFRA_ERROR, detail=run.result.error)
             if (

@@ -14,7 +14,7 @@ from importlib import resources
 
 from rollbox.sandbox import Sandbox
 
-__all__ = ["install_driver"]
+__all__ = ["driver_command", "install_driver"]
 
 
 def _pyc(package: str, name: str) -> bytes:
@@ -39,3 +39,14 @@ async def install_driver(sb: Sandbox, directory: str, driver: str) -> str:
     for name, data in _files(driver):
         await sb.write_file(f"{directory}/{name}", data, read_only=True)
     return f"{directory}/driver.pyc"
+
+
+def driver_command(sb: Sandbox, driver: str, *args: str) -> tuple[list[str], bool]:
+    """The command that runs an installed driver in ``sb``, and whether it is a ``warm_python`` one.
+
+    A fork of the sandbox's zygote where one runs or is starting (a warm-Python sandbox); else one plain
+    interpreter, which costs less than starting a zygote for a single command.
+    """
+    if sb.warm_python_ready or sb.warm_python:
+        return ["python3", driver, *args], True
+    return ["python3", "-s", driver, *args], False

@@ -13,7 +13,7 @@ from rollbox.tasks._values import decode, encode
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check import run_check
-from ._drivers import install_driver
+from ._drivers import driver_command, install_driver
 from ._report import RunnerReport, merge_reports
 from ._verdict import GradedTest, Outcome
 
@@ -104,12 +104,8 @@ async def run_function(
         async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
             await sb.write_tree(tree)
             driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
-            result = await sb.exec(
-                ["python3", driver, f"/workspace/{grading.module}", grading.entry_point],
-                stdin=inputs,
-                env=GRADING_ENV,
-                warm_python=True,  # a fork of the sandbox's pre-started interpreter, not a fresh start-up
-            )
+            command, warm = driver_command(sb, driver, f"/workspace/{grading.module}", grading.entry_point)
+            result = await sb.exec(command, stdin=inputs, env=GRADING_ENV, warm_python=warm)
         reports.append(_cases_report(grading, cases, result))
     return merge_reports(reports)
 
