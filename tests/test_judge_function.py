@@ -274,3 +274,25 @@ def test_drivers_fork_a_zygote_only_where_one_runs_or_is_starting() -> None:
         (["python3", "/tmp/d.pyc", "x"], True),
         (["python3", "/tmp/d.pyc", "x"], True),
     ]
+
+
+def test_a_candidate_given_as_its_files_is_graded_as_its_workspace(task: Task, tmp_path: Path) -> None:
+    """``grade(task, {"solution.py": code})``: the task's workspace with those files over it, with the same verdicts
+    and flags as that workspace on disk; files that describe no workspace are the candidate's failure."""
+    hacker = "import sys\nsys.exit(0)\n"
+
+    async def main() -> list[Verdict]:
+        verdicts = [await grade(task, {"solution.py": code}) for code in (CORRECT, STUB, hacker.encode())]
+        workspace = tmp_path / "hacker"
+        shutil.copytree(task.workspace, workspace)
+        (workspace / "solution.py").write_text(hacker)
+        verdicts.append(await grade(task, workspace))
+        verdicts.append(await grade(task, {"../solution.py": CORRECT}))
+        return verdicts
+
+    correct, stub, hacker_files, hacker_directory, unclean = asyncio.run(main())
+    assert correct.status is VerdictStatus.PASSED and correct.reward == 1.0, correct
+    assert stub.status is VerdictStatus.FAILED and stub.reward == 0.0, stub
+    assert (hacker_files.status, hacker_files.flags) == (hacker_directory.status, hacker_directory.flags)
+    assert any(f["code"] == "exit_at_import" for f in hacker_files.flags), hacker_files
+    assert unclean.status is VerdictStatus.ERROR and unclean.flags[0]["code"] == "workspace_refused", unclean

@@ -12,6 +12,7 @@ from rollbox.judge._workspace import (
     Flag,
     WorkspaceError,
     build_grading_tree,
+    diff_files,
     diff_workspace,
     is_protected,
 )
@@ -350,3 +351,57 @@ def test_is_protected_rules() -> None:
     assert is_protected("tests", extra=["tests/"]) is not None
     assert "test file" in (is_protected("a/test_x.py") or "")
     assert Flag("c", "p", "d").to_json() == {"code": "c", "path": "p", "detail": "d"}
+
+
+EDITS = {
+    "a modification": {"mod.py": "def f():\n    return 2\n"},
+    "an addition in new directories": {"new/deep/helper.py": "Y = 2\n", "mypkg/extra.py": "E = 1\n"},
+    "the same content": {"mod.py": PRISTINE["mod.py"]},
+    "protected additions": {"conftest.py": "# hacked\n", "test_mine.py": "", "sitecustomize.py": "", "json.py": ""},
+    "a visible test edited": {"test_visible.py": "def test_f():\n    assert False\n"},
+    "pytest configured by pyproject": {"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p evil'\n"},
+    "the task's own stdlib-named module": {"queue.py": "# edited\n"},
+    "a module inside a package": {"mypkg/json.py": "J = 1\n"},
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+@pytest.mark.parametrize("guard", [True, False])
+def test_files_diff_and_build_exactly_as_the_workspace_they_stand_for(
+    tmp_path: Path, trees: tuple[Path, Path], edit: str, guard: bool
+) -> None:
+    """A candidate given as files is the pristine workspace with them written over it: the same changes, flags and
+    grading tree as that workspace given as a directory."""
+    pristine, candidate = trees
+    files = EDITS[edit]
+    write(candidate, files)
+    as_files = diff_files(pristine, {p: t.encode() for p, t in files.items()}, guard=guard)
+    as_directory = diff_workspace(pristine, candidate, guard=guard)
+    assert as_files == as_directory
+    build_grading_tree(pristine, {p: t.encode() for p, t in files.items()}, tmp_path / "from-files", as_files)
+    build_grading_tree(pristine, candidate, tmp_path / "from-directory", as_directory)
+    assert snapshot(tmp_path / "from-files") == snapshot(tmp_path / "from-directory")
+
+
+@pytest.mark.parametrize(
+    ("files", "error"),
+    [
+        ({"/etc/passwd": b""}, "not a clean workspace-relative path"),
+        ({"../escape.py": b""}, "not a clean workspace-relative path"),
+        ({"a/./b.py": b""}, "not a clean workspace-relative path"),
+        ({"": b""}, "not a clean workspace-relative path"),
+        ({"nul\0.py": b""}, "not a clean workspace-relative path"),
+        ({"docs": b"a file where the task has a directory"}, "'docs' is a directory of the task's workspace"),
+        ({"mod.py/inner.py": b""}, "'mod.py/inner.py' needs 'mod.py' to be a directory"),
+        ({"x": b"", "x/y.py": b""}, "'x/y.py' needs 'x' to be a directory"),
+        ({"big.bin": b"x" * 101}, "'big.bin' of the candidate is 101 bytes, over the 100-byte limit"),
+        ({f"{i}.py": b"" for i in range(21)}, "the candidate gave 21 files, more than 20"),
+        ({"fill.bin": b"x" * 90}, "would hold .* bytes, over the task's disk limit"),
+    ],
+)
+def test_files_that_describe_no_workspace_or_pass_a_limit_are_refused(
+    trees: tuple[Path, Path], files: dict[str, bytes], error: str
+) -> None:
+    pristine, _ = trees
+    with pytest.raises(WorkspaceError, match=error):
+        diff_files(pristine, files, max_file_bytes=100, max_files=20, max_total_bytes=250)

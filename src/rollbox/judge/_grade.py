@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from ._scan import scan_changes
 from ._script import run_script
 from ._stdio import run_stdio
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
-from ._workspace import WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
+from ._workspace import Candidate, WorkspaceError, build_grading_tree, diff_files, diff_workspace, scratch_directory
 
 __all__ = ["grade"]
 
@@ -95,23 +96,38 @@ def _refused(task: Task, start: float, code: str, detail: str) -> Verdict:
     )
 
 
-async def grade(task: Task, solution: str | Path, *, sandboxes: SandboxSource | None = None) -> Verdict:
-    """Grade the candidate workspace ``solution`` against ``task``.
+async def grade(
+    task: Task, solution: str | os.PathLike[str] | Mapping[str, str | bytes], *, sandboxes: SandboxSource | None = None
+) -> Verdict:
+    """Grade the candidate's ``solution`` against ``task``.
 
-    The candidate contributes only its changes to the task's workspace, minus protected paths (dropped and
-    reported in ``flags``). Grading runs in a fresh sandbox; a failure of rollbox or the host gives status
-    ``infra_error`` with reward ``None``, never a score. ``sandboxes`` says where grading sandboxes come from:
-    fresh ones by default, or warm ones (:class:`rollbox.sandbox.WarmSandboxes`), reset between uses.
+    ``solution`` is the candidate's workspace directory, or only its files: a mapping of workspace-relative paths
+    to contents (text is UTF-8), which stand for the task's workspace with those files written over it
+    (``{"solution.py": completion}``; nothing is deleted). The candidate contributes only its changes to the
+    task's workspace, minus protected paths (dropped and reported in ``flags``). Grading runs in a fresh sandbox; a
+    failure of rollbox or the host gives status ``infra_error`` with reward ``None``, never a score.
+    ``sandboxes`` says where grading sandboxes come from: fresh ones by default, or warm ones
+    (:class:`rollbox.sandbox.WarmSandboxes`), reset between uses.
     """
     source: SandboxSource = sandboxes or FreshSandboxes()
     start = time.monotonic()
     runner = _RUNNERS[type(task.grading)]
     try:
         guard = isinstance(task.grading, PytestGrading | ScriptGrading)  # a test framework runs over the tree
-        changes = diff_workspace(task.workspace, Path(solution), guard=guard, max_total_bytes=task.limits.disk_bytes)
-        flags = changes.flags + scan_changes(Path(solution), [*changes.added, *changes.modified])
+        limit = task.limits.disk_bytes
+        candidate: Candidate
+        if isinstance(solution, Mapping):
+            # surrogatepass: text with a lone surrogate is no valid source, and fails as Python would say.
+            candidate = {
+                p: c.encode("utf-8", "surrogatepass") if isinstance(c, str) else c for p, c in solution.items()
+            }
+            changes = diff_files(task.workspace, candidate, guard=guard, max_total_bytes=limit)
+        else:
+            candidate = Path(solution)
+            changes = diff_workspace(task.workspace, candidate, guard=guard, max_total_bytes=limit)
+        flags = changes.flags + scan_changes(candidate, [*changes.added, *changes.modified])
         with scratch_directory("rollbox-grade-") as tree:
-            build_grading_tree(task.workspace, Path(solution), Path(tree), changes)
+            build_grading_tree(task.workspace, candidate, Path(tree), changes)
             report = await runner(task, task.grading, Path(tree), source)
     except WorkspaceError as exc:
         # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,

@@ -29,7 +29,6 @@ from rollbox.tasks import Task
 from ._check_variants import MAX_VARIANTS
 from ._grade import grade
 from ._verdict import Outcome, Verdict, VerdictStatus
-from ._workspace import scratch_directory
 
 __all__ = [
     "Sample",
@@ -149,21 +148,19 @@ def read_samples(path: Path, known: Iterable[str]) -> list[Sample]:
 
 
 async def _grade_sample(task: Task, sample: Sample, prompt: str, sandboxes: SandboxSource) -> Verdict:
-    with scratch_directory("rollbox-humaneval-") as workspace:
-        # surrogatepass: a completion with a lone surrogate is not valid source, and fails as Python would say.
-        Path(workspace, "solution.py").write_bytes((prompt + sample.completion + "\n").encode("utf-8", "surrogatepass"))
-        verdict: Verdict | None = None
-        for _ in range(1 + _RETRIES):
-            try:
-                verdict = await grade(task, workspace, sandboxes=sandboxes)
-            except Exception as exc:  # a bug of rollbox's must not sink the other samples: report it as one
-                verdict = Verdict(
-                    task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=f"{type(exc).__name__}: {exc}"
-                )
-            if verdict.status is not VerdictStatus.INFRA_ERROR:
-                break
-        assert verdict is not None
-        return verdict
+    files = {"solution.py": prompt + sample.completion + "\n"}
+    verdict: Verdict | None = None
+    for _ in range(1 + _RETRIES):
+        try:
+            verdict = await grade(task, files, sandboxes=sandboxes)
+        except Exception as exc:  # a bug of rollbox's must not sink the other samples: report it as one
+            verdict = Verdict(
+                task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=f"{type(exc).__name__}: {exc}"
+            )
+        if verdict.status is not VerdictStatus.INFRA_ERROR:
+            break
+    assert verdict is not None
+    return verdict
 
 
 async def evaluate_samples(

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
-from ._workspace import Flag, WorkspaceError, read_candidate_file
+from ._workspace import Candidate, Flag, WorkspaceError, read_candidate_file
 
 __all__ = ["scan_changes"]
 
@@ -177,9 +176,10 @@ class _Scanner(ast.NodeVisitor):
     visit_AnnAssign = visit_Assign
 
 
-def _scan_file(candidate: Path, path: str) -> list[Flag]:
+def _scan_file(candidate: Candidate, path: str) -> list[Flag]:
     try:
-        if (candidate / path).stat().st_size > _MAX_SOURCE_BYTES:
+        size = len(candidate[path]) if isinstance(candidate, Mapping) else (candidate / path).stat().st_size
+        if size > _MAX_SOURCE_BYTES:
             return [Flag("not_scanned", path, f"Over {_MAX_SOURCE_BYTES} bytes, so not scanned.")]
         source = read_candidate_file(candidate, path, _MAX_SOURCE_BYTES)
     except (OSError, WorkspaceError):
@@ -194,15 +194,15 @@ def _scan_file(candidate: Path, path: str) -> list[Flag]:
     return list(scanner.found.values())
 
 
-def scan_changes(candidate: Path, paths: Sequence[str]) -> tuple[Flag, ...]:
-    """Scan the ``.py`` files among ``paths`` (relative to ``candidate``) for known hack signatures.
+def scan_changes(candidate: Candidate, paths: Sequence[str]) -> tuple[Flag, ...]:
+    """Scan the ``.py`` files among ``paths`` (of ``candidate``'s, workspace-relative) for known hack signatures.
 
     Codes: ``exit_at_import``, ``exit_call``, ``atexit_hook``, ``pytest_hook``, ``frame_introspection``,
     ``grader_probe``, ``always_equal``, ``builtins_patch``, ``unparsable_python``, ``not_scanned`` (over 1 MiB).
     Each detail names the line.
     Files are read without following links; anything that is not a regular file is skipped.
 
-    >>> scan_changes(Path("/nonexistent"), ["README.md"])
+    >>> scan_changes({"README.md": b"not Python"}, ["README.md"])
     ()
     """
     return tuple(flag for path in paths if path.endswith(".py") for flag in _scan_file(candidate, path))

@@ -21,7 +21,7 @@ import stat
 import sys
 import tempfile
 import tomllib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.machinery import all_suffixes
 from pathlib import Path
@@ -29,10 +29,12 @@ from pathlib import Path
 from rollbox.sandbox import RollboxError
 
 __all__ = [
+    "Candidate",
     "Changes",
     "Flag",
     "WorkspaceError",
     "build_grading_tree",
+    "diff_files",
     "diff_workspace",
     "is_protected",
     "scratch_directory",
@@ -45,6 +47,11 @@ _STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
 _SHADOWED = frozenset({"pytest", "_pytest", "pluggy", "py", "sitecustomize", "usercustomize"}) | sys.stdlib_module_names
 _IMPORT_SUFFIXES = sorted(all_suffixes(), key=len, reverse=True)
 _CHUNK = 1024 * 1024
+
+
+#: The candidate's work: its workspace directory, or only its files (workspace-relative path -> content), which
+#: stand for the task's workspace with those files written over it.
+Candidate = Path | Mapping[str, bytes]
 
 
 class WorkspaceError(RollboxError):
@@ -208,15 +215,17 @@ def _open_beneath(root: Path, rel: str) -> int:
     return file_fd
 
 
-def read_candidate_file(root: Path, rel: str, max_bytes: int) -> bytes:
-    """The bytes of the regular file ``rel`` under ``root``, read without following links.
+def read_candidate_file(candidate: Candidate, rel: str, max_bytes: int) -> bytes:
+    """The bytes of the candidate's file ``rel``; in a directory, a regular file read without following links.
 
     Raises:
         WorkspaceError: it is over ``max_bytes``, or not a regular file.
     """
-    fd = _open_beneath(root, rel)
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(max_bytes + 1)
+    if isinstance(candidate, Mapping):
+        data = candidate[rel]
+    else:
+        with os.fdopen(_open_beneath(candidate, rel), "rb") as f:
+            data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise WorkspaceError(f"{rel!r} in the candidate workspace is over {max_bytes} bytes; raise max_file_bytes")
     return data
@@ -379,6 +388,82 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
     )
 
 
+def diff_files(
+    pristine: Path,
+    files: Mapping[str, bytes],
+    *,
+    protected: Sequence[str] = (),
+    guard: bool = True,
+    max_file_bytes: int = 16 * _MiB,
+    max_files: int = 20_000,
+    max_total_bytes: int | None = None,
+) -> Changes:
+    """:func:`diff_workspace` for a candidate given as its files: the pristine workspace with ``files`` (paths
+    relative to it) written over it. Nothing is deleted; the arguments are as for :func:`diff_workspace`.
+
+    Raises:
+        WorkspaceError: a path is not a clean relative one, or would need a file of the workspace (or another
+            of ``files``) to be a directory, or one a directory to be a file; or a limit is passed.
+    """
+    try:
+        leaves, dirs = _walk(pristine)
+        ours = {p: e for p, e in leaves.items() if e.kind != "other"}
+        _check_files(
+            files, ours, dirs, max_file_bytes=max_file_bytes, max_files=max_files, max_total_bytes=max_total_bytes
+        )
+        packages = {p.rpartition("/")[0] for p in (*ours, *files) if p.rpartition("/")[2] == "__init__.py"}
+        added: list[str] = []
+        modified: list[str] = []
+        dropped: list[str] = []
+        flags: list[Flag] = []
+        for path, data in sorted(files.items()):
+            old = ours.get(path)
+            before = (pristine / path).read_bytes() if old is not None and old.kind == "file" else None
+            if before == data:
+                continue
+            versions = [data, *([before] if before is not None else [])]
+            flag = _refusal(path, protected, packages, old is not None, versions) if guard else None
+            if flag:
+                dropped.append(path)
+                flags.append(flag)
+            else:
+                (added if old is None else modified).append(path)
+    except OSError as exc:
+        raise WorkspaceError(f"could not compare the candidate's files with {pristine}: {exc}") from exc
+    return Changes(
+        added=tuple(added), modified=tuple(modified), deleted=(), dropped=tuple(sorted(dropped)), flags=tuple(flags)
+    )
+
+
+def _check_files(
+    files: Mapping[str, bytes],
+    ours: Mapping[str, _Entry],
+    dirs: Collection[str],
+    *,
+    max_file_bytes: int,
+    max_files: int,
+    max_total_bytes: int | None,
+) -> None:
+    """Refuse candidate files that do not describe a workspace, or pass a limit."""
+    if len(files) > max_files:
+        raise WorkspaceError(f"the candidate gave {len(files)} files, more than {max_files}; raise max_files")
+    for path, data in files.items():
+        _check_relative(path)
+        if len(data) > max_file_bytes:
+            raise WorkspaceError(
+                f"{path!r} of the candidate is {len(data)} bytes, over the {max_file_bytes}-byte limit; raise "
+                "max_file_bytes if the task needs such files"
+            )
+        if path in dirs:
+            raise WorkspaceError(f"{path!r} is a directory of the task's workspace; the candidate gave it as a file")
+        for ancestor in _ancestors(path):
+            if ancestor in ours or ancestor in files:
+                raise WorkspaceError(f"{path!r} needs {ancestor!r} to be a directory, but it is a file")
+    total = sum(map(len, files.values())) + sum(e.size for p, e in ours.items() if p not in files)
+    if max_total_bytes is not None and total > max_total_bytes:
+        raise WorkspaceError(f"the candidate's workspace would hold {total} bytes, over the task's disk limit")
+
+
 def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
     """A temporary directory for one grading's host-side files (a candidate's workspace, a grading tree).
 
@@ -393,8 +478,8 @@ def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
 
 
 def _check_relative(path: str) -> None:
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
-        raise WorkspaceError(f"{path!r} is not a clean workspace-relative path; pass the Changes diff_workspace made")
+    if not path or path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in path.split("/")):
+        raise WorkspaceError(f"{path!r} is not a clean workspace-relative path (like 'src/solution.py')")
 
 
 def _copy_pristine(pristine: Path, dest: Path) -> None:
@@ -408,7 +493,7 @@ def _copy_pristine(pristine: Path, dest: Path) -> None:
             shutil.copy2(pristine / rel, dest / rel, follow_symlinks=False)
 
 
-def _place(candidate: Path, dest: Path, rel: str) -> None:
+def _place(candidate: Candidate, dest: Path, rel: str) -> None:
     target = dest / rel
     for ancestor in _ancestors(rel):
         at = dest / ancestor
@@ -420,6 +505,11 @@ def _place(candidate: Path, dest: Path, rel: str) -> None:
         target.unlink()
     elif target.is_dir():
         shutil.rmtree(target)  # a pristine directory the candidate replaced with a file
+    if isinstance(candidate, Mapping):
+        with open(target, "xb") as out:
+            out.write(candidate[rel])
+        target.chmod(0o644)
+        return
     try:  # reading the candidate's tree: a failure here is the candidate's doing
         st = os.lstat(candidate / rel)
         link = os.readlink(candidate / rel) if stat.S_ISLNK(st.st_mode) else None
@@ -437,8 +527,9 @@ def _place(candidate: Path, dest: Path, rel: str) -> None:
     target.chmod(0o755 if st.st_mode & stat.S_IXUSR else 0o644)
 
 
-def build_grading_tree(pristine: Path, candidate: Path, dest: Path, changes: Changes) -> None:
-    """Build ``dest`` = the pristine workspace plus the changes :func:`diff_workspace` allowed.
+def build_grading_tree(pristine: Path, candidate: Candidate, dest: Path, changes: Changes) -> None:
+    """Build ``dest`` = the pristine workspace plus the changes :func:`diff_workspace` (or :func:`diff_files`)
+    allowed.
 
     Added and modified files are copied from the candidate (links as links, only where they stay inside the
     tree), deleted ones removed. ``dest`` must not exist, or be an empty directory.
