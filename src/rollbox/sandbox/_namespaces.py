@@ -356,7 +356,8 @@ class NamespaceSandbox:
         """True when the writable tree has no block or no inode left, or a file reached the file size limit."""
         if self._dir is None:
             return False
-        st = os.statvfs(self._dir.fs)
+        assert self._dir.fs_fd is not None
+        st = os.fstatvfs(self._dir.fs_fd)  # the mount's fd: no path to build and look up, twice a command
         if st.f_bavail == 0 or st.f_favail == 0:
             return True
         # Without an explicit file size limit, RLIMIT_FSIZE is the disk size: reaching it fills the disk.
