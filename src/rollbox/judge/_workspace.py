@@ -482,11 +482,13 @@ def _check_relative(path: str) -> None:
         raise WorkspaceError(f"{path!r} is not a clean workspace-relative path (like 'src/solution.py')")
 
 
-def _copy_pristine(pristine: Path, dest: Path) -> None:
+def _copy_pristine(pristine: Path, dest: Path, replaced: Collection[str]) -> None:
     leaves, dirs = _walk(pristine)
     for rel in sorted(dirs):
         (dest / rel).mkdir()
     for rel, entry in leaves.items():
+        if rel in replaced:
+            continue  # the candidate's version goes there
         if entry.kind == "link":
             os.symlink(entry.target, dest / rel)
         elif entry.kind == "file":
@@ -544,7 +546,7 @@ def build_grading_tree(pristine: Path, candidate: Candidate, dest: Path, changes
     if any(dest.iterdir()):
         raise WorkspaceError(f"the grading tree {dest} must be an empty directory; it already holds files")
     try:
-        _copy_pristine(pristine, dest)
+        _copy_pristine(pristine, dest, set(changes.modified))
         for rel in changes.deleted:
             (dest / rel).unlink()
             parent = (dest / rel).parent
