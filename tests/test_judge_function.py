@@ -257,14 +257,19 @@ def test_in_warm_sandboxes_one_candidate_cannot_touch_the_next(task: Task, tmp_p
 
 def test_drivers_fork_a_zygote_only_where_one_runs_or_is_starting() -> None:
     """A fresh sandbox runs the driver in one plain interpreter (starting a zygote for a single command costs
-    more); a warm-Python sandbox forks its zygote, and so does one whose zygote an earlier command started."""
+    more); a warm-Python sandbox forks its zygote (warm pools make them by default), and so does one whose zygote
+    an earlier command started."""
     from rollbox.judge._drivers import driver_command
-    from rollbox.sandbox import Limits, Sandbox
+    from rollbox.sandbox import FreshSandboxes, Limits, Network, WarmSandboxes
 
     async def main() -> list[tuple[list[str], bool]]:
         limits = Limits(timeout_s=5)
-        async with Sandbox(limits=limits) as cold, Sandbox(limits=limits, warm_python=True) as warm:
-            commands = [driver_command(cold, "/tmp/d.pyc", "x"), driver_command(warm, "/tmp/d.pyc", "x")]
+        async with (
+            FreshSandboxes().sandbox(limits=limits, network=Network.NONE) as cold,
+            WarmSandboxes(size=1) as pools,
+            pools.sandbox(limits=limits, network=Network.NONE) as pooled,
+        ):
+            commands = [driver_command(cold, "/tmp/d.pyc", "x"), driver_command(pooled, "/tmp/d.pyc", "x")]
             await cold.write_file("t.py", "pass\n")
             assert (await cold.exec(["python3", "t.py"], warm_python=True)).ok
             return [*commands, driver_command(cold, "/tmp/d.pyc", "x")]

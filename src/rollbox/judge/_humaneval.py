@@ -191,8 +191,7 @@ async def evaluate_samples(
     results: list[SampleResult | None] = [None] * len(samples)
     # Room for one check-based grading's variants (each in a sandbox of its own) beside the other workers, twice
     # over: returned sandboxes are reset in the background, and a check borrows its sandboxes all at once.
-    # Every grading runs warm Python: each sandbox's zygote starts with it, not in the way of its first grading.
-    async with WarmSandboxes(size=2 * (workers + MAX_VARIANTS - 1), warm_python=True) as sandboxes:
+    async with WarmSandboxes(size=2 * (workers + MAX_VARIANTS - 1)) as sandboxes:
 
         async def one(indices: list[int]) -> None:
             first = samples[indices[0]]
