@@ -85,7 +85,7 @@ def test_a_spare_killed_while_it_waits_costs_nothing_but_a_retry() -> None:
 def test_a_pooled_sandbox_keeps_its_spare_across_an_in_place_reset_and_nothing_else() -> None:
     async def main() -> tuple[list[ExecResult], int]:
         results = []
-        async with WarmSandboxes(size=1) as pool:
+        async with WarmSandboxes(size=1, warm_python=False) as pool:  # no zygote: the spare is the agent's only child
             for _ in range(3):
                 async with pool.sandbox(limits=FAST, network="none") as sb:
                     results.append(await sb.exec(["sh", "-c", "ls -A /tmp /workspace; sleep 30 &"]))
