@@ -12,7 +12,6 @@ from rollbox.judge._workspace import (
     Flag,
     WorkspaceError,
     build_grading_tree,
-    diff_files,
     diff_workspace,
     is_protected,
 )
@@ -375,7 +374,7 @@ def test_files_diff_and_build_exactly_as_the_workspace_they_stand_for(
     pristine, candidate = trees
     files = EDITS[edit]
     write(candidate, files)
-    as_files = diff_files(pristine, {p: t.encode() for p, t in files.items()}, guard=guard)
+    as_files = diff_workspace(pristine, {p: t.encode() for p, t in files.items()}, guard=guard)
     as_directory = diff_workspace(pristine, candidate, guard=guard)
     assert as_files == as_directory
     build_grading_tree(pristine, {p: t.encode() for p, t in files.items()}, tmp_path / "from-files", as_files)
@@ -404,4 +403,4 @@ def test_files_that_describe_no_workspace_or_pass_a_limit_are_refused(
 ) -> None:
     pristine, _ = trees
     with pytest.raises(WorkspaceError, match=error):
-        diff_files(pristine, files, max_file_bytes=100, max_files=20, max_total_bytes=250)
+        diff_workspace(pristine, files, max_file_bytes=100, max_files=20, max_total_bytes=250)

@@ -21,7 +21,7 @@ from ._scan import scan_changes
 from ._script import run_script
 from ._stdio import run_stdio
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
-from ._workspace import Candidate, WorkspaceError, build_grading_tree, diff_files, diff_workspace, scratch_directory
+from ._workspace import Candidate, WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
 
 __all__ = ["grade"]
 
@@ -114,17 +114,13 @@ async def grade(
     runner = _RUNNERS[type(task.grading)]
     try:
         guard = isinstance(task.grading, PytestGrading | ScriptGrading)  # a test framework runs over the tree
-        limit = task.limits.disk_bytes
-        candidate: Candidate
-        if isinstance(solution, Mapping):
-            # surrogatepass: text with a lone surrogate is no valid source, and fails as Python would say.
-            candidate = {
-                p: c.encode("utf-8", "surrogatepass") if isinstance(c, str) else c for p, c in solution.items()
-            }
-            changes = diff_files(task.workspace, candidate, guard=guard, max_total_bytes=limit)
-        else:
-            candidate = Path(solution)
-            changes = diff_workspace(task.workspace, candidate, guard=guard, max_total_bytes=limit)
+        # surrogatepass: text with a lone surrogate is no valid source, and fails as Python would say.
+        candidate: Candidate = (
+            {p: t.encode("utf-8", "surrogatepass") if isinstance(t, str) else t for p, t in solution.items()}
+            if isinstance(solution, Mapping)
+            else Path(solution)
+        )
+        changes = diff_workspace(task.workspace, candidate, guard=guard, max_total_bytes=task.limits.disk_bytes)
         flags = changes.flags + scan_changes(candidate, [*changes.added, *changes.modified])
         with scratch_directory("rollbox-grade-") as tree:
             build_grading_tree(task.workspace, candidate, Path(tree), changes)

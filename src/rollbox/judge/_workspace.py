@@ -34,7 +34,6 @@ __all__ = [
     "Flag",
     "WorkspaceError",
     "build_grading_tree",
-    "diff_files",
     "diff_workspace",
     "is_protected",
     "scratch_directory",
@@ -300,7 +299,7 @@ def _conflicts(applied: Sequence[str], kept: set[str]) -> list[str]:
 
 def diff_workspace(
     pristine: Path,
-    candidate: Path,
+    candidate: Candidate,
     *,
     protected: Sequence[str] = (),
     guard: bool = True,
@@ -312,7 +311,8 @@ def diff_workspace(
 
     Args:
         pristine: the task's workspace (trusted).
-        candidate: the workspace the candidate left behind (hostile).
+        candidate: the workspace the candidate left behind (hostile), or only its files (workspace-relative path
+            -> content), which stand for the pristine workspace with them written over it (nothing is deleted).
         protected: the task's test paths (``"tests/"``, or exact files); changes there are refused.
         guard: refuse changes to protected paths (conftest, runner configuration, shadowing modules, tests...).
             Runners that run a test framework over the workspace need it; for a ``function`` or ``stdio`` task
@@ -323,12 +323,17 @@ def diff_workspace(
 
     Raises:
         WorkspaceError: the candidate's workspace holds more than ``max_files`` entries, a file over
-            ``max_file_bytes``, more than ``max_total_bytes`` in all, or something that cannot be read.
+            ``max_file_bytes``, more than ``max_total_bytes`` in all, or something that cannot be read; its files
+            name a path that is not a clean relative one, or a file where the workspace has a directory (or the
+            reverse).
     """
     try:
+        if isinstance(candidate, Mapping):
+            return _diff_files(pristine, candidate, protected, guard, max_file_bytes, max_files, max_total_bytes)
         return _diff(pristine, candidate, protected, guard, max_file_bytes, max_files, max_total_bytes)
     except OSError as exc:
-        raise WorkspaceError(f"could not compare the candidate workspace {candidate} with {pristine}: {exc}") from exc
+        what = "files" if isinstance(candidate, Mapping) else f"workspace {candidate}"
+        raise WorkspaceError(f"could not compare the candidate's {what} with {pristine}: {exc}") from exc
 
 
 def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
@@ -388,48 +393,35 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
     )
 
 
-def diff_files(
+def _diff_files(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
     pristine: Path,
     files: Mapping[str, bytes],
-    *,
-    protected: Sequence[str] = (),
-    guard: bool = True,
-    max_file_bytes: int = 16 * _MiB,
-    max_files: int = 20_000,
-    max_total_bytes: int | None = None,
+    protected: Sequence[str],
+    guard: bool,
+    max_file_bytes: int,
+    max_files: int,
+    max_total_bytes: int | None,
 ) -> Changes:
-    """:func:`diff_workspace` for a candidate given as its files: the pristine workspace with ``files`` (paths
-    relative to it) written over it. Nothing is deleted; the arguments are as for :func:`diff_workspace`.
-
-    Raises:
-        WorkspaceError: a path is not a clean relative one, or would need a file of the workspace (or another
-            of ``files``) to be a directory, or one a directory to be a file; or a limit is passed.
-    """
-    try:
-        leaves, dirs = _walk(pristine)
-        ours = {p: e for p, e in leaves.items() if e.kind != "other"}
-        _check_files(
-            files, ours, dirs, max_file_bytes=max_file_bytes, max_files=max_files, max_total_bytes=max_total_bytes
-        )
-        packages = {p.rpartition("/")[0] for p in (*ours, *files) if p.rpartition("/")[2] == "__init__.py"}
-        added: list[str] = []
-        modified: list[str] = []
-        dropped: list[str] = []
-        flags: list[Flag] = []
-        for path, data in sorted(files.items()):
-            old = ours.get(path)
-            before = (pristine / path).read_bytes() if old is not None and old.kind == "file" else None
-            if before == data:
-                continue
-            versions = [data, *([before] if before is not None else [])]
-            flag = _refusal(path, protected, packages, old is not None, versions) if guard else None
-            if flag:
-                dropped.append(path)
-                flags.append(flag)
-            else:
-                (added if old is None else modified).append(path)
-    except OSError as exc:
-        raise WorkspaceError(f"could not compare the candidate's files with {pristine}: {exc}") from exc
+    leaves, dirs = _walk(pristine)
+    ours = {p: e for p, e in leaves.items() if e.kind != "other"}
+    _check_files(files, ours, dirs, max_file_bytes=max_file_bytes, max_files=max_files, max_total_bytes=max_total_bytes)
+    packages = {p.rpartition("/")[0] for p in (*ours, *files) if p.rpartition("/")[2] == "__init__.py"}
+    added: list[str] = []
+    modified: list[str] = []
+    dropped: list[str] = []
+    flags: list[Flag] = []
+    for path, data in sorted(files.items()):
+        old = ours.get(path)
+        before = (pristine / path).read_bytes() if old is not None and old.kind == "file" else None
+        if before == data:
+            continue
+        versions = [data, *([before] if before is not None else [])]
+        flag = _refusal(path, protected, packages, old is not None, versions) if guard else None
+        if flag:
+            dropped.append(path)
+            flags.append(flag)
+        else:
+            (added if old is None else modified).append(path)
     return Changes(
         added=tuple(added), modified=tuple(modified), deleted=(), dropped=tuple(sorted(dropped)), flags=tuple(flags)
     )
@@ -530,8 +522,7 @@ def _place(candidate: Candidate, dest: Path, rel: str) -> None:
 
 
 def build_grading_tree(pristine: Path, candidate: Candidate, dest: Path, changes: Changes) -> None:
-    """Build ``dest`` = the pristine workspace plus the changes :func:`diff_workspace` (or :func:`diff_files`)
-    allowed.
+    """Build ``dest`` = the pristine workspace plus the changes :func:`diff_workspace` allowed.
 
     Added and modified files are copied from the candidate (links as links, only where they stay inside the
     tree), deleted ones removed. ``dest`` must not exist, or be an empty directory.
