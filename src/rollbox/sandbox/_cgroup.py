@@ -48,7 +48,7 @@ class CgroupStats:
     #: Processes killed by any out-of-memory killer: the cgroup's own, an ancestor's, or the whole machine's.
     oom_kills: int
     pids_limit_hits: int
-    #: How many times its memory usage reached its limit (v2 memory.events ``max``, v1 ``failcnt``).
+    #: How many times its memory usage reached its limit (see :meth:`Cgroup.memory_limit_hits`).
     memory_limit_hits: int = 0
 
 
