@@ -484,3 +484,56 @@ def test_an_oom_kill_from_outside_the_sandbox_is_the_hosts_failure_not_the_progr
     outside, own = done.stdout.splitlines()
     assert outside.startswith("infra_error an out-of-memory killer outside the sandbox"), done
     assert own.startswith("memory_limit"), done
+
+
+def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None:
+    """The agent runs in rollbox's own cgroup, outside every sandbox's. When an out-of-memory killer there kills it
+    during a command, the command's end is the host's failure, ``infra_error``; an agent that died any other way
+    during a command stays the program's (test_attacks). Here rollbox runs in a cgroup with 200 MiB, a process
+    beside it (not in any sandbox) takes 300, and the agent is the OOM killer's first choice."""
+    from rollbox.sandbox._cgroup import CgroupTree
+    from rollbox.sandbox._native import agent_binary
+
+    tree = CgroupTree.detect()
+    name = f"rollbox-test-helpers-oom-{os.getpid()}"
+    mount = tree.mounts["memory" if tree.version == 1 else ""]
+    outer = mount / name
+    home = outer / "host" if tree.version == 2 else outer  # v2: processes only in leaves
+    script = textwrap.dedent("""
+        import asyncio, sys, rollbox
+        async def main():
+            async with rollbox.Sandbox(limits=rollbox.Limits(timeout_s=20)) as sb:
+                await sb._spare  # the command's process is forked (its score stays 0); then the agent's goes up
+                with open(f"/proc/{sb._impl.agent.pid}/oom_score_adj", "w") as f:
+                    f.write("1000")
+                command = asyncio.ensure_future(sb.exec(["sleep", "10"]))
+                await asyncio.sleep(0.5)
+                balloon = await asyncio.create_subprocess_exec(sys.executable, "-c", "x = bytearray(300 << 20)")
+                await balloon.wait()  # killed in turn, once the agent is gone and memory is still short
+                result = await command
+                print(result.status.value, result.error, flush=True)
+        asyncio.run(main())
+    """)
+    env = dict(os.environ)
+    try:
+        outer.mkdir()
+        if tree.version == 2:
+            (mount / "cgroup.subtree_control").write_text("+memory +pids")  # as rollbox does itself
+            (outer / "cgroup.subtree_control").write_text("+memory +pids")
+            home.mkdir()
+            (outer / "sandboxes").mkdir()
+            (outer / "memory.max").write_text(str(200 << 20))
+            env["ROLLBOX_CGROUP_PARENT"] = f"/{name}/sandboxes"
+        else:
+            (outer / "memory.limit_in_bytes").write_text(str(200 << 20))
+        agent_binary()  # built here, not by a compiler inside the small cgroup
+        # Into that cgroup first, then rollbox: its spawner, agents and sandboxes all start inside it.
+        argv = ["sh", "-c", f'echo $$ > {home}/cgroup.procs && exec "$0" -c "$1"', sys.executable, script]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    finally:
+        for directory in sorted(outer.rglob("*/"), key=lambda p: -len(p.parts)) if outer.exists() else []:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # what rollbox could not remove, had it been killed
+        with contextlib.suppress(OSError):
+            outer.rmdir()
+    assert done.stdout.startswith("infra_error an out-of-memory killer outside the sandbox killed the sandbox's"), done

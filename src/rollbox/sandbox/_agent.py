@@ -121,6 +121,8 @@ class Spare:
     seq: int
     #: Set by :meth:`AgentConnection.run` once the command started in it (it said so before its exec).
     started: bool = False
+    #: The OOM kills counted where the helpers run when it was made (see ``AgentConnection.__init__``).
+    helpers_oom_kills: int | None = None
 
 
 def classify(
@@ -189,17 +191,26 @@ class AgentConnection:
     """A running agent: the control socket, the launcher process, and the one command it runs at a time."""
 
     def __init__(
-        self, sock: socket.socket, process: Launched | None, *, with_parent: bool = True, monitor: int | None = None
+        self,
+        sock: socket.socket,
+        process: Launched | None,
+        *,
+        with_parent: bool = True,
+        monitor: int | None = None,
+        oom_kills: Callable[[], int | None] | None = None,
     ) -> None:
         """``with_parent``: the helper's parent is checked with it (see ``unchanged``). ``monitor``: the read end of
         the pipe on which the launcher, out of the program's reach, reports the agent's end; the connection owns it.
         An agent that ends during a command with no such report ended with its launcher: the host's doing, an
         ``infra_error``. One that ended on its own may have been made to (a program can lower pid 1's CPU limit):
-        the program's failure, as is any helper's end without a monitor."""
+        the program's failure, as is any helper's end without a monitor, unless ``oom_kills`` (how many processes
+        OOM killers have killed where the helpers run, outside every sandbox's cgroup, which no program can fill)
+        grew meanwhile: the machine ran out of memory, an ``infra_error`` too."""
         self._sock = sock
         self._process = process
         self._with_parent = with_parent
         self._monitor = monitor
+        self._oom_kills = oom_kills
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
         self._spares = 0  # spares asked for so far: each one's number
@@ -272,7 +283,7 @@ class AgentConnection:
         if answer != _WORD.pack(_MSG_ZYGOTE):
             host_end.close()
             raise SandboxError("the sandbox's agent could not start the zygote")
-        zygote = AgentConnection(host_end, None, with_parent=False)
+        zygote = AgentConnection(host_end, None, with_parent=False, oom_kills=self._oom_kills)
         try:
             await zygote.wait_ready()
         except BaseException:
@@ -352,6 +363,13 @@ class AgentConnection:
         finally:
             self._loop.remove_reader(self._monitor)
 
+    def _oom_killed_since(self, spare: Spare) -> bool:
+        """Whether an OOM killer killed a helper (this one, gone, most likely) since ``spare`` was made."""
+        if self._oom_kills is None or spare.helpers_oom_kills is None:
+            return False
+        now = self._oom_kills()
+        return now is not None and now > spare.helpers_oom_kills
+
     def _wait_for_launcher(self) -> None:
         if self._process is not None and not self._process.exited(_EXIT_TIMEOUT_S):
             self._process.kill()
@@ -404,7 +422,8 @@ class AgentConnection:
             except TimeoutError:
                 self.alive = False  # the agent did not report it: it cannot be trusted with another command
             return ExecResult.infra_error(str(exc))
-        return Spare(self, group, sync_host, pid, seq)
+        oom_kills = self._oom_kills() if self._oom_kills is not None else None
+        return Spare(self, group, sync_host, pid, seq, helpers_oom_kills=oom_kills)
 
     async def discard(self, spare: Spare) -> None:
         """End a spare that no command will use, and consume its exit report (bounded; a silent agent is dead)."""
@@ -563,11 +582,17 @@ class AgentConnection:
                 await asyncio.wait_for(capture.eof, _CLEANUP_TIMEOUT_S)
             except TimeoutError:
                 capture.close()
-        if exited is None and not killed_for and await self._ended_with_launcher():
-            return ExecResult.infra_error(
-                "the sandbox's launcher was killed during the command (from outside the sandbox, which nothing inside "
-                "can reach); the sandbox restarts"
-            )
+        if exited is None and not killed_for:
+            if await self._ended_with_launcher():
+                return ExecResult.infra_error(
+                    "the sandbox's launcher was killed during the command (from outside the sandbox, which nothing "
+                    "inside can reach); the sandbox restarts"
+                )
+            if self._oom_killed_since(spare):
+                return ExecResult.infra_error(
+                    "an out-of-memory killer outside the sandbox killed the sandbox's supervisor during the command "
+                    "(this machine, or the cgroup rollbox runs in, ran out of memory); the sandbox restarts"
+                )
         usage = group.usage(exited)
         if disk_full() and not full_before:
             usage = replace(usage, disk_full=True)

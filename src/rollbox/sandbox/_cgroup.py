@@ -134,6 +134,11 @@ class CgroupTree:
         self.mounts = mounts
         #: The parent cgroup's path inside each hierarchy.
         self.parents = parents
+        own = _own_paths().get("memory" if version == 1 else "", "/")
+        # Where the sandboxes' agents and zygotes run: rollbox's own cgroup, outside every sandbox's. The kernel
+        # counts OOM kills there alone in v1's oom_control, in v2's memory.events.local (none at a v2 root).
+        home = mounts["memory" if version == 1 else ""] / own.lstrip("/")
+        self._helpers_oom_file = home / ("memory.oom_control" if version == 1 else "memory.events.local")
 
     @classmethod
     def detect(cls) -> CgroupTree:
@@ -186,6 +191,14 @@ class CgroupTree:
                     f"rollbox as root, or set {_PARENT_ENV} to a delegated cgroup with no processes of its own."
                 ) from exc
         return cls(2, {"": point}, {"": parent})
+
+    def helpers_oom_kills(self) -> int | None:
+        """How many processes out-of-memory killers have killed in the cgroup rollbox runs in, where the sandboxes'
+        agents and zygotes live; None where the kernel keeps no such count."""
+        try:
+            return _keyed(read_kernel_file(self._helpers_oom_file), "oom_kill")
+        except OSError:
+            return None
 
     def cgroup(self, name: str) -> Cgroup:
         """The cgroup ``name`` directly under the parent (it need not exist yet)."""

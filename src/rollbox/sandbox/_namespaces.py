@@ -281,7 +281,9 @@ class NamespaceSandbox:
             sandbox_end.close()
             os.close(seccomp_r)
             os.close(status_w)
-        self._agent = AgentConnection(host_end, process, monitor=status_r)
+        self._agent = AgentConnection(
+            host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
+        )
         await self._agent.wait_ready()
 
     def _root(self) -> list[str]:
