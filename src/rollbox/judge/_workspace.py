@@ -46,6 +46,8 @@ _STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
 _SHADOWED = frozenset({"pytest", "_pytest", "pluggy", "py", "sitecustomize", "usercustomize"}) | sys.stdlib_module_names
 _IMPORT_SUFFIXES = sorted(all_suffixes(), key=len, reverse=True)
 _CHUNK = 1024 * 1024
+#: Linux's limits on one file name and a whole path; the grading tree's own directory comes on top of the path.
+_NAME_MAX, _PATH_MAX = 255, 3072
 
 
 #: The candidate's work: its workspace directory, or only its files (workspace-relative path -> content), which
@@ -441,6 +443,7 @@ def _check_files(
         raise WorkspaceError(f"the candidate gave {len(files)} files, more than {max_files}; raise max_files")
     for path, data in files.items():
         _check_relative(path)
+        _check_name_lengths(path)
         if len(data) > max_file_bytes:
             raise WorkspaceError(
                 f"{path!r} of the candidate is {len(data)} bytes, over the {max_file_bytes}-byte limit; raise "
@@ -467,6 +470,16 @@ def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
         "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
     )
     return tempfile.TemporaryDirectory(prefix=prefix, dir=root)
+
+
+def _check_name_lengths(path: str) -> None:
+    """Refuse a path the host's filesystem cannot hold, which would otherwise fail as the host's error."""
+    try:
+        encoded = os.fsencode(path)
+    except UnicodeEncodeError:
+        raise WorkspaceError(f"{path!r} cannot be a file name (it is not valid text)") from None
+    if len(encoded) > _PATH_MAX or any(len(part) > _NAME_MAX for part in encoded.split(b"/")):
+        raise WorkspaceError(f"{path[:80]!r}... is too long for a path ({_NAME_MAX} bytes a name, {_PATH_MAX} in all)")
 
 
 def _check_relative(path: str) -> None:
