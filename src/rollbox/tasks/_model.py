@@ -74,8 +74,10 @@ class FunctionGrading:
     module: str
     #: The function's name.
     entry_point: str
-    #: A JSONL file in tests/, one ``{"args": [...], "kwargs": {...}, "expected": ...}`` a line (``None``: no
-    #: cases, only ``check``).
+    #: A JSONL file in tests/, one ``{"args": [...], "kwargs": {...}, "expected": ...}`` a line, optionally with
+    #: ``"apply": "bool"`` or ``"tuple"`` (taken of the result in the candidate's process, as ``assert f(x)`` and
+    #: ``tuple(f(x)) == ...`` do) and ``"compare"``: ``"=="`` (the default), ``"is"`` (expected ``null``,
+    #: ``true`` or ``false``) or ``"close"`` with ``"tolerance"``. ``None``: no cases, only ``check``.
     cases: str | None = "cases.jsonl"
     #: A Python file in tests/ defining ``check(candidate)``, for assertions that cannot be written as cases. It
     #: runs inside the candidate's process, so the judge sanitizes every value the candidate returns and runs
