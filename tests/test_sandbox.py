@@ -537,3 +537,22 @@ def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None
         with contextlib.suppress(OSError):
             outer.rmdir()
     assert done.stdout.startswith("infra_error an out-of-memory killer outside the sandbox killed the sandbox's"), done
+
+
+def test_sandbox_paths_are_split_into_a_writable_root_and_a_clean_relative_path() -> None:
+    from rollbox.sandbox._files import resolve_sandbox_path
+
+    assert resolve_sandbox_path("a/./b//c") == ("workspace", "a/b/c")
+    assert resolve_sandbox_path("/tmp/x/") == ("tmp", "x")
+    assert resolve_sandbox_path("/workspace/.hidden") == ("workspace", ".hidden")
+    for path, message in [
+        ("/workspace", "is a directory"),
+        ("", "is a directory"),
+        ("/", "outside the writable directories"),
+        ("/tmpfoo/x", "outside the writable directories"),
+        ("/etc/passwd", "outside the writable directories"),
+        ("a/../../etc", "must not contain '..'"),
+        ("a\0b", "NUL"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            resolve_sandbox_path(path)

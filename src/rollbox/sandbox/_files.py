@@ -13,7 +13,6 @@ import errno
 import os
 import stat
 import struct
-from pathlib import PurePosixPath
 
 __all__ = ["read_beneath", "resolve_sandbox_path", "symlink_beneath", "write_beneath"]
 
@@ -28,26 +27,28 @@ WRITABLE_ROOTS = {"/workspace": "workspace", "/tmp": "tmp"}
 
 
 def resolve_sandbox_path(path: str | os.PathLike[str]) -> tuple[str, str]:
-    """Split a sandbox path into (writable root name, path relative to it).
+    """Split a sandbox path into (writable root name, path relative to it, normalized: ``a/b``).
 
-    A relative path is relative to /workspace; an absolute one must lie in /workspace or /tmp.
+    A relative path is relative to /workspace; an absolute one must lie in /workspace or /tmp. Plain string work
+    (every file the host writes into a sandbox passes here; ``pathlib`` took half of writing a small one).
 
     Raises:
-        ValueError: the path is outside the writable roots or climbs out with ``..``.
+        ValueError: the path is outside the writable roots, climbs out with ``..`` or holds a NUL.
     """
-    pure = PurePosixPath(os.fspath(path))
-    if not pure.is_absolute():
-        pure = PurePosixPath("/workspace") / pure
-    if ".." in pure.parts:
-        raise ValueError(f"sandbox path {os.fspath(path)!r} must not contain '..'")
-    for root, name in WRITABLE_ROOTS.items():
-        if pure == PurePosixPath(root):
-            raise ValueError(f"sandbox path {os.fspath(path)!r} is a directory, not a file")
-        if pure.is_relative_to(root):
-            return name, str(pure.relative_to(root))
-    raise ValueError(
-        f"sandbox path {os.fspath(path)!r} is outside the writable directories ({', '.join(WRITABLE_ROOTS)})"
-    )
+    text = os.fspath(path)
+    if "\0" in text:
+        raise ValueError(f"sandbox path {text!r} holds a NUL byte")
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"sandbox path {text!r} must not contain '..'")
+    if not text.startswith("/"):
+        parts.insert(0, "workspace")
+    name = WRITABLE_ROOTS.get("/" + parts[0]) if parts else None
+    if name is None:
+        raise ValueError(f"sandbox path {text!r} is outside the writable directories ({', '.join(WRITABLE_ROOTS)})")
+    if len(parts) == 1:
+        raise ValueError(f"sandbox path {text!r} is a directory, not a file")
+    return name, "/".join(parts[1:])
 
 
 def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
@@ -88,7 +89,7 @@ def _open_parent(root: str, relative: str, *, uid: int, gid: int) -> int:
     """An fd of the directory that holds ``relative`` under ``root``, making missing directories on the way."""
     dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in PurePosixPath(relative).parts[:-1]:
+        for part in relative.split("/")[:-1]:
             try:
                 os.mkdir(part, 0o755, dir_fd=dirfd)
                 made = True
@@ -113,7 +114,7 @@ def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, 
     dirfd = _open_parent(root, relative, uid=uid, gid=gid)
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-        fd = _regular(_openat2(dirfd, PurePosixPath(relative).name, flags, mode), relative)
+        fd = _regular(_openat2(dirfd, relative.rsplit("/", 1)[-1], flags, mode), relative)
         os.ftruncate(fd, 0)
     finally:
         os.close(dirfd)
@@ -129,7 +130,7 @@ def symlink_beneath(root: str, relative: str, target: str, *, uid: int, gid: int
     The target is not checked: a link only ever resolves inside the sandbox, and the host never follows one.
     """
     dirfd = _open_parent(root, relative, uid=uid, gid=gid)
-    name = PurePosixPath(relative).name
+    name = relative.rsplit("/", 1)[-1]
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=dirfd)

@@ -87,10 +87,13 @@ def _try_lock(path: Path, *, create: bool = True) -> int | None:
     return fd
 
 
-def _empty(path: str) -> None:
-    """Remove everything below ``path``, depth first, holding an fd per level instead of recursing."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    stack: list[tuple[int, str]] = [(os.open(path, flags), "")]
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _empty(directory: int) -> None:
+    """Remove everything below the open directory ``directory``, depth first, holding an fd per level instead of
+    recursing (``directory`` itself stays open)."""
+    stack: list[tuple[int, str]] = [(directory, "")]
     try:
         while stack:
             fd, _name = stack[-1]
@@ -102,14 +105,14 @@ def _empty(path: str) -> None:
                         break
                     os.unlink(entry.name, dir_fd=fd)
             if child is not None:
-                stack.append((os.open(child, flags, dir_fd=fd), child))
+                stack.append((os.open(child, _DIRECTORY, dir_fd=fd), child))
                 continue
             stack.pop()
-            os.close(fd)
             if stack:
+                os.close(fd)
                 os.rmdir(_name, dir_fd=stack[-1][0])
     finally:
-        for fd, _name in stack:
+        for fd, _name in stack[1:]:
             os.close(fd)
 
 
@@ -340,16 +343,20 @@ class SandboxDir:
         Raises:
             OSError: something could not be removed (the caller replaces the tree instead).
         """
+        assert self.fs_fd is not None
         for name in ("workspace", "tmp", "shm"):
-            directory = self.fs / name
-            _empty(str(directory))
-            # The directory itself outlives the wipe: its ACLs (a default ACL would shape every file the next
-            # user makes) and other extended attributes (they count against the tmpfs), owner, mode and times.
-            for attribute in os.listxattr(directory, follow_symlinks=False):
-                os.removexattr(directory, attribute, follow_symlinks=False)
-            os.chown(directory, uid, gid)
-            os.chmod(directory, 0o755)
-            os.utime(directory, ns=(0, 0))
+            directory = os.open(name, _DIRECTORY, dir_fd=self.fs_fd)  # by fd: no /proc path to resolve each time
+            try:
+                _empty(directory)
+                # The directory itself outlives the wipe: its ACLs (a default ACL would shape every file the next
+                # user makes) and other extended attributes (they count against the tmpfs), owner, mode and times.
+                for attribute in os.listxattr(directory):
+                    os.removexattr(directory, attribute)
+                os.fchown(directory, uid, gid)
+                os.fchmod(directory, 0o755)
+                os.utime(directory, ns=(0, 0))
+            finally:
+                os.close(directory)
 
     def replace_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
         """Drop the writable tree (its tmpfs goes with the last reference) and make a new, empty one."""
