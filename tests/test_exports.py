@@ -74,10 +74,12 @@ def test_tasks_and_judge_exports() -> None:
         [
             "GradedTest",
             "Outcome",
+            "Solution",
             "Verdict",
             "VerdictStatus",
             "compute_reward",
             "grade",
+            "grade_batch",
         ]
     )
     for module in (rollbox.tasks, rollbox.judge):

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
+from rollbox.judge import Outcome, Verdict, VerdictStatus, grade, grade_batch
 from rollbox.judge._function import FunctionCase, load_cases
+from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, WarmSandboxes
 from rollbox.tasks import Task, TaskFormatError, load_task
 
 STUB = "def mean_pair(xs):\n    raise NotImplementedError\n"
@@ -342,3 +345,72 @@ def test_a_malformed_case_names_its_line_and_what_is_wrong(
     path.write_text(json.dumps({"args": [1], "kwargs": {}, "expected": 1}) + "\n" + json.dumps(record) + "\n")
     with pytest.raises(TaskFormatError, match=re.escape(f"line 2: {message}")):
         load_cases(path)
+
+
+async def _collect(items: list[tuple[Task, Any]], **kw: Any) -> list[tuple[int, Verdict]]:
+    return [item async for item in grade_batch(items, **kw)]
+
+
+@pytest.mark.native_speed
+def test_a_batch_gives_every_item_one_verdict_as_each_is_done(task: Task) -> None:
+    slow = "import time\ntime.sleep(0.5)\n" + CORRECT
+    items: list[tuple[Task, Any]] = [
+        (task, {"solution.py": slow}),
+        (task, {"solution.py": CORRECT}),
+        (task, {"solution.py": STUB}),
+        (task, {"solution.py": "import sys\nsys.exit(0)\n"}),
+        (task, {"../solution.py": CORRECT}),
+    ]
+    results = asyncio.run(_collect(items, workers=2))
+    assert sorted(i for i, _ in results) == list(range(5))
+    assert results[-1][0] == 0, "the slow grading should end last"
+    verdicts = dict(results)
+    assert [verdicts[i].status for i in range(5)] == [
+        VerdictStatus.PASSED,
+        VerdictStatus.PASSED,
+        VerdictStatus.FAILED,
+        VerdictStatus.ERROR,
+        VerdictStatus.ERROR,
+    ], verdicts
+    with pytest.raises(ValueError, match="workers"):
+        asyncio.run(_collect(items, workers=0))
+    with pytest.raises(ValueError, match="retries"):
+        asyncio.run(_collect(items, retries=-1))
+
+
+class _Flaky:
+    """Warm sandboxes whose first ``failures`` borrowings fail as the host would: a fault injected around the real
+    thing, to see what the batch retries."""
+
+    def __init__(self, inner: WarmSandboxes, failures: int) -> None:
+        self.inner, self.failures, self.borrowed = inner, failures, 0
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        self.borrowed += 1
+        if self.failures:
+            self.failures -= 1
+            raise SandboxError("injected: the host could not make a sandbox")
+        async with self.inner.sandbox(limits=limits, network=network) as sb:
+            yield sb
+
+    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self.inner.sandboxes(count, **kw)
+
+
+def test_a_batch_grades_again_what_rollbox_failed_and_never_what_the_candidate_did(task: Task) -> None:
+    async def main() -> list[tuple[Verdict, int]]:
+        outcomes = []
+        async with WarmSandboxes(size=2) as warm:
+            for solution, failures, retries in ((CORRECT, 1, 1), (CORRECT, 2, 1), (STUB, 0, 3)):
+                flaky = _Flaky(warm, failures)
+                items: list[tuple[Task, Any]] = [(task, {"solution.py": solution})]
+                ((_, verdict),) = await _collect(items, sandboxes=flaky, retries=retries)
+                outcomes.append((verdict, flaky.borrowed))
+        return outcomes
+
+    (retried, borrowed), (gave_up, tries), (candidates, once) = asyncio.run(main())
+    assert (retried.status, borrowed) == (VerdictStatus.PASSED, 2), retried
+    assert (gave_up.status, gave_up.reward, tries) == (VerdictStatus.INFRA_ERROR, None, 2), gave_up
+    assert "injected" in (gave_up.error or "")
+    assert (candidates.status, once) == (VerdictStatus.FAILED, 1), candidates

@@ -5,7 +5,8 @@ configuration the candidate cannot influence and a result channel it cannot writ
 failures for the candidate's. Imports :mod:`rollbox.tasks` and :mod:`rollbox.sandbox`.
 """
 
-from ._grade import grade
+from ._batch import grade_batch
+from ._grade import Solution, grade
 from ._verdict import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward
 
-__all__ = ["GradedTest", "Outcome", "Verdict", "VerdictStatus", "compute_reward", "grade"]
+__all__ = ["GradedTest", "Outcome", "Solution", "Verdict", "VerdictStatus", "compute_reward", "grade", "grade_batch"]

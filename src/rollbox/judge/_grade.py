@@ -23,7 +23,11 @@ from ._stdio import run_stdio
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
 from ._workspace import Candidate, WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
 
-__all__ = ["grade"]
+__all__ = ["Solution", "grade"]
+
+#: A candidate as the judge takes it: its workspace directory, or only its files (workspace-relative paths to
+#: contents; text is UTF-8), which stand for the task's workspace with those files written over it.
+Solution = str | os.PathLike[str] | Mapping[str, str | bytes]
 
 Runner = Callable[[Task, Any, Path, SandboxSource], Awaitable[RunnerReport]]
 _RUNNERS: dict[type, Runner] = {
@@ -96,9 +100,7 @@ def _refused(task: Task, start: float, code: str, detail: str) -> Verdict:
     )
 
 
-async def grade(
-    task: Task, solution: str | os.PathLike[str] | Mapping[str, str | bytes], *, sandboxes: SandboxSource | None = None
-) -> Verdict:
+async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | None = None) -> Verdict:
     """Grade the candidate's ``solution`` against ``task``.
 
     ``solution`` is the candidate's workspace directory, or only its files: a mapping of workspace-relative paths

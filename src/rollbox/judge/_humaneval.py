@@ -13,7 +13,6 @@ failure is never a failed sample: it is retried once, then reported as ``infra_e
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -23,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import RollboxError, SandboxSource, WarmSandboxes
+from rollbox.sandbox import RollboxError
 from rollbox.tasks import Task
 
-from ._check_variants import MAX_VARIANTS
-from ._grade import grade
+from ._batch import grade_batch
+from ._grade import Solution
 from ._verdict import Outcome, Verdict, VerdictStatus
 
 __all__ = [
@@ -147,22 +146,6 @@ def read_samples(path: Path, known: Iterable[str]) -> list[Sample]:
     return samples
 
 
-async def _grade_sample(task: Task, sample: Sample, prompt: str, sandboxes: SandboxSource) -> Verdict:
-    files = {"solution.py": prompt + sample.completion + "\n"}
-    verdict: Verdict | None = None
-    for _ in range(1 + _RETRIES):
-        try:
-            verdict = await grade(task, files, sandboxes=sandboxes)
-        except Exception as exc:  # a bug of rollbox's must not sink the other samples: report it as one
-            verdict = Verdict(
-                task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=f"{type(exc).__name__}: {exc}"
-            )
-        if verdict.status is not VerdictStatus.INFRA_ERROR:
-            break
-    assert verdict is not None
-    return verdict
-
-
 async def evaluate_samples(
     samples: Sequence[Sample],
     tasks: Mapping[str, Task],
@@ -173,13 +156,13 @@ async def evaluate_samples(
 ) -> list[SampleResult]:
     """Grade every sample, ``workers`` at a time; the results come back in the samples' order.
 
-    Grading sandboxes are warm (a pool per configuration, a few per worker) and reset between samples, so no sample
-    pays for a sandbox's creation. With ``dedupe`` (the default), byte-identical completions of the same problem are
-    graded once and share that verdict, as a policy's group of samples often repeats itself; a completion whose
-    outcome depends on chance (``random``, timing) then gets one draw for all its copies, where ``dedupe=False``
-    draws for each. Samples are taken one problem after another in turn, not in the file's order (gradings of one
-    problem spread apart need fewer sandbox restarts). ``progress`` is called with each sample's result as it is
-    done (in completion order).
+    Samples are graded by :func:`grade_batch`, in warm sandboxes (a pool per configuration, a few per worker)
+    reset between samples, so no sample pays for a sandbox's creation. With ``dedupe`` (the default),
+    byte-identical completions of the same problem are graded once and share that verdict, as a policy's group of
+    samples often repeats itself; a completion whose outcome depends on chance (``random``, timing) then gets one
+    draw for all its copies, where ``dedupe=False`` draws for each. Samples are taken one problem after another in
+    turn, not in the file's order (gradings of one problem spread apart need fewer sandbox restarts).
+    ``progress`` is called with each sample's result as it is done (in completion order).
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
@@ -187,22 +170,17 @@ async def evaluate_samples(
     copies: dict[tuple[str, str] | int, list[int]] = defaultdict(list)
     for index, sample in enumerate(samples):
         copies[(sample.task_id, sample.completion) if dedupe else index].append(index)
-    gate = asyncio.Semaphore(workers)
+    groups = _interleaved(copies.values(), samples)
+    items: list[tuple[Task, Solution]] = []
+    for indices in groups:
+        first = samples[indices[0]]
+        items.append((tasks[first.task_id], {"solution.py": prompts[first.task_id] + first.completion + "\n"}))
     results: list[SampleResult | None] = [None] * len(samples)
-    # Room for one check-based grading's variants (each in a sandbox of its own) beside the other workers, twice
-    # over: returned sandboxes are reset in the background, and a check borrows its sandboxes all at once.
-    async with WarmSandboxes(size=2 * (workers + MAX_VARIANTS - 1)) as sandboxes:
-
-        async def one(indices: list[int]) -> None:
-            first = samples[indices[0]]
-            async with gate:
-                verdict = await _grade_sample(tasks[first.task_id], first, prompts[first.task_id], sandboxes)
-            for index in indices:
-                results[index] = result = SampleResult(sample=samples[index], verdict=verdict)
-                if progress is not None:
-                    progress(result)
-
-        await asyncio.gather(*(one(indices) for indices in _interleaved(copies.values(), samples)))
+    async for position, verdict in grade_batch(items, workers=workers, retries=_RETRIES):
+        for index in groups[position]:
+            results[index] = result = SampleResult(sample=samples[index], verdict=verdict)
+            if progress is not None:
+                progress(result)
     return [r for r in results if r is not None]
 
 

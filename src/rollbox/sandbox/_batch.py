@@ -12,15 +12,19 @@ the index of its program; every program gets exactly one result (``infra_error``
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ._limits import Limits, Network
 from ._pool import SandboxSource, WarmSandboxes
 from ._result import ExecResult
 
-__all__ = ["Program", "run_batch"]
+__all__ = ["Program", "as_finished", "run_batch"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,27 +74,41 @@ async def run_batch(
     source: SandboxSource = sandboxes or WarmSandboxes(
         size=min(workers, max(1, len(todo))), warm_python=any(p.warm_python for p in todo)
     )
-    queue: asyncio.Queue[tuple[int, ExecResult]] = asyncio.Queue()
+
+    async def one(program: Program) -> ExecResult:
+        try:
+            async with source.sandbox(limits=limits, network=network) as sb:
+                for path, content in program.files.items():
+                    await sb.write_file(path, content)
+                return await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)
+        except Exception as exc:  # every program gets its one result: a batch never waits for a missing one
+            return ExecResult.infra_error(f"{type(exc).__name__}: {exc}")
+
+    try:
+        async for item in as_finished([functools.partial(one, p) for p in todo], workers=workers):
+            yield item
+    finally:
+        if owned and isinstance(source, WarmSandboxes):
+            await source.close()
+
+
+async def as_finished(jobs: Sequence[Callable[[], Awaitable[T]]], *, workers: int) -> AsyncIterator[tuple[int, T]]:
+    """Run ``jobs`` (coroutine functions that never raise), ``workers`` at a time, started in their order, and
+    yield ``(index, result)`` as each ends. Leaving the iteration early cancels the jobs left and waits for them:
+    nothing keeps running behind the caller."""
+    queue: asyncio.Queue[tuple[int, T]] = asyncio.Queue()
     gate = asyncio.Semaphore(workers)
 
-    async def one(index: int, program: Program) -> None:
+    async def one(index: int, job: Callable[[], Awaitable[T]]) -> None:
         async with gate:
-            try:
-                async with source.sandbox(limits=limits, network=network) as sb:
-                    for path, content in program.files.items():
-                        await sb.write_file(path, content)
-                    result = await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)
-            except Exception as exc:  # every program gets its one result: a batch never waits for a missing one
-                result = ExecResult.infra_error(f"{type(exc).__name__}: {exc}")
+            result = await job()
         await queue.put((index, result))
 
-    tasks = [asyncio.create_task(one(i, p)) for i, p in enumerate(todo)]
+    tasks = [asyncio.create_task(one(i, job)) for i, job in enumerate(jobs)]
     try:
-        for _ in todo:
+        for _ in tasks:
             yield await queue.get()
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if owned and isinstance(source, WarmSandboxes):
-            await source.close()
