@@ -127,17 +127,15 @@ def _retarget(test: ast.expr) -> ast.expr | None:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     op, left, right = test.ops[0], test.left, test.comparators[0]
-    mutated = copy.deepcopy(test)
+    # New nodes along the changed path only: the rest is shared with ``test`` (unparsed, never changed).
     if isinstance(op, ast.Eq):
         for node, on_right in ((right, True), (left, False)):
             value, call = _expected(node)
             other = _NOT_LITERAL if value is _NOT_LITERAL else _mutated(value)
             if other is not _NOT_LITERAL:
-                if on_right:
-                    mutated.comparators = [_respelled(other, call)]
-                else:
-                    mutated.left = _respelled(other, call)
-                return mutated
+                spelled = _respelled(other, call)
+                sides = (left, spelled) if on_right else (spelled, right)
+                return ast.Compare(left=sides[0], ops=test.ops, comparators=[sides[1]])
         return None
     # abs(X - TARGET) < TOL (or TARGET - X): move TARGET by more than three times the tolerance.
     if not (isinstance(op, ast.Lt | ast.LtE) and isinstance(left, ast.Call) and len(left.args) == 1):
@@ -153,10 +151,10 @@ def _retarget(test: ast.expr) -> ast.expr | None:
             moved = _resembling_number(target, beyond=3 * tolerance)
             if moved is None:
                 return None
-            mutated_left = mutated.left
-            assert isinstance(mutated_left, ast.Call) and isinstance(mutated_left.args[0], ast.BinOp)
-            setattr(mutated_left.args[0], attribute, _literal_node(moved))
-            return mutated
+            difference = ast.BinOp(left=inner.left, op=inner.op, right=inner.right)
+            setattr(difference, attribute, _literal_node(moved))
+            call = ast.Call(func=left.func, args=[difference], keywords=left.keywords)
+            return ast.Compare(left=call, ops=test.ops, comparators=test.comparators)
     return None
 
 
