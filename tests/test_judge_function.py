@@ -414,3 +414,14 @@ def test_a_batch_grades_again_what_rollbox_failed_and_never_what_the_candidate_d
     assert (gave_up.status, gave_up.reward, tries) == (VerdictStatus.INFRA_ERROR, None, 2), gave_up
     assert "injected" in (gave_up.error or "")
     assert (candidates.status, once) == (VerdictStatus.FAILED, 1), candidates
+
+
+def test_closing_a_batch_early_cancels_the_gradings_left_and_leaves_nothing_running(task: Task) -> None:
+    async def main() -> tuple[Verdict, list[asyncio.Task[Any]]]:
+        items: list[tuple[Task, Any]] = [(task, {"solution.py": CORRECT})] * 6
+        async with contextlib.aclosing(grade_batch(items, workers=2)) as verdicts:
+            _index, first = await anext(verdicts)
+        return first, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    first, left = asyncio.run(main())
+    assert first.status is VerdictStatus.PASSED and left == []

@@ -556,3 +556,19 @@ def test_sandbox_paths_are_split_into_a_writable_root_and_a_clean_relative_path(
     ]:
         with pytest.raises(ValueError, match=message):
             resolve_sandbox_path(path)
+
+
+def test_a_cancelled_exec_leaves_no_task_behind_and_the_sandbox_serves_on() -> None:
+    async def main() -> tuple[list[asyncio.Task[object]], ExecResult]:
+        async with Sandbox(limits=FAST) as sb:
+            command = asyncio.create_task(sb.exec(["sleep", "5"]))
+            await asyncio.sleep(0.3)
+            command.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await command
+            await asyncio.sleep(0)  # what the cancellation cancelled finishes on the next turn of the loop
+            left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            return left, await sb.exec(["echo", "next"])
+
+    left, after = asyncio.run(main())
+    assert left == [] and after.stdout == b"next\n", (left, after)

@@ -42,8 +42,9 @@ async def grade_batch(
 
     Gradings start in the items' order. One that ends in ``infra_error`` (rollbox's or the host's failure, never
     the candidate's) is graded again, up to ``retries`` times; an exception out of the judge (a bug of rollbox's)
-    becomes that item's ``infra_error`` instead of ending the batch. Leaving the iteration early cancels the
-    gradings left.
+    becomes that item's ``infra_error`` instead of ending the batch. Closing the iterator early (``async with
+    contextlib.aclosing(grade_batch(...)) as verdicts:``, then ``break``) cancels the gradings left and closes the
+    pool it made.
 
     Args:
         items: What to grade; the index of a verdict is the item's position here.

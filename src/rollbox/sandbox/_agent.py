@@ -567,6 +567,9 @@ class AgentConnection:
         try:
             await done
             wall_s = time.monotonic() - start
+        except BaseException:  # cancelled: nothing waits for the report any more (a later wait drops it)
+            exited_task.cancel()
+            raise
         finally:
             timer.cancel()
             watcher.cancel()

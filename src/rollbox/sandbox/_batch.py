@@ -94,8 +94,8 @@ async def run_batch(
 
 async def as_finished(jobs: Sequence[Callable[[], Awaitable[T]]], *, workers: int) -> AsyncIterator[tuple[int, T]]:
     """Run ``jobs`` (coroutine functions that never raise), ``workers`` at a time, started in their order, and
-    yield ``(index, result)`` as each ends. Leaving the iteration early cancels the jobs left and waits for them:
-    nothing keeps running behind the caller."""
+    yield ``(index, result)`` as each ends. Closing the iterator early (``contextlib.aclosing``) cancels the jobs
+    left and waits for them: nothing keeps running behind the caller."""
     queue: asyncio.Queue[tuple[int, T]] = asyncio.Queue()
     gate = asyncio.Semaphore(workers)
 
