@@ -3,7 +3,7 @@
 
     python bench/bench_floor.py [--rounds N] [--json PATH]      (as root: the third way makes namespaces)
 
-Each way grades the case-graded canonical HumanEval solutions (157 of the 164) one after another (the first three
+Each way grades the case-graded canonical HumanEval solutions (158 of the 164) one after another (the first three
 with the judge's own function driver, inputs and comparison), and is measured per sample in wall time and in
 machine CPU (every process on the machine, from /proc/stat: the host, the sandbox, the kernel's work for both):
 

@@ -26,8 +26,8 @@ from rollbox.tasks._humaneval import convert_check, humaneval_tasks
 from rollbox.tasks._values import decode, encode
 
 PROBLEMS: dict[str, dict[str, Any]] = read_problems()
-#: The problems whose check keeps a check.py: loops, randomness, calls compared with calls.
-CHECK_PROBLEMS = {f"HumanEval/{n}" for n in (32, 33, 38, 44, 50, 53, 151)}
+#: The problems whose check keeps a check.py: random inputs, calls compared with calls, computed expectations.
+CHECK_PROBLEMS = {f"HumanEval/{n}" for n in (32, 33, 38, 50, 53, 151)}
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +92,12 @@ def test_assertions_become_cases_where_their_form_allows(tasks: dict[str, Task])
     assert cases("HumanEval/37")[0] == tupled
     for task_id in ("HumanEval/2", "HumanEval/4", "HumanEval/37", "HumanEval/52", "HumanEval/56", "HumanEval/72"):
         assert check_of(tasks[task_id]) is None, task_id
+    # A loop over a constant range is unrolled, str(x) of a number folded.
+    assert cases("HumanEval/44")[6:8] == [
+        {"args": [2, 3], "kwargs": {}, "expected": "2"},
+        {"args": [3, 4], "kwargs": {}, "expected": "3"},
+    ]
+    assert len(cases("HumanEval/44")) == 12 and check_of(tasks["HumanEval/44"]) is None
     assert cases("HumanEval/32") == [] and len(cases("HumanEval/33")) == 4
     # The prompt's helpers, never the candidate's; the entry point's name means the candidate.
     assert "def poly(" in (tasks["HumanEval/32"].tests / "check.py").read_text()
@@ -127,6 +133,20 @@ def test_convert_check_folds_constants_and_keeps_exact_meaning() -> None:
         assert f"{name}(candidate" in converted.check and len(converted.cases) == 1, prelude
     in_test = convert_check("tuple = list\n" + shadowing, "def f(n):\n    pass\n", "f")
     assert in_test.check is not None and "tuple(candidate" in in_test.check and len(in_test.cases) == 1
+    loops = (
+        "def check(candidate):\n    for i in range(1, 3):\n        assert candidate(i) == str(i * 2)\n"
+        "    for j in range(2):\n        assert candidate(j) == j\n    print(j)\n"
+        "    for k in range(2):\n        assert candidate(k) == g(k)\n"
+        "    for m in range(10**6):\n        assert candidate(m) == m\n"
+    )
+    unrolled = convert_check(loops, "def f(n):\n    pass\n", "f")
+    assert unrolled.cases == (
+        {"args": [1], "kwargs": {}, "expected": "2"},
+        {"args": [2], "kwargs": {}, "expected": "4"},
+    )
+    assert unrolled.check is not None and unrolled.check.count("for ") == 3  # j read later, g(k), a million turns
+    kept = convert_check(loops, "str = repr\ndef f(n):\n    pass\n", "f").check  # str is not the builtin there
+    assert kept is not None and kept.count("for ") == 4
     rebound = "def check(candidate):\n    candidate = list\n    assert candidate(3) == [3]\n"
     assert convert_check(rebound, "def f(n):\n    pass\n", "f").cases == ()
     with pytest.raises(ValueError, match="check"):
@@ -212,6 +232,11 @@ ORDINARY = [
         "        if depth < 0:\n            return 0\n    return int(depth == 0)\n",
     ),
     ("HumanEval/72", "    return None\n"),
+    (
+        "HumanEval/44",
+        "    digits = ''\n    while x:\n        digits = str(x % base) + digits\n        x //= base\n"
+        "    return digits or '0'\n",
+    ),
 ]
 
 

