@@ -6,17 +6,20 @@ processes under this session's cgroup parent, mounts and sandbox directories und
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 STATE_DIR = Path(f"/run/rollbox-test-{os.getpid()}")
 os.environ["ROLLBOX_STATE_DIR"] = str(STATE_DIR)
 
+from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes  # noqa: E402
 from rollbox.sandbox._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
 from rollbox.sandbox._state import UID_BASE, UID_COUNT  # noqa: E402
 
@@ -72,3 +75,22 @@ def no_leaks() -> Iterator[None]:
     while os.path.ismount(STATE_DIR):
         subprocess.run(["umount", "--lazy", str(STATE_DIR)], check=True)
     shutil.rmtree(STATE_DIR, ignore_errors=True)
+
+
+class CountingSandboxes:
+    """Warm sandboxes that count how many are borrowed one at a time right now (a batch's, say)."""
+
+    def __init__(self, inner: WarmSandboxes) -> None:
+        self.inner, self.out = inner, 0
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        self.out += 1
+        try:
+            async with self.inner.sandbox(limits=limits, network=network) as sb:
+                yield sb
+        finally:
+            self.out -= 1
+
+    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self.inner.sandboxes(count, **kw)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
+from conftest import CountingSandboxes
 from rollbox import Limits, Status
-from rollbox.sandbox import ExecResult, Program, run_batch
+from rollbox.sandbox import ExecResult, Program, WarmSandboxes, run_batch
 
 LIMITS = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
@@ -73,3 +75,19 @@ def test_a_program_that_breaks_its_sandbox_does_not_hang_the_batch() -> None:
     results = dict(asyncio.run(collect(programs, workers=2)))
     assert sorted(results) == list(range(6))
     assert [results[i].stdout for i in range(2, 6)] == [f"{i}\n".encode() for i in range(4)]
+
+
+def test_closing_a_batch_early_stops_the_programs_left_and_leaves_nothing_running() -> None:
+    programs = [Program(argv=["true"]), *[Program(argv=["sleep", "5"])] * 3]
+
+    async def main() -> tuple[int, int, list[asyncio.Task[object]]]:
+        async with WarmSandboxes(size=2) as warm:
+            counting = CountingSandboxes(warm)
+            batch = run_batch(programs, limits=LIMITS, workers=2, sandboxes=counting)
+            async with contextlib.aclosing(batch) as results:
+                index, _result = await anext(results)
+            out_when_closed = counting.out  # nothing awaited since: the batch itself stopped its programs
+        return index, out_when_closed, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    index, out_when_closed, left = asyncio.run(main())
+    assert (index, out_when_closed, left) == (0, 0, []), left

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import CountingSandboxes
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade, grade_batch
 from rollbox.judge._function import FunctionCase, load_cases
 from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, WarmSandboxes
@@ -417,11 +418,18 @@ def test_a_batch_grades_again_what_rollbox_failed_and_never_what_the_candidate_d
 
 
 def test_closing_a_batch_early_cancels_the_gradings_left_and_leaves_nothing_running(task: Task) -> None:
-    async def main() -> tuple[Verdict, list[asyncio.Task[Any]]]:
-        items: list[tuple[Task, Any]] = [(task, {"solution.py": CORRECT})] * 6
-        async with contextlib.aclosing(grade_batch(items, workers=2)) as verdicts:
-            _index, first = await anext(verdicts)
-        return first, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    slow = "import time\ntime.sleep(0.5)\n" + CORRECT  # still being graded when the first verdict comes
+    items: list[tuple[Task, Any]] = [(task, {"solution.py": CORRECT}), *[(task, {"solution.py": slow})] * 5]
 
-    first, left = asyncio.run(main())
-    assert first.status is VerdictStatus.PASSED and left == []
+    async def main() -> tuple[Verdict, int, int, list[asyncio.Task[Any]]]:
+        async with WarmSandboxes(size=2) as warm:
+            counting = CountingSandboxes(warm)
+            async with contextlib.aclosing(grade_batch(items, workers=2, sandboxes=counting)) as verdicts:
+                _index, first = await anext(verdicts)
+            out_when_closed = counting.out  # nothing awaited since: the batch itself ended its gradings
+        async with contextlib.aclosing(grade_batch(items, workers=2)) as verdicts:  # with a pool of its own
+            await anext(verdicts)
+        return first, counting.out, out_when_closed, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    first, out, out_when_closed, left = asyncio.run(main())
+    assert first.status is VerdictStatus.PASSED and (out_when_closed, out) == (0, 0) and left == [], left

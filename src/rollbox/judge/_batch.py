@@ -8,9 +8,10 @@ streamed back as it is done.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 
 from rollbox.sandbox import SandboxSource, WarmSandboxes
 from rollbox.sandbox._batch import as_finished
@@ -36,7 +37,7 @@ async def grade_batch(
     workers: int | None = None,
     sandboxes: SandboxSource | None = None,
     retries: int = 1,
-) -> AsyncIterator[tuple[int, Verdict]]:
+) -> AsyncGenerator[tuple[int, Verdict], None]:
     """Grade every ``(task, solution)`` as :func:`grade` does, ``workers`` at a time, and yield ``(index, verdict)``
     as each grading ends; every item gets exactly one verdict.
 
@@ -80,9 +81,12 @@ async def grade_batch(
                 break
         return verdict
 
+    jobs = [functools.partial(one, t, s) for t, s in todo]
     try:
-        async for item in as_finished([functools.partial(one, t, s) for t, s in todo], workers=workers):
-            yield item
+        # Closed explicitly: the gradings left are cancelled before the pool they use is closed.
+        async with contextlib.aclosing(as_finished(jobs, workers=workers)) as verdicts:
+            async for item in verdicts:
+                yield item
     finally:
         if owned is not None:
             await owned.close()

@@ -12,9 +12,10 @@ the index of its program; every program gets exactly one result (``infra_error``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -51,7 +52,7 @@ async def run_batch(
     network: Network | str = Network.NONE,
     workers: int | None = None,
     sandboxes: SandboxSource | None = None,
-) -> AsyncIterator[tuple[int, ExecResult]]:
+) -> AsyncGenerator[tuple[int, ExecResult], None]:
     """Run every program, ``workers`` at a time (default: the CPU count), and yield ``(index, result)`` as each ends.
 
     Args:
@@ -84,15 +85,20 @@ async def run_batch(
         except Exception as exc:  # every program gets its one result: a batch never waits for a missing one
             return ExecResult.infra_error(f"{type(exc).__name__}: {exc}")
 
+    jobs = [functools.partial(one, p) for p in todo]
     try:
-        async for item in as_finished([functools.partial(one, p) for p in todo], workers=workers):
-            yield item
+        # Closed explicitly: the programs left are cancelled before the pool they use is closed.
+        async with contextlib.aclosing(as_finished(jobs, workers=workers)) as results:
+            async for item in results:
+                yield item
     finally:
         if owned and isinstance(source, WarmSandboxes):
             await source.close()
 
 
-async def as_finished(jobs: Sequence[Callable[[], Awaitable[T]]], *, workers: int) -> AsyncIterator[tuple[int, T]]:
+async def as_finished(
+    jobs: Sequence[Callable[[], Awaitable[T]]], *, workers: int
+) -> AsyncGenerator[tuple[int, T], None]:
     """Run ``jobs`` (coroutine functions that never raise), ``workers`` at a time, started in their order, and
     yield ``(index, result)`` as each ends. Closing the iterator early (``contextlib.aclosing``) cancels the jobs
     left and waits for them: nothing keeps running behind the caller."""
