@@ -13,6 +13,7 @@ failure is never a failed sample: it is retried once, then reported as ``infra_e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -176,11 +177,12 @@ async def evaluate_samples(
         first = samples[indices[0]]
         items.append((tasks[first.task_id], {"solution.py": prompts[first.task_id] + first.completion + "\n"}))
     results: list[SampleResult | None] = [None] * len(samples)
-    async for position, verdict in grade_batch(items, workers=workers, retries=_RETRIES):
-        for index in groups[position]:
-            results[index] = result = SampleResult(sample=samples[index], verdict=verdict)
-            if progress is not None:
-                progress(result)
+    async with contextlib.aclosing(grade_batch(items, workers=workers, retries=_RETRIES)) as verdicts:
+        async for position, verdict in verdicts:
+            for index in groups[position]:
+                results[index] = result = SampleResult(sample=samples[index], verdict=verdict)
+                if progress is not None:
+                    progress(result)
     return [r for r in results if r is not None]
 
 
