@@ -329,26 +329,28 @@ def diff_workspace(
             name a path that is not a clean relative one, or a file where the workspace has a directory (or the
             reverse).
     """
+    bounds = _Bounds(file_bytes=max_file_bytes, files=max_files, total_bytes=max_total_bytes)
     try:
         if isinstance(candidate, Mapping):
-            return _diff_files(pristine, candidate, protected, guard, max_file_bytes, max_files, max_total_bytes)
-        return _diff(pristine, candidate, protected, guard, max_file_bytes, max_files, max_total_bytes)
+            return _diff_files(pristine, candidate, protected, guard, bounds)
+        return _diff(pristine, candidate, protected, guard, bounds)
     except OSError as exc:
         what = "files" if isinstance(candidate, Mapping) else f"workspace {candidate}"
         raise WorkspaceError(f"could not compare the candidate's {what} with {pristine}: {exc}") from exc
 
 
-def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
-    pristine: Path,
-    candidate: Path,
-    protected: Sequence[str],
-    guard: bool,
-    max_file_bytes: int,
-    max_files: int,
-    max_total_bytes: int | None,
-) -> Changes:
+@dataclass(frozen=True)
+class _Bounds:
+    """What :func:`diff_workspace` accepts of a candidate: its ``max_*`` arguments."""
+
+    file_bytes: int
+    files: int
+    total_bytes: int | None
+
+
+def _diff(pristine: Path, candidate: Path, protected: Sequence[str], guard: bool, bounds: _Bounds) -> Changes:
     ours = {p: e for p, e in _walk(pristine)[0].items() if e.kind != "other"}
-    theirs = _walk(candidate, limit=max_files, max_bytes=max_total_bytes)[0]
+    theirs = _walk(candidate, limit=bounds.files, max_bytes=bounds.total_bytes)[0]
     packages = {p.rpartition("/")[0] for p in theirs if p.rpartition("/")[2] == "__init__.py"}
     added: list[str] = []
     modified: list[str] = []
@@ -359,7 +361,7 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
     def toml(root: Path, path: str, entry: _Entry | None) -> bytes | None:
         if entry is None or entry.kind != "file" or path.rpartition("/")[2] != "pyproject.toml":
             return None
-        return read_candidate_file(root, path, max_file_bytes)
+        return read_candidate_file(root, path, bounds.file_bytes)
 
     def refused(path: str, *versions: bytes | None) -> bool:
         if not guard:
@@ -371,7 +373,7 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
         return flag is not None
 
     for path, entry in sorted(theirs.items()):
-        if (skip := _unusable(candidate, path, entry, max_file_bytes)) is not None:
+        if (skip := _unusable(candidate, path, entry, bounds.file_bytes)) is not None:
             flags.append(skip)  # the pristine version, if any, stays
             continue
         old = ours.get(path)
@@ -395,18 +397,12 @@ def _diff(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
     )
 
 
-def _diff_files(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in order
-    pristine: Path,
-    files: Mapping[str, bytes],
-    protected: Sequence[str],
-    guard: bool,
-    max_file_bytes: int,
-    max_files: int,
-    max_total_bytes: int | None,
+def _diff_files(
+    pristine: Path, files: Mapping[str, bytes], protected: Sequence[str], guard: bool, bounds: _Bounds
 ) -> Changes:
     leaves, dirs = _walk(pristine)
     ours = {p: e for p, e in leaves.items() if e.kind != "other"}
-    _check_files(files, ours, dirs, max_file_bytes=max_file_bytes, max_files=max_files, max_total_bytes=max_total_bytes)
+    _check_files(files, ours, dirs, bounds)
     packages = {p.rpartition("/")[0] for p in (*ours, *files) if p.rpartition("/")[2] == "__init__.py"}
     added: list[str] = []
     modified: list[str] = []
@@ -430,23 +426,17 @@ def _diff_files(  # noqa: PLR0917 - the keyword arguments of diff_workspace, in 
 
 
 def _check_files(
-    files: Mapping[str, bytes],
-    ours: Mapping[str, _Entry],
-    dirs: Collection[str],
-    *,
-    max_file_bytes: int,
-    max_files: int,
-    max_total_bytes: int | None,
+    files: Mapping[str, bytes], ours: Mapping[str, _Entry], dirs: Collection[str], bounds: _Bounds
 ) -> None:
     """Refuse candidate files that do not describe a workspace, or pass a limit."""
-    if len(files) > max_files:
-        raise WorkspaceError(f"the candidate gave {len(files)} files, more than {max_files}; raise max_files")
+    if len(files) > bounds.files:
+        raise WorkspaceError(f"the candidate gave {len(files)} files, more than {bounds.files}; raise max_files")
     for path, data in files.items():
         _check_relative(path)
         _check_name_lengths(path)
-        if len(data) > max_file_bytes:
+        if len(data) > bounds.file_bytes:
             raise WorkspaceError(
-                f"{path!r} of the candidate is {len(data)} bytes, over the {max_file_bytes}-byte limit; raise "
+                f"{path!r} of the candidate is {len(data)} bytes, over the {bounds.file_bytes}-byte limit; raise "
                 "max_file_bytes if the task needs such files"
             )
         if path in dirs:
@@ -455,7 +445,7 @@ def _check_files(
             if ancestor in ours or ancestor in files:
                 raise WorkspaceError(f"{path!r} needs {ancestor!r} to be a directory, but it is a file")
     total = sum(map(len, files.values())) + sum(e.size for p, e in ours.items() if p not in files)
-    if max_total_bytes is not None and total > max_total_bytes:
+    if bounds.total_bytes is not None and total > bounds.total_bytes:
         raise WorkspaceError(f"the candidate's workspace would hold {total} bytes, over the task's disk limit")
 
 
