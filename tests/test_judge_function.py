@@ -335,6 +335,7 @@ def test_each_comparison_means_what_its_assertion_meant() -> None:
         ({"expected": 1.0, "tolerance": 0.1}, 'tolerance goes with compare "close"'),
         ({"expected": 1.0, "compare": "close", "tolerance": -1}, "tolerance must be a positive number, not -1"),
         ({"expected": 1.0, "compare": "close", "tolerance": True}, "tolerance must be a positive number"),
+        ({"expected": [1.0], "compare": "close", "tolerance": 0.1}, 'compare "close" needs a number expected'),
         ({"expected": 1, "expect": 2}, "unknown key(s) expect: a case has args, kwargs, expected"),
         ({"args": 1, "expected": 1}, "expected an object with args (a list)"),
     ],

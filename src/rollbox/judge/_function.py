@@ -92,6 +92,8 @@ def _case(record: Any) -> FunctionCase:
         raise ValueError('tolerance goes with compare "close", and compare "close" needs one')
     if tolerance is not None and not (type(tolerance) in (int, float) and 0 < tolerance < math.inf):
         raise ValueError(f"tolerance must be a positive number, not {tolerance!r}")
+    if compare == "close" and type(expected) not in (int, float, complex):
+        raise ValueError(f'compare "close" needs a number expected, not {expected!r}')
     return FunctionCase(args, kwargs, expected, apply, compare, tolerance)
 
 
