@@ -78,14 +78,15 @@ def no_leaks() -> Iterator[None]:
 
 
 class CountingSandboxes:
-    """Warm sandboxes that count how many are borrowed one at a time right now (a batch's, say)."""
+    """Warm sandboxes that count those borrowed one at a time: how many are out now, and how many in all."""
 
     def __init__(self, inner: WarmSandboxes) -> None:
-        self.inner, self.out = inner, 0
+        self.inner, self.out, self.borrowed = inner, 0, 0
 
     @contextlib.asynccontextmanager
     async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
         self.out += 1
+        self.borrowed += 1
         try:
             async with self.inner.sandbox(limits=limits, network=network) as sb:
                 yield sb

@@ -434,3 +434,30 @@ def test_closing_a_batch_early_cancels_the_gradings_left_and_leaves_nothing_runn
 
     first, out, out_when_closed, left = asyncio.run(main())
     assert first.status is VerdictStatus.PASSED and (out_when_closed, out) == (0, 0) and left == [], left
+
+
+def test_a_batch_grades_identical_items_once_unless_asked(task: Task, tmp_path: Path) -> None:
+    """Same task, same files: one grading, one verdict for every copy (text and bytes alike); a workspace
+    directory is read when graded, so it is never shared."""
+    workspace = tmp_path / "workspace"
+    shutil.copytree(task.workspace, workspace)
+    (workspace / "solution.py").write_text(CORRECT)
+    items: list[tuple[Task, Any]] = [
+        (task, {"solution.py": CORRECT}),
+        (task, {"solution.py": STUB}),
+        (task, {"solution.py": CORRECT.encode()}),
+        (task, workspace),
+        (task, workspace),
+    ]
+
+    async def main(dedupe: bool) -> tuple[dict[int, Verdict], int]:
+        async with WarmSandboxes(size=2) as warm:
+            counting = CountingSandboxes(warm)
+            verdicts = dict(await _collect(items, workers=2, sandboxes=counting, dedupe=dedupe))
+        return verdicts, counting.borrowed
+
+    (shared, gradings), (alone, all_gradings) = asyncio.run(main(True)), asyncio.run(main(False))
+    passed, failed = VerdictStatus.PASSED, VerdictStatus.FAILED
+    assert [shared[i].status for i in range(5)] == [passed, failed, passed, passed, passed]
+    assert shared[0] is shared[2] and shared[3] is not shared[4] and gradings == 4
+    assert alone[0] is not alone[2] and all_gradings == 5

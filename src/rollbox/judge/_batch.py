@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Hashable, Iterable, Mapping
 
 from rollbox.sandbox import SandboxSource, WarmSandboxes
 from rollbox.sandbox._batch import as_finished
@@ -22,6 +22,17 @@ from ._grade import Solution, grade
 from ._verdict import Verdict, VerdictStatus
 
 __all__ = ["grade_batch", "pool_size"]
+
+
+def _identity(task: Task, solution: Solution) -> Hashable:
+    """What makes two items the same grading: the same task object and the same files (a directory: never)."""
+    if not isinstance(solution, Mapping):
+        return object()
+    files = (
+        (path, data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+        for path, data in solution.items()
+    )
+    return id(task), tuple(sorted(files))
 
 
 def pool_size(workers: int) -> int:
@@ -37,11 +48,16 @@ async def grade_batch(
     workers: int | None = None,
     sandboxes: SandboxSource | None = None,
     retries: int = 1,
+    dedupe: bool = True,
 ) -> AsyncGenerator[tuple[int, Verdict], None]:
     """Grade every ``(task, solution)`` as :func:`grade` does, ``workers`` at a time, and yield ``(index, verdict)``
     as each grading ends; every item gets exactly one verdict.
 
-    Gradings start in the items' order. One that ends in ``infra_error`` (rollbox's or the host's failure, never
+    Gradings start in the items' order. With ``dedupe`` (the default), items with the same task (object) and the
+    same files are graded once and share that verdict, yielded for each of them: a policy's group of rollouts often
+    repeats itself, and a verdict depends on nothing else (a candidate whose outcome depends on chance then gets
+    one draw for all its copies; ``dedupe=False`` draws for each). A solution given as a directory is never shared
+    (it is read when it is graded). A grading that ends in ``infra_error`` (rollbox's or the host's failure, never
     the candidate's) is graded again, up to ``retries`` times; an exception out of the judge (a bug of rollbox's)
     becomes that item's ``infra_error`` instead of ending the batch. Closing the iterator early (``async with
     contextlib.aclosing(grade_batch(...)) as verdicts:``, then ``break``) cancels the gradings left and closes the
@@ -53,6 +69,7 @@ async def grade_batch(
         sandboxes: Where grading sandboxes come from (default: warm pools of :func:`pool_size` sandboxes, closed
             at the end).
         retries: How many times an ``infra_error`` is graded again.
+        dedupe: Whether identical items are graded once.
 
     Raises:
         ValueError: ``workers`` is not positive, or ``retries`` is negative.
@@ -81,12 +98,17 @@ async def grade_batch(
                 break
         return verdict
 
-    jobs = [functools.partial(one, t, s) for t, s in todo]
+    copies: dict[Hashable, list[int]] = {}
+    for index, (task, solution) in enumerate(todo):
+        copies.setdefault(_identity(task, solution) if dedupe else index, []).append(index)
+    groups = list(copies.values())
+    jobs = [functools.partial(one, *todo[group[0]]) for group in groups]
     try:
         # Closed explicitly: the gradings left are cancelled before the pool they use is closed.
         async with contextlib.aclosing(as_finished(jobs, workers=workers)) as verdicts:
-            async for item in verdicts:
-                yield item
+            async for position, verdict in verdicts:
+                for index in groups[position]:
+                    yield index, verdict
     finally:
         if owned is not None:
             await owned.close()

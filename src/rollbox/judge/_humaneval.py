@@ -168,34 +168,34 @@ async def evaluate_samples(
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     prompts = {task_id: (task.workspace / "solution.py").read_text() for task_id, task in tasks.items()}
-    copies: dict[tuple[str, str] | int, list[int]] = defaultdict(list)
-    for index, sample in enumerate(samples):
-        copies[(sample.task_id, sample.completion) if dedupe else index].append(index)
-    groups = _interleaved(copies.values(), samples)
-    items: list[tuple[Task, Solution]] = []
-    for indices in groups:
-        first = samples[indices[0]]
-        items.append((tasks[first.task_id], {"solution.py": prompts[first.task_id] + first.completion + "\n"}))
+    order = _interleaved(samples, dedupe=dedupe)
+    items: list[tuple[Task, Solution]] = [
+        (tasks[samples[i].task_id], {"solution.py": prompts[samples[i].task_id] + samples[i].completion + "\n"})
+        for i in order
+    ]
     results: list[SampleResult | None] = [None] * len(samples)
-    async with contextlib.aclosing(grade_batch(items, workers=workers, retries=_RETRIES)) as verdicts:
+    batch = grade_batch(items, workers=workers, retries=_RETRIES, dedupe=dedupe)
+    async with contextlib.aclosing(batch) as verdicts:
         async for position, verdict in verdicts:
-            for index in groups[position]:
-                results[index] = result = SampleResult(sample=samples[index], verdict=verdict)
-                if progress is not None:
-                    progress(result)
+            index = order[position]
+            results[index] = result = SampleResult(sample=samples[index], verdict=verdict)
+            if progress is not None:
+                progress(result)
     return [r for r in results if r is not None]
 
 
-def _interleaved(groups: Iterable[list[int]], samples: Sequence[Sample]) -> list[list[int]]:
-    """The groups in the order they are graded: one of each problem in turn, so that gradings of the same problem
-    are spread apart (a sandbox that ran a check restarts before it runs that check again; see ``run_check``)."""
-    rank: Counter[str] = Counter()
-    keyed = []
-    for position, group in enumerate(groups):
-        task_id = samples[group[0]].task_id
-        keyed.append((rank[task_id], position, group))
-        rank[task_id] += 1
-    return [group for _rank, _position, group in sorted(keyed)]
+def _interleaved(samples: Sequence[Sample], *, dedupe: bool) -> list[int]:
+    """The samples' indices in the order they are graded: one of each problem in turn, so that gradings of the same
+    problem are spread apart (a sandbox that ran a check restarts before it runs that check again; see
+    ``run_check``). With ``dedupe``, copies of a completion (graded once) count as one and come with the first."""
+    rank: dict[tuple[str, str] | int, int] = {}
+    per_problem: Counter[str] = Counter()
+    keys = [(s.task_id, s.completion) if dedupe else i for i, s in enumerate(samples)]
+    for key, sample in zip(keys, samples, strict=True):
+        if key not in rank:
+            rank[key] = per_problem[sample.task_id]
+            per_problem[sample.task_id] += 1
+    return sorted(range(len(samples)), key=lambda i: (rank[keys[i]], i))
 
 
 def write_results(path: Path, results: Sequence[SampleResult]) -> None:
