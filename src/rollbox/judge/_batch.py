@@ -29,7 +29,7 @@ def _identity(task: Task, solution: Solution) -> Hashable:
     if not isinstance(solution, Mapping):
         return object()
     files = (
-        (path, data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+        (path, data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data))
         for path, data in solution.items()
     )
     return id(task), tuple(sorted(files))
