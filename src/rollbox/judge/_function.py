@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
@@ -21,16 +21,18 @@ from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 
-__all__ = ["APPLY", "COMPARE", "FunctionCase", "load_cases", "run_function"]
+__all__ = ["APPLY", "COMPARE", "Apply", "Compare", "FunctionCase", "load_cases", "run_function"]
 
 _JUDGE_DIR = "/tmp/.rollbox-judge"
 
 #: What the driver may do to a returned value, inside the candidate's process, before it is reported: what
 #: ``assert f(x)`` and ``tuple(f(x)) == ...`` do to it there. Only these builtins, taken before the candidate's
 #: code runs.
-APPLY = ("bool", "tuple")
+Apply = Literal["bool", "tuple"]
+APPLY: tuple[Apply, ...] = get_args(Apply)
 #: How a reported value is held against the expected one, outside the candidate's process.
-COMPARE = ("==", "is", "close")
+Compare = Literal["==", "is", "close"]
+COMPARE: tuple[Compare, ...] = get_args(Compare)
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,8 @@ class FunctionCase:
     args: list[Any]
     kwargs: dict[str, Any]
     expected: Any
-    apply: str | None = None
-    compare: str = "=="
+    apply: Apply | None = None
+    compare: Compare = "=="
     tolerance: float | None = None
 
     def inputs(self) -> dict[str, Any]:
@@ -94,7 +96,7 @@ def _case(record: Any) -> FunctionCase:
         raise ValueError(f"tolerance must be a positive number, not {tolerance!r}")
     if compare == "close" and type(expected) not in (int, float, complex):
         raise ValueError(f'compare "close" needs a number expected, not {expected!r}')
-    return FunctionCase(args, kwargs, expected, apply, compare, tolerance)
+    return FunctionCase(args, kwargs, expected, cast(Apply | None, apply), cast(Compare, compare), tolerance)
 
 
 def load_cases(path: Path) -> list[FunctionCase]:
