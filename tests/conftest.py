@@ -23,6 +23,11 @@ from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes  # noqa: E40
 from rollbox.sandbox._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
 from rollbox.sandbox._state import UID_BASE, UID_COUNT  # noqa: E402
 
+#: How many times slower than this machine the tests' CPU is: the cgroup v2 run (scripts/vm-cgroup2) emulates its
+#: CPU, where Python's start-up alone can take a second of CPU time; tests that give ordinary programs a time
+#: budget multiply it by this.
+TIME_SCALE = float(os.environ.get("ROLLBOX_TEST_TIME_SCALE", "1"))
+
 
 def sandbox_processes() -> set[int]:
     """Live (not zombie) processes in a sandbox cgroup under this session's cgroup parent.
@@ -47,6 +52,36 @@ def sandbox_processes() -> set[int]:
         if any(f":{parent}" in cgroups for parent in parents):
             found.add(int(entry.name))
     return found
+
+
+def own_sandbox_processes() -> set[int]:
+    """Live (not zombie) processes that run as a sandbox uid and descend from this test process, whichever
+    cgroup they are in: a sandbox's launcher and agent are in none of the sandbox's."""
+    parent: dict[int, int] = {}
+    sandboxed: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
+        except (OSError, ValueError):
+            continue
+        pid = int(entry.name)
+        parent[pid] = int(fields["PPid"])
+        if (
+            not fields["State"].strip().startswith("Z")
+            and UID_BASE <= int(fields["Uid"].split()[0]) < UID_BASE + UID_COUNT
+        ):
+            sandboxed.add(pid)
+    me = os.getpid()
+    mine: set[int] = set()
+    for pid in sandboxed:
+        ancestor, hops = parent.get(pid, 0), 0
+        while ancestor > 1 and ancestor != me and hops < 64:
+            ancestor, hops = parent.get(ancestor, 0), hops + 1
+        if ancestor == me:
+            mine.add(pid)
+    return mine
 
 
 def rollbox_mounts() -> list[str]:

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import pytest
 
 import rollbox
+from conftest import TIME_SCALE, own_sandbox_processes
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 
 if os.geteuid() != 0:
@@ -47,10 +48,10 @@ MiB = 1024 * KiB
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 #: Small limits, so that every attack ends fast. Memory is well above the disk limit, because tmpfs pages
-#: written in /workspace count against the memory limit too.
+#: written in /workspace count against the memory limit too. The tests of the time limits set their own.
 SMALL = Limits(
-    timeout_s=3,
-    cpu_time_s=1,
+    timeout_s=3 * TIME_SCALE,
+    cpu_time_s=1 * TIME_SCALE,
     memory_bytes=96 * MiB,
     pids=32,
     output_bytes=64 * KiB,
@@ -189,40 +190,11 @@ def assert_never_accepted(listeners: Sequence[socket.socket]) -> None:
             listener.accept()
 
 
-_SANDBOX_UIDS = range(1_100_000, 1_100_000 + 65_536)  # rollbox.sandbox._state.UID_BASE, UID_COUNT
-
-
-def _own_sandbox_processes() -> set[int]:
-    """Live processes that run as a sandbox uid and descend from this test process (not other rollbox users)."""
-    parent: dict[int, int] = {}
-    sandboxed: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
-        except (OSError, ValueError):
-            continue
-        pid = int(entry.name)
-        parent[pid] = int(fields["PPid"])
-        if not fields["State"].strip().startswith("Z") and int(fields["Uid"].split()[0]) in _SANDBOX_UIDS:
-            sandboxed.add(pid)
-    me = os.getpid()
-    mine: set[int] = set()
-    for pid in sandboxed:
-        ancestor, hops = parent.get(pid, 0), 0
-        while ancestor > 1 and ancestor != me and hops < 64:
-            ancestor, hops = parent.get(ancestor, 0), hops + 1
-        if ancestor == me:
-            mine.add(pid)
-    return mine
-
-
 @pytest.fixture(autouse=True)
 def nothing_survives_the_sandbox() -> Iterator[None]:
     """After each attack: no process of any sandbox this test made is still alive (closing waits for them)."""
     yield
-    assert _own_sandbox_processes() == set()
+    assert own_sandbox_processes() == set()
 
 
 @pytest.fixture
@@ -936,14 +908,14 @@ def test_the_sandbox_dies_with_its_launcher() -> None:
         assert agent is not None
         command = asyncio.ensure_future(sb.exec(sh("sleep 30 & sleep 30")))
         await asyncio.sleep(0.5)
-        doomed = _own_sandbox_processes()
+        doomed = own_sandbox_processes()
         assert agent in doomed and len(doomed) >= 4  # the launcher, the agent, the shell and its two sleeps
         os.kill(_parent(agent), signal.SIGKILL)  # started by this test, through rollbox, and signalled by pid
         result = await asyncio.wait_for(command, 10)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and doomed & _own_sandbox_processes():
+        while time.monotonic() < deadline and doomed & own_sandbox_processes():
             await asyncio.sleep(0.05)
-        return result, doomed & _own_sandbox_processes(), await sb.exec(["echo", "again"])
+        return result, doomed & own_sandbox_processes(), await sb.exec(["echo", "again"])
 
     result, left, after = with_sandbox(body)
     assert result.status is Status.INFRA_ERROR and "outside the sandbox" in (result.error or ""), explain(result)

@@ -572,3 +572,26 @@ def test_a_cancelled_exec_leaves_no_task_behind_and_the_sandbox_serves_on() -> N
 
     left, after = asyncio.run(main())
     assert left == [] and after.stdout == b"next\n", (left, after)
+
+
+def test_a_start_cancelled_at_any_moment_leaves_no_process() -> None:
+    # Cancelled while the spawner starts the launcher, the launcher must end with its agent before the cancellation
+    # is through: a launcher killed then would leave its agent to die in its own time, after the sandbox closed.
+    from conftest import own_sandbox_processes
+
+    async def cancelled_after(delay_s: float) -> set[int]:
+        starting = asyncio.ensure_future(Sandbox(limits=FAST).__aenter__())
+        await asyncio.sleep(delay_s)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await (await starting).close()  # the start may have finished first
+        return own_sandbox_processes()
+
+    async def main() -> dict[float, set[int]]:
+        left = {}
+        for step in range(40):
+            if survivors := await cancelled_after(step * 0.0005):
+                left[step * 0.0005] = survivors
+        return left
+
+    assert asyncio.run(main()) == {}

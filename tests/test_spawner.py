@@ -4,9 +4,11 @@ thousands of descriptors."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -110,27 +112,26 @@ def test_a_forked_child_never_stops_its_parents_spawner() -> None:
 
 
 def test_a_spawn_cancelled_midway_leaves_nothing_running() -> None:
-    # Cancelled after the request went out: the spawner may have started the process, and nobody would watch it.
-    marker = f"{os.getpid() % 1000}.{threading.get_ident() % 1000}"
+    # Cancelled after the request went out: the spawner may have started the process, which must neither run on
+    # with nobody watching it nor be still dying when the cancellation is through.
+    def living_children(pid: int) -> list[int]:
+        living = []
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # reaped meanwhile
+                if not Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].startswith(" Z"):
+                    living.append(int(child))
+        return living
 
-    def running() -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read() == f"/bin/sleep\0{marker}\0".encode():
-                        found.append(int(entry))
-            except (OSError, ValueError):
-                continue
-        return found
+    async def main() -> list[list[int]]:
+        spawner = Spawner.get()
+        left = []
+        for _ in range(20):
+            spawn = asyncio.ensure_future(spawner.spawn(["/bin/sleep", "60"]))
+            await asyncio.sleep(0)  # the request is sent; the answer is awaited
+            spawn.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await spawn
+            left.append(living_children(spawner.pid))
+        return left
 
-    async def main() -> list[int]:
-        spawn = asyncio.ensure_future(Spawner.get().spawn(["/bin/sleep", marker]))
-        await asyncio.sleep(0)  # the request is sent; the answer is awaited
-        spawn.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await spawn
-        await asyncio.sleep(0.5)  # time enough for a process left running to have exec'd
-        return running()
-
-    assert asyncio.run(main()) == []
+    assert asyncio.run(main()) == [[]] * 20

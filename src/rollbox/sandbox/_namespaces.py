@@ -269,8 +269,17 @@ class NamespaceSandbox:
         launcher += ["--chdir", "/workspace", "--net", self.network.value, "--stage", str(self.host.state.stage)]
         launcher += ["--fs-tree" if held else "--fs", "6"]
         argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
+        spawning = asyncio.ensure_future(Spawner.get().spawn(argv, pass_fds=passed, tree=held))
+        cancelled: asyncio.CancelledError | None = None
         try:
-            process = await Spawner.get().spawn(argv, pass_fds=passed, tree=held)
+            try:
+                process = await asyncio.shield(spawning)
+            except asyncio.CancelledError as exc:
+                # The spawner answers within moments. The launcher is then ended as a close ends it (the agent
+                # sees its socket close and exits, and the launcher reaps it): killed now instead, it would leave
+                # its agent to die in its own time, after the sandbox has closed.
+                cancelled = exc
+                process = await spawning
         except BaseException as exc:
             host_end.close()
             os.close(status_r)
@@ -284,6 +293,8 @@ class NamespaceSandbox:
         self._agent = AgentConnection(
             host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
         )
+        if cancelled is not None:
+            raise cancelled
         await self._agent.wait_ready()
 
     def _root(self) -> list[str]:

@@ -100,9 +100,11 @@ class ProcessSandbox:
         try:
             argv = [str(agent_binary()), "serve", "3"]
             process = await Spawner.get().spawn(argv, pass_fds=[agent_end.fileno()], cwd=str(self._root))
-        except SandboxError as exc:
+        except BaseException as exc:
             host_end.close()
-            raise SandboxError(f"cannot start rollbox's agent: {exc}") from exc
+            if isinstance(exc, SandboxError):
+                raise SandboxError(f"cannot start rollbox's agent: {exc}") from exc
+            raise  # cancelled: the spawner has ended what it started
         finally:
             agent_end.close()
         self._agent = AgentConnection(host_end, process)

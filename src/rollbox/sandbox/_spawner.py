@@ -192,12 +192,13 @@ class Spawner:
             try:
                 answer, pidfd = await asyncio.shield(reading)
             except asyncio.CancelledError:
-                # The spawner may have started it already: it must not run on with nobody watching it.
+                # The spawner may have started it already: it must not run on with nobody watching it, nor be
+                # still dying when the cancellation is through.
                 with contextlib.suppress(Exception):
-                    _pid, started = await reading
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(started, signal.SIGKILL)
-                    os.close(started)
+                    started = Launched(*await reading, -1)
+                    started.kill()
+                    await started.wait(_ANSWER_TIMEOUT_S)
+                    started.close()
                 raise
         except BaseException:
             os.close(stderr_r)
