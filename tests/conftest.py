@@ -84,6 +84,16 @@ def own_sandbox_processes() -> set[int]:
     return mine
 
 
+def living_children(pid: int) -> list[int]:
+    """The children of process ``pid`` that are neither zombies nor gone."""
+    living = []
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # reaped meanwhile
+            if not Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].startswith(" Z"):
+                living.append(int(child))
+    return living
+
+
 def rollbox_mounts() -> list[str]:
     """Mount points under this session's state directory (not the tmpfs rollbox may mount on it)."""
     return [

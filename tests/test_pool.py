@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import time
 
 import pytest
 
-from rollbox import ExecResult, Limits, Network, PoolExhausted, Sandbox, SandboxPool, SandboxStateError, Status
+from rollbox import (
+    ExecResult,
+    Limits,
+    Network,
+    PoolExhausted,
+    Sandbox,
+    SandboxError,
+    SandboxPool,
+    SandboxStateError,
+    Status,
+)
 from rollbox.sandbox import WarmSandboxes
 
 LIMITS = Limits(timeout_s=5, cpu_time_s=3, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
@@ -379,3 +390,86 @@ def test_warm_sandboxes_beyond_their_size_are_made_fresh() -> None:
             return [await sb.exec(["cat", "who"]) for sb in boxes]
 
     assert [r.stdout_text for r in asyncio.run(main())] == ["0", "1", "2"]
+
+
+# A pool's own lifetime: whatever fails or is cancelled while it opens, resets or closes, every sandbox it made is
+# closed when the failing call returns, and no borrower waits forever.
+
+
+class _RefusedStart(Sandbox):
+    """A sandbox whose start fails, as one can on a machine out of resources: after a moment, so that the others
+    of its pool have started by then."""
+
+    async def __aenter__(self) -> Sandbox:
+        await asyncio.sleep(0.2)
+        raise OSError(24, "Too many open files")
+
+
+def test_a_pool_that_fails_to_open_closes_the_sandboxes_that_did_start() -> None:
+    from conftest import own_sandbox_processes
+
+    async def main() -> set[int]:
+        pool = SandboxPool(size=3, limits=LIMITS)
+        made = iter([Sandbox, _RefusedStart, Sandbox])
+        pool._make = lambda: next(made)(limits=LIMITS)  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="Too many open files"):
+            await pool.__aenter__()
+        return own_sandbox_processes()
+
+    assert asyncio.run(main()) == set()
+
+
+def test_a_pool_cancelled_while_it_opens_closes_the_sandboxes_that_did_start() -> None:
+    from conftest import own_sandbox_processes
+
+    async def cancelled_after(delay_s: float) -> set[int]:
+        opening = asyncio.ensure_future(SandboxPool(size=3, limits=LIMITS).__aenter__())
+        await asyncio.sleep(delay_s)
+        opening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await (await opening).close()  # it may have opened first
+        return own_sandbox_processes()
+
+    async def main() -> dict[float, set[int]]:
+        left = {}
+        for step in range(12):
+            if survivors := await cancelled_after(step * 0.004):
+                left[step * 0.004] = survivors
+        return left
+
+    assert asyncio.run(main()) == {}
+
+
+def test_a_cancelled_close_still_closes_what_was_being_reset() -> None:
+    from conftest import own_sandbox_processes
+
+    async def main() -> tuple[int, int, set[int]]:
+        pool = SandboxPool(size=2, limits=LIMITS)
+        await pool.__aenter__()
+        async with pool.sandboxes(2) as boxes:
+            for sb in boxes:
+                await sb.exec(["true"])
+        closing = asyncio.ensure_future(pool.close())  # the two resets run in the background
+        await asyncio.sleep(0)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await asyncio.sleep(0.2)  # what a close left running would end by now, and put its sandbox back
+        return pool.idle, pool.busy, own_sandbox_processes()
+
+    assert asyncio.run(main()) == (0, 0, set())
+
+
+def test_a_replacement_that_cannot_be_made_is_reported_to_the_next_borrower_at_once() -> None:
+    async def main() -> float:
+        async with SandboxPool(size=1, limits=LIMITS) as pool:
+            pool._make = lambda: _RefusedStart(limits=LIMITS)  # type: ignore[method-assign]
+            async with pool.sandbox() as sb:
+                await sb.close()  # its reset fails: the pool closes it and makes another, which cannot start
+            started = time.monotonic()
+            with pytest.raises(SandboxError, match=r"the last replacement failed: .*Too many open files"):
+                async with pool.sandbox(timeout_s=10):
+                    pass
+            return time.monotonic() - started
+
+    assert asyncio.run(main()) < 5  # told, not left to wait for a sandbox that will never come

@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -489,8 +492,10 @@ def test_an_oom_kill_from_outside_the_sandbox_is_the_hosts_failure_not_the_progr
 def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None:
     """The agent runs in rollbox's own cgroup, outside every sandbox's. When an out-of-memory killer there kills it
     during a command, the command's end is the host's failure, ``infra_error``; an agent that died any other way
-    during a command stays the program's (test_attacks). Here rollbox runs in a cgroup with 200 MiB, a process
-    beside it (not in any sandbox) takes 300, and the agent is the OOM killer's first choice."""
+    during a command stays the program's (test_attacks). Here rollbox starts in a cgroup with 200 MiB (its
+    spawner, launchers and agents stay there), then leaves it, so that it is never the OOM killer's choice (killed,
+    it could not report, and would leave its sandbox's directory behind); a process started there takes 300, and
+    the agent is the OOM killer's first choice."""
     from rollbox.sandbox._cgroup import CgroupTree
     from rollbox.sandbox._native import agent_binary
 
@@ -500,15 +505,19 @@ def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None
     outer = mount / name
     home = outer / "host" if tree.version == 2 else outer  # v2: processes only in leaves
     script = textwrap.dedent("""
-        import asyncio, sys, rollbox
+        import asyncio, os, sys, rollbox
+        home, back = sys.argv[1:]
         async def main():
             async with rollbox.Sandbox(limits=rollbox.Limits(timeout_s=20)) as sb:
                 await sb._spare  # the command's process is forked (its score stays 0); then the agent's goes up
                 with open(f"/proc/{sb._impl.agent.pid}/oom_score_adj", "w") as f:
                     f.write("1000")
+                with open(back, "w") as f:
+                    f.write(str(os.getpid()))
                 command = asyncio.ensure_future(sb.exec(["sleep", "10"]))
                 await asyncio.sleep(0.5)
-                balloon = await asyncio.create_subprocess_exec(sys.executable, "-c", "x = bytearray(300 << 20)")
+                fill = f'echo $$ > {home}/cgroup.procs && exec "$0" -c "x = bytearray(300 << 20)"'
+                balloon = await asyncio.create_subprocess_exec("sh", "-c", fill, sys.executable)
                 await balloon.wait()  # killed in turn, once the agent is gone and memory is still short
                 result = await command
                 print(result.status.value, result.error, flush=True)
@@ -528,7 +537,12 @@ def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None
             (outer / "memory.limit_in_bytes").write_text(str(200 << 20))
         agent_binary()  # built here, not by a compiler inside the small cgroup
         # Into that cgroup first, then rollbox: its spawner, agents and sandboxes all start inside it.
-        argv = ["sh", "-c", f'echo $$ > {home}/cgroup.procs && exec "$0" -c "$1"', sys.executable, script]
+        controller = "memory" if tree.version == 1 else ""
+        lines = (line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines())
+        own = next(path for _id, controllers, path in lines if controller in controllers.split(","))
+        back = mount / own.lstrip("/") / "cgroup.procs"  # where this test runs, to which rollbox then moves
+        launch = f'echo $$ > {home}/cgroup.procs && exec "$0" -c "$1" {home} {back}'
+        argv = ["sh", "-c", launch, sys.executable, script]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     finally:
         for directory in sorted(outer.rglob("*/"), key=lambda p: -len(p.parts)) if outer.exists() else []:
@@ -577,11 +591,14 @@ def test_a_cancelled_exec_leaves_no_task_behind_and_the_sandbox_serves_on() -> N
 def test_a_start_cancelled_at_any_moment_leaves_no_process() -> None:
     # Cancelled while the spawner starts the launcher, the launcher must end with its agent before the cancellation
     # is through: a launcher killed then would leave its agent to die in its own time, after the sandbox closed.
+    # Cancelled twice, as a timeout inside a cancelled task is: the second must not cut the first's cleanup short.
     from conftest import own_sandbox_processes
 
     async def cancelled_after(delay_s: float) -> set[int]:
         starting = asyncio.ensure_future(Sandbox(limits=FAST).__aenter__())
         await asyncio.sleep(delay_s)
+        starting.cancel()
+        await asyncio.sleep(0)
         starting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await (await starting).close()  # the start may have finished first
@@ -595,3 +612,70 @@ def test_a_start_cancelled_at_any_moment_leaves_no_process() -> None:
         return left
 
     assert asyncio.run(main()) == {}
+
+
+def test_a_cancelled_start_of_the_process_backend_leaves_nothing() -> None:
+    from conftest import living_children
+    from rollbox.sandbox._spawner import Spawner
+
+    def leftovers() -> set[str]:
+        return {p.name for p in Path(tempfile.gettempdir()).glob("rollbox-process-*")}
+
+    async def cancelled_after(delay_s: float) -> list[int]:
+        starting = asyncio.ensure_future(Sandbox(limits=FAST, backend="process").__aenter__())
+        await asyncio.sleep(delay_s)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await (await starting).close()  # the start may have finished first
+        return living_children(Spawner.get().pid)
+
+    async def main() -> list[list[int]]:
+        return [await cancelled_after(step * 0.0005) for step in range(30)]
+
+    before = leftovers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rollbox.InsecureBackendWarning)
+        running = asyncio.run(main())
+    assert running == [[]] * 30 and leftovers() == before, (running, leftovers() - before)
+
+
+def test_work_that_must_end_is_waited_for_through_repeated_cancellations() -> None:
+    from rollbox.sandbox._settle import settled
+
+    async def main() -> tuple[bool, bool, bool]:
+        work = asyncio.ensure_future(asyncio.sleep(0.2, result="done"))
+
+        async def waiter() -> None:
+            if await settled(work):
+                raise asyncio.CancelledError
+
+        waiting = asyncio.ensure_future(waiter())
+        for _ in range(3):  # as a timeout inside a cancelled task, and a close on top
+            await asyncio.sleep(0.02)
+            waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return work.done(), work.cancelled(), waiting.cancelled()
+
+    assert asyncio.run(main()) == (True, False, True)  # the work ended on its own, then the waiter was cancelled
+
+
+def test_an_agent_that_outlasts_its_launcher_is_waited_for() -> None:
+    # An agent that does not end when its sandbox closes (stopped here, by this test, through its pid; in life,
+    # slow to tear down on a busy machine) gets its launcher killed after two seconds. The launcher then never
+    # reaps it: it dies of its parent-death signal, in its own time, freeing a 250 MB tree on the way, and close
+    # must not return before it has.
+    limits = Limits(timeout_s=20, cpu_time_s=10, memory_bytes=512 * 2**20, disk_bytes=300 * 2**20)
+
+    async def main() -> bool:
+        async with Sandbox(limits=limits) as sb:
+            fill = await sb.exec(["sh", "-c", "head -c 250M /dev/zero > /tmp/big && touch $(seq 2000)"])
+            assert fill.ok, fill
+            agent = os.pidfd_open(sb._impl.agent.pid)  # type: ignore[union-attr]
+            signal.pidfd_send_signal(agent, signal.SIGSTOP)
+        try:
+            return bool(select.select([agent], [], [], 0)[0])  # readable: it has ended
+        finally:
+            os.close(agent)
+
+    assert asyncio.run(main())

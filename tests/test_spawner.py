@@ -4,14 +4,13 @@ thousands of descriptors."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import threading
-from pathlib import Path
 
 import pytest
 
+from conftest import living_children
 from rollbox import Limits, Sandbox
 from rollbox.sandbox._spawner import Spawner
 
@@ -114,14 +113,6 @@ def test_a_forked_child_never_stops_its_parents_spawner() -> None:
 def test_a_spawn_cancelled_midway_leaves_nothing_running() -> None:
     # Cancelled after the request went out: the spawner may have started the process, which must neither run on
     # with nobody watching it nor be still dying when the cancellation is through.
-    def living_children(pid: int) -> list[int]:
-        living = []
-        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # reaped meanwhile
-                if not Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].startswith(" Z"):
-                    living.append(int(child))
-        return living
-
     async def main() -> list[list[int]]:
         spawner = Spawner.get()
         left = []

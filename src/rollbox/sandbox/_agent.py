@@ -11,6 +11,7 @@ import array
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import socket
 import struct
@@ -179,6 +180,13 @@ def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> byte
     if len(message) > _MAX_REQUEST:
         raise ValueError(f"command line and environment are {len(message)} bytes; the limit is {_MAX_REQUEST}")
     return message
+
+
+def pidfd_ended(pidfd: int, timeout_s: float = 0.0) -> bool:
+    """Whether the process behind ``pidfd`` has ended, waiting up to ``timeout_s`` (blocking) for it to."""
+    poller = select.poll()  # not select(): with a thousand sandboxes open, fds pass 1024
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
 
 
 def resolve(future: asyncio.Future[None]) -> None:
@@ -372,15 +380,29 @@ class AgentConnection:
 
     def _wait_for_launcher(self) -> None:
         if self._process is not None and not self._process.exited(_EXIT_TIMEOUT_S):
-            self._process.kill()
-            self._process.exited(_CLEANUP_TIMEOUT_S)
+            self._kill_launcher()
+
+    def _kill_launcher(self) -> None:
+        """Kill the launcher, which did not end in its time, and wait for it and for the agent: a launcher killed
+        before it reaped the agent leaves the agent to die of its parent-death signal, in its own time."""
+        assert self._process is not None
+        agent = -1
+        if self.pid is not None:
+            # The launcher has not reaped it, so its pid is still its own (a zombie's, at worst).
+            with contextlib.suppress(OSError):
+                agent = os.pidfd_open(self.pid)
+        self._process.kill()
+        self._process.exited(_CLEANUP_TIMEOUT_S)
+        if agent >= 0:
+            pidfd_ended(agent, _CLEANUP_TIMEOUT_S)
+            os.close(agent)
 
     async def aclose(self) -> None:
         """As :meth:`close`, but waiting for the launcher without blocking the event loop (up to 2 s when the
         agent was stopped by the program)."""
         self.shutdown()
         if self._process is not None and not await self._process.wait(_EXIT_TIMEOUT_S):
-            self._process.kill()
+            self._kill_launcher()
         self.reap()
 
     async def spawn(self, group: ExecGroup, limits: Limits) -> Spare | ExecResult:

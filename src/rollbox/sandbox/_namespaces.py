@@ -36,6 +36,7 @@ from ._errors import IsolationUnavailable, SandboxError
 from ._limits import Limits, Network
 from ._native import agent_binary
 from ._seccomp import build_filter
+from ._settle import settled
 from ._spawner import Spawner
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
@@ -269,23 +270,19 @@ class NamespaceSandbox:
         launcher += ["--chdir", "/workspace", "--net", self.network.value, "--stage", str(self.host.state.stage)]
         launcher += ["--fs-tree" if held else "--fs", "6"]
         argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
+        # Cancelled meanwhile, the spawn still ends (the spawner answers within moments), and the launcher is then
+        # ended as a close ends it (the agent sees its socket close and exits, and the launcher reaps it): killed
+        # instead, it would leave its agent to die in its own time, after the sandbox has closed.
         spawning = asyncio.ensure_future(Spawner.get().spawn(argv, pass_fds=passed, tree=held))
-        cancelled: asyncio.CancelledError | None = None
+        cancelled = await settled(spawning)
         try:
-            try:
-                process = await asyncio.shield(spawning)
-            except asyncio.CancelledError as exc:
-                # The spawner answers within moments. The launcher is then ended as a close ends it (the agent
-                # sees its socket close and exits, and the launcher reaps it): killed now instead, it would leave
-                # its agent to die in its own time, after the sandbox has closed.
-                cancelled = exc
-                process = await spawning
+            process = spawning.result()
         except BaseException as exc:
             host_end.close()
             os.close(status_r)
             if isinstance(exc, SandboxError):
                 raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
-            raise  # cancelled: the sandbox is closing
+            raise
         finally:
             sandbox_end.close()
             os.close(seccomp_r)
@@ -293,8 +290,8 @@ class NamespaceSandbox:
         self._agent = AgentConnection(
             host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
         )
-        if cancelled is not None:
-            raise cancelled
+        if cancelled:
+            raise asyncio.CancelledError
         await self._agent.wait_ready()
 
     def _root(self) -> list[str]:

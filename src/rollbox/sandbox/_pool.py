@@ -17,12 +17,13 @@ import contextlib
 import enum
 import functools
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol
 
 from ._errors import RollboxError, SandboxError, SandboxStateError
 from ._limits import Limits, Network
 from ._sandbox import Backend, Sandbox
+from ._settle import settled
 
 __all__ = ["FreshSandboxes", "PoolExhausted", "SandboxPool", "SandboxSource", "WarmSandboxes"]
 
@@ -69,7 +70,7 @@ class SandboxPool:
         self._busy: set[Sandbox] = set()
         self._available = asyncio.Condition()
         self._state = _State.NEW
-        self._lost: RollboxError | None = None
+        self._lost: Exception | None = None
         #: Resets of returned sandboxes, running in the background: returning one never waits for its reset.
         self._resets: set[asyncio.Future[None]] = set()
 
@@ -96,9 +97,16 @@ class SandboxPool:
         if self._state is not _State.NEW:
             raise SandboxStateError(f"this pool is {self._state.value}; a SandboxPool can be entered only once")
         self._state = _State.OPEN
+        starting = [asyncio.ensure_future(self._new()) for _ in range(self.size)]
         try:
-            self._idle.extend(await asyncio.gather(*(self._new() for _ in range(self.size))))
+            self._idle.extend(await asyncio.gather(*starting))
         except BaseException:
+            # One failed, or the entry was cancelled: the others stop starting, and those that did start are
+            # closed with the pool.
+            for task in starting:
+                task.cancel()
+            await settled(*starting)
+            self._idle.extend(t.result() for t in starting if not t.cancelled() and t.exception() is None)
             await self.close()
             raise
         return self
@@ -107,16 +115,22 @@ class SandboxPool:
         await self.close()
 
     async def close(self) -> None:
-        """Destroy every sandbox; sandboxes still handed out are destroyed when they come back (idempotent)."""
+        """Destroy every sandbox; sandboxes still handed out are destroyed when they come back (idempotent).
+
+        Cancelling it does not stop it half way: it ends what it started, then raises ``CancelledError``.
+
+        Raises:
+            SandboxError: a sandbox could not be destroyed (every other one was).
+        """
         self._state = _State.CLOSED
-        try:
-            # Each sees the pool closed and closes its sandbox; shielded, so that cancelling close leaks nothing.
-            await asyncio.shield(asyncio.gather(*self._resets))
-        finally:
-            while self._idle:
-                await self._idle.popleft().close()
-            async with self._available:
-                self._available.notify_all()
+        # Resets under way see the pool closed when they end, and close their sandbox.
+        cancelled = await settled(*self._resets)
+        async with self._available:
+            idle, self._idle = list(self._idle), deque()
+            self._available.notify_all()
+        await close_all(idle)
+        if cancelled:
+            raise asyncio.CancelledError
 
     @contextlib.asynccontextmanager
     async def sandbox(self, *, timeout_s: float | None = None) -> AsyncIterator[Sandbox]:
@@ -197,34 +211,53 @@ class SandboxPool:
             return taken
 
     async def _release(self, sandbox: Sandbox) -> None:
-        # It stays counted as busy while it is reset: a pool in the middle of a reset has not lost it.
+        # It stays counted as busy while it is reset or replaced: a pool in the middle of a reset has not lost it.
+        ready: Sandbox | None = None
+        try:
+            ready = await self._renewed(sandbox)
+        finally:
+            async with self._available:
+                self._busy.discard(sandbox)
+                if ready is not None and self._state is _State.OPEN:
+                    self._idle.append(ready)
+                    ready = None
+                self._available.notify_all()  # waiters for several sandboxes may now be satisfied, or see the loss
+        if ready is not None:  # the pool closed meanwhile
+            with contextlib.suppress(Exception):  # as a sandbox that failed its reset: it is gone either way
+                await ready.close()
+
+    async def _renewed(self, sandbox: Sandbox) -> Sandbox | None:
+        """``sandbox`` reset, or, when it cannot be (it is closed then), a new one in its place; ``None`` when the
+        pool has closed or no new one could be made (``_lost`` says why)."""
         try:
             if self._state is not _State.OPEN:
                 raise SandboxStateError("the pool closed while the sandbox was out")
             await sandbox.reset()
-        except BaseException as exc:  # whatever went wrong, this sandbox never serves again: close it, make another
+            return sandbox
+        except BaseException as exc:  # whatever went wrong, this sandbox never serves again
             with contextlib.suppress(Exception):
                 await sandbox.close()
-            if self._state is not _State.OPEN or not isinstance(exc, Exception):
-                self._busy.discard(sandbox)
-                if not isinstance(exc, Exception):
-                    raise
-                return
-            try:
-                replacement = await self._new()  # so that the pool keeps its size
-            except RollboxError as exc:
-                self._lost = exc
-                async with self._available:
-                    self._busy.discard(sandbox)
-                    self._available.notify_all()
-                return
-            self._busy.discard(sandbox)
-            sandbox = replacement
-            self._busy.add(sandbox)
-        async with self._available:
-            self._busy.discard(sandbox)
-            self._idle.append(sandbox)
-            self._available.notify_all()  # waiters for several sandboxes may now be satisfied
+            if not isinstance(exc, Exception):
+                raise
+        if self._state is not _State.OPEN:
+            return None
+        try:
+            return await self._new()  # so that the pool keeps its size
+        except Exception as exc:  # OSError too (out of fds, say), not only rollbox's own errors
+            self._lost = exc
+            return None
+
+
+async def close_all(closeables: Sequence[Sandbox | SandboxPool]) -> None:
+    """Close them all at once, to the end even if cancelled meanwhile (``CancelledError`` comes after); then
+    raise the first error, if any, once every one was tried."""
+    closing = [asyncio.ensure_future(c.close()) for c in closeables]
+    cancelled = await settled(*closing)
+    errors = [error for task in closing if not task.cancelled() and (error := task.exception()) is not None]
+    if cancelled:
+        raise asyncio.CancelledError
+    if errors:
+        raise errors[0]
 
 
 class SandboxSource(Protocol):
@@ -287,10 +320,9 @@ class WarmSandboxes:
         await self.close()
 
     async def close(self) -> None:
-        """Close every pool (idempotent)."""
+        """Close every pool (idempotent), as :meth:`SandboxPool.close` closes one."""
         pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            await pool.close()
+        await close_all(pools)
 
     async def _pool(self, limits: Limits, network: Network) -> SandboxPool:
         key = (limits, Network(network))

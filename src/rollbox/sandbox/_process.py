@@ -85,7 +85,11 @@ class ProcessSandbox:
             stacklevel=3,
         )
         self._root = self._make_root()
-        await self._start_agent()
+        try:
+            await self._start_agent()
+        except BaseException:
+            self.close()
+            raise
 
     @staticmethod
     def _make_root() -> Path:

@@ -25,9 +25,10 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from ._agent import EXEC_HEADER, resolve, roomy_socketpair
+from ._agent import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
 from ._errors import SandboxError
 from ._native import agent_binary
+from ._settle import settled
 
 __all__ = ["Launched", "Spawner"]
 
@@ -52,11 +53,7 @@ class Launched:
 
     def exited(self, timeout_s: float = 0.0) -> bool:
         """Whether it has ended, waiting up to ``timeout_s`` (blocking) for it to."""
-        if self._pidfd < 0:
-            return True
-        poller = select.poll()  # not select(): with a thousand sandboxes open, fds pass 1024
-        poller.register(self._pidfd, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
+        return self._pidfd < 0 or pidfd_ended(self._pidfd, timeout_s)
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait, without blocking the event loop, up to ``timeout_s`` for it to end; whether it did."""
@@ -152,11 +149,7 @@ class Spawner:
     @property
     def alive(self) -> bool:
         """Whether it is running (not closed, not ended)."""
-        if self._sock.fileno() < 0:
-            return False
-        poller = select.poll()
-        poller.register(self._pidfd, select.POLLIN)
-        return not poller.poll(0)
+        return self._sock.fileno() >= 0 and not pidfd_ended(self._pidfd)
 
     @classmethod
     def running(cls) -> Spawner | None:
@@ -189,17 +182,16 @@ class Spawner:
             os.close(stderr_w)
             stderr_w = -1
             reading = asyncio.ensure_future(_read_answer(reply))
-            try:
-                answer, pidfd = await asyncio.shield(reading)
-            except asyncio.CancelledError:
+            if await settled(reading):
                 # The spawner may have started it already: it must not run on with nobody watching it, nor be
                 # still dying when the cancellation is through.
                 with contextlib.suppress(Exception):
-                    started = Launched(*await reading, -1)
+                    started = Launched(*reading.result(), -1)
                     started.kill()
-                    await started.wait(_ANSWER_TIMEOUT_S)
+                    started.exited(_ANSWER_TIMEOUT_S)
                     started.close()
-                raise
+                raise asyncio.CancelledError
+            answer, pidfd = reading.result()
         except BaseException:
             os.close(stderr_r)
             raise
