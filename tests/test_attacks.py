@@ -899,17 +899,24 @@ def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
     assert int(launcher["CapEff"], 16) == 0 and int(launcher["CapPrm"], 16) == 0
 
 
-def test_the_sandbox_dies_with_its_launcher() -> None:
+@pytest.mark.parametrize("warm_python", [False, True], ids=["plain", "warm-python"])
+def test_the_sandbox_dies_with_its_launcher(warm_python: bool) -> None:
     # The launcher is what rollbox watches and kills: the agent and the command must not outlive it (parent-death
     # signal; rollbox may start a new sandbox meanwhile, whose processes are not these).
-    # The command was killed by the host, not by itself: that is rollbox's failure, never the program's.
+    # The command was killed by the host, not by itself: that is rollbox's failure, never the program's, whether
+    # the agent ran it or the zygote forked it (the zygote dies with the agent, and reports nothing either).
+    program = ["python3", "hold.py"] if warm_python else sh("sleep 30 & sleep 30")
+
     async def body(sb: Sandbox) -> tuple[ExecResult, set[int], ExecResult]:
         agent = sb._impl.agent.pid  # type: ignore[union-attr]
         assert agent is not None
-        command = asyncio.ensure_future(sb.exec(sh("sleep 30 & sleep 30")))
-        await asyncio.sleep(0.5)
-        doomed = own_sandbox_processes()
-        assert agent in doomed and len(doomed) >= 4  # the launcher, the agent, the shell and its two sleeps
+        await sb.write_file("hold.py", "import subprocess, time\nsubprocess.Popen(['sleep', '30'])\ntime.sleep(30)\n")
+        command = asyncio.ensure_future(sb.exec(program, warm_python=warm_python))
+        # The launcher, the agent, then the shell and its two sleeps, or the zygote, its fork and the sleep.
+        deadline = time.monotonic() + 10 * TIME_SCALE
+        while len(doomed := own_sandbox_processes()) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert agent in doomed and len(doomed) >= 5, doomed
         os.kill(_parent(agent), signal.SIGKILL)  # started by this test, through rollbox, and signalled by pid
         result = await asyncio.wait_for(command, 10)
         deadline = time.monotonic() + 10

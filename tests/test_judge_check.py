@@ -362,6 +362,10 @@ EXPLOITS = {
     "swaps the check's code at import": "def square(x):\n    return 0\n" + SWAP_CHECKS + "_swap()\n",
     "forges its own report and exits": "def square(x):\n    _forge()\n" + FORGE_OWN_REPORT,
     "subverts only the first run": "def square(x):\n    return 0\n" + FIRST_ONLY,
+    "reports an unhashable outcome and exits": "def square(x):\n    _forge()\n"
+    + FORGE_OWN_REPORT.replace('"outcome": "passed"', '"outcome": []'),
+    "writes a report nested too deeply to parse": "import os\nfor fd in range(3, 21):\n    try:\n"
+    "        os.write(fd, b'[' * 5000 + b']' * 5000 + b'\\n')\n    except OSError:\n        pass\n" + CORRECT,
 }
 
 

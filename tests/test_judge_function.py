@@ -7,6 +7,7 @@ import contextlib
 import json
 import re
 import shutil
+import tempfile
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -130,6 +131,14 @@ def test_files_that_only_matter_to_test_frameworks_are_the_candidates_own_here(t
     assert not [f for f in verdict.flags if f["code"].endswith("_dropped")]
 
 
+#: Writes a line to every fd that might be the driver's result channel (``str.format`` it with the line's bytes).
+TO_CHANNEL = (
+    "import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, {!r} + b'\\n')\n"
+    "    except OSError:\n        pass\n"
+)
+RETURNS_NONE, EXITS = "def mean_pair(xs):\n    return None\n", "os._exit(0)\n"
+DEEP_500 = b"[" * 500 + b"]" * 500  # parsed, but deeper than a value may be
+
 HACKS = {
     "always-equal object": "class E:\n    def __eq__(self, o): return True\ndef mean_pair(xs):\n    return E()\n",
     "always-equal int subclass": "class E(int):\n    def __eq__(self, o): return True\n"
@@ -144,9 +153,11 @@ HACKS = {
     "kill its parent": "import os, signal\ndef mean_pair(xs):\n    os.kill(os.getppid(), signal.SIGKILL)\n",
     "print fake results": 'import sys\nprint(\'{"case": 0, "value": [1, 2.0]}\')\n'
     "sys.stdout.write('3 passed\\n')\ndef mean_pair(xs):\n    return None\n",
-    "write to the result channel": "import os\nfor fd in range(3, 20):\n    try:\n"
-    '        os.write(fd, b\'{"case": 0, "value": {"$tuple": [1, 2.0]}}\\n\')\n    except OSError:\n        pass\n'
-    "def mean_pair(xs):\n    return None\n",
+    "write to the result channel": TO_CHANNEL.format(b'{"case": 0, "value": {"$tuple": [1, 2.0]}}') + RETURNS_NONE,
+    "write a report nested too deeply to parse": TO_CHANNEL.format(b"[" * 5000 + b"]" * 5000) + CORRECT,
+    "report a malformed value and exit": TO_CHANNEL.format(b'{"case": 0, "value": {"$complex": []}}') + EXITS,
+    "report an unhashable set member and exit": TO_CHANNEL.format(b'{"case": 0, "value": {"$set": [[1]]}}') + EXITS,
+    "report a value nested too deeply and exit": TO_CHANNEL.format(b'{"case": 0, "value": %s}' % DEEP_500) + EXITS,
     "atexit forgery": 'import atexit, os\natexit.register(lambda: os.write(1, b\'{"case": 2, "value": 0}\\n\'))\n'
     "def mean_pair(xs):\n    raise ValueError\n",
     "infinite loop": "def mean_pair(xs):\n    while True:\n        pass\n",
@@ -178,6 +189,21 @@ def test_a_huge_file_is_the_candidates_failure_not_infra(task: Task, tmp_path: P
     verdict = grade_files(task, tmp_path, {"solution.py": CORRECT, "blob.txt": "x" * (17 << 20)})
     assert verdict.status is VerdictStatus.ERROR and verdict.reward == 0.0
     assert [f["code"] for f in verdict.flags] == ["workspace_refused"]
+
+
+def test_a_path_too_long_for_the_grading_tree_is_the_candidates_failure(task: Task) -> None:
+    # 4,075 bytes: it fits under this short root, but not under the judge's scratch directory.
+    with tempfile.TemporaryDirectory(dir="/tmp") as root:
+        workspace = Path(root)
+        shutil.copytree(task.workspace, workspace, dirs_exist_ok=True)
+        (workspace / "solution.py").write_text(CORRECT)
+        deep = workspace.joinpath(*["d" * 200] * 20, "f" * 52 + ".py")
+        deep.parent.mkdir(parents=True)
+        deep.write_text("X = 1\n")
+        verdict = asyncio.run(grade(task, workspace))
+    assert verdict.status is VerdictStatus.ERROR and verdict.reward == 0.0, verdict
+    assert [f["code"] for f in verdict.flags] == ["workspace_refused"], verdict
+    assert "too long for a path" in verdict.flags[0]["detail"]
 
 
 def small_disk_task(task: Task, root: Path) -> Task:

@@ -127,6 +127,11 @@ REPORT_REWRITE = textwrap.dedent("""
 ALWAYS_EQUAL = (
     "class E:\n    def __eq__(self, o):\n        return True\n\n\ndef add(a, b):\n    return E()\n\n\ndiv = add\n"
 )
+#: Writes a line to every fd that might be the plugin's result channel (``str.format`` it with the line's bytes).
+TO_CHANNEL = (
+    "import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, {!r} + b'\\n')\n"
+    "    except OSError:\n        pass\n"
+)
 HACKS: dict[str, dict[str, str | None]] = {
     "always-equal object": {"calc.py": ALWAYS_EQUAL},
     "always-equal int subclass": {
@@ -184,6 +189,11 @@ HACKS: dict[str, dict[str, str | None]] = {
     "printing fake results": {
         "calc.py": BUGGY + 'print(\'5 passed, 0 failed\')\nprint(\'{"id": "x", "outcome": "passed"}\')\n'
     },
+    # Right code, but a report on the plugin's channel that no parser takes, or whose outcome cannot be looked up.
+    "writing a report nested too deeply to parse": {"calc.py": CORRECT + TO_CHANNEL.format(b"[" * 5000 + b"]" * 5000)},
+    "writing a report with an unhashable outcome": {
+        "calc.py": CORRECT + TO_CHANNEL.format(b'{"id": "tests/test_calc.py::test_add", "outcome": []}')
+    },
 }
 
 
@@ -205,3 +215,10 @@ def test_protected_files_are_flagged(task: Task, tmp_path: Path) -> None:
     verdict = grade_files(task, tmp_path, {**HACKS["conftest report rewriting at the root"], "calc.py": CORRECT})
     assert verdict.status is VerdictStatus.PASSED
     assert any(f["code"] == "protected_path_dropped" and f["path"] == "conftest.py" for f in verdict.flags)
+
+
+def test_a_pyproject_nested_too_deeply_to_parse_is_dropped_not_an_infra_error(task: Task, tmp_path: Path) -> None:
+    deep = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+    verdict = grade_files(task, tmp_path, {"calc.py": CORRECT, "pyproject.toml": deep})
+    assert verdict.status is VerdictStatus.PASSED, verdict
+    assert [(f["code"], f["path"]) for f in verdict.flags] == [("protected_path_dropped", "pyproject.toml")]

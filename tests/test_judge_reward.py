@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
-from rollbox.judge import GradedTest, Outcome, VerdictStatus, compute_reward, grade
+from rollbox.judge import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward, grade
+from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, WarmSandboxes
 from rollbox.tasks import RewardKind, RewardSpec, TaskFormatError, load_task
 
 P, F = Outcome.PASSED, Outcome.FAILED
@@ -93,3 +99,72 @@ def test_a_reference_that_fails_turns_efficiency_off_and_says_so(tmp_path: Path)
     verdict = asyncio.run(grade(load_task(root), candidate))
     assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0
     assert [f["code"] for f in verdict.flags] == ["reference_failed"]
+
+
+#: The reference solution's marker: a child process whose command line nothing else on the machine has.
+MARK = ["sleep", "1.4321"]
+
+
+async def kill_during_the_mark(sb: Sandbox) -> None:
+    """Kill ``sb``'s launcher (by pid) as soon as the marker runs in it: the host ending the sandbox mid-run."""
+    launcher = int(Path(f"/proc/{sb._impl.agent.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # type: ignore[union-attr]
+    wanted = "\0".join(MARK).encode() + b"\0"
+    while not any(_cmdline(pid) == wanted for pid in os.listdir("/proc") if pid.isdigit()):
+        await asyncio.sleep(0.01)
+    os.kill(launcher, signal.SIGKILL)
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+class FailingOnce:
+    """Warm sandboxes whose ``doomed``-th borrowing fails as the host would, by ``fault``: ``raise`` (no sandbox to
+    be had) or ``kill`` (killed mid-run, an ``infra_error`` result). A fault injected around the real thing."""
+
+    def __init__(self, inner: WarmSandboxes, doomed: int, fault: Literal["raise", "kill"]) -> None:
+        self.inner, self.doomed, self.fault, self.borrowed = inner, doomed, fault, 0
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        self.borrowed += 1
+        doomed = self.borrowed == self.doomed
+        if doomed and self.fault == "raise":
+            raise SandboxError("injected: the host could not make a sandbox")
+        async with self.inner.sandbox(limits=limits, network=network) as sb:
+            killer = asyncio.ensure_future(kill_during_the_mark(sb)) if doomed else None
+            try:
+                yield sb
+            finally:
+                if killer is not None:
+                    killer.cancel()
+
+    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self.inner.sandboxes(count, **kw)
+
+
+@pytest.mark.parametrize("fault", ["raise", "kill"])
+def test_a_reference_run_that_rollbox_failed_is_run_again_next_time(
+    tmp_path: Path, fault: Literal["raise", "kill"]
+) -> None:
+    root = make_task(tmp_path / "task", "memory_weight = 0.5")
+    (root / "solution" / "s.py").write_text(
+        f"import subprocess\n\ndef total(n):\n    subprocess.run({MARK!r})\n    return n * (n - 1) // 2\n"
+    )
+    task = load_task(root)
+    # Correct, and holding far more memory than the reference: the efficiency terms cost it about half its reward.
+    hungry = {"s.py": "def total(n):\n    held = b'x' * (200 << 20)\n    return n * (n - 1) // 2\n"}
+
+    async def twice() -> list[Verdict]:
+        async with WarmSandboxes(size=1) as warm:
+            flaky = FailingOnce(warm, 2, fault)  # the first grading's second sandbox: its reference run
+            return [await grade(task, hungry, sandboxes=flaky) for _ in range(2)]
+
+    failed, again = asyncio.run(twice())
+    assert (failed.status, failed.reward) == (VerdictStatus.INFRA_ERROR, None), failed
+    assert "reference solution" in (failed.error or ""), failed
+    assert again.status is VerdictStatus.PASSED and again.reward is not None and again.reward < 0.8, again
+    assert not again.flags, again

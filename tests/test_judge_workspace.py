@@ -148,8 +148,10 @@ def test_pyproject_dropped_only_when_it_configures_pytest(tmp_path: Path) -> Non
     changes = diff_workspace(pristine, candidate)
     assert changes.added == ()
     assert codes(changes) == {"pyproject.toml": "protected_path_dropped"}
-    (candidate / "pyproject.toml").write_text("[tool.pytest\nthis is not toml")
-    assert "could not be parsed" in diff_workspace(pristine, candidate).flags[0].detail
+    # Not TOML; nested deeper than the parser goes; an integer too long to convert.
+    for text in ("[tool.pytest\nthis is not toml", "x = " + "[" * 5000 + "]" * 5000, "x = " + "1" * 5000):
+        (candidate / "pyproject.toml").write_text(text)
+        assert "could not be parsed" in diff_workspace(pristine, candidate).flags[0].detail
 
 
 def test_pyproject_edit_cannot_remove_the_pristine_pytest_section(trees: tuple[Path, Path]) -> None:
@@ -307,6 +309,15 @@ def test_protected_file_replaced_by_a_directory_keeps_the_file(tmp_path: Path, t
     assert codes(changes) == {"conftest.py": "protected_path_dropped", "conftest.py/x.py": "path_conflict_dropped"}
     build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
     assert (tmp_path / "dest/conftest.py").read_text() == PRISTINE["conftest.py"]
+
+
+def test_a_path_too_long_for_the_host_is_refused_as_files_and_as_a_directory(trees: tuple[Path, Path]) -> None:
+    pristine, candidate = trees
+    deep = "/".join(["d" * 200] * 16) + "/x.py"  # 3,221 bytes: fits this directory, not every grading tree's
+    write(candidate, {deep: ""})
+    for given in ({deep: b""}, candidate):
+        with pytest.raises(WorkspaceError, match="too long for a path"):
+            diff_workspace(pristine, given)
 
 
 def test_build_refuses_a_candidate_changed_since_the_diff(tmp_path: Path, trees: tuple[Path, Path]) -> None:

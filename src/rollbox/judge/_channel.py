@@ -23,7 +23,7 @@ def read_records(stdout: str, *, truncated: bool) -> list[dict[str, Any]]:
     """The records a driver wrote.
 
     Raises:
-        ForgedChannel: a line is not a JSON object.
+        ForgedChannel: a line is not a JSON object, or cannot be parsed at all (nested too deeply, say).
     """
     lines = stdout.splitlines()
     if truncated and lines:
@@ -32,7 +32,7 @@ def read_records(stdout: str, *, truncated: bool) -> list[dict[str, Any]]:
     for line in lines:
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             record = None
         if not isinstance(record, dict):
             raise ForgedChannel(f"the result channel carried something that is not a report: {line[:200]!r}")

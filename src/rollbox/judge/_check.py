@@ -88,7 +88,12 @@ def _read_channel(stdout: str, variant_id: str, *, truncated: bool) -> tuple[str
         elif "integrity" in record:
             notes["forged"] = f"the check's environment was changed: {record['integrity']}"[:500]
             break
-        elif record.get("id") == variant_id and outcome is None and record.get("outcome") in _OUTCOMES:
+        elif (
+            record.get("id") == variant_id
+            and outcome is None
+            and isinstance(record.get("outcome"), str)  # a forged one may be unhashable
+            and record["outcome"] in _OUTCOMES
+        ):
             outcome = record["outcome"]
         else:
             notes["forged"] = f"the result channel carried a forged or repeated report: {json.dumps(record)[:200]}"

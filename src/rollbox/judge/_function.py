@@ -111,7 +111,7 @@ def load_cases(path: Path) -> list[FunctionCase]:
             continue
         try:
             cases.append(_case(json.loads(line)))
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise TaskFormatError(path, f"line {number}: {exc}") from None
     if not cases:
         raise TaskFormatError(path, "no cases: a function task needs at least one")
@@ -151,7 +151,7 @@ def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tup
         if "value" in record:
             try:
                 value = decode(record["value"])
-            except (ValueError, TypeError):
+            except ValueError:  # malformed, or nested too deeply: no value the function returned
                 outcomes[index] = Outcome.ERROR
                 continue
             # Both sides are plain builtin values now, so no comparison runs any of the candidate's code.

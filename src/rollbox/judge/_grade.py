@@ -68,13 +68,21 @@ def _fingerprint(task: Task) -> str:
 
 async def _reference_usage(task: Task, runner: Runner, sandboxes: SandboxSource) -> tuple[float, int] | None:
     """(CPU seconds, peak memory) of the reference solution's grading run, once per task content; ``None`` when
-    it does not pass, which turns the efficiency terms off."""
+    it does not pass, which turns the efficiency terms off.
+
+    Raises:
+        RollboxError: rollbox or the host failed that run. Nothing is remembered, so the next grading runs it
+            again (as the script runner does with its canary).
+        OSError: the reference's tree could not be made.
+    """
     key = _fingerprint(task)
     if key not in _references and task.solution is not None:
         with scratch_directory("rollbox-reference-") as tree:
             shutil.copytree(task.workspace, tree, dirs_exist_ok=True, symlinks=True)
             shutil.copytree(task.solution, tree, dirs_exist_ok=True, symlinks=True)
             report = await runner(task, task.grading, Path(tree), sandboxes)
+        if report.run_status is Status.INFRA_ERROR:
+            raise RollboxError(report.detail or "its run ended in infra_error")
         passed = _status(report) is VerdictStatus.PASSED
         _references[key] = (report.cpu_s, report.peak_memory_bytes) if passed else None
     return _references.get(key)
@@ -150,7 +158,11 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
     else:
         efficiency = (1.0, 1.0)
         if (task.reward.cpu_weight or task.reward.memory_weight) and status is VerdictStatus.PASSED:
-            reference = await _reference_usage(task, runner, source)
+            try:
+                reference = await _reference_usage(task, runner, source)
+            except (RollboxError, OSError) as exc:
+                # The reward depends on the reference: without it there is no reward to give, only rollbox's failure.
+                return _infra(task, start, f"the reference solution's grading run failed: {exc}")
             if reference is None:
                 found.append({"code": "reference_failed", "path": "solution/", "detail": "efficiency terms off"})
             else:

@@ -116,7 +116,8 @@ def _protection(
             return "other", "pyproject.toml may configure pytest (its content was not given)"
         try:
             tool = tomllib.loads(content.decode()).get("tool", {})
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        # Not UTF-8, not TOML, an integer too long to convert (ValueErrors all), or nested too deeply to parse.
+        except (ValueError, RecursionError):
             return "other", "pyproject.toml could not be parsed, so it may configure pytest"
         if isinstance(tool, dict) and "pytest" in tool:
             return "other", "pyproject.toml has a [tool.pytest] section"
@@ -324,10 +325,10 @@ def diff_workspace(
         max_total_bytes: the most bytes all its files may hold together (the grading sandbox's disk limit).
 
     Raises:
-        WorkspaceError: the candidate's workspace holds more than ``max_files`` entries, a file over
-            ``max_file_bytes``, more than ``max_total_bytes`` in all, or something that cannot be read; its files
-            name a path that is not a clean relative one, or a file where the workspace has a directory (or the
-            reverse).
+        WorkspaceError: the candidate's workspace (or its files) holds more than ``max_files`` entries, a file
+            over ``max_file_bytes``, more than ``max_total_bytes`` in all, a path too long for the host (over 255
+            bytes a name, 3072 in all), or something that cannot be read; its files name a path that is not a
+            clean relative one, or a file where the workspace has a directory (or the reverse).
     """
     bounds = _Bounds(file_bytes=max_file_bytes, files=max_files, total_bytes=max_total_bytes)
     try:
@@ -351,6 +352,8 @@ class _Bounds:
 def _diff(pristine: Path, candidate: Path, protected: Sequence[str], guard: bool, bounds: _Bounds) -> Changes:
     ours = {p: e for p, e in _walk(pristine)[0].items() if e.kind != "other"}
     theirs = _walk(candidate, limit=bounds.files, max_bytes=bounds.total_bytes)[0]
+    for path in theirs:
+        _check_name_lengths(path)
     packages = {p.rpartition("/")[0] for p in theirs if p.rpartition("/")[2] == "__init__.py"}
     added: list[str] = []
     modified: list[str] = []

@@ -10,11 +10,13 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import fcntl
 import os
 import select
 import signal
 import socket
 import struct
+import termios
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -206,18 +208,21 @@ class AgentConnection:
         with_parent: bool = True,
         monitor: int | None = None,
         oom_kills: Callable[[], int | None] | None = None,
+        agent: AgentConnection | None = None,
     ) -> None:
         """``with_parent``: the helper's parent is checked with it (see ``unchanged``). ``monitor``: the read end of
         the pipe on which the launcher, out of the program's reach, reports the agent's end; the connection owns it.
         An agent that ends during a command with no such report ended with its launcher: the host's doing, an
-        ``infra_error``. One that ended on its own may have been made to (a program can lower pid 1's CPU limit):
-        the program's failure, as is any helper's end without a monitor, unless ``oom_kills`` (how many processes
-        OOM killers have killed where the helpers run, outside every sandbox's cgroup, which no program can fill)
-        grew meanwhile: the machine ran out of memory, an ``infra_error`` too."""
+        ``infra_error``; so did a zygote (which dies with its agent) whose ``agent``'s launcher ended that way. One
+        that ended on its own may have been made to (a program can lower pid 1's CPU limit): the program's
+        failure, as is any other helper's end, unless ``oom_kills`` (how many processes OOM killers have killed
+        where the helpers run, outside every sandbox's cgroup, which no program can fill) grew meanwhile: the
+        machine ran out of memory, an ``infra_error`` too."""
         self._sock = sock
         self._process = process
         self._with_parent = with_parent
         self._monitor = monitor
+        self._agent = agent
         self._oom_kills = oom_kills
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
@@ -291,7 +296,7 @@ class AgentConnection:
         if answer != _WORD.pack(_MSG_ZYGOTE):
             host_end.close()
             raise SandboxError("the sandbox's agent could not start the zygote")
-        zygote = AgentConnection(host_end, None, with_parent=False, oom_kills=self._oom_kills)
+        zygote = AgentConnection(host_end, None, with_parent=False, oom_kills=self._oom_kills, agent=self)
         try:
             await zygote.wait_ready()
         except BaseException:
@@ -359,6 +364,8 @@ class AgentConnection:
         """Whether the agent, gone, ended with its launcher rather than on its own (see ``__init__``): the pipe on
         which the launcher reports the agent's end closes with no report. False without a monitor, or when the
         launcher neither reported nor ended in time (it was stopped: it cannot say)."""
+        if self._agent is not None:
+            return self._agent._launcher_killed()
         if self._monitor is None:
             return False
         ended = self._loop.create_future()
@@ -370,6 +377,16 @@ class AgentConnection:
             return False
         finally:
             self._loop.remove_reader(self._monitor)
+
+    def _launcher_killed(self) -> bool:
+        """Whether the launcher has ended with no report of the agent's end (never waits, reads nothing). Asked for
+        a zygote, which dies with its agent: a launcher killed from outside has ended before that (the agent dies
+        of the launcher's end), so its end is there to be seen."""
+        if self._monitor is None or self._process is None or not self._process.exited():
+            return False
+        pending = array.array("i", [0])
+        fcntl.ioctl(self._monitor, termios.FIONREAD, pending)
+        return pending[0] == 0
 
     def _oom_killed_since(self, spare: Spare) -> bool:
         """Whether an OOM killer killed a helper (this one, gone, most likely) since ``spare`` was made."""

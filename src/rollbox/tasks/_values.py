@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["decode", "encode"]
@@ -72,36 +73,54 @@ def encode(value: Any, _depth: int = 0) -> Any:
     raise TypeError(f"a value of type {kind.__module__}.{kind.__qualname__} is not a plain builtin value")
 
 
-def decode(data: Any) -> Any:
+def decode(data: Any, _depth: int = 0) -> Any:
     """The value that :func:`encode` made ``data`` from (also how cases files are read).
 
     Raises:
-        ValueError: ``data`` uses an unknown tag or a malformed one.
+        ValueError: ``data`` uses an unknown tag or a malformed one (a member or key that cannot be hashed
+            included), or is nested deeper than 100 levels. Nothing else, whatever JSON ``data`` is: it may come
+            from the candidate's process.
     """
+    if _depth > _MAX_DEPTH:
+        raise ValueError("value nested too deeply")
     if isinstance(data, list):
-        return [decode(v) for v in data]
+        return [decode(v, _depth + 1) for v in data]
     if not isinstance(data, dict):
         return data
     if len(data) == 1:
         ((tag, inner),) = data.items()
-        if tag.startswith("$"):
-            return _decode_tag(tag, inner)
-    return {k: decode(v) for k, v in data.items()}
+        if isinstance(tag, str) and tag.startswith("$"):
+            return _decode_tag(tag, inner, _depth)
+    return {k: decode(v, _depth + 1) for k, v in data.items()}
 
 
-def _decode_tag(tag: str, inner: Any) -> Any:
-    if tag == "$tuple":
-        return tuple(decode(v) for v in inner)
-    if tag == "$set":
-        return {decode(v) for v in inner}
-    if tag == "$frozenset":
-        return frozenset(decode(v) for v in inner)
-    if tag == "$dict":
-        return {decode(k): decode(v) for k, v in inner}
+def _decode_tag(tag: str, inner: Any, depth: int) -> Any:
+    """The value of one tag, each part counted one level deeper, as :func:`encode` counts it."""
     if tag == "$float" and inner in ("nan", "inf", "-inf"):
         return float(inner)
-    if tag == "$bytes":
-        return base64.b64decode(inner)
-    if tag == "$complex":
-        return complex(inner[0], inner[1])
+    elif tag == "$bytes" and isinstance(inner, str):
+        try:
+            return base64.b64decode(inner, validate=True)
+        except ValueError:  # not base64 (binascii.Error), or not ASCII
+            pass
+    elif tag == "$complex" and isinstance(inner, list) and len(inner) == 2:
+        parts = [decode(v, depth + 1) for v in inner]  # {"$float": "nan"} for a part that is not finite
+        if all(type(part) in (int, float) for part in parts):
+            try:
+                return complex(*parts)
+            except OverflowError:  # an int part too large for a float
+                pass
+    elif tag in ("$tuple", "$set", "$frozenset") and isinstance(inner, list):
+        items = [decode(v, depth + 1) for v in inner]
+        return tuple(items) if tag == "$tuple" else _hashed(tag, set if tag == "$set" else frozenset, items)
+    elif tag == "$dict" and isinstance(inner, list) and all(isinstance(p, list) and len(p) == 2 for p in inner):
+        return _hashed(tag, dict, [(decode(k, depth + 1), decode(v, depth + 1)) for k, v in inner])
     raise ValueError(f"unknown or malformed value tag {tag!r}")
+
+
+def _hashed(tag: str, kind: Callable[[list[Any]], Any], items: list[Any]) -> Any:
+    """``kind(items)``: a set or a dict, whose members or keys must be hashable."""
+    try:
+        return kind(items)
+    except TypeError:  # a list, dict or set (or a tuple holding one) as a member or key
+        raise ValueError(f"malformed value tag {tag!r}: a member or key cannot be hashed") from None
