@@ -222,3 +222,81 @@ def test_a_pyproject_nested_too_deeply_to_parse_is_dropped_not_an_infra_error(ta
     verdict = grade_files(task, tmp_path, {"calc.py": CORRECT, "pyproject.toml": deep})
     assert verdict.status is VerdictStatus.PASSED, verdict
     assert [(f["code"], f["path"]) for f in verdict.flags] == [("protected_path_dropped", "pyproject.toml")]
+
+
+#: Hidden tests in the styles a canary must also be made from: the value under test on the right of ``==``,
+#: unittest's assertions, and tests that live only in a class (with a setup method the canary needs too).
+STYLES = {
+    "expected value first": "from calc import add\n\n\ndef test_add():\n    assert 5 == add(2, 3)\n\n\n"
+    "def test_add_negative():\n    assert -2 == add(-1, -1)\n",
+    "unittest": "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+    "    def test_add_negative(self):\n        self.assertEqual(-2, add(-1, -1))\n",
+    "test class": "from calc import add\n\n\nclass TestAdd:\n"
+    "    def setup_method(self):\n        self.pair = (2, 3)\n\n"
+    "    def test_add(self):\n        assert add(*self.pair) == 5\n",
+}
+
+
+@pytest.fixture(scope="module", params=STYLES)
+def styled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Task:
+    root = tmp_path_factory.mktemp("styled")
+    (root / "workspace").mkdir()
+    (root / "workspace" / "calc.py").write_text(BUGGY)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_add.py").write_text(STYLES[request.param])
+    (root / "task.toml").write_text('[grading]\nrunner = "pytest"\n[limits]\ntimeout = "20s"\ncpu_time = "15s"\n')
+    return load_task(root)
+
+
+def test_canaries_of_every_style_of_test_fail_on_honest_code_and_catch_an_always_equal_value(
+    styled: Task, tmp_path: Path
+) -> None:
+    honest = grade_files(styled, tmp_path / "honest", {"calc.py": CORRECT})
+    assert honest.status is VerdictStatus.PASSED and honest.reward == 1.0, honest
+    hacked = grade_files(styled, tmp_path / "hacked", {"calc.py": ALWAYS_EQUAL})
+    assert hacked.status is VerdictStatus.TAMPERED and hacked.reward == -1.0, hacked
+
+
+def test_a_parametrized_case_the_candidate_drops_from_collection_is_missing(task: Task, tmp_path: Path) -> None:
+    # Wrong only for 9, and it removes 9 from the parameters as pytest collects them, inside its own process: the
+    # judge counts the parameters the test module lists, so the dropped one is missing, not forgotten.
+    wrong_for_nine = CORRECT.replace("return a // b", "return 0 if a == 9 else a // b")
+    dropping = wrong_for_nine + textwrap.dedent("""
+        import _pytest.python
+        _parametrize = _pytest.python.Metafunc.parametrize
+        def parametrize(self, names, values, *args, **kwargs):
+            return _parametrize(self, names, [v for v in values if v != 9], *args, **kwargs)
+        _pytest.python.Metafunc.parametrize = parametrize
+    """)
+    verdict = grade_files(task, tmp_path, {"calc.py": dropping})
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
+    missing = [t.id for t in verdict.tests if t.outcome is Outcome.MISSING]
+    assert missing == ["tests/test_calc.py::test_div[2 of 2]"], verdict.tests
+
+
+def test_the_cases_a_module_lists_are_counted_where_the_lists_are_literal() -> None:
+    from rollbox.judge._pytest import _expected, _static_ids
+
+    source = textwrap.dedent("""
+        import pytest
+        VALUES = [1, 2, 3]
+
+        @pytest.mark.parametrize("a", [1, 2])
+        @pytest.mark.parametrize("b", argvalues=(3, 4, 5))
+        def test_grid(a, b): ...
+
+        @pytest.mark.parametrize("v", VALUES)
+        def test_computed(v): ...
+
+        class TestPlain:
+            def test_one(self): ...
+    """)
+    static = _static_ids("t.py", source)
+    assert static == {"t.py::test_grid": 6, "t.py::test_computed": 1, "t.py::TestPlain::test_one": 1}
+    collected = ["t.py::test_grid[1-3]", "t.py::test_grid[2-3]", "t.py::test_computed[1]"]
+    assert _expected(collected, static) == [
+        *collected,
+        *(f"t.py::test_grid[{k} of 6]" for k in range(3, 7)),
+        "t.py::TestPlain::test_one",
+    ]

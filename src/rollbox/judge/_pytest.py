@@ -10,6 +10,11 @@ writes its own directory beside it::
 Results come from the plugin's channel, are cross-checked against the tests the judge expects (every expected
 id present and exactly ``passed``), and any passing canary, unknown or repeated report means ``tampered``.
 What the tests print, and pytest's exit code, decide nothing.
+
+What it cannot guarantee: the tests run in the candidate's process, so its code can read them, and can tell the
+canaries from the real tests (see ``_canary``). The expected tests are also read from the modules themselves,
+so that dropping a test, or a case of a literal ``parametrize`` list, from collection leaves it missing; a case
+of a computed list is known only from collection.
 """
 
 from __future__ import annotations
@@ -42,23 +47,48 @@ def _test_modules(tests: Path) -> list[Path]:
     return sorted(p for p in tests.rglob("*.py") if p.name.startswith("test_") or p.name.endswith("_test.py"))
 
 
-def _static_ids(relative: str, source: str) -> list[str]:
-    """Test ids the module defines, read without running it (parametrized ids are matched by prefix)."""
+def _static_ids(relative: str, source: str) -> dict[str, int]:
+    """Test ids the module defines, read without running it, each with the number of cases its literal
+    ``parametrize`` lists make (parametrized ids are matched by prefix; computed lists count as one)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return [relative]  # pytest will report a collection error; the module's tests count as missing
-    ids: list[str] = []
+        return {relative: 1}  # pytest will report a collection error; the module's tests count as missing
+    ids: dict[str, int] = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-            ids.append(f"{relative}::{node.name}")
+            ids[f"{relative}::{node.name}"] = _cases(node)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            ids += [
-                f"{relative}::{node.name}::{item.name}"
-                for item in node.body
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("test")
-            ]
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("test"):
+                    ids[f"{relative}::{node.name}::{item.name}"] = _cases(item)
     return ids
+
+
+def _cases(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """How many cases the function's ``parametrize`` decorators make, as far as their value lists are literal."""
+    count = 1
+    for decorator in function.decorator_list:
+        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("parametrize"):
+            values = decorator.args[1] if len(decorator.args) > 1 else None
+            values = next((k.value for k in decorator.keywords if k.arg == "argvalues"), values)
+            if isinstance(values, ast.List | ast.Tuple):
+                count *= max(len(values.elts), 1)
+    return count
+
+
+def _expected(collected: list[str], static: dict[str, int]) -> list[str]:
+    """Every test the run must report: those collected, and what the modules define that collection did not
+    yield, a case of a literal parametrize list included (``id[k of n]``: it cannot be named before it runs). The
+    candidate's code runs during collection, so collection alone cannot say what there is to run."""
+    expected = list(collected)
+    for static_id, cases in static.items():
+        found = sum(_matches(static_id, i) for i in collected)
+        if found == 0 and cases == 1:
+            expected.append(static_id)
+        else:
+            expected += [f"{static_id}[{k} of {cases}]" for k in range(found + 1, cases + 1)]
+    return expected
 
 
 def _matches(static_id: str, reported: str) -> bool:
@@ -98,7 +128,7 @@ class _Channel:
 
 async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
     """Grade the candidate's tree against the task's hidden pytest tests in a fresh sandbox."""
-    static: list[str] = []
+    static: dict[str, int] = {}
     canaries: list[str] = []
     package = resources.files("rollbox.judge")
     async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
@@ -108,7 +138,7 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
         for module in _test_modules(task.tests):
             relative = f"tests/{module.relative_to(task.tests).as_posix()}"
             source = module.read_text()
-            static += _static_ids(relative, source)
+            static.update(_static_ids(relative, source))
             with_canaries = add_canaries(source)
             canaries += [f"{relative}::{name}" for name in with_canaries.names]
             await sb.write_file(f"{_JUDGE}/{relative}", with_canaries.source, read_only=True)
@@ -148,9 +178,7 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
     if grading.fail_to_pass is not None:
         expected = [*grading.fail_to_pass, *grading.pass_to_pass]
     else:
-        # Every collected test, and every test the modules define even if collection never reached it.
-        expected = [i for i in (channel.collected or []) if not any(_matches(c, i) for c in canaries)]
-        expected += [s for s in static if not any(_matches(s, i) for i in expected)]
+        expected = _expected([i for i in channel.collected or [] if not any(_matches(c, i) for c in canaries)], static)
     tests = tuple(GradedTest(i, real.get(i, Outcome.MISSING)) for i in dict.fromkeys(expected))
     return RunnerReport(
         tests=tests,
