@@ -679,3 +679,45 @@ def test_an_agent_that_outlasts_its_launcher_is_waited_for() -> None:
             os.close(agent)
 
     assert asyncio.run(main())
+
+
+_FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (_FREEZER / "cgroup.procs").exists(), reason="needs cgroup v1's freezer")
+def test_a_command_the_host_cannot_kill_is_an_infra_error_never_a_hang() -> None:
+    # A frozen process (v1's freezer: SIGKILL waits until it is thawed) stands for one the host cannot end (stuck
+    # in the kernel, say). Its command times out, the kill fails after its five seconds, and exec reports it.
+    from conftest import own_sandbox_processes
+
+    frozen = _FREEZER / f"rollbox-test-unkillable-{os.getpid()}"
+    marker = b"sleep\x0031.5\x00"
+
+    async def main() -> ExecResult:
+        async with Sandbox(limits=Limits(timeout_s=1, cpu_time_s=5)) as sb:
+            command = asyncio.ensure_future(sb.exec(["sleep", "31.5"]))
+            while not (sleeping := [p for p in own_sandbox_processes() if _cmdline(p) == marker]):
+                await asyncio.sleep(0.02)
+            frozen.mkdir()
+            (frozen / "cgroup.procs").write_text(str(sleeping[0]))  # the process this test's command started
+            (frozen / "freezer.state").write_text("FROZEN")
+            try:
+                return await asyncio.wait_for(command, 30)
+            finally:
+                (frozen / "freezer.state").write_text("THAWED")  # it dies now, before the sandbox closes
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        while frozen.exists():
+            with contextlib.suppress(OSError):
+                frozen.rmdir()
+    assert result.status is Status.INFRA_ERROR and "survived SIGKILL" in (result.error or ""), result
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

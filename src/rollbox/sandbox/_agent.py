@@ -516,7 +516,9 @@ class AgentConnection:
             except BaseException:
                 # Cancelled (or failed) before the command's exit report was read: the helper may not have
                 # reaped it yet, and serves one command at a time, so it serves no more (the sandbox restarts it).
+                # The command was delivered, and may have run: it is never run again.
                 self.alive = False
+                spare.started = True
                 raise
             try:
                 spare.started = started = spare.sync.recv(1, socket.MSG_DONTWAIT) == b"x"
@@ -593,7 +595,8 @@ class AgentConnection:
         def stop(reason: Status) -> None:
             if not killed_for:
                 killed_for.append(reason)
-                group.kill()
+                with contextlib.suppress(SandboxError):  # what the host could not kill, the kill below reports
+                    group.kill()
             resolve(done)
 
         stdout = OutputCapture(out_r, limits.output_bytes, lambda: stop(Status.OUTPUT_LIMIT))
@@ -613,7 +616,13 @@ class AgentConnection:
             timer.cancel()
             watcher.cancel()
             feeder.close()
-            group.kill()  # the command ended: whatever it left running (daemons, orphans) dies with it
+            try:
+                group.kill()  # the command ended: whatever it left running (daemons, orphans) dies with it
+            except SandboxError:  # processes the host could not kill: the caller reports an infra_error
+                exited_task.cancel()
+                stdout.close()
+                stderr.close()
+                raise
         try:  # while the command ran, the wait was bounded by its own limits; after the kill, by this
             exited = await asyncio.wait_for(exited_task, _CLEANUP_TIMEOUT_S)
         except TimeoutError:

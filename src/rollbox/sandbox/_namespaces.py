@@ -429,15 +429,17 @@ class NamespaceSandbox:
             self._zygote = None
         if self._agent is not None:
             self._agent.shutdown()
-        if self._dir is not None:
-            self._dir.destroy()
-            self._dir = None
-        else:
-            with contextlib.suppress(SandboxError):
-                self._cgroup.remove()
-        if self._agent is not None:
-            self._agent.reap()
-            self._agent = None
+        try:
+            if self._dir is not None:
+                self._dir.destroy()
+                self._dir = None
+            else:
+                with contextlib.suppress(SandboxError):
+                    self._cgroup.remove()
+        finally:  # the agent is reaped whatever failed; the uid stays taken while processes of it may live
+            if self._agent is not None:
+                self._agent.reap()
+                self._agent = None
         if self._uid_lock is not None:
             os.close(self._uid_lock)
             self._uid_lock = None
