@@ -416,3 +416,18 @@ def test_every_variant_runs_on_the_whole_tree_links_included(tmp_path: Path) -> 
     (candidate / "helpers" / "power.py").write_text(CORRECT)
     verdict = asyncio.run(grade(load_task(linked.path), candidate))
     assert verdict.status is VerdictStatus.PASSED, verdict
+
+
+def test_the_candidates_cost_is_the_real_checks_run_alone() -> None:
+    # Canaries stop at a randomly chosen assertion: counted, their CPU and memory would give the same code a
+    # different efficiency reward from one grading to the next.
+    from rollbox.judge._check import _report, _Run
+    from rollbox.judge._check_variants import CheckVariant
+    from rollbox.sandbox import ExecResult
+
+    def run(canary: bool, cpu_s: float, peak: int) -> _Run:
+        result = ExecResult(status=Status.OK, exit_code=0, cpu_s=cpu_s, peak_memory_bytes=peak)
+        return _Run(CheckVariant("id", "", canary), result, "failed" if canary else "passed", {})
+
+    report = _report("f[check]", [run(True, 2.0, 300), run(False, 0.5, 100), run(True, 0.1, 900)])
+    assert (report.cpu_s, report.peak_memory_bytes) == (0.5, 100)

@@ -118,8 +118,20 @@ def test_reward_json(tmp_path: Path, reward: str, outcome: Outcome) -> None:
             'echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"; touch -d 2001-01-01 "$ROLLBOX_REWARD_DIR/reward.txt"',
             Outcome.FAILED,
         ),
+        # What the candidate's code could leave there, had the script let it: never an exception in the judge.
+        ('python3 -c "print(\'[\' * 100000)" > "$ROLLBOX_REWARD_DIR/reward.json"', Outcome.ERROR),
+        ('printf \'{"reward": 1%0400d}\' 0 > "$ROLLBOX_REWARD_DIR/reward.json"', Outcome.ERROR),
+        ('printf "1%20000s" "" > "$ROLLBOX_REWARD_DIR/reward.txt"', Outcome.ERROR),
     ],
-    ids=["not a number", "not a number in json", "a link", "modified outside the run"],
+    ids=[
+        "not a number",
+        "not a number in json",
+        "a link",
+        "modified outside the run",
+        "nested too deeply",
+        "too large for a float",
+        "longer than any reward",
+    ],
 )
 def test_untrustworthy_reward_files_never_pass(tmp_path: Path, line: str, outcome: Outcome) -> None:
     report = run_code(make_task(tmp_path / "task", line + "\n"), tmp_path, CORRECT)
@@ -144,6 +156,27 @@ def test_the_must_fail_canary_reports_a_verifier_that_proves_nothing(tmp_path: P
 
 def test_parse_reward() -> None:
     assert parse_reward("reward.txt", b" 0.25\n") == 0.25 and parse_reward("reward.json", b'{"reward": 1}') == 1.0
-    for name, data in [("reward.txt", b"nan"), ("reward.txt", b""), ("reward.json", b"[1]"), ("reward.txt", b"\xff")]:
+    for name, data in [
+        ("reward.txt", b"nan"),
+        ("reward.txt", b""),
+        ("reward.json", b"[1]"),
+        ("reward.txt", b"\xff"),
+        ("reward.json", b"[" * 100000),
+        ("reward.json", b'{"reward": ' + b"9" * 400 + b"}"),
+    ]:
         with pytest.raises(ValueError):
             parse_reward(name, data)
+
+
+def test_a_tree_that_fills_the_disk_is_the_candidates_failure_never_infra(tmp_path: Path) -> None:
+    # A 4 MiB disk has 1,024 inodes: candidates with about that many files fill it while the grading sandbox is
+    # prepared. Whichever step that happens in, the candidate's tree did it.
+    root = tmp_path / "task"
+    make_task(root)
+    (root / "task.toml").write_text(f'[grading]\nrunner = "script"\n{LIMITS}disk = "4M"\n')
+    task = load_task(root)
+    statuses = set()
+    for count in range(1005, 1025, 3):
+        files = {"solution.py": CORRECT, **{f"empty/{i}": "" for i in range(count)}}
+        statuses.add(asyncio.run(grade(task, files)).status)
+    assert VerdictStatus.INFRA_ERROR not in statuses, statuses

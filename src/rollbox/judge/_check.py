@@ -138,8 +138,10 @@ def _report(test_id: str, runs: Sequence[_Run]) -> RunnerReport:
         crashed="import_error" in deciding.notes or deciding.outcome is None,
         tampered=forged is not None,
         detail=forged,
-        cpu_s=sum(r.result.cpu_s for r in runs),
-        peak_memory_bytes=max(r.result.peak_memory_bytes or 0 for r in runs),
+        # The candidate's cost is the real check's run: canaries stop at a random assertion, so counting them
+        # would give the same code a different efficiency reward each time.
+        cpu_s=deciding.result.cpu_s,
+        peak_memory_bytes=deciding.result.peak_memory_bytes or 0,
     )
 
 

@@ -57,6 +57,7 @@ __all__ = ["REWARD_DIR", "TESTS_DIR", "parse_reward", "run_script", "scan_reward
 TESTS_DIR = "/tmp/rollbox-tests"
 REWARD_DIR = "/tmp/rollbox-logs/verifier"
 _REWARD_FILES = ("reward.txt", "reward.json")
+_MAX_REWARD_BYTES = 4096
 #: Lowercase names of the grading channel that no solution has a reason to mention.
 _CHANNEL_NAMES = (
     b"rollbox-logs",
@@ -88,19 +89,27 @@ def parse_reward(name: str, data: bytes) -> float:
     (1.0, 0.5)
 
     Raises:
-        ValueError: the content is not a finite reward of that form.
+        ValueError: the content is not a finite reward of that form (and nothing else, whatever the content:
+            the candidate's code may have written it).
     """
     text = data.decode()
     if name.endswith(".json"):
-        record = json.loads(text)
+        try:
+            record = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"{name} is nested too deeply to be a reward") from None
         value = record.get("reward") if isinstance(record, dict) else None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f'{name} must hold {{"reward": NUMBER}}, got {text[:80]!r}')
     else:
         value = float(text.strip())
-    if not math.isfinite(value):
+    try:
+        reward = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise ValueError(f"{name} holds a number too large to be a reward") from None
+    if not math.isfinite(reward):
         raise ValueError(f"{name} holds {value}, not a finite reward")
-    return float(value)
+    return reward
 
 
 def _changed_files(pristine: Path, tree: Path) -> list[Path]:
@@ -133,18 +142,21 @@ async def _read_reward(sb: Sandbox, started: float, ended: float) -> tuple[Outco
     """The outcome and reward from the reward directory, or the infrastructure failure that kept it unread."""
     # Every process of the script is dead by now, so what stat prints is the judge's own observation.
     paths = [f"{REWARD_DIR}/{name}" for name in _REWARD_FILES]
-    stat = await sb.exec(["stat", "-c", "%n %.9Y", "--", *paths], cwd="/tmp")
+    stat = await sb.exec(["stat", "-c", "%n %.9Y %s", "--", *paths], cwd="/tmp")
     if stat.status is Status.INFRA_ERROR:
         return Outcome.MISSING, None, stat
-    mtimes: dict[str, float] = {}
+    found: dict[str, tuple[float, int]] = {}  # name: (mtime, size)
     for line in stat.stdout_text.splitlines():
-        path, _, mtime = line.rpartition(" ")
-        mtimes[path.rpartition("/")[2]] = float(mtime)
+        path, stamp, length = line.rsplit(" ", 2)
+        found[path.rpartition("/")[2]] = (float(stamp), int(length))
     for name in _REWARD_FILES:
-        if name not in mtimes:
+        if name not in found:
             continue
-        if not started - _CLOCK_SLACK_S <= mtimes[name] <= ended + _CLOCK_SLACK_S:
+        mtime, size = found[name]
+        if not started - _CLOCK_SLACK_S <= mtime <= ended + _CLOCK_SLACK_S:
             return Outcome.FAILED, None, None  # modified outside the run: not a reward of this run
+        if size > _MAX_REWARD_BYTES:
+            return Outcome.ERROR, None, None  # no reward is that long: not read into the judge's memory
         try:
             reward = parse_reward(name, await sb.read_file(f"{REWARD_DIR}/{name}"))
         except (OSError, ValueError):
@@ -156,12 +168,14 @@ async def _read_reward(sb: Sandbox, started: float, ended: float) -> tuple[Outco
 async def _verify(task: Task, grading: ScriptGrading, tree: Path, sandboxes: SandboxSource) -> _Run:
     """Run the task's script against ``tree`` in a fresh sandbox."""
     async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
-        await sb.write_tree(tree)
-        await sb.write_tree(task.tests, TESTS_DIR)
+        # The judge's own directories first, the candidate's tree last: a tree that does not fit (blocks, inodes)
+        # then fails its own write, the candidate's doing, and never the judge's preparation, which is rollbox's.
         setup = await sb.exec(["sh", "-c", f"rm -rf /tmp/rollbox-logs && mkdir -p {REWARD_DIR}"], cwd="/tmp")
         if not setup.ok:
             error = setup.error or f"preparing {REWARD_DIR} failed ({setup.status.value}): {setup.stderr_text[-500:]}"
             return _Run(ExecResult.infra_error(error), Outcome.MISSING)
+        await sb.write_tree(task.tests, TESTS_DIR)
+        await sb.write_tree(tree)
         env = {**GRADING_ENV, "ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR}
         started = time.time()
         result = await sb.exec(["bash", f"{TESTS_DIR}/{grading.script}"], env=env)
