@@ -19,14 +19,22 @@ from rollbox.tasks import (
 )
 
 
-def make_task(root: Path, toml: str, tests: dict[str, str] | None = None) -> Path:
+def make_task(root: Path, toml: str | bytes, tests: dict[str, str | bytes] | None = None) -> Path:
     (root / "workspace").mkdir(parents=True)
     (root / "tests").mkdir()
-    (root / "task.toml").write_text(toml)
+    write(root / "task.toml", toml)
     (root / "instruction.md").write_text("Do the thing.\n")
-    for name, text in (tests or {}).items():
-        (root / "tests" / name).write_text(text)
+    for name, content in (tests or {}).items():
+        write(root / "tests" / name, content)
     return root
+
+
+def write(path: Path, content: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
 
 
 def test_function_task_with_limits(tmp_path: Path) -> None:
@@ -55,9 +63,15 @@ def test_function_task_with_limits(tmp_path: Path) -> None:
 
 
 def test_other_runners(tmp_path: Path) -> None:
-    pytest_task = load_task(make_task(tmp_path / "p", '[grading]\nrunner = "pytest"\nfail_to_pass = ["t.py::a"]\n'))
+    pytest_task = load_task(
+        make_task(
+            tmp_path / "p",
+            '[grading]\nrunner = "pytest"\nfail_to_pass = ["t.py::a"]\n',
+            {"unit/calc_test.py": "def test_a(): pass\n", "helper.py": ""},
+        )
+    )
     assert pytest_task.grading == PytestGrading(fail_to_pass=("t.py::a",), pass_to_pass=())
-    assert pytest_task.id == "p"
+    assert pytest_task.id == "p" and pytest_task.test_modules == [pytest_task.tests / "unit" / "calc_test.py"]
     stdio = load_task(
         make_task(
             tmp_path / "s",
@@ -69,6 +83,24 @@ def test_other_runners(tmp_path: Path) -> None:
     assert stdio.grading.command == ("python3", "main.py", "--fast") and stdio.grading.comparator is Comparator.FLOAT
     script = load_task(make_task(tmp_path / "h", '[grading]\nrunner = "script"\n', {"test.sh": "exit 0\n"}))
     assert script.grading == ScriptGrading(script="test.sh")
+
+
+def test_files_the_judge_runs_but_never_reads_may_be_binary(tmp_path: Path) -> None:
+    checker = load_task(
+        make_task(
+            tmp_path / "s",
+            '[grading]\nrunner = "stdio"\ncommand = "./a.out"\ncomparator = "checker"\nchecker = "bin/check"\n',
+            {"cases.jsonl": "{}\n", "bin/check": b"\x7fELF\xff"},
+        )
+    )
+    assert isinstance(checker.grading, StdioGrading) and checker.grading.checker == "bin/check"
+    script = make_task(tmp_path / "h", '[grading]\nrunner = "script"\nscript = "t.sh"\n', {"t.sh": b"exit 0 # \xff\n"})
+    assert load_task(script).grading == ScriptGrading(script="t.sh")
+
+
+FUNCTION = '[grading]\nrunner = "function"\nmodule = "s.py"\nentry_point = "f"\n'
+STDIO = '[grading]\nrunner = "stdio"\ncommand = "python3 main.py"\n'
+CASES: dict[str, str | bytes] = {"cases.jsonl": '{"input": "", "output": ""}\n'}
 
 
 @pytest.mark.parametrize(
@@ -89,7 +121,39 @@ def test_other_runners(tmp_path: Path) -> None:
             "names tests/cases.jsonl, which does not exist",
         ),
         ('[grading]\nrunner = "pytest"\nreward = "vibes"\n', {}, "reward: 'vibes' is not a valid RewardKind"),
-        ('[grading]\nrunner = "pytest"\ntamper_penalty = 2\n', {}, "tamper_penalty: expected a number <= 0, got 2.0"),
+        (
+            '[grading]\nrunner = "pytest"\ntamper_penalty = 2\n',
+            {},
+            "tamper_penalty: expected a finite number <= 0, got 2",
+        ),
+        ('[grading]\nrunner = "pytest"\ntamper_penalty = nan\n', {}, "tamper_penalty: expected a finite number <= 0"),
+        ('[grading]\nrunner = "pytest"\ntamper_penalty = -inf\n', {}, "tamper_penalty: expected a finite number <= 0"),
+        (f'[grading]\nrunner = "pytest"\ntamper_penalty = -{"9" * 400}\n', {}, "tamper_penalty: expected a finite"),
+        (STDIO + "float_tolerance = inf\n", CASES, "float_tolerance: expected a finite number >= 0, got inf"),
+        (STDIO + "float_tolerance = -0.1\n", CASES, "float_tolerance: expected a finite number >= 0, got -0.1"),
+        ('[grading]\nrunner = "pytest"\nf2p_weight = nan\n', {}, "f2p_weight: expected a finite number from 0 to 1"),
+        (b'id = "caf\xe9"\n[grading]\nrunner = "pytest"\n', {}, "task.toml: cannot read it as UTF-8 text"),
+        ("a = " + "[" * 5000 + "]" * 5000 + "\n", {}, "task.toml: not valid TOML: nested too deeply"),
+        (
+            '[grading]\nrunner = ["script"]\n',
+            {},
+            "runner: expected one of pytest, function, stdio, script, got ['script']",
+        ),
+        ('[grading]\nrunner = "stdio"\ncommand = "python3 \'a"\n', CASES, 'command: cannot split "python3 \'a"'),
+        ('[grading]\nrunner = "pytest"\n[limits]\npids = inf\n', {}, "[limits] pids: inf is out of range"),
+        (f'[grading]\nrunner = "pytest"\n[limits]\nmemory = "{"9" * 400}"\n', {}, "[limits] memory: '999"),
+        (FUNCTION + 'cases = ""\n', {}, "[grading] cases: expected a path relative to tests/ without '..'"),
+        (FUNCTION + 'cases = "/etc/passwd"\n', {}, "cases: expected a path relative to tests/ without '..', such as"),
+        (FUNCTION + 'check = "../workspace/check.py"\n', {}, "check: expected a path relative to tests/"),
+        (FUNCTION + 'check = "sub/../../task.toml"\n', {}, "check: expected a path relative to tests/"),
+        (STDIO + 'comparator = "checker"\nchecker = "/bin/true"\n', CASES, "checker: expected a path relative"),
+        ('[grading]\nrunner = "script"\nscript = "../workspace/t.sh"\n', {}, "script: expected a path relative"),
+        ('[grading]\nrunner = "script"\nscript = "."\n', {}, "script names tests/., which is not a regular file"),
+        (FUNCTION, {"cases.jsonl": b'{"args": ["\xff"]}\n'}, "cases.jsonl: cannot read it as UTF-8 text"),
+        (FUNCTION + 'check = "c.py"\n', {"c.py": b"# \xff\n"}, "c.py: cannot read it as UTF-8 text"),
+        (STDIO, {"cases.jsonl": b"\xfe\xff"}, "cases.jsonl: cannot read it as UTF-8 text"),
+        ('[grading]\nrunner = "pytest"\n', {"test_a.py": b"# \xff\n"}, "test_a.py: cannot read it as UTF-8 text"),
+        ('[grading]\nrunner = "pytest"\n', {"helper.py": "", "testing.py": ""}, "tests/ has no test module"),
         ('[grading]\nrunner = "pytest"\n[limits]\nmemory = "lots"\n', {}, "[limits] memory: invalid size 'lots'"),
         ('[grading]\nrunner = "pytest"\n[limits]\npids = 0\n', {}, "Limits.pids must be positive"),
         ('[grading]\nrunner = "pytest"\n[limits]\ntimeot = "1s"\n', {}, "did you mean 'timeout'?"),
@@ -97,7 +161,9 @@ def test_other_runners(tmp_path: Path) -> None:
         ('[grading]\nrunner = "pytest"\nfail_to_pass = "t.py::a"\n', {}, "expected a list of test ids"),
     ],
 )
-def test_malformed_tasks_say_file_key_and_fix(tmp_path: Path, toml: str, tests: dict[str, str], message: str) -> None:
+def test_malformed_tasks_say_file_key_and_fix(
+    tmp_path: Path, toml: str | bytes, tests: dict[str, str | bytes], message: str
+) -> None:
     root = make_task(tmp_path / "t", toml, tests)
     with pytest.raises(TaskFormatError) as caught:
         load_task(root)
@@ -115,3 +181,29 @@ def test_missing_pieces(tmp_path: Path) -> None:
     (root / "tests").rmdir()
     with pytest.raises(TaskFormatError, match=r"missing tests/ directory"):
         load_task(root)
+
+
+def test_unreadable_task_files(tmp_path: Path) -> None:
+    root = make_task(tmp_path / "t", '[grading]\nrunner = "pytest"\n', {"test_a.py": ""})
+    (root / "instruction.md").write_bytes(b"caf\xe9\n")
+    with pytest.raises(TaskFormatError, match=r"instruction.md: cannot read it as UTF-8 text"):
+        load_task(root)
+    (root / "task.toml").unlink()
+    (root / "task.toml").mkdir()
+    with pytest.raises(TaskFormatError, match=r"task.toml: not a regular file"):
+        load_task(root)
+
+
+def test_grading_files_must_resolve_inside_tests(tmp_path: Path) -> None:
+    root = make_task(tmp_path / "t", FUNCTION + 'cases = "inner.jsonl"\n', {"real.jsonl": "{}\n"})
+    (root / "workspace" / "cases.jsonl").write_text("{}\n")
+    (root / "tests" / "inner.jsonl").symlink_to("real.jsonl")
+    assert isinstance(load_task(root).grading, FunctionGrading)  # a link that stays in tests/ is fine
+    (root / "tests" / "inner.jsonl").unlink()
+    (root / "tests" / "inner.jsonl").symlink_to("../workspace/cases.jsonl")
+    with pytest.raises(TaskFormatError, match=r"cases: tests/inner.jsonl leads to .*/workspace/cases.jsonl, outside"):
+        load_task(root)
+    module = make_task(tmp_path / "p", '[grading]\nrunner = "pytest"\n')
+    (module / "tests" / "test_host.py").symlink_to("/etc/hostname")
+    with pytest.raises(TaskFormatError, match=r"runner 'pytest': tests/test_host.py leads to /etc/hostname, outside"):
+        load_task(module)

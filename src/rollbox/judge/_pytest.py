@@ -43,10 +43,6 @@ _PLUGIN = "rollbox_judge_plugin"
 READ_ONLY = True
 
 
-def _test_modules(tests: Path) -> list[Path]:
-    return sorted(p for p in tests.rglob("*.py") if p.name.startswith("test_") or p.name.endswith("_test.py"))
-
-
 def _static_ids(relative: str, source: str) -> dict[str, int]:
     """Test ids the module defines, read without running it, each with the number of cases its literal
     ``parametrize`` lists make (parametrized ids are matched by prefix; computed lists count as one)."""
@@ -135,7 +131,7 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
         await sb.write_tree(tree)
         # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
         await sb.write_tree(task.tests, f"{_JUDGE}/tests", read_only=True)
-        for module in _test_modules(task.tests):
+        for module in task.test_modules:
             relative = f"tests/{module.relative_to(task.tests).as_posix()}"
             source = module.read_text()
             static.update(_static_ids(relative, source))

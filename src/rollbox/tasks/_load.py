@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import math
+import os
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from rollbox.sandbox import Limits, Network, RollboxError, parse_duration, parse_size
@@ -63,11 +66,21 @@ def _get(file: Path, table: str, data: Mapping[str, Any], key: str, kind: type[T
     return value
 
 
-def _number(file: Path, data: Mapping[str, Any], key: str, default: float) -> float:
+def _number(
+    file: Path, data: Mapping[str, Any], key: str, default: float, *, low: float = -math.inf, high: float = math.inf
+) -> float:
+    """[grading] ``key`` (``default`` when unset): a finite number from ``low`` to ``high``, as rewards need."""
     value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TaskFormatError(file, f"[grading] {key}: expected a number, got {value!r}")
-    return float(value)
+    number = math.nan  # a value that is no number, or too big for a float, fails the range check below
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):
+            number = float(value)
+    if not (math.isfinite(number) and low <= number <= high):
+        bounds = (
+            f"<= {high:g}" if low == -math.inf else f">= {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+        )
+        raise TaskFormatError(file, f"[grading] {key}: expected a finite number {bounds}, got {value!r}")
+    return number
 
 
 def _convert(file: Path, table: str, key: str, value: Any, parse: Callable[[Any], T]) -> T:
@@ -75,6 +88,15 @@ def _convert(file: Path, table: str, key: str, value: Any, parse: Callable[[Any]
         return parse(value)
     except (TypeError, ValueError) as exc:
         raise TaskFormatError(file, f"{table} {key}: {exc}") from None
+    except OverflowError:  # inf, or a number of too many digits, made an int
+        raise TaskFormatError(file, f"{table} {key}: {value!r} is out of range; give a finite number") from None
+
+
+def _read_text(path: Path, fix: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFormatError(path, f"cannot read it as UTF-8 text ({exc}); {fix}") from None
 
 
 def _test_ids(file: Path, key: str, value: Any) -> tuple[str, ...] | None:
@@ -85,29 +107,39 @@ def _test_ids(file: Path, key: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
-def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Grading, RewardSpec]:
-    runner = data.get("runner")
-    if runner not in _GRADING_KEYS:
-        raise TaskFormatError(file, f"[grading] runner: expected one of {', '.join(_GRADING_KEYS)}, got {runner!r}")
-    _check_keys(file, "[grading]", data, _REWARD_KEYS | _GRADING_KEYS[runner])
+def _reward(file: Path, data: Mapping[str, Any], task_dir: Path) -> RewardSpec:
     reward = RewardSpec(
         kind=_convert(file, "[grading]", "reward", data.get("reward", "binary"), RewardKind),
-        tamper_penalty=_number(file, data, "tamper_penalty", -1.0),
-        f2p_weight=_number(file, data, "f2p_weight", 0.5),
-        cpu_weight=_number(file, data, "cpu_weight", 0.0),
-        memory_weight=_number(file, data, "memory_weight", 0.0),
+        tamper_penalty=_number(file, data, "tamper_penalty", -1.0, high=0.0),
+        f2p_weight=_number(file, data, "f2p_weight", 0.5, low=0.0, high=1.0),
+        cpu_weight=_number(file, data, "cpu_weight", 0.0, low=0.0, high=1.0),
+        memory_weight=_number(file, data, "memory_weight", 0.0, low=0.0, high=1.0),
     )
-    for key in ("cpu_weight", "memory_weight"):
-        if not 0.0 <= getattr(reward, key) <= 1.0:
-            raise TaskFormatError(file, f"[grading] {key}: expected a number from 0 to 1, got {getattr(reward, key)}")
     if reward.cpu_weight + reward.memory_weight > 1.0:
         raise TaskFormatError(file, "[grading] cpu_weight + memory_weight: expected at most 1")
     if (reward.cpu_weight or reward.memory_weight) and not (task_dir / "solution").is_dir():
         raise TaskFormatError(file, "[grading] cpu_weight and memory_weight compare with solution/, which is missing")
-    if reward.tamper_penalty > 0:
-        raise TaskFormatError(file, f"[grading] tamper_penalty: expected a number <= 0, got {reward.tamper_penalty}")
-    if not 0.0 <= reward.f2p_weight <= 1.0:
-        raise TaskFormatError(file, f"[grading] f2p_weight: expected a number from 0 to 1, got {reward.f2p_weight}")
+    return reward
+
+
+def _command(file: Path, value: Any) -> tuple[str, ...]:
+    try:
+        argv = shlex.split(value) if isinstance(value, str) else value
+    except ValueError as exc:  # an unclosed quote, or a trailing backslash
+        raise TaskFormatError(
+            file, f"[grading] command: cannot split {value!r} ({exc}); close the quote, or give a list of arguments"
+        ) from None
+    if not isinstance(argv, list) or not argv or not all(isinstance(c, str) for c in argv):
+        raise TaskFormatError(file, f"[grading] command: expected a command line or a list, got {value!r}")
+    return tuple(argv)
+
+
+def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Grading, RewardSpec]:
+    runner = data.get("runner")
+    if not isinstance(runner, str) or runner not in _GRADING_KEYS:
+        raise TaskFormatError(file, f"[grading] runner: expected one of {', '.join(_GRADING_KEYS)}, got {runner!r}")
+    _check_keys(file, "[grading]", data, _REWARD_KEYS | _GRADING_KEYS[runner])
+    reward = _reward(file, data, task_dir)
     grading: Grading
     if runner == "pytest":
         grading = PytestGrading(
@@ -127,40 +159,70 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
             cases = "cases.jsonl"
         grading = FunctionGrading(module=module, entry_point=entry, cases=cases, check=check)
     elif runner == "stdio":
-        command = data.get("command")
-        if isinstance(command, str):
-            command = shlex.split(command)
-        if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
-            raise TaskFormatError(file, f"[grading] command: expected a command line or a list, got {command!r}")
         comparator = _convert(file, "[grading]", "comparator", data.get("comparator", "whitespace"), Comparator)
         checker = _get(file, "[grading]", data, "checker", str, expected="a program in tests/")
         if comparator is Comparator.CHECKER and not checker:
             raise TaskFormatError(file, "[grading] comparator 'checker' needs checker = 'PROGRAM' (a file in tests/)")
+        cases = _get(file, "[grading]", data, "cases", str, expected="a file name in tests/")
         grading = StdioGrading(
-            command=tuple(command),
-            cases=_get(file, "[grading]", data, "cases", str, expected="a file name in tests/") or "cases.jsonl",
+            command=_command(file, data.get("command")),
+            cases="cases.jsonl" if cases is None else cases,
             comparator=comparator,
-            float_tolerance=_number(file, data, "float_tolerance", 1e-6),
+            float_tolerance=_number(file, data, "float_tolerance", 1e-6, low=0.0),
             checker=checker,
         )
     else:
-        grading = ScriptGrading(
-            script=_get(file, "[grading]", data, "script", str, expected="a file in tests/") or "test.sh"
-        )
-    for needed in _needed_test_files(grading):
-        if not (task_dir / "tests" / needed).is_file():
-            raise TaskFormatError(file, f"[grading] names tests/{needed}, which does not exist")
+        script = _get(file, "[grading]", data, "script", str, expected="a file in tests/")
+        grading = ScriptGrading() if script is None else ScriptGrading(script=script)
     return grading, reward
 
 
-def _needed_test_files(grading: Grading) -> list[str]:
-    if isinstance(grading, FunctionGrading):
-        return [name for name in (grading.cases, grading.check) if name]
-    if isinstance(grading, StdioGrading):
-        return [grading.cases] + ([grading.checker] if grading.checker else [])
-    if isinstance(grading, ScriptGrading):
-        return [grading.script]
-    return []
+def _grading_files(task: Task) -> list[tuple[str, str, bool]]:
+    """Each file of tests/ that grading reads: the key naming it, its name, and whether the judge reads it as text."""
+    grading = task.grading
+    named: list[tuple[str, str | None, bool]]
+    if isinstance(grading, PytestGrading):
+        named = [("runner 'pytest'", path.relative_to(task.tests).as_posix(), True) for path in task.test_modules]
+    elif isinstance(grading, FunctionGrading):
+        named = [("cases", grading.cases, True), ("check", grading.check, True)]
+    elif isinstance(grading, StdioGrading):  # the checker is run, never read
+        named = [("cases", grading.cases, True), ("checker", grading.checker, False)]
+    else:
+        named = [("script", grading.script, False)]  # run by bash; the judge only hashes its bytes
+    return [(key, name, text) for key, name, text in named if name is not None]
+
+
+def _check_test_file(file: Path, tests: Path, key: str, name: str, *, text: bool) -> None:
+    """Refuse ``name`` unless it is a regular file inside ``tests``, links resolved (the judge reads it as root and
+    the agent must never see it), and UTF-8 text when ``text``."""
+    relative = PurePosixPath(name)
+    if not name or "\0" in name or relative.is_absolute() or ".." in relative.parts:
+        raise TaskFormatError(
+            file,
+            f"[grading] {key}: expected a path relative to tests/ without '..', such as 'cases.jsonl', got {name!r}",
+        )
+    real = Path(os.path.realpath(tests / name))
+    if not real.is_relative_to(tests):
+        raise TaskFormatError(
+            file, f"[grading] {key}: tests/{name} leads to {real}, outside tests/; put the file in tests/"
+        )
+    if not real.is_file():
+        found = "which is not a regular file" if real.exists() else "which does not exist"
+        raise TaskFormatError(file, f"[grading] {key} names tests/{name}, {found}")
+    if text:
+        _read_text(real, f"[grading] {key} names it, and the judge reads it as text: save it as UTF-8")
+
+
+def _check_grading_files(file: Path, task: Task) -> None:
+    files = _grading_files(task)
+    if isinstance(task.grading, PytestGrading) and not files:
+        raise TaskFormatError(
+            file,
+            "[grading] runner 'pytest': tests/ has no test module, so every candidate would fail; add a "
+            "tests/test_*.py or tests/*_test.py",
+        )
+    for key, name, text in files:
+        _check_test_file(file, task.tests, key, name, text=text)
 
 
 def _limits(file: Path, data: Mapping[str, Any]) -> tuple[Limits, Network]:
@@ -194,12 +256,15 @@ def load_task(path: str | Path) -> Task:
     file = root / "task.toml"
     if not root.is_dir():
         raise TaskFormatError(root, "not a directory: a task is a directory with task.toml, workspace/ and tests/")
+    if not file.is_file():
+        found = "not a regular file" if file.exists() else "missing"
+        raise TaskFormatError(file, f"{found}: every task needs a task.toml file with a [grading] table")
     try:
-        data = tomllib.loads(file.read_text())
-    except FileNotFoundError:
-        raise TaskFormatError(file, "missing: every task needs a task.toml with a [grading] table") from None
+        data = tomllib.loads(_read_text(file, "save task.toml as UTF-8"))
     except tomllib.TOMLDecodeError as exc:
         raise TaskFormatError(file, f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise TaskFormatError(file, "not valid TOML: nested too deeply; flatten its arrays and tables") from None
     _check_keys(file, "the top level", data, _TOP_KEYS)
     for table in ("grading", "limits", "environment"):
         if table in data and not isinstance(data[table], dict):
@@ -213,8 +278,8 @@ def load_task(path: str | Path) -> Task:
     grading, reward = _grading(file, data["grading"], root)
     limits, network = _limits(file, data.get("limits", {}))
     instruction_file = root / "instruction.md"
-    instruction = instruction_file.read_text() if instruction_file.is_file() else ""
-    return Task(
+    instruction = _read_text(instruction_file, "save it as UTF-8") if instruction_file.is_file() else ""
+    task = Task(
         id=task_id,
         path=root,
         instruction=instruction,
@@ -223,3 +288,5 @@ def load_task(path: str | Path) -> Task:
         limits=limits,
         network=network,
     )
+    _check_grading_files(file, task)
+    return task

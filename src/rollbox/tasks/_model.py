@@ -150,6 +150,11 @@ class Task:
         return self.path / "tests"
 
     @property
+    def test_modules(self) -> list[Path]:
+        """The pytest modules in tests/, at any depth: ``test_*.py`` and ``*_test.py``, sorted."""
+        return sorted(p for p in self.tests.rglob("*.py") if p.name.startswith("test_") or p.name.endswith("_test.py"))
+
+    @property
     def solution(self) -> Path | None:
         """The reference solution laid over the workspace, when the task has one."""
         path = self.path / "solution"
