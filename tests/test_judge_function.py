@@ -375,6 +375,13 @@ def test_a_malformed_case_names_its_line_and_what_is_wrong(
         load_cases(path)
 
 
+def test_a_cases_file_that_is_not_utf8_is_the_tasks_error(tmp_path: Path) -> None:
+    path = tmp_path / "cases.jsonl"
+    path.write_bytes(b'{"args": [], "kwargs": {}, "expected": "\xff"}\n')
+    with pytest.raises(TaskFormatError, match="cannot read the cases"):
+        load_cases(path)
+
+
 async def _collect(items: list[tuple[Task, Any]], **kw: Any) -> list[tuple[int, Verdict]]:
     return [item async for item in grade_batch(items, **kw)]
 

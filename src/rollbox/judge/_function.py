@@ -103,10 +103,14 @@ def load_cases(path: Path) -> list[FunctionCase]:
     """Read a function cases file: one case a line (see :class:`FunctionCase`).
 
     Raises:
-        TaskFormatError: a line is not such an object.
+        TaskFormatError: the file cannot be read as UTF-8 text, or a line is not such an object.
     """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:  # changed since the task was loaded, which checked it
+        raise TaskFormatError(path, f"cannot read the cases: {exc}") from None
     cases: list[FunctionCase] = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
