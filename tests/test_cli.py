@@ -1,13 +1,22 @@
-"""The ``rollbox`` command line, run as a real process: the ``exec --json`` contract, ``doctor``, ``--help``."""
+"""The ``rollbox`` command line, run as a real process: the ``exec --json`` contract, ``doctor``, ``--help``,
+``grade``, and what ``eval humaneval`` does when its output cannot be written or it is interrupted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from rollbox.tasks import humaneval_tasks
 
 ROLLBOX = [sys.executable, "-m", "rollbox"]
 CONTRACT_KEYS = [
@@ -27,6 +36,35 @@ CONTRACT_KEYS = [
 
 def rollbox(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ROLLBOX, *args], capture_output=True, text=True, input=stdin, timeout=60, check=False)
+
+
+@contextlib.contextmanager
+def started(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """``rollbox ARGS`` running in the background; killed (by its pid) if the test leaves it running."""
+    with subprocess.Popen([*ROLLBOX, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def interrupt_when_running(process: subprocess.Popen[str], comm: str) -> str:
+    """Send SIGINT to ``process`` once a process named ``comm`` runs (a sandboxed program renames itself so that
+    the test sees it start); returns its stderr."""
+    deadline = time.monotonic() + 60
+    while not any(_comm(entry) == comm for entry in Path("/proc").iterdir()):
+        assert time.monotonic() < deadline and process.poll() is None, f"no process named {comm!r} started"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    return stderr
+
+
+def _comm(proc_entry: Path) -> str | None:
+    with contextlib.suppress(OSError):
+        return (proc_entry / "comm").read_text().strip()
+    return None
 
 
 def exec_json(*args: str) -> dict[str, Any]:
@@ -133,6 +171,23 @@ def test_exec_reports_infra_error_when_isolation_is_unavailable(tmp_path: Path) 
     assert data["status"] == "infra_error" and "C compiler" in data["error"]
 
 
+def test_exec_interrupted_exits_130_without_a_traceback() -> None:
+    comm = f"rbx-{os.getpid()}"
+    with started("exec", "--", "sh", "-c", f"printf {comm} > /proc/$$/comm; sleep 30") as process:
+        stderr = interrupt_when_running(process, comm)
+    assert process.returncode == 130 and "rollbox: interrupted" in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("mode", [["--json"], []])
+def test_exec_into_a_closed_pipe_exits_141_without_a_traceback(mode: list[str]) -> None:
+    with started("exec", *mode, "--output-limit", "20M", "--", "seq", "2000000") as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.read(20)
+        process.stdout.close()  # as `| head -c 20` does; the output (14 MB) is far larger than a pipe holds
+        stderr = process.stderr.read()
+    assert process.returncode == 141 and "Traceback" not in stderr, stderr
+
+
 def test_doctor_json_says_everything_works_here() -> None:
     done = rollbox("doctor", "--json")
     report = json.loads(done.stdout)
@@ -143,7 +198,8 @@ def test_doctor_json_says_everything_works_here() -> None:
 
 def test_help_teaches() -> None:
     top = rollbox("--help").stdout
-    assert "rollbox exec" in top and "rollbox doctor" in top
+    for command in ("exec", "grade", "eval humaneval", "doctor", "demo"):
+        assert f"rollbox {command}" in top
     exec_help = rollbox("exec", "--help").stdout
     for flag in (
         "--memory",
@@ -189,3 +245,67 @@ def test_grade_refuses_a_malformed_task_clearly(tmp_path: Path) -> None:
     done = rollbox("grade", str(task), "--solution", str(task / "workspace"), "--json")
     assert done.returncode == 2
     assert "did you mean 'entry_point'?" in done.stderr
+
+
+# -- eval humaneval --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tasks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("humaneval") / "tasks"
+    humaneval_tasks(dest)
+    return dest
+
+
+def write_samples(path: Path, *completions: tuple[str, str]) -> Path:
+    path.write_text("".join(json.dumps({"task_id": t, "completion": c}) + "\n" for t, c in completions))
+    return path
+
+
+WRONG = ("HumanEval/0", "    return False\n")
+
+
+def test_eval_refuses_an_output_it_cannot_write_before_grading(tmp_path: Path, tasks_dir: Path) -> None:
+    samples = write_samples(tmp_path / "samples.jsonl", WRONG)
+    subprocess.run(["chattr", "+i", str(tmp_path)], check=True)  # read-only even to root
+    try:
+        done = rollbox("eval", "humaneval", str(samples), "--tasks-dir", str(tasks_dir))
+    finally:
+        subprocess.run(["chattr", "-i", str(tmp_path)], check=True)
+    assert done.returncode == 2 and "--output PATH" in done.stderr and "grading" not in done.stderr, done.stderr
+    assert os.listdir(tmp_path) == ["samples.jsonl"]
+
+
+def test_eval_usage_errors_exit_2(tmp_path: Path, tasks_dir: Path) -> None:
+    samples = write_samples(tmp_path / "samples.jsonl", WRONG)
+    cases = [
+        ([str(write_samples(tmp_path / "empty.jsonl")), "--tasks-dir", str(tasks_dir)], "no samples in"),
+        (["/dev/stdin", "--tasks-dir", str(tasks_dir)], "use --output PATH"),
+        ([str(samples), "--tasks-dir", str(samples)], "not a HumanEval import"),
+    ]
+    for args, message in cases:
+        done = rollbox("eval", "humaneval", *args, stdin=samples.read_text())
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+
+
+def test_eval_progress_has_no_redraws_outside_a_terminal(tmp_path: Path, tasks_dir: Path) -> None:
+    samples = write_samples(tmp_path / "samples.jsonl", WRONG)
+    command = [*ROLLBOX, "eval", "humaneval", str(samples), "--tasks-dir", str(tasks_dir)]
+    done = subprocess.run(command, capture_output=True, timeout=60, check=False)  # bytes: text mode hides \r
+    assert done.returncode == 0, done.stderr
+    assert b"\r" not in done.stderr and done.stderr.count(b"grading [") == 1, done.stderr
+
+
+def test_eval_interrupted_keeps_what_was_graded(tmp_path: Path, tasks_dir: Path) -> None:
+    comm = f"rbx-{os.getpid()}"
+    # It names itself (prctl PR_SET_NAME) so that the test sees it start, then sleeps.
+    slow = f"    import ctypes, time\n    ctypes.CDLL(None).prctl(15, {comm.encode()!r})\n    time.sleep(30)\n"
+    samples = write_samples(tmp_path / "samples.jsonl", WRONG, ("HumanEval/2", slow))
+    out = tmp_path / "out.jsonl"
+    args = ["eval", "humaneval", str(samples), "--output", str(out), "--workers", "1", "--tasks-dir", str(tasks_dir)]
+    with started(*args) as process:  # one worker: the wrong completion is graded before the slow one starts
+        stderr = interrupt_when_running(process, comm)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert "PARTIAL: it holds the 1 of 2 samples" in stderr
+    assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == ["HumanEval/0"]
+    assert sorted(os.listdir(tmp_path)) == ["out.jsonl", "samples.jsonl"]

@@ -1,4 +1,4 @@
-"""The ``rollbox`` command line: ``exec``, ``doctor``, ``demo``."""
+"""The ``rollbox`` command line: ``exec``, ``grade``, ``eval``, ``doctor``, ``demo``."""
 
 from ._main import main
 

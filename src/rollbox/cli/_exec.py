@@ -8,6 +8,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import BinaryIO
 
 from rollbox.sandbox import (
     ExecResult,
@@ -187,10 +188,17 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if result.error is not None else 0
 
 
+def _write_all(stream: BinaryIO, data: bytes) -> None:
+    """Write all of ``data``: a large buffered write can stop short without raising (a reader that left, a signal)."""
+    view = memoryview(data)
+    while view:
+        view = view[stream.write(view) :]
+
+
 def _print_human(result: ExecResult) -> None:
-    sys.stdout.buffer.write(result.stdout)
+    _write_all(sys.stdout.buffer, result.stdout)
     sys.stdout.flush()
-    sys.stderr.buffer.write(result.stderr)
+    _write_all(sys.stderr.buffer, result.stderr)
     how = f"exit {result.exit_code}" if result.exit_code is not None else f"signal {result.signal}"
     peak = f", peak {result.peak_memory_bytes / 2**20:.1f} MiB" if result.peak_memory_bytes else ""
     truncated = [name for name, t in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)) if t]

