@@ -12,10 +12,11 @@ from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 LIMITS = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=256 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
 SCRIPT = textwrap.dedent("""
-    import atexit, os, sys, threading
+    import atexit, ctypes, os, sys, threading
     atexit.register(lambda: print("atexit ran"))
     threading.Thread(target=lambda: print("thread ran")).start()
     print(sys.argv, os.getcwd(), os.environ.get("GREETING"), sys.stdin.read(), __name__, hash("x"))
+    print("dumpable", ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE: its own /proc files are its own
     sys.exit(int(sys.argv[1]))
 """)
 

@@ -51,6 +51,8 @@ _SPARE, _READY, _EXITED, _EXEC = 1, 2, 3, 6
 _HEADER = struct.Struct("<IIIIqqq")
 _EXITED_MSG = struct.Struct("<IiqqII")  # as agent.c's: type, wait status, CPU us, max RSS KiB, the spare's seq
 _MAX_REQUEST = 1 << 20
+_LIBC = ctypes.CDLL(None)
+_PR_SET_DUMPABLE = 4
 
 
 def _rlimits(cpu_time_s: int, file_size_bytes: int) -> None:
@@ -173,6 +175,9 @@ def _run(sync_fd: int, limits: tuple[int, int, int]) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
         sync.send(b"x")  # the command starts: what ends it now is its own result
         sync.close()
+        # The zygote keeps programs away from its /proc files (below); this child, which holds nothing of the
+        # zygote's any more (its fds are the command's), owns its own again, as a fresh interpreter does.
+        _LIBC.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -224,8 +229,8 @@ def _serve(sock: socket.socket) -> None:
 def main() -> None:
     if len(sys.argv) != 3 or sys.argv[1] != "serve":
         sys.exit("usage: zygote.py serve FD")
-    # Keep the programs this zygote runs away from its memory and fds through /proc (PR_SET_DUMPABLE = 4).
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    # Keep the programs this zygote runs away from its memory and fds through /proc.
+    _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=int(sys.argv[2]))
     os.set_inheritable(sock.fileno(), False)
     gc.freeze()  # children never scan (and so never copy) what the zygote allocated
