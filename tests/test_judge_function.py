@@ -17,9 +17,9 @@ import pytest
 
 from conftest import CountingSandboxes
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade, grade_batch
-from rollbox.judge._function import FunctionCase, load_cases
 from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, WarmSandboxes
 from rollbox.tasks import Task, TaskFormatError, load_task
+from rollbox.tasks._cases import FunctionCase, load_function_cases
 
 STUB = "def mean_pair(xs):\n    raise NotImplementedError\n"
 CORRECT = textwrap.dedent("""
@@ -372,14 +372,14 @@ def test_a_malformed_case_names_its_line_and_what_is_wrong(
     path = tmp_path / "cases.jsonl"
     path.write_text(json.dumps({"args": [1], "kwargs": {}, "expected": 1}) + "\n" + json.dumps(record) + "\n")
     with pytest.raises(TaskFormatError, match=re.escape(f"line 2: {message}")):
-        load_cases(path)
+        load_function_cases(path)
 
 
 def test_a_cases_file_that_is_not_utf8_is_the_tasks_error(tmp_path: Path) -> None:
     path = tmp_path / "cases.jsonl"
     path.write_bytes(b'{"args": [], "kwargs": {}, "expected": "\xff"}\n')
     with pytest.raises(TaskFormatError, match="cannot read the cases"):
-        load_cases(path)
+        load_function_cases(path)
 
 
 async def _collect(items: list[tuple[Task, Any]], **kw: Any) -> list[tuple[int, Verdict]]:

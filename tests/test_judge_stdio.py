@@ -12,9 +12,10 @@ import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
 from rollbox.judge import _grade as grade_module
-from rollbox.judge._stdio import load_cases, outputs_match, run_stdio
+from rollbox.judge._stdio import outputs_match, run_stdio
 from rollbox.sandbox import Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError, load_task
+from rollbox.tasks._cases import load_stdio_cases
 
 LIMITS = '[limits]\ntimeout = "2s"\ncpu_time = "1s"\nmemory = "128M"\noutput = "64K"\n'
 SUM = "import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))\n"
@@ -159,10 +160,10 @@ def test_malformed_cases_name_the_line(tmp_path: Path) -> None:
     path = tmp_path / "cases.jsonl"
     path.write_text('{"input": "1", "output": "1"}\n\n{"input": 2, "output": "2"}\n')
     with pytest.raises(TaskFormatError, match="line 3"):
-        load_cases(path)
+        load_stdio_cases(path)
     path.write_text('{"input": "1", "output": "1"}\nnot json\n')
     with pytest.raises(TaskFormatError, match="line 2"):
-        load_cases(path)
+        load_stdio_cases(path)
 
 
 def _tree(tmp_path: Path, code: str) -> Path:

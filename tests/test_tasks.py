@@ -76,7 +76,7 @@ def test_other_runners(tmp_path: Path) -> None:
         make_task(
             tmp_path / "s",
             '[grading]\nrunner = "stdio"\ncommand = "python3 main.py --fast"\ncomparator = "float"\n',
-            {"cases.jsonl": "{}\n"},
+            CASES,
         )
     )
     assert isinstance(stdio.grading, StdioGrading)
@@ -90,7 +90,7 @@ def test_files_the_judge_runs_but_never_reads_may_be_binary(tmp_path: Path) -> N
         make_task(
             tmp_path / "s",
             '[grading]\nrunner = "stdio"\ncommand = "./a.out"\ncomparator = "checker"\nchecker = "bin/check"\n',
-            {"cases.jsonl": "{}\n", "bin/check": b"\x7fELF\xff"},
+            {**CASES, "bin/check": b"\x7fELF\xff"},
         )
     )
     assert isinstance(checker.grading, StdioGrading) and checker.grading.checker == "bin/check"
@@ -149,9 +149,12 @@ CASES: dict[str, str | bytes] = {"cases.jsonl": '{"input": "", "output": ""}\n'}
         (STDIO + 'comparator = "checker"\nchecker = "/bin/true"\n', CASES, "checker: expected a path relative"),
         ('[grading]\nrunner = "script"\nscript = "../workspace/t.sh"\n', {}, "script: expected a path relative"),
         ('[grading]\nrunner = "script"\nscript = "."\n', {}, "script names tests/., which is not a regular file"),
-        (FUNCTION, {"cases.jsonl": b'{"args": ["\xff"]}\n'}, "cases.jsonl: cannot read it as UTF-8 text"),
+        (FUNCTION, {"cases.jsonl": b'{"args": ["\xff"]}\n'}, "cases.jsonl: cannot read the cases"),
+        (FUNCTION, {"cases.jsonl": '{"args": [1]}\n'}, "cases.jsonl: line 1: expected an object with args (a list)"),
+        (FUNCTION, {"cases.jsonl": "\n"}, "cases.jsonl: no cases: a function task needs at least one"),
+        (STDIO, {"cases.jsonl": '{"input": 1, "output": ""}\n'}, "line 1: expected an object with input and output"),
         (FUNCTION + 'check = "c.py"\n', {"c.py": b"# \xff\n"}, "c.py: cannot read it as UTF-8 text"),
-        (STDIO, {"cases.jsonl": b"\xfe\xff"}, "cases.jsonl: cannot read it as UTF-8 text"),
+        (STDIO, {"cases.jsonl": b"\xfe\xff"}, "cases.jsonl: cannot read the cases"),
         ('[grading]\nrunner = "pytest"\n', {"test_a.py": b"# \xff\n"}, "test_a.py: cannot read it as UTF-8 text"),
         ('[grading]\nrunner = "pytest"\n', {"helper.py": "", "testing.py": ""}, "tests/ has no test module"),
         ('[grading]\nrunner = "pytest"\n[limits]\nmemory = "lots"\n', {}, "[limits] memory: invalid size 'lots'"),
@@ -195,8 +198,9 @@ def test_unreadable_task_files(tmp_path: Path) -> None:
 
 
 def test_grading_files_must_resolve_inside_tests(tmp_path: Path) -> None:
-    root = make_task(tmp_path / "t", FUNCTION + 'cases = "inner.jsonl"\n', {"real.jsonl": "{}\n"})
-    (root / "workspace" / "cases.jsonl").write_text("{}\n")
+    case = '{"args": [], "kwargs": {}, "expected": 1}\n'
+    root = make_task(tmp_path / "t", FUNCTION + 'cases = "inner.jsonl"\n', {"real.jsonl": case})
+    (root / "workspace" / "cases.jsonl").write_text(case)
     (root / "tests" / "inner.jsonl").symlink_to("real.jsonl")
     assert isinstance(load_task(root).grading, FunctionGrading)  # a link that stays in tests/ is fine
     (root / "tests" / "inner.jsonl").unlink()

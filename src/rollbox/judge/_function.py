@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import functools
 import json
-import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
 
 from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
-from rollbox.tasks import FunctionGrading, Task, TaskFormatError
-from rollbox.tasks._values import decode, encode
+from rollbox.tasks import FunctionGrading, Task
+from rollbox.tasks._cases import FunctionCase, load_function_cases
+from rollbox.tasks._values import decode
 
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check import run_check
@@ -21,121 +20,25 @@ from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 
-__all__ = ["APPLY", "COMPARE", "Apply", "Compare", "FunctionCase", "load_cases", "run_function"]
+__all__ = ["run_function"]
 
 _JUDGE_DIR = "/tmp/.rollbox-judge"
 
-#: What the driver may do to a returned value, inside the candidate's process, before it is reported: what
-#: ``assert f(x)`` and ``tuple(f(x)) == ...`` do to it there. Only these builtins, taken before the candidate's
-#: code runs.
-Apply = Literal["bool", "tuple"]
-APPLY: tuple[Apply, ...] = get_args(Apply)
-#: How a reported value is held against the expected one, outside the candidate's process.
-Compare = Literal["==", "is", "close"]
-COMPARE: tuple[Compare, ...] = get_args(Compare)
 
-
-@dataclass(frozen=True)
-class FunctionCase:
-    """One call of the candidate's function and what its result must be.
-
-    A cases file spells it ``{"args": [...], "kwargs": {...}, "expected": ...}``, optionally with ``"apply"``
-    (one of :data:`APPLY`) and ``"compare"``: ``"=="`` (the default), ``"is"`` (``expected`` is ``null``,
-    ``true`` or ``false``: the very object) or ``"close"`` with ``"tolerance"`` (``abs(value - expected) <
-    tolerance``).
-    """
-
-    args: list[Any]
-    kwargs: dict[str, Any]
-    expected: Any
-    apply: Apply | None = None
-    compare: Compare = "=="
-    tolerance: float | None = None
-
-    def inputs(self) -> dict[str, Any]:
-        """What the driver gets of this case: never the expected value."""
-        sent = {"args": encode(self.args), "kwargs": encode(self.kwargs)}
-        return sent if self.apply is None else {**sent, "apply": self.apply}
-
-    def matches(self, value: Any) -> bool:
-        """Whether ``value``, a decoded plain value (so no candidate code runs here), meets the expectation."""
-        if self.compare == "is":
-            return value is self.expected
-        if self.compare == "close":
-            assert self.tolerance is not None
-            try:
-                return bool(abs(value - self.expected) < self.tolerance)
-            except (TypeError, ValueError, OverflowError):
-                return False
-        return bool(value == self.expected)
-
-
-def _case(record: Any) -> FunctionCase:
-    if not isinstance(record, dict):
-        raise ValueError("expected an object with args (a list), kwargs (an object) and expected")
-    unknown = set(record) - {"args", "kwargs", "expected", "apply", "compare", "tolerance"}
-    if unknown:
-        raise ValueError(
-            f"unknown key(s) {', '.join(sorted(unknown))}: a case has args, kwargs, expected, "
-            "and optionally apply, compare and tolerance"
-        )
-    args, kwargs = decode(record.get("args", [])), decode(record.get("kwargs", {}))
-    if not isinstance(args, list) or not isinstance(kwargs, dict) or "expected" not in record:
-        raise ValueError("expected an object with args (a list), kwargs (an object) and expected")
-    apply, compare, tolerance = record.get("apply"), record.get("compare", "=="), record.get("tolerance")
-    expected = decode(record["expected"])
-    if apply is not None and apply not in APPLY:
-        raise ValueError(f"apply must be one of {', '.join(APPLY)}, not {apply!r}")
-    if compare not in COMPARE:
-        raise ValueError(f"compare must be one of {', '.join(COMPARE)}, not {compare!r}")
-    if compare == "is" and not (expected is None or type(expected) is bool):
-        raise ValueError('compare "is" needs expected null, true or false')
-    if (compare == "close") != (tolerance is not None):
-        raise ValueError('tolerance goes with compare "close", and compare "close" needs one')
-    if tolerance is not None and not (type(tolerance) in (int, float) and 0 < tolerance < math.inf):
-        raise ValueError(f"tolerance must be a positive number, not {tolerance!r}")
-    if compare == "close" and type(expected) not in (int, float, complex):
-        raise ValueError(f'compare "close" needs a number expected, not {expected!r}')
-    return FunctionCase(args, kwargs, expected, cast(Apply | None, apply), cast(Compare, compare), tolerance)
-
-
-def load_cases(path: Path) -> list[FunctionCase]:
-    """Read a function cases file: one case a line (see :class:`FunctionCase`).
-
-    Raises:
-        TaskFormatError: the file cannot be read as UTF-8 text, or a line is not such an object.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:  # changed since the task was loaded, which checked it
-        raise TaskFormatError(path, f"cannot read the cases: {exc}") from None
-    cases: list[FunctionCase] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            cases.append(_case(json.loads(line)))
-        except (ValueError, RecursionError) as exc:
-            raise TaskFormatError(path, f"line {number}: {exc}") from None
-    if not cases:
-        raise TaskFormatError(path, "no cases: a function task needs at least one")
-    return cases
-
-
-def _cases(path: Path) -> tuple[list[FunctionCase], str]:
-    """The cases of ``path`` and the inputs the driver gets, read once per version of the file (a task is graded
-    many times)."""
+def _cases(path: Path) -> tuple[tuple[FunctionCase, ...], str]:
+    """The cases of ``path`` and the inputs the driver gets (never the expected values), read once per version of
+    the file (a task is graded many times)."""
     st = path.stat()
     return _read_cases(str(path), st.st_mtime_ns, st.st_size)
 
 
 @functools.lru_cache(maxsize=1024)
-def _read_cases(path: str, _mtime_ns: int, _size: int) -> tuple[list[FunctionCase], str]:
-    cases = load_cases(Path(path))
+def _read_cases(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[FunctionCase, ...], str]:
+    cases = load_function_cases(Path(path))
     return cases, json.dumps([case.inputs() for case in cases])
 
 
-def _outcomes(stdout: str, cases: list[FunctionCase], *, truncated: bool) -> tuple[list[Outcome], bool, str | None]:
+def _outcomes(stdout: str, cases: Sequence[FunctionCase], *, truncated: bool) -> tuple[list[Outcome], bool, str | None]:
     """Per-case outcomes from the driver's reports, whether the module failed to load, and any forgery."""
     outcomes = [Outcome.MISSING] * len(cases)
     seen: set[int] = set()
@@ -169,7 +72,7 @@ async def run_function(
     task: Task, grading: FunctionGrading, tree: Path, sandboxes: SandboxSource = _FRESH
 ) -> RunnerReport:
     """Grade the candidate's function in a fresh sandbox built from ``tree`` (the pristine task plus its changes)."""
-    cases, inputs = _cases(task.tests / grading.cases) if grading.cases else ([], "[]")
+    cases, inputs = _cases(task.tests / grading.cases) if grading.cases else ((), "[]")
     reports: list[RunnerReport] = []
     if grading.check:  # in sandboxes of its own, from the tree as it is before any of the candidate's code ran
         reports.append(await run_check(tree, task, grading, sandboxes))
@@ -183,7 +86,7 @@ async def run_function(
     return merge_reports(reports)
 
 
-def _cases_report(grading: FunctionGrading, cases: list[FunctionCase], result: ExecResult) -> RunnerReport:
+def _cases_report(grading: FunctionGrading, cases: Sequence[FunctionCase], result: ExecResult) -> RunnerReport:
     ids = [f"{grading.entry_point}[{i}]" for i in range(len(cases))]
     if result.status is Status.INFRA_ERROR:
         tests = tuple(GradedTest(i, Outcome.MISSING) for i in ids)

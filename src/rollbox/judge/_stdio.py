@@ -18,14 +18,13 @@ The report's ``run_status`` is the worst status of any case (an infrastructure f
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rollbox.sandbox import ExecResult, FreshSandboxes, Network, SandboxSource, Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
+from rollbox.tasks._cases import StdioCase, load_stdio_cases
 
 from ._channel import GRADING_ENV
 from ._report import RunnerReport
@@ -33,7 +32,7 @@ from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 
-__all__ = ["StdioCase", "load_cases", "outputs_match", "run_stdio"]
+__all__ = ["outputs_match", "run_stdio"]
 
 _CHECK_DIR = "/tmp/.rollbox-checker"  # in the checker's own sandbox
 #: From least to most severe: the report's ``run_status`` is the last of these that any case reached.
@@ -51,44 +50,6 @@ _SEVERITY = (
 )
 #: Statuses after which no further case runs.
 _STOPS = frozenset({Status.TIMEOUT, Status.CPU_TIME_LIMIT, Status.INFRA_ERROR})
-
-
-@dataclass(frozen=True)
-class StdioCase:
-    """One stdio case: what the command reads, and what it should print."""
-
-    input: str
-    output: str
-
-
-def load_cases(path: Path) -> list[StdioCase]:
-    """Read a stdio cases file: one ``{"input": "...", "output": "..."}`` a line (blank lines are skipped).
-
-    Raises:
-        TaskFormatError: the file is missing, holds no case, or a line is not such an object.
-    """
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskFormatError(path, f"cannot read the cases file: {exc}") from None
-    cases: list[StdioCase] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as exc:
-            raise TaskFormatError(path, f"line {number}: not JSON ({exc})") from None
-        if (
-            not isinstance(record, dict)
-            or not isinstance(record.get("input"), str)
-            or not isinstance(record.get("output"), str)
-        ):
-            raise TaskFormatError(path, f"line {number}: expected an object with input and output strings")
-        cases.append(StdioCase(record["input"], record["output"]))
-    if not cases:
-        raise TaskFormatError(path, "no cases: a stdio task needs at least one")
-    return cases
 
 
 def _numbers_match(actual: str, expected: str, tolerance: float) -> bool:
@@ -186,7 +147,7 @@ async def run_stdio(task: Task, grading: StdioGrading, tree: Path, sandboxes: Sa
     Raises:
         TaskFormatError: the cases file is malformed, or the ``checker`` comparator names no program in tests/.
     """
-    cases = load_cases(task.tests / grading.cases)
+    cases = load_stdio_cases(task.tests / grading.cases)
     if grading.comparator is Comparator.CHECKER and not (grading.checker and (task.tests / grading.checker).is_file()):
         raise TaskFormatError(
             task.path / "task.toml",

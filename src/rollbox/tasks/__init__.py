@@ -3,8 +3,9 @@
 Imports only :mod:`rollbox.sandbox` (for limit types).
 """
 
+from ._errors import TaskFormatError
 from ._humaneval import humaneval_tasks
-from ._load import TaskFormatError, load_task
+from ._load import load_task
 from ._model import (
     Comparator,
     FunctionGrading,

