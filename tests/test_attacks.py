@@ -65,6 +65,10 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------------------------- helpers
 
 
+#: Lowers the agent's CPU limit: the kernel kills it at its next tick (here, reaping the orphans a loop leaves).
+CRIPPLE = "python3 -c 'import resource; resource.prlimit(1, resource.RLIMIT_CPU, (0, 0))'"
+
+
 def limits(**changes: Any) -> Limits:
     """``SMALL`` with some fields changed."""
     return dataclasses.replace(SMALL, **changes)
@@ -930,6 +934,44 @@ def test_the_sandbox_dies_with_its_launcher(warm_python: bool) -> None:
     assert after.ok and after.stdout == b"again\n", explain(after)  # restarted
 
 
+@pytest.fixture
+def runtime_in_tmp() -> Iterator[tuple[Path, Path]]:
+    """A machine whose Python lives under /tmp (a checkout there): the runtime's mount point is made inside each
+    sandbox's own /tmp, which the program owns. Yields (that runtime's parent, an empty host decoy directory)."""
+    from rollbox.sandbox._namespaces import NamespaceHost
+
+    base = Path(tempfile.mkdtemp(prefix="rollbox-test-runtime-", dir="/tmp"))
+    (base / "rt").mkdir()
+    decoy = Path(tempfile.mkdtemp(prefix="rollbox-test-decoy-", dir="/tmp"))
+    host = NamespaceHost.get()
+    saved = host.runtime_binds, host.runtime_in_writable_tree
+    host.runtime_binds, host.runtime_in_writable_tree = [*saved[0], str(base / "rt")], True
+    try:
+        yield base, decoy
+    finally:
+        host.runtime_binds, host.runtime_in_writable_tree = saved
+        shutil.rmtree(base)
+        shutil.rmtree(decoy)
+
+
+def test_a_link_planted_where_the_runtime_is_mounted_never_leads_the_launcher_out(
+    runtime_in_tmp: tuple[Path, Path],
+) -> None:
+    # The program swaps the runtime's parent for a link to a host directory, then kills its agent: the restart's
+    # launcher, root on the host and not yet pivoted, makes the mount point again. It must not follow the link.
+    base, decoy = runtime_in_tmp
+    plant = f"mv {base} {base}.old && ln -s {decoy} {base} && {CRIPPLE}; while true; do (true &); done"
+
+    async def body(sb: Sandbox) -> tuple[ExecResult, ExecResult]:
+        planted = await sb.exec(sh(plant), timeout_s=20)
+        return planted, await sb.exec(sh(f"test -d {base}/rt && readlink {base} || echo not a link"))
+
+    planted, after = with_sandbox(body, limits=limits(timeout_s=20, cpu_time_s=20))
+    assert planted.status is not Status.INFRA_ERROR, explain(planted)
+    assert list(decoy.iterdir()) == []  # nothing made on the host
+    assert after.status is Status.OK and after.stdout == b"not a link\n", explain(after)  # the mount point again
+
+
 # ------------------------------------------------------------------------------------------ descriptors
 
 
@@ -1200,11 +1242,9 @@ def test_an_agent_made_to_die_from_inside_is_the_programs_failure() -> None:
     # pid 1 ignores every signal from inside, but the program can lower its CPU limit, and the kernel then kills it
     # as soon as it runs (here, reaping the orphans the program leaves). Its end is the program's doing: never an
     # infra_error, which a policy could learn to hide its failures behind.
-    cripple = "python3 -c 'import resource; resource.prlimit(1, resource.RLIMIT_CPU, (0, 0))'"
-
     async def body(sb: Sandbox) -> tuple[ExecResult, bool]:
         agent = sb._impl.agent.pid  # type: ignore[union-attr]
-        result = await sb.exec(sh(f"{cripple}; while true; do (true &); done"))
+        result = await sb.exec(sh(f"{CRIPPLE}; while true; do (true &); done"))
         return result, os.path.exists(f"/proc/{agent}")
 
     result, agent_alive = with_sandbox(body, limits=limits(timeout_s=20, cpu_time_s=20))

@@ -138,6 +138,10 @@ struct root {
     gid_t gid;
 };
 
+#ifndef MOVE_MOUNT_T_EMPTY_PATH
+#define MOVE_MOUNT_T_EMPTY_PATH 0x00000040
+#endif
+
 struct open_mount_attr {      /* struct mount_attr, which older C libraries do not declare */
     uint64_t attr_set, attr_clr, propagation, userns_fd;
 };
@@ -147,40 +151,62 @@ static int beneath(const char *path, const char *dir) {
     return !strncmp(path, dir, n) && (path[n] == '/' || path[n] == '\0');
 }
 
-/* Make DEST (absolute, inside the root) and its missing parents: a directory, or an empty file. */
-static void make_path(struct root *r, const char *dest, int file) {
-    char full[8192];
-    int n = snprintf(full, sizeof full, "%s%s", r->path, dest);
-    if (n <= 0 || (size_t)n >= sizeof full) { errno = ENAMETOOLONG; die(dest); }
-    size_t base = strlen(r->path);
-    for (char *p = full + base + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        int last = saved == '\0';
-        int made = last && file ? close(open(full, O_CREAT | O_WRONLY | O_CLOEXEC, 0644)) == 0
-                                : mkdir(full, 0755) == 0;
-        if (!made && errno != EEXIST) die(full);
-        for (int w = 0; made && w < r->nwritable; w++)
-            if (beneath(full + base, r->writable[w]) && lchown(full, r->uid, r->gid) < 0) die(full);
-        *p = saved;
-        if (last) return;
+/* Make DEST (absolute, inside the root) and its missing parents, a directory or an empty file, and return an O_PATH
+ * descriptor of it. The walk goes by descriptor and never follows a link: below a --rw directory lies what the
+ * program left there (a restart keeps its tree), and a link it planted must not lead the launcher, root on the
+ * host, out of the root. There, whatever stands where a directory (or the file) must be is the program's own, and
+ * is replaced; anywhere else it is an error. What is made below (or at) a --rw directory belongs to the sandbox. */
+static int make_path(struct root *r, const char *dest, int file) {
+    char rel[4096], walked[4096] = "";
+    if (snprintf(rel, sizeof rel, "%s", dest) >= (int)sizeof rel) { errno = ENAMETOOLONG; die(dest); }
+    int dir = open(r->path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) die(r->path);
+    char *save = NULL, *name = strtok_r(rel, "/", &save);
+    while (name != NULL) {
+        char *next = strtok_r(NULL, "/", &save);
+        int leaf = next == NULL && file;
+        size_t used = strlen(walked);
+        snprintf(walked + used, sizeof walked - used, "/%s", name);
+        int sandboxes = 0, below = 0;
+        for (int w = 0; w < r->nwritable; w++) {
+            sandboxes |= beneath(walked, r->writable[w]);
+            below |= beneath(walked, r->writable[w]) && strcmp(walked, r->writable[w]) != 0;
+        }
+        int fd = -1;
+        for (int attempt = 0; fd < 0; attempt++) {
+            int made = leaf ? mknodat(dir, name, S_IFREG | 0644, 0) == 0 : mkdirat(dir, name, 0755) == 0;
+            if (!made && errno != EEXIST) die(walked);
+            if (made && sandboxes && fchownat(dir, name, r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0) die(walked);
+            struct stat st;
+            fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 || fstat(fd, &st) < 0) die(walked);
+            if (leaf ? S_ISREG(st.st_mode) : S_ISDIR(st.st_mode)) break;
+            close(fd);
+            fd = -1;
+            errno = leaf ? EEXIST : ENOTDIR;
+            if (!below || attempt > 0) die(walked);
+            if (unlinkat(dir, name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) < 0) die(walked);
+        }
+        close(dir);
+        dir = fd;
+        name = next;
     }
+    return dir;
 }
 
 /* Bind SRC (recursively) at DEST inside the root, with ATTRS (MOUNT_ATTR_*) set on every mount of it. */
 static void bind_into(struct root *r, const char *src, const char *dest, uint64_t attrs) {
     struct stat st;
-    char target[8192];
     if (stat(src, &st) < 0) die(src);
-    make_path(r, dest, !S_ISDIR(st.st_mode));
-    snprintf(target, sizeof target, "%s%s", r->path, dest);
+    int target = make_path(r, dest, !S_ISDIR(st.st_mode));
     int tree = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (tree < 0) die(src);
     struct open_mount_attr attr = {.attr_set = attrs};
     if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0) die(src);
-    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die(target);
+    if (syscall(SYS_move_mount, tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        die(dest);
     close(tree);
+    close(target);
 }
 
 /* One operation of the root's: 0 when ARGV[*I] is none (its arguments consumed otherwise). */
@@ -203,7 +229,7 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
         struct stat st;
         snprintf(src, sizeof src, "/dev/%s", a);
         if (stat(src, &st) < 0 || !S_ISCHR(st.st_mode)) die(src);
-        make_path(r, "/dev", 0);
+        close(make_path(r, "/dev", 0));
         snprintf(target, sizeof target, "%s%s", r->path, src);
         if (mknod(target, S_IFCHR | 0666, st.st_rdev) < 0 || chmod(target, 0666) < 0) die(target);
     } else if (!strcmp(op, "--symlink")) {
@@ -212,12 +238,12 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
         if (symlink(a, target) < 0) die(target);
     } else if (!strcmp(op, "--devpts")) {  /* pseudo-terminals of the sandbox's own */
         char target[8192];
-        make_path(r, a, 0);
+        close(make_path(r, a, 0));
         snprintf(target, sizeof target, "%s%s", r->path, a);
         if (mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
             die(target);
     } else {
-        make_path(r, a, 0);
+        close(make_path(r, a, 0));
     }
     return 1;
 }
