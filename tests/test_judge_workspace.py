@@ -343,6 +343,18 @@ def test_build_refuses_a_parent_swapped_for_a_link(tmp_path: Path, trees: tuple[
         build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
 
 
+def test_a_file_grown_after_the_diff_is_refused_not_copied(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    # Whatever can still write the candidate's directory after the diff (a sandbox it came from, say) must not get
+    # more into the grading tree than the diff approved: a sparse file would otherwise fill the host's memory.
+    pristine, candidate = trees
+    write(candidate, {"big.py": "x = 1\n"})
+    changes = diff_workspace(pristine, candidate, max_file_bytes=1 << 20)
+    os.truncate(candidate / "big.py", 64 << 20)
+    with pytest.raises(WorkspaceError, match="grew since the diff"):
+        build_grading_tree(pristine, candidate, tmp_path / "dest", changes)
+    assert not (tmp_path / "dest" / "big.py").exists() or (tmp_path / "dest" / "big.py").stat().st_size <= 6
+
+
 def test_build_needs_an_empty_destination_and_clean_paths(tmp_path: Path, trees: tuple[Path, Path]) -> None:
     pristine, candidate = trees
     write(tmp_path / "dest", {"left.txt": ""})

@@ -453,3 +453,25 @@ def test_a_replacement_that_cannot_be_made_is_reported_to_the_next_borrower_at_o
             return time.monotonic() - started
 
     assert asyncio.run(main()) < 5  # told, not left to wait for a sandbox that will never come
+
+
+def test_a_tree_too_large_to_empty_in_place_is_replaced_instead() -> None:
+    # Emptying runs on the event loop, which every sandbox of the process shares: past EMPTY_IN_PLACE_MAX entries the
+    # sandbox restarts with a new tree instead (the old one goes with its namespaces, in the kernel).
+    from rollbox.sandbox._state import EMPTY_IN_PLACE_MAX
+
+    roomy = Limits(timeout_s=20, cpu_time_s=10, memory_bytes=256 * 2**20, pids=32, disk_bytes=64 * 2**20)
+
+    async def main(count: int) -> tuple[ExecResult, bool, bytes]:
+        async with SandboxPool(size=1, limits=roomy) as pool:
+            async with pool.sandbox() as sb:
+                agent = sb._impl.agent.pid  # type: ignore[union-attr]
+                made = await sb.exec(["sh", "-c", f"mkdir /tmp/many && cd /tmp/many && seq {count} | xargs touch"])
+            async with pool.sandbox() as sb:
+                kept = sb._impl.agent.pid == agent  # type: ignore[union-attr]
+                return made, kept, (await sb.exec(["ls", "-A", "/tmp"])).stdout
+
+    few, kept, left = asyncio.run(main(100))
+    assert few.ok and kept and left == b"", (few, left)
+    many, kept, left = asyncio.run(main(EMPTY_IN_PLACE_MAX + 100))
+    assert many.ok and not kept and left == b"", (many, left)

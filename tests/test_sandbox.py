@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import select
@@ -721,3 +722,16 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_read_file_can_refuse_a_file_larger_than_the_caller_wants() -> None:
+    # A sparse file costs the program no disk, and its whole size in the host's memory when read.
+    async def main() -> tuple[bytes, int]:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.exec(["sh", "-c", "echo small > small.txt; truncate -s 12M huge.txt"])
+            small = await sb.read_file("small.txt", max_bytes=6)
+            with pytest.raises(OSError) as refused:
+                await sb.read_file("huge.txt", max_bytes=1 << 20)
+            return small, refused.value.errno
+
+    assert asyncio.run(main()) == (b"small\n", errno.EFBIG)

@@ -158,7 +158,7 @@ async def _read_reward(sb: Sandbox, started: float, ended: float) -> tuple[Outco
         if size > _MAX_REWARD_BYTES:
             return Outcome.ERROR, None, None  # no reward is that long: not read into the judge's memory
         try:
-            reward = parse_reward(name, await sb.read_file(f"{REWARD_DIR}/{name}"))
+            reward = parse_reward(name, await sb.read_file(f"{REWARD_DIR}/{name}", max_bytes=_MAX_REWARD_BYTES))
         except (OSError, ValueError):
             return Outcome.ERROR, None, None  # a link, a FIFO, a directory, or not a reward: nothing to trust
         return (Outcome.PASSED if reward >= 1.0 else Outcome.FAILED), reward, None

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import tomllib
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.machinery import all_suffixes
 from pathlib import Path
 
@@ -85,6 +85,9 @@ class Changes:
     #: Paths whose change (add, edit or delete) was refused because they are protected; the pristine state stays.
     dropped: tuple[str, ...]
     flags: tuple[Flag, ...]
+    #: The size of each added and modified file when it was compared: the grading tree takes no more of it from a
+    #: candidate directory (a file grown since, by whatever can still write there, is refused).
+    sizes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -397,6 +400,7 @@ def _diff(pristine: Path, candidate: Path, protected: Sequence[str], guard: bool
         deleted=tuple(deleted),
         dropped=tuple(sorted(dropped)),
         flags=tuple(flags),
+        sizes={path: theirs[path].size for path in (*added, *modified)},
     )
 
 
@@ -424,7 +428,12 @@ def _diff_files(
         else:
             (added if old is None else modified).append(path)
     return Changes(
-        added=tuple(added), modified=tuple(modified), deleted=(), dropped=tuple(sorted(dropped)), flags=tuple(flags)
+        added=tuple(added),
+        modified=tuple(modified),
+        deleted=(),
+        dropped=tuple(sorted(dropped)),
+        flags=tuple(flags),
+        sizes={path: len(files[path]) for path in (*added, *modified)},
     )
 
 
@@ -493,7 +502,7 @@ def _copy_pristine(pristine: Path, dest: Path, replaced: Collection[str]) -> Non
             shutil.copy2(pristine / rel, dest / rel, follow_symlinks=False)
 
 
-def _place(candidate: Candidate, dest: Path, rel: str) -> None:
+def _place(candidate: Candidate, dest: Path, rel: str, size: int) -> None:
     target = dest / rel
     for ancestor in _ancestors(rel):
         at = dest / ancestor
@@ -523,7 +532,12 @@ def _place(candidate: Candidate, dest: Path, rel: str) -> None:
         return
     assert source is not None
     with os.fdopen(source, "rb") as src, open(target, "xb") as out:
-        shutil.copyfileobj(src, out, _CHUNK)
+        left = size
+        while left and (chunk := src.read(min(_CHUNK, left))):
+            out.write(chunk)
+            left -= len(chunk)
+        if src.read(1):
+            raise WorkspaceError(f"{rel!r} in the candidate workspace grew since the diff ({size} bytes then)")
     target.chmod(0o755 if st.st_mode & stat.S_IXUSR else 0o644)
 
 
@@ -551,7 +565,7 @@ def build_grading_tree(pristine: Path, candidate: Candidate, dest: Path, changes
                 parent.rmdir()
                 parent = parent.parent
         for rel in sorted((*changes.added, *changes.modified)):
-            _place(candidate, dest, rel)
+            _place(candidate, dest, rel, changes.sizes.get(rel, 0))
     except OSError as exc:
         # Writing the host's temporary directory failed (the candidate's tree fit the limits already): a host fault.
         raise RollboxError(f"could not build the grading tree {dest} from {candidate}: {exc}") from exc

@@ -73,8 +73,9 @@ def _regular(fd: int, path: str) -> int:
     return fd
 
 
-def read_beneath(root: str, relative: str) -> bytes:
-    """Read the file ``relative`` under the directory ``root`` without following any link."""
+def read_beneath(root: str, relative: str, max_bytes: int | None = None) -> bytes:
+    """Read the file ``relative`` under the directory ``root`` without following any link, and no more than
+    ``max_bytes`` of it (OSError EFBIG when it holds more)."""
     dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         # O_NONBLOCK: opening a FIFO the sandbox planted must not hang the host.
@@ -82,7 +83,10 @@ def read_beneath(root: str, relative: str) -> bytes:
     finally:
         os.close(dirfd)
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"{relative} holds more than {max_bytes} bytes")
+    return data
 
 
 def _open_parent(root: str, relative: str, *, uid: int, gid: int) -> int:

@@ -398,15 +398,17 @@ class Sandbox:
         impl = self._open()
         symlink_beneath(os.path.join(impl.writable_root, root), relative, target, uid=impl.uid, gid=impl.uid)
 
-    async def read_file(self, path: str) -> bytes:
-        """Read a file from /workspace (relative paths) or /tmp.
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Read a file from /workspace (relative paths) or /tmp, whole or, with ``max_bytes``, only when it holds no
+        more than that (a sparse file costs the program no disk, and its whole size in the host's memory).
 
         Raises:
             ValueError: the path is outside /workspace and /tmp.
-            OSError: the file is missing, or the path passes through a symbolic link.
+            OSError: the file is missing, the path passes through a symbolic link, or it holds more than
+                ``max_bytes`` (EFBIG).
         """
         root, relative = resolve_sandbox_path(path)
-        return read_beneath(os.path.join(self._open().writable_root, root), relative)
+        return read_beneath(os.path.join(self._open().writable_root, root), relative, max_bytes)
 
 
 def _done(spare: Spare) -> asyncio.Future[Spare | ExecResult]:

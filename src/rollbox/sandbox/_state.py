@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import functools
 import hashlib
@@ -90,9 +91,17 @@ def _try_lock(path: Path, *, create: bool = True) -> int | None:
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _empty(directory: int) -> None:
+#: The most entries a writable tree may hold to be emptied in place (a few milliseconds' work).
+EMPTY_IN_PLACE_MAX = 4096
+
+
+def _empty(directory: int, budget: int) -> int:
     """Remove everything below the open directory ``directory``, depth first, holding an fd per level instead of
-    recursing (``directory`` itself stays open)."""
+    recursing (``directory`` itself stays open); return what is left of ``budget``, the entries it may remove.
+
+    Raises:
+        OSError: more than ``budget`` entries (E2BIG), or one could not be removed.
+    """
     stack: list[tuple[int, str]] = [(directory, "")]
     try:
         while stack:
@@ -100,6 +109,9 @@ def _empty(directory: int) -> None:
             child = None
             with os.scandir(fd) as entries:
                 for entry in entries:
+                    budget -= 1
+                    if budget < 0:
+                        raise OSError(errno.E2BIG, "too many entries to empty in place")
                     if entry.is_dir(follow_symlinks=False):
                         child = entry.name
                         break
@@ -114,6 +126,7 @@ def _empty(directory: int) -> None:
     finally:
         for fd, _name in stack[1:]:
             os.close(fd)
+    return budget
 
 
 _SYS_OPEN_TREE = 428
@@ -338,16 +351,19 @@ class SandboxDir:
         """Empty workspace/, tmp/ and shm/ in place, and give them back to ``uid`` with mode 0755.
 
         Runs as root, so what the program made unreadable (mode 000) goes too; links are removed, never followed.
-        Iterative, one open directory per level: a tree thousands of levels deep is fine.
+        Iterative, one open directory per level. It runs on the caller's thread (the event loop's, in a reset), so
+        it stops past :data:`EMPTY_IN_PLACE_MAX` entries: a tree that large is cheaper to replace, and its
+        teardown then happens in the kernel, when the sandbox's namespaces go.
 
         Raises:
-            OSError: something could not be removed (the caller replaces the tree instead).
+            OSError: something could not be removed, or there was too much (the caller replaces the tree instead).
         """
         assert self.fs_fd is not None
+        budget = EMPTY_IN_PLACE_MAX
         for name in ("workspace", "tmp", "shm"):
             directory = os.open(name, _DIRECTORY, dir_fd=self.fs_fd)  # by fd: no /proc path to resolve each time
             try:
-                _empty(directory)
+                budget = _empty(directory, budget)
                 # The directory itself outlives the wipe: its ACLs (a default ACL would shape every file the next
                 # user makes) and other extended attributes (they count against the tmpfs), owner, mode and times.
                 for attribute in os.listxattr(directory):
