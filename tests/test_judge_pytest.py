@@ -232,6 +232,9 @@ STYLES = {
     "unittest": "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n"
     "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
     "    def test_add_negative(self):\n        self.assertEqual(-2, add(-1, -1))\n",
+    # The test's own data may equal anything (mock.ANY): only the side the candidate computes is checked.
+    "a wildcard expected value": "from unittest.mock import ANY\n\nfrom calc import add\n\n\n"
+    "def test_add():\n    assert add(2, 3) == 5\n\n\ndef test_returns_something():\n    assert add(1, 2) == ANY\n",
     "test class": "from calc import add\n\n\nclass TestAdd:\n"
     "    def setup_method(self):\n        self.pair = (2, 3)\n\n"
     "    def test_add(self):\n        assert add(*self.pair) == 5\n",
@@ -289,14 +292,43 @@ def test_the_cases_a_module_lists_are_counted_where_the_lists_are_literal() -> N
         @pytest.mark.parametrize("v", VALUES)
         def test_computed(v): ...
 
+        @pytest.mark.parametrize("w", [*VALUES, 4])
+        def test_starred(w): ...
+
         class TestPlain:
             def test_one(self): ...
     """)
     static = _static_ids("t.py", source)
-    assert static == {"t.py::test_grid": 6, "t.py::test_computed": 1, "t.py::TestPlain::test_one": 1}
+    assert static == {
+        "t.py::test_grid": 6,
+        "t.py::test_computed": 1,
+        "t.py::test_starred": 1,
+        "t.py::TestPlain::test_one": 1,
+    }
     collected = ["t.py::test_grid[1-3]", "t.py::test_grid[2-3]", "t.py::test_computed[1]"]
     assert _expected(collected, static) == [
         *collected,
         *(f"t.py::test_grid[{k} of 6]" for k in range(3, 7)),
+        "t.py::test_starred",
         "t.py::TestPlain::test_one",
+    ]
+
+
+def test_a_canary_class_adds_no_test_of_its_own_to_the_verdict(tmp_path: Path) -> None:
+    # The canary copies its class with the class's bases: what the class inherits runs under the canary's random
+    # name too, and is the judge's, never one of the task's tests.
+    root = tmp_path / "task"
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "calc.py").write_text(BUGGY)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_add.py").write_text(
+        "from calc import add\n\n\nclass Base:\n    def test_inherited(self):\n        assert add(1, 1) == 2\n\n\n"
+        "class TestAdd(Base):\n    def test_add(self):\n        assert add(2, 3) == 5\n"
+    )
+    (root / "task.toml").write_text('[grading]\nrunner = "pytest"\n[limits]\ntimeout = "20s"\ncpu_time = "15s"\n')
+    verdict = grade_files(load_task(root), tmp_path, {"calc.py": CORRECT})
+    assert verdict.status is VerdictStatus.PASSED, verdict
+    assert [t.id for t in verdict.tests] == [  # in pytest's order: what a class inherits first
+        "tests/test_add.py::TestAdd::test_inherited",
+        "tests/test_add.py::TestAdd::test_add",
     ]

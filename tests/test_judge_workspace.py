@@ -63,7 +63,7 @@ def codes(changes: Changes) -> dict[str, str]:
 
 
 def test_untouched_candidate_has_no_changes(trees: tuple[Path, Path]) -> None:
-    assert diff_workspace(*trees) == Changes((), (), (), (), ())
+    assert diff_workspace(*trees) == Changes((), (), (), (), (), {})
 
 
 def test_identical_content_and_mode_only_change_are_not_modifications(trees: tuple[Path, Path]) -> None:
@@ -245,7 +245,7 @@ def test_caches_and_git_are_ignored(trees: tuple[Path, Path]) -> None:
     pristine, candidate = trees
     write(candidate, {"__pycache__/mod.cpython-311.pyc": "x", "mypkg/stale.pyc": "x", ".git/HEAD": "ref"})
     (candidate / "mypkg/__pycache__").symlink_to("/etc")
-    assert diff_workspace(pristine, candidate) == Changes((), (), (), (), ())
+    assert diff_workspace(pristine, candidate) == Changes((), (), (), (), (), {})
 
 
 def test_too_many_files_raises(trees: tuple[Path, Path]) -> None:
@@ -359,9 +359,9 @@ def test_build_needs_an_empty_destination_and_clean_paths(tmp_path: Path, trees:
     pristine, candidate = trees
     write(tmp_path / "dest", {"left.txt": ""})
     with pytest.raises(WorkspaceError, match="must be an empty directory"):
-        build_grading_tree(pristine, candidate, tmp_path / "dest", Changes((), (), (), (), ()))
+        build_grading_tree(pristine, candidate, tmp_path / "dest", Changes((), (), (), (), (), {}))
     with pytest.raises(WorkspaceError, match="not a clean workspace-relative path"):
-        build_grading_tree(pristine, candidate, tmp_path / "d2", Changes(("../escape.py",), (), (), (), ()))
+        build_grading_tree(pristine, candidate, tmp_path / "d2", Changes(("../escape.py",), (), (), (), (), {}))
 
 
 def test_is_protected_rules() -> None:

@@ -142,7 +142,8 @@ CASES: dict[str, str | bytes] = {"cases.jsonl": '{"input": "", "output": ""}\n'}
         ('[grading]\nrunner = "stdio"\ncommand = "python3 \'a"\n', CASES, 'command: cannot split "python3 \'a"'),
         ('[grading]\nrunner = "pytest"\n[limits]\npids = inf\n', {}, "[limits] pids: inf is out of range"),
         (f'[grading]\nrunner = "pytest"\n[limits]\nmemory = "{"9" * 400}"\n', {}, "[limits] memory: '999"),
-        (FUNCTION + 'cases = ""\n', {}, "[grading] cases: expected a path relative to tests/ without '..'"),
+        (FUNCTION + 'cases = ""\n', {}, "runner 'function' needs cases (a file in tests/), check, or both"),
+        (STDIO + 'cases = ""\n', {}, "[grading] cases: expected a file name in tests/"),
         (FUNCTION + 'cases = "/etc/passwd"\n', {}, "cases: expected a path relative to tests/ without '..', such as"),
         (FUNCTION + 'check = "../workspace/check.py"\n', {}, "check: expected a path relative to tests/"),
         (FUNCTION + 'check = "sub/../../task.toml"\n', {}, "check: expected a path relative to tests/"),
@@ -195,6 +196,15 @@ def test_unreadable_task_files(tmp_path: Path) -> None:
     (root / "task.toml").mkdir()
     with pytest.raises(TaskFormatError, match=r"task.toml: not a regular file"):
         load_task(root)
+
+
+def test_tests_may_be_a_link_and_an_empty_name_is_none(tmp_path: Path) -> None:
+    shared = make_task(tmp_path / "shared", FUNCTION, {"cases.jsonl": '{"args": [], "kwargs": {}, "expected": 1}\n'})
+    root = make_task(tmp_path / "t", FUNCTION + 'cases = ""\ncheck = "c.py"\n', {})
+    (root / "tests").rmdir()
+    (root / "tests").symlink_to(shared / "tests")  # tests shared between task directories
+    (shared / "tests" / "c.py").write_text("def check(candidate):\n    assert candidate() == 1\n")
+    assert load_task(root).grading == FunctionGrading(module="s.py", entry_point="f", cases="", check="c.py")
 
 
 def test_grading_files_must_resolve_inside_tests(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -44,10 +45,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rollbox: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        if not _reader_left():
+            raise  # a pipe of rollbox's own broke: a fault to report, not the end of the output
         # Python's documented recipe: stdout goes to /dev/null, so that the flush at exit cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # as a shell reports a process that SIGPIPE killed
     return code
+
+
+def _reader_left() -> bool:
+    """Whether stdout is a pipe whose reader went away (it polls as an error then)."""
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLOUT)
+    return any(events & select.POLLERR for _fd, events in poller.poll(0))
 
 
 if __name__ == "__main__":

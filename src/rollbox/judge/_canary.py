@@ -2,8 +2,9 @@
 
 A canary is a test of the task — a top-level test function, or a test method with its class — copied under a
 random name, with each ``assert X`` rewritten to ``assert seen(X) == SENTINEL`` and each ``assert X == Y`` to
-``assert seen(X) == SENTINEL or seen(Y) == SENTINEL`` (whichever side the candidate's value is on), where the
-sentinel is a fresh object equal only to itself; unittest's ``self.assertEqual(X, Y)`` and ``self.assertTrue(X)``
+``assert seen(X) == SENTINEL or seen(Y) == SENTINEL`` for the sides computed by a call (where the candidate's
+value comes from; the test's own data, such as ``mock.ANY``, may equal anything), where the sentinel is a fresh
+object equal only to itself; unittest's ``self.assertEqual(X, Y)`` and ``self.assertTrue(X)``
 are rewritten the same way. A plain value is never equal to the sentinel, so on honest code the canary fails at
 its first assertion. It passes only when a value claims to equal anything (an always-equal object), or when the
 reporting itself was rewritten (a hook that marks every test passed). Either way, the grading machinery was
@@ -39,18 +40,26 @@ class CanaryModule:
 
 
 def _checked_values(node: ast.AST) -> list[ast.expr] | None:
-    """The values an assertion statement checks, or ``None`` when ``node`` is not one."""
+    """The values an assertion statement checks, or ``None`` when ``node`` is not one. Of the two sides of an
+    equality, those computed by a call: the test's own data (a constant, a name, ``mock.ANY``) may well equal
+    anything, and must not make an honest candidate's canary pass."""
     if isinstance(node, ast.Assert):
         test = node.test
         if isinstance(test, ast.Compare) and [type(o) for o in test.ops] == [ast.Eq]:
-            return [test.left, test.comparators[0]]
+            return _computed([test.left, test.comparators[0]])
         return [test]
     call = node.value if isinstance(node, ast.Expr) else None
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
         return None
     taken = _UNITTEST_CHECKS.get(call.func.attr)
     on_self = isinstance(call.func.value, ast.Name) and call.func.value.id == "self"
-    return call.args[:taken] if on_self and taken is not None and len(call.args) >= taken else None
+    return _computed(call.args[:taken]) if on_self and taken is not None and len(call.args) >= taken else None
+
+
+def _computed(sides: list[ast.expr]) -> list[ast.expr]:
+    """The sides that call something (where the candidate's values come from), or the first one when none does
+    (a value computed earlier, in a name)."""
+    return [side for side in sides if any(isinstance(n, ast.Call) for n in ast.walk(side))] or sides[:1]
 
 
 class _Rewrite(ast.NodeTransformer):

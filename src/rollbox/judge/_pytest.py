@@ -68,7 +68,7 @@ def _cases(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
         if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("parametrize"):
             values = decorator.args[1] if len(decorator.args) > 1 else None
             values = next((k.value for k in decorator.keywords if k.arg == "argvalues"), values)
-            if isinstance(values, ast.List | ast.Tuple):
+            if isinstance(values, ast.List | ast.Tuple) and not any(isinstance(v, ast.Starred) for v in values.elts):
                 count *= max(len(values.elts), 1)
     return count
 
@@ -88,7 +88,8 @@ def _expected(collected: list[str], static: dict[str, int]) -> list[str]:
 
 
 def _matches(static_id: str, reported: str) -> bool:
-    return reported == static_id or reported.startswith(static_id + "[")
+    """Whether ``reported`` is the test ``static_id`` names, a parametrized case of it, or a test within it."""
+    return reported == static_id or reported.startswith((static_id + "[", static_id + "::"))
 
 
 class _Channel:
@@ -125,7 +126,8 @@ class _Channel:
 async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
     """Grade the candidate's tree against the task's hidden pytest tests in a fresh sandbox."""
     static: dict[str, int] = {}
-    canaries: list[str] = []
+    canaries: list[str] = []  # each canary test, whose pass means tampering
+    judges: list[str] = []  # what holds them (a canary class may hold inherited tests too): none is a real test
     package = resources.files("rollbox.judge")
     async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
@@ -137,6 +139,7 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
             static.update(_static_ids(relative, source))
             with_canaries = add_canaries(source)
             canaries += [f"{relative}::{name}" for name in with_canaries.names]
+            judges += [f"{relative}::{name.split('::')[0]}" for name in with_canaries.names]
             await sb.write_file(f"{_JUDGE}/{relative}", with_canaries.source, read_only=True)
         await sb.write_file(f"{_JUDGE}/pytest.ini", _INI, read_only=True)
         plugin = package.joinpath("_pytest_plugin.py").read_bytes()
@@ -170,11 +173,11 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
     for canary in canaries:
         if any(_matches(canary, i) and o in (Outcome.PASSED, Outcome.XPASSED) for i, o in channel.outcomes.items()):
             tampered = tampered or f"the must-fail canary {canary} passed"
-    real = {i: o for i, o in channel.outcomes.items() if not any(_matches(c, i) for c in canaries)}
+    real = {i: o for i, o in channel.outcomes.items() if not any(_matches(j, i) for j in judges)}
     if grading.fail_to_pass is not None:
         expected = [*grading.fail_to_pass, *grading.pass_to_pass]
     else:
-        expected = _expected([i for i in channel.collected or [] if not any(_matches(c, i) for c in canaries)], static)
+        expected = _expected([i for i in channel.collected or [] if not any(_matches(j, i) for j in judges)], static)
     tests = tuple(GradedTest(i, real.get(i, Outcome.MISSING)) for i in dict.fromkeys(expected))
     return RunnerReport(
         tests=tests,

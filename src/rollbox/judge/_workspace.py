@@ -22,7 +22,7 @@ import sys
 import tempfile
 import tomllib
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.machinery import all_suffixes
 from pathlib import Path
 
@@ -87,7 +87,7 @@ class Changes:
     flags: tuple[Flag, ...]
     #: The size of each added and modified file when it was compared: the grading tree takes no more of it from a
     #: candidate directory (a file grown since, by whatever can still write there, is refused).
-    sizes: Mapping[str, int] = field(default_factory=dict)
+    sizes: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -565,7 +565,7 @@ def build_grading_tree(pristine: Path, candidate: Candidate, dest: Path, changes
                 parent.rmdir()
                 parent = parent.parent
         for rel in sorted((*changes.added, *changes.modified)):
-            _place(candidate, dest, rel, changes.sizes.get(rel, 0))
+            _place(candidate, dest, rel, changes.sizes[rel])
     except OSError as exc:
         # Writing the host's temporary directory failed (the candidate's tree fit the limits already): a host fault.
         raise RollboxError(f"could not build the grading tree {dest} from {candidate}: {exc}") from exc

@@ -37,7 +37,7 @@ from ._limits import Limits, Network
 from ._native import agent_binary
 from ._seccomp import build_filter
 from ._settle import settled
-from ._spawner import Spawner
+from ._spawner import Launched, Spawner
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
 __all__ = ["NamespaceHost", "NamespaceSandbox"]
@@ -94,6 +94,12 @@ class NamespaceHost:
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
+
+
+async def _spawn(argv: list[str], pass_fds: list[int], tree: str | None) -> Launched:
+    """Start ``argv`` through this process's spawner, started (again) first if need be: its failure to start is the
+    spawn's, so that the caller's cleanup covers it."""
+    return await Spawner.get().spawn(argv, pass_fds=pass_fds, tree=tree)
 
 
 def _raise_open_files_limit() -> None:
@@ -273,13 +279,15 @@ class NamespaceSandbox:
         # Cancelled meanwhile, the spawn still ends (the spawner answers within moments), and the launcher is then
         # ended as a close ends it (the agent sees its socket close and exits, and the launcher reaps it): killed
         # instead, it would leave its agent to die in its own time, after the sandbox has closed.
-        spawning = asyncio.ensure_future(Spawner.get().spawn(argv, pass_fds=passed, tree=held))
+        spawning = asyncio.ensure_future(_spawn(argv, passed, held))
         cancelled = await settled(spawning)
         try:
             process = spawning.result()
         except BaseException as exc:
             host_end.close()
             os.close(status_r)
+            if cancelled:
+                raise asyncio.CancelledError from exc
             if isinstance(exc, SandboxError):
                 raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
             raise

@@ -100,14 +100,16 @@ class SandboxPool:
         starting = [asyncio.ensure_future(self._new()) for _ in range(self.size)]
         try:
             self._idle.extend(await asyncio.gather(*starting))
-        except BaseException:
+        except BaseException as exc:
             # One failed, or the entry was cancelled: the others stop starting, and those that did start are
             # closed with the pool.
             for task in starting:
                 task.cancel()
-            await settled(*starting)
+            cancelled = await settled(*starting)
             self._idle.extend(t.result() for t in starting if not t.cancelled() and t.exception() is None)
             await self.close()
+            if cancelled:  # meanwhile: what the caller asked for (a timeout, say) comes first
+                raise asyncio.CancelledError from exc
             raise
         return self
 

@@ -151,6 +151,8 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
         cases = _get(file, "[grading]", data, "cases", str, expected="a file name in tests/")
         if cases is None and check is None:
             cases = "cases.jsonl"
+        if not cases and not check:
+            raise TaskFormatError(file, "[grading] runner 'function' needs cases (a file in tests/), check, or both")
         grading = FunctionGrading(module=module, entry_point=entry, cases=cases, check=check)
     elif runner == "stdio":
         comparator = _convert(file, "[grading]", "comparator", data.get("comparator", "whitespace"), Comparator)
@@ -158,6 +160,8 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
         if comparator is Comparator.CHECKER and not checker:
             raise TaskFormatError(file, "[grading] comparator 'checker' needs checker = 'PROGRAM' (a file in tests/)")
         cases = _get(file, "[grading]", data, "cases", str, expected="a file name in tests/")
+        if cases == "":
+            raise TaskFormatError(file, "[grading] cases: expected a file name in tests/, such as 'cases.jsonl'")
         grading = StdioGrading(
             command=_command(file, data.get("command")),
             cases="cases.jsonl" if cases is None else cases,
@@ -192,7 +196,7 @@ def _grading_files(task: Task) -> list[tuple[str, str, _Read]]:
         named = [("cases", grading.cases, load_stdio_cases), ("checker", grading.checker, None)]
     else:
         named = [("script", grading.script, None)]  # run by bash; the judge only hashes its bytes
-    return [(key, name, read) for key, name, read in named if name is not None]
+    return [(key, name, read) for key, name, read in named if name]  # "" is none, as the runners take it
 
 
 def _check_test_file(file: Path, tests: Path, key: str, name: str, read: _Read) -> None:
@@ -205,7 +209,7 @@ def _check_test_file(file: Path, tests: Path, key: str, name: str, read: _Read) 
             f"[grading] {key}: expected a path relative to tests/ without '..', such as 'cases.jsonl', got {name!r}",
         )
     real = Path(os.path.realpath(tests / name))
-    if not real.is_relative_to(tests):
+    if not real.is_relative_to(os.path.realpath(tests)):  # tests/ itself may be a link (shared between tasks)
         raise TaskFormatError(
             file, f"[grading] {key}: tests/{name} leads to {real}, outside tests/; put the file in tests/"
         )
