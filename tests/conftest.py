@@ -6,13 +6,14 @@ processes under this session's cgroup parent, mounts and sandbox directories und
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -29,6 +30,22 @@ from rollbox.sandbox._state import UID_BASE, UID_COUNT  # noqa: E402
 TIME_SCALE = float(os.environ.get("ROLLBOX_TEST_TIME_SCALE", "1"))
 
 
+def _processes() -> Iterator[tuple[Path, dict[str, str]]]:
+    """Each process's /proc entry and status fields (those that end meanwhile are skipped)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                yield entry, dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
+            except (OSError, ValueError):
+                continue
+
+
+def _living_sandbox_uid(status: dict[str, str]) -> bool:
+    """Alive (a zombie is dead; reaping orphans is the host's pid 1's job) and running as a sandbox's uid."""
+    alive = not status["State"].strip().startswith("Z")
+    return alive and UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT
+
+
 def sandbox_processes() -> set[int]:
     """Live (not zombie) processes in a sandbox cgroup under this session's cgroup parent.
 
@@ -37,20 +54,13 @@ def sandbox_processes() -> set[int]:
     """
     parents = [p.rstrip("/") + "/rollbox-" for p in CgroupTree.detect().parents.values()]
     found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for entry, status in _processes():
+        if not _living_sandbox_uid(status):
             continue
-        try:
-            status = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
+        with contextlib.suppress(OSError):
             cgroups = (entry / "cgroup").read_text()
-        except (OSError, ValueError):
-            continue
-        if status["State"].strip().startswith("Z"):
-            continue  # a zombie is dead; reaping orphans is the host's pid 1's job
-        if not UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT:
-            continue
-        if any(f":{parent}" in cgroups for parent in parents):
-            found.add(int(entry.name))
+            if any(f":{parent}" in cgroups for parent in parents):
+                found.add(int(entry.name))
     return found
 
 
@@ -59,20 +69,10 @@ def own_sandbox_processes() -> set[int]:
     cgroup they are in: a sandbox's launcher and agent are in none of the sandbox's."""
     parent: dict[int, int] = {}
     sandboxed: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines())
-        except (OSError, ValueError):
-            continue
-        pid = int(entry.name)
-        parent[pid] = int(fields["PPid"])
-        if (
-            not fields["State"].strip().startswith("Z")
-            and UID_BASE <= int(fields["Uid"].split()[0]) < UID_BASE + UID_COUNT
-        ):
-            sandboxed.add(pid)
+    for entry, status in _processes():
+        parent[int(entry.name)] = int(status["PPid"])
+        if _living_sandbox_uid(status):
+            sandboxed.add(int(entry.name))
     me = os.getpid()
     mine: set[int] = set()
     for pid in sandboxed:
@@ -92,6 +92,22 @@ def living_children(pid: int) -> list[int]:
             if not Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].startswith(" Z"):
                 living.append(int(child))
     return living
+
+
+class _Closeable(Protocol):
+    async def close(self) -> None: ...
+
+
+async def cancel_while_opening(opening: Awaitable[_Closeable], delay_s: float, *, times: int = 1) -> None:
+    """Cancel ``opening`` (a sandbox's or a pool's entry) ``delay_s`` after it starts, ``times`` times in a row,
+    and close what it opened if it finished first."""
+    task = asyncio.ensure_future(opening)
+    await asyncio.sleep(delay_s)
+    for _ in range(times):
+        task.cancel()
+        await asyncio.sleep(0)
+    with contextlib.suppress(asyncio.CancelledError):
+        await (await task).close()
 
 
 def rollbox_mounts() -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import platform
 import time
@@ -420,20 +419,13 @@ def test_a_pool_that_fails_to_open_closes_the_sandboxes_that_did_start() -> None
 
 
 def test_a_pool_cancelled_while_it_opens_closes_the_sandboxes_that_did_start() -> None:
-    from conftest import own_sandbox_processes
-
-    async def cancelled_after(delay_s: float) -> set[int]:
-        opening = asyncio.ensure_future(SandboxPool(size=3, limits=LIMITS).__aenter__())
-        await asyncio.sleep(delay_s)
-        opening.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await (await opening).close()  # it may have opened first
-        return own_sandbox_processes()
+    from conftest import cancel_while_opening, own_sandbox_processes
 
     async def main() -> dict[float, set[int]]:
         left = {}
         for step in range(12):
-            if survivors := await cancelled_after(step * 0.004):
+            await cancel_while_opening(SandboxPool(size=3, limits=LIMITS).__aenter__(), step * 0.004)
+            if survivors := own_sandbox_processes():
                 left[step * 0.004] = survivors
         return left
 

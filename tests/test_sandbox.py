@@ -593,22 +593,13 @@ def test_a_start_cancelled_at_any_moment_leaves_no_process() -> None:
     # Cancelled while the spawner starts the launcher, the launcher must end with its agent before the cancellation
     # is through: a launcher killed then would leave its agent to die in its own time, after the sandbox closed.
     # Cancelled twice, as a timeout inside a cancelled task is: the second must not cut the first's cleanup short.
-    from conftest import own_sandbox_processes
-
-    async def cancelled_after(delay_s: float) -> set[int]:
-        starting = asyncio.ensure_future(Sandbox(limits=FAST).__aenter__())
-        await asyncio.sleep(delay_s)
-        starting.cancel()
-        await asyncio.sleep(0)
-        starting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await (await starting).close()  # the start may have finished first
-        return own_sandbox_processes()
+    from conftest import cancel_while_opening, own_sandbox_processes
 
     async def main() -> dict[float, set[int]]:
         left = {}
         for step in range(40):
-            if survivors := await cancelled_after(step * 0.0005):
+            await cancel_while_opening(Sandbox(limits=FAST).__aenter__(), step * 0.0005, times=2)
+            if survivors := own_sandbox_processes():
                 left[step * 0.0005] = survivors
         return left
 
@@ -616,18 +607,14 @@ def test_a_start_cancelled_at_any_moment_leaves_no_process() -> None:
 
 
 def test_a_cancelled_start_of_the_process_backend_leaves_nothing() -> None:
-    from conftest import living_children
+    from conftest import cancel_while_opening, living_children
     from rollbox.sandbox._spawner import Spawner
 
     def leftovers() -> set[str]:
         return {p.name for p in Path(tempfile.gettempdir()).glob("rollbox-process-*")}
 
     async def cancelled_after(delay_s: float) -> list[int]:
-        starting = asyncio.ensure_future(Sandbox(limits=FAST, backend="process").__aenter__())
-        await asyncio.sleep(delay_s)
-        starting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await (await starting).close()  # the start may have finished first
+        await cancel_while_opening(Sandbox(limits=FAST, backend="process").__aenter__(), delay_s)
         return living_children(Spawner.get().pid)
 
     async def main() -> list[list[int]]:
