@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
@@ -970,6 +971,43 @@ def test_a_link_planted_where_the_runtime_is_mounted_never_leads_the_launcher_ou
     assert planted.status is not Status.INFRA_ERROR, explain(planted)
     assert list(decoy.iterdir()) == []  # nothing made on the host
     assert after.status is Status.OK and after.stdout == b"not a link\n", explain(after)  # the mount point again
+
+
+_STRAYS = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+made = 0
+for i in range(14):
+    pid = libc.syscall(ctypes.c_long(56), ctypes.c_long(0x00008000 | 17), 0, 0, 0, 0)  # clone(CLONE_PARENT|SIGCHLD)
+    if pid == 0:
+        libc.prctl(15, b"leftover-%d" % i, 0, 0, 0)  # PR_SET_NAME: a name the next user could read
+        libc.syscall(ctypes.c_long(60), 0)
+    if pid < 0:
+        break
+    made += 1
+print(made, ctypes.get_errno())
+"""
+
+
+def test_children_handed_to_the_zygote_never_reach_the_next_user() -> None:
+    # With CLONE_PARENT a warm command's children are the zygote's, which waits only for the command it forked:
+    # they stayed zombies past the command's end, counted against the next user's pids, their names readable.
+    pids = limits(pids=16)
+
+    async def main() -> tuple[ExecResult, ExecResult, ExecResult]:
+        async with SandboxPool(size=1, limits=pids, warm_python=True) as pool:
+            async with pool.sandbox() as sb:
+                await sb.write_file("strays.py", _STRAYS)
+                made = await sb.exec(["python3", "strays.py"], warm_python=True)
+            async with pool.sandbox() as sb:  # the next user
+                seen = await sb.exec(sh("cat /proc/[0-9]*/comm | grep -c leftover || true"))
+                ten = await sb.exec(sh("for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.2 & done; wait; echo ok"))
+        return made, seen, ten
+
+    made, seen, ten = run(main())
+    assert made.stdout == f"0 {errno.EPERM}\n".encode(), explain(made)  # refused, not made
+    assert seen.stdout == b"0\n" and ten.status is Status.OK, (explain(seen), explain(ten))
 
 
 # ------------------------------------------------------------------------------------------ descriptors

@@ -61,6 +61,7 @@ def call(name, *args):
 """
 
 CLONE_NEWUSER = 0x10000000
+CLONE_PARENT, CLONE_THREAD = 0x00008000, 0x00010000
 # name -> (call arguments, errno the filter must produce)
 _REFUSED: dict[str, tuple[str, int]] = {
     "mount": ('"mount", 0, 0, 0, 0, 0', errno.EPERM),
@@ -74,6 +75,8 @@ _REFUSED: dict[str, tuple[str, int]] = {
     "perf_event_open": ('"perf_event_open", 0, 0, -1, -1, 0', errno.EPERM),
     "io_uring_setup": ('"io_uring_setup", 0, 0', errno.EPERM),
     "clone_newuser": (f'"clone", {CLONE_NEWUSER | signal.SIGCHLD}, 0, 0, 0, 0', errno.EPERM),
+    # CLONE_THREAD without CLONE_SIGHAND: the kernel alone refuses it (EINVAL), so no child is ever made here.
+    "clone_parent": (f'"clone", {CLONE_PARENT | CLONE_THREAD | signal.SIGCHLD}, 0, 0, 0, 0', errno.EPERM),
     "clone3": ('"clone3", 0, 0', errno.ENOSYS),
     "ioctl_tiocsti": ('"ioctl", -1, 0x5412, 0', errno.EPERM),
     "ioctl_tioclinux": ('"ioctl", -1, 0x541C, 0', errno.EPERM),

@@ -9,7 +9,9 @@ before it executes the sandbox's agent, for the agent and everything it runs. Th
    processes' memory, kernel keyrings, modules, kexec, the clock, BPF, perf, io_uring and the like.
 3. A few are refused depending on their arguments:
 
-   - ``clone`` with any ``CLONE_NEW*`` flag: ``EPERM`` (plain threads and fork still work);
+   - ``clone`` with any ``CLONE_NEW*`` flag, or ``CLONE_PARENT`` (a child for the caller's parent to reap: the
+     agent or the Python zygote, which would keep it, a zombie, past the command): ``EPERM`` (plain threads and
+     fork still work);
    - ``clone3``: ``ENOSYS``, because its flags live in user memory that BPF cannot read; glibc then falls back
      to ``clone``, which rule 3 checks;
    - ``ioctl`` with ``TIOCSTI`` or ``TIOCLINUX`` (pushing keystrokes into a terminal): ``EPERM``;
@@ -121,8 +123,9 @@ _MAX_INSNS = 4096  # BPF_MAXINSNS
 _NR = 0
 _ARCH = 4
 _X32_BIT = 0x40000000
-_CLONE_NEW_ANY = (
-    0x00020000  # CLONE_NEWNS
+_CLONE_REFUSED = (
+    0x00008000  # CLONE_PARENT
+    | 0x00020000  # CLONE_NEWNS
     | 0x04000000  # CLONE_NEWUTS
     | 0x08000000  # CLONE_NEWIPC
     | 0x10000000  # CLONE_NEWUSER
@@ -221,7 +224,7 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
         _ret(_RET_ALLOW),
         _Label("clone"),
         _load(_arg(0)),
-        _jset(_CLONE_NEW_ANY, jt="eperm", jf="allow"),
+        _jset(_CLONE_REFUSED, jt="eperm", jf="allow"),
         _Label("ioctl"),
         _load(_arg(1)),
         _jeq(_TIOCSTI, jt="eperm"),
