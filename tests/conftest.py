@@ -41,8 +41,10 @@ def _processes() -> Iterator[tuple[Path, dict[str, str]]]:
 
 
 def _living_sandbox_uid(status: dict[str, str]) -> bool:
-    """Alive (a zombie is dead; reaping orphans is the host's pid 1's job) and running as a sandbox's uid."""
-    alive = not status["State"].strip().startswith("Z")
+    """Alive and running as a sandbox's uid. A zombie is dead (reaping orphans is the host's pid 1's job), and so
+    is a process in state X: one whose parent ignores SIGCHLD is "dead" from its exit report (which is when a
+    pidfd says it ended) until it is released, a moment later."""
+    alive = status["State"].strip()[:1] not in ("Z", "X")
     return alive and UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT
 
 
