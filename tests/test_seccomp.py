@@ -35,13 +35,13 @@ _NR = {
         "ioctl": 16, "socket": 41, "clone": 56, "getpid": 39, "ptrace": 101, "personality": 135,
         "mount": 165, "init_module": 175, "clock_settime": 227, "kexec_load": 246, "keyctl": 250,
         "unshare": 272, "perf_event_open": 298, "setns": 308, "bpf": 321, "io_uring_setup": 425,
-        "clone3": 435, "open_tree_attr": 467,
+        "clone3": 435, "open_tree_attr": 467, "socketpair": 53,
     },
     "aarch64": {
         "ioctl": 29, "socket": 198, "clone": 220, "getpid": 172, "ptrace": 117, "personality": 92,
         "mount": 40, "init_module": 105, "clock_settime": 112, "kexec_load": 104, "keyctl": 219,
         "unshare": 97, "perf_event_open": 241, "setns": 268, "bpf": 280, "io_uring_setup": 425, "clone3": 435,
-        "open_tree_attr": 467,
+        "open_tree_attr": 467, "socketpair": 199,
     },
 }  # fmt: skip
 
@@ -86,6 +86,7 @@ _REFUSED: dict[str, tuple[str, int]] = {
     "personality_no_aslr": ('"personality", 0x0040000', errno.EPERM),  # ADDR_NO_RANDOMIZE
     "socket_af_inet6": ('"socket", 10, 1, 0', errno.EACCES),
     "socket_af_packet": ('"socket", 17, 3, 0', errno.EACCES),
+    "socketpair_af_vsock": ('"socketpair", 40, 2, 0, 0', errno.EACCES),  # AF_VSOCK ignores network namespaces
     # Last: without the filter it succeeds and would change what the calls after it see.
     "unshare_newuser": (f'"unshare", {CLONE_NEWUSER}', errno.EPERM),
 }

@@ -20,7 +20,8 @@ before it executes the sandbox's agent, for the agent and everything it runs. Th
    - ``personality`` with anything but ``PER_LINUX`` (0) or the query value ``0xffffffff``: ``EPERM``, so that
      nothing can, for example, switch off address-space randomisation for its children;
    - ``socket`` with a family other than ``AF_UNIX`` or ``AF_NETLINK`` (plus ``AF_INET`` and ``AF_INET6`` when
-     ``allow_inet`` is true): ``EACCES``.
+     ``allow_inet`` is true), and ``socketpair`` with any but ``AF_UNIX`` (``AF_VSOCK``, for one, ignores network
+     namespaces): ``EACCES``.
 
 5. Everything else is allowed.
 
@@ -79,8 +80,8 @@ _X86_64 = _Arch(
     audit_arch=0xC000003E,
     has_x32=True,
     syscalls={
-        "ioctl": 16, "socket": 41, "clone": 56, "mq_open": 240, "ptrace": 101, "syslog": 103, "uselib": 134,
-        "personality": 135, "vhangup": 153, "modify_ldt": 154, "pivot_root": 155, "_sysctl": 156,
+        "ioctl": 16, "socket": 41, "socketpair": 53, "clone": 56, "mq_open": 240, "ptrace": 101, "syslog": 103,
+        "uselib": 134, "personality": 135, "vhangup": 153, "modify_ldt": 154, "pivot_root": 155, "_sysctl": 156,
         "adjtimex": 159, "chroot": 161, "acct": 163, "settimeofday": 164, "mount": 165, "umount2": 166,
         "swapon": 167, "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173, "init_module": 175,
         "delete_module": 176, "quotactl": 179, "nfsservctl": 180, "lookup_dcookie": 212,
@@ -102,7 +103,7 @@ _AARCH64 = _Arch(
         "lookup_dcookie": 18, "ioctl": 29, "umount2": 39, "mount": 40, "pivot_root": 41, "nfsservctl": 42,
         "chroot": 51, "vhangup": 58, "quotactl": 60, "acct": 89, "personality": 92, "unshare": 97,
         "kexec_load": 104, "init_module": 105, "delete_module": 106, "clock_settime": 112, "syslog": 116,
-        "ptrace": 117, "reboot": 142, "settimeofday": 170, "adjtimex": 171, "socket": 198,
+        "ptrace": 117, "reboot": 142, "settimeofday": 170, "adjtimex": 171, "socket": 198, "socketpair": 199,
         "add_key": 217, "request_key": 218, "keyctl": 219, "clone": 220, "swapon": 224, "swapoff": 225,
         "perf_event_open": 241, "fanotify_init": 262, "name_to_handle_at": 264, "open_by_handle_at": 265,
         "clock_adjtime": 266, "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271,
@@ -229,6 +230,7 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
         _jeq(nr["ioctl"], jt="ioctl"),
         _jeq(nr["personality"], jt="personality"),
         _jeq(nr["socket"], jt="socket"),
+        _jeq(nr["socketpair"], jt="socketpair"),
         _ret(_RET_ALLOW),
         _Label("clone"),
         _load(_arg(0)),
@@ -241,9 +243,13 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
         _load(_arg(0)),
         _jeq(0, jt="allow"),
         _jeq(_PERSONALITY_QUERY, jt="allow", jf="eperm"),
+        _Label("socketpair"),
+        _load(_arg(0)),
+        _jeq(_AF_UNIX, jt="allow", jf="eacces"),
         _Label("socket"),
         _load(_arg(0)),
         *(_jeq(family, jt="allow") for family in families),
+        _Label("eacces"),
         _ret(_RET_ERRNO | errno.EACCES),
         _Label("allow"),
         _ret(_RET_ALLOW),
