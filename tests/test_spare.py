@@ -9,6 +9,7 @@ import platform
 import signal
 from pathlib import Path
 
+from conftest import TIME_SCALE, own_sandbox_processes
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 from rollbox.sandbox import WarmSandboxes
 from rollbox.sandbox._cgroup import CgroupTree
@@ -184,7 +185,6 @@ def test_a_limit_of_a_few_open_files_leaves_the_command_its_stdio() -> None:
 def test_cancelling_a_pools_close_leaves_nothing() -> None:
     # Cancelled, close still ends what it started: resets under way used to put their sandbox back into the
     # closed pool, where nothing closed it.
-    from conftest import own_sandbox_processes
 
     async def main() -> tuple[int, int, set[int]]:
         pool = SandboxPool(size=2, limits=FAST)
@@ -223,10 +223,12 @@ _ALLOCATE = "import time; b = bytearray({mib} << 20); b[::4096] = b'x' * len(b[:
 
 def test_a_cgroup_passed_on_reports_and_limits_only_the_next_command() -> None:
     async def main() -> list[tuple[ExecResult, ExecResult]]:
-        async with Sandbox(limits=Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=8)) as sb:
+        limits = Limits(timeout_s=5 * TIME_SCALE, cpu_time_s=2 * TIME_SCALE, memory_bytes=128 * 2**20, pids=8)
+        async with Sandbox(limits=limits) as sb:
             await sb.exec(["true"])
             heavy = [
-                ["python3", "-c", _ALLOCATE.format(mib=80) + "\nwhile time.process_time() < 0.4: pass"],
+                # The spin outweighs any command's start-up, even in an emulated machine (a shell there: 0.4 s).
+                ["python3", "-c", _ALLOCATE.format(mib=80) + f"\nwhile time.process_time() < {0.4 * TIME_SCALE}: pass"],
                 ["python3", "-c", _ALLOCATE.format(mib=400)],  # beyond the 128 MiB limit
                 ["sh", "-c", "for i in $(seq 12); do sleep 2 & done; wait"],  # beyond the 8 pids
                 ["python3", "-c", _ALLOCATE.format(mib=100)],  # the whole limit is still there
