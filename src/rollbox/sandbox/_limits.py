@@ -23,11 +23,14 @@ def parse_size(text: str | int) -> int:
     Raises:
         ValueError: the text is not a size; the message shows it and the accepted forms.
     """
-    if isinstance(text, int):
+    if isinstance(text, int) and not isinstance(text, bool):
         return text
-    match = _SIZE.match(text)
+    match = _SIZE.match(text) if isinstance(text, str) else None
     if not match:
-        raise ValueError(f"invalid size {text!r}: expected a number of bytes with an optional K, M, G or T suffix")
+        raise ValueError(
+            f"invalid size {text!r}: expected a whole number of bytes, or a string with an optional K, M, G or T "
+            "suffix ('1.5G')"
+        )
     number, unit = float(match.group(1)), match.group(2).lower()
     return int(number * {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}[unit])
 
@@ -38,9 +41,9 @@ def parse_duration(text: str | float) -> float:
     Raises:
         ValueError: the text is not a duration; the message shows it and the accepted forms.
     """
-    if isinstance(text, int | float):
+    if isinstance(text, int | float) and not isinstance(text, bool):
         return float(text)
-    match = _DURATION.match(text)
+    match = _DURATION.match(text) if isinstance(text, str) else None
     if not match:
         raise ValueError(f"invalid duration {text!r}: expected seconds, optionally with ms, s, m or h")
     unit = (match.group(2) or "s").lower()
@@ -50,10 +53,15 @@ def parse_duration(text: str | float) -> float:
 class Network(str, enum.Enum):
     """What network a sandbox has. Neither choice ever reaches the host's network."""
 
-    #: No network at all: only unix sockets can be created.
+    #: No network at all: only unix and netlink sockets (the latter see only the sandbox's own, empty, network
+    #: namespace) can be created.
     NONE = "none"
     #: A loopback interface of the sandbox's own (127.0.0.1 and ::1 inside are not the host's).
     LOOPBACK = "loopback"
+
+
+#: The limits counted in seconds; every other one is a whole number (of bytes, processes or descriptors).
+_SECONDS = frozenset({"timeout_s", "cpu_time_s"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +101,8 @@ class Limits:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ValueError(f"Limits.{field.name} must be a finite number, got {value!r}")
+            if field.name not in _SECONDS and not isinstance(value, int):
+                raise ValueError(f"Limits.{field.name} must be a whole number, got {value!r}")
             if value <= 0:
                 raise ValueError(f"Limits.{field.name} must be positive, got {value!r}")
         if self.pids < 2:

@@ -86,6 +86,14 @@ def _convert(file: Path, table: str, key: str, value: Any, parse: Callable[[Any]
         raise TaskFormatError(file, f"{table} {key}: {value!r} is out of range; give a finite number") from None
 
 
+def _count(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise ValueError(f"expected a whole number, got {value!r}")
+
+
 def _read_text(path: Path, fix: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -241,8 +249,8 @@ def _limits(file: Path, data: Mapping[str, Any]) -> tuple[Limits, Network]:
         ("memory", "memory_bytes", parse_size),
         ("output", "output_bytes", parse_size),
         ("disk", "disk_bytes", parse_size),
-        ("pids", "pids", int),
-        ("open_files", "open_files", int),
+        ("pids", "pids", _count),
+        ("open_files", "open_files", _count),
     ):
         if key in data:
             fields[field] = _convert(file, "[limits]", key, data[key], parse)
