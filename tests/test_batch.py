@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,15 @@ def test_bad_programs_are_refused_before_anything_runs() -> None:
         Program(argv=[])
     with pytest.raises(ValueError, match="warm_python runs"):
         Program(argv=["python3", "-c", "print(1)"], warm_python=True)
+
+    async def first(programs: list[Any], workers: int | None = None) -> None:
+        async for _ in run_batch(programs, workers=workers):
+            raise AssertionError("nothing may run")
+
+    with pytest.raises(TypeError, match=r"run_batch takes Program items.*got \['true'\]"):
+        asyncio.run(first([Program(argv=["true"]), ["true"]]))
+    with pytest.raises(ValueError, match="workers must be at least 1, got 0"):
+        asyncio.run(first([Program(argv=["true"])], workers=0))
 
 
 def test_a_program_that_breaks_its_sandbox_does_not_hang_the_batch() -> None:

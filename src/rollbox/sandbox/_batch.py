@@ -62,11 +62,17 @@ async def run_batch(
         sandboxes: Where sandboxes come from (default: warm pools of ``workers`` sandboxes, closed at the end).
 
     Raises:
+        TypeError: an item of ``programs`` is not a :class:`Program`.
         ValueError: ``workers`` is not positive.
         IsolationUnavailable: the machine cannot give the isolation asked for.
     """
     todo = list(programs)
-    workers = workers or os.cpu_count() or 1
+    if strays := [p for p in todo if not isinstance(p, Program)]:
+        raise TypeError(
+            f"run_batch takes Program items, such as Program(argv=['python3', 'main.py']); got {strays[0]!r}"
+        )
+    if workers is None:
+        workers = os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     limits = limits or Limits()
