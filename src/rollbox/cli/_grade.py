@@ -17,7 +17,7 @@ The verdict: task_id, status, reward, tests [{id, outcome}], passed, total, flag
 statuses: passed, failed, error, timeout, memory_limit, tampered, infra_error (reward null: mask it).
 
 exit status: 0 whenever grading ran (read "status"), 1 on infra_error, 2 when the task or the arguments are
-invalid.
+invalid, 130 when interrupted, 141 when the reader of the output went away.
 
 examples:
   rollbox grade tasks/add --solution runs/42/workspace --json

@@ -4,10 +4,11 @@
         async with pool.sandbox(timeout_s=2) as sb:
             result = await sb.exec(["python3", "-c", "print(42)"])
 
-Reuse never weakens isolation: before a sandbox serves again every process of the previous use is dead (none
-outlives its command), and it gets new namespaces, a new agent and a new, empty writable tree (see
-:meth:`Sandbox.reset`): what is saved is the host-side setup (uid, cgroup, directories), not isolation. A sandbox
-that cannot be reset is destroyed and replaced.
+Before a sandbox serves again every process of the previous use is dead (none outlives its command), its
+writable tree is emptied and its SysV IPC objects removed (see :meth:`Sandbox.reset`). Its agent and namespaces
+are kept only when nothing about them changed; otherwise it restarts with new ones and a new tree. An in-place
+reset leaves only how much ran before (pid numbers, IPC ids and inode numbers continue); ``reset(fresh=True)``
+always restarts. A sandbox that cannot be reset is destroyed and replaced.
 """
 
 from __future__ import annotations

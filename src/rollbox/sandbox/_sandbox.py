@@ -28,6 +28,7 @@ from ._result import ExecResult, Status
 
 __all__ = ["Backend", "Sandbox", "run"]
 
+#: How a sandbox isolates: ``"namespaces"`` (the real boundary) or ``"process"`` (rlimits only; no boundary).
 Backend = Literal["namespaces", "process"]
 _RENAMED_BACKENDS: dict[str, Backend] = {"bwrap": "namespaces"}  # rollbox makes the namespaces itself now
 

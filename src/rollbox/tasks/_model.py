@@ -1,10 +1,10 @@
 """The task model: what a task is, as data. Nothing here runs anything.
 
-A task directory (see DESIGN.md, "The native task format")::
+A task directory, rollbox's native task format::
 
     my-task/
       task.toml         id, [grading], [limits], [environment]
-      instruction.md    what the agent is asked to do
+      instruction.md    what the agent is asked to do (optional)
       workspace/        the files the agent starts with; they become /workspace
       tests/            hidden verifier files; never visible while solving
       solution/         optional reference: files laid over workspace/ that solve the task
@@ -107,6 +107,7 @@ class ScriptGrading:
     script: str = "test.sh"
 
 
+#: How a task is graded: one of the four runners' settings, as ``[grading] runner`` names it.
 Grading = PytestGrading | FunctionGrading | StdioGrading | ScriptGrading
 
 
