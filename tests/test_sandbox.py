@@ -87,13 +87,15 @@ def test_missing_program_is_the_programs_failure() -> None:
 
 
 def test_per_exec_timeout_overrides_the_limit() -> None:
+    from conftest import TIME_SCALE
+
     async def main() -> ExecResult:
         async with Sandbox(limits=FAST) as sb:
             return await sb.exec(["sleep", "10"], timeout_s=0.3)
 
     r = asyncio.run(main())
     assert r.status is Status.TIMEOUT
-    assert 0.3 <= r.wall_s < 2
+    assert 0.3 <= r.wall_s < 2 * TIME_SCALE  # the time to kill and reap is slower where emulated
 
 
 def test_loopback_network_is_the_sandboxs_own() -> None:
@@ -438,7 +440,7 @@ def test_an_open_sandbox_holds_at_most_seven_host_descriptors() -> None:
             for sb in sandboxes:
                 await sb.__aenter__()
                 assert (await sb.exec(["true"])).ok
-            await asyncio.sleep(0.1)  # each one's next spare is ready
+                await sb._spare  # its next command's process is forked: its descriptors are counted too
             return [target for fd, target in descriptors().items() if fd not in before]
         finally:
             for sb in sandboxes:
@@ -507,16 +509,26 @@ def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None
     home = outer / "host" if tree.version == 2 else outer  # v2: processes only in leaves
     script = textwrap.dedent("""
         import asyncio, os, sys, rollbox
+        from pathlib import Path
         home, back = sys.argv[1:]
+        def cmdline(pid):
+            try:
+                return Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                return b""
         async def main():
             async with rollbox.Sandbox(limits=rollbox.Limits(timeout_s=20)) as sb:
                 await sb._spare  # the command's process is forked (its score stays 0); then the agent's goes up
-                with open(f"/proc/{sb._impl.agent.pid}/oom_score_adj", "w") as f:
+                agent = sb._impl.agent.pid
+                with open(f"/proc/{agent}/oom_score_adj", "w") as f:
                     f.write("1000")
                 with open(back, "w") as f:
                     f.write(str(os.getpid()))
                 command = asyncio.ensure_future(sb.exec(["sleep", "10"]))
-                await asyncio.sleep(0.5)
+                children = Path(f"/proc/{agent}/task/{agent}/children")
+                running = b"sleep\\x0010\\x00"  # the agent's child, once it runs the command
+                while not command.done() and all(cmdline(pid) != running for pid in children.read_text().split()):
+                    await asyncio.sleep(0.02)
                 fill = f'echo $$ > {home}/cgroup.procs && exec "$0" -c "x = bytearray(300 << 20)"'
                 balloon = await asyncio.create_subprocess_exec("sh", "-c", fill, sys.executable)
                 await balloon.wait()  # killed in turn, once the agent is gone and memory is still short
