@@ -694,8 +694,8 @@ def test_a_command_the_host_cannot_kill_is_an_infra_error_never_a_hang() -> None
     frozen = _FREEZER / f"rollbox-test-unkillable-{os.getpid()}"
     marker = b"sleep\x0031.5\x00"
 
-    async def main() -> ExecResult:
-        async with Sandbox(limits=Limits(timeout_s=1, cpu_time_s=5)) as sb:
+    async def main() -> tuple[ExecResult, list[ExecResult], bool]:
+        async with Sandbox(limits=Limits(timeout_s=1, cpu_time_s=5)) as sb, Sandbox(limits=FAST) as other:
             command = asyncio.ensure_future(sb.exec(["sleep", "31.5"]))
             while not (sleeping := [p for p in own_sandbox_processes() if _cmdline(p) == marker]):
                 await asyncio.sleep(0.02)
@@ -703,17 +703,23 @@ def test_a_command_the_host_cannot_kill_is_an_infra_error_never_a_hang() -> None
             (frozen / "cgroup.procs").write_text(str(sleeping[0]))  # the process this test's command started
             (frozen / "freezer.state").write_text("FROZEN")
             try:
-                return await asyncio.wait_for(command, 30)
+                # While the kill waits (after the 1 s timeout), another sandbox's commands go on: it waits in the
+                # event loop, not holding it up.
+                await asyncio.sleep(1.5)
+                beside = [await other.exec(["true"]) for _ in range(5)]
+                waiting = not command.done()
+                return await asyncio.wait_for(command, 30), beside, waiting
             finally:
                 (frozen / "freezer.state").write_text("THAWED")  # it dies now, before the sandbox closes
 
     try:
-        result = asyncio.run(main())
+        result, beside, waiting = asyncio.run(main())
     finally:
         while frozen.exists():
             with contextlib.suppress(OSError):
                 frozen.rmdir()
     assert result.status is Status.INFRA_ERROR and "survived SIGKILL" in (result.error or ""), result
+    assert waiting and all(r.ok for r in beside), beside
 
 
 def _cmdline(pid: int) -> bytes:

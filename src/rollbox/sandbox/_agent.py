@@ -100,7 +100,14 @@ class ExecGroup(Protocol):
         may make and remove cgroups."""
 
     def kill(self) -> None:
-        """SIGKILL every process of the command and wait until they are gone."""
+        """SIGKILL every process of the command, now; returns at once (forks racing it: see ``ended``)."""
+
+    async def ended(self) -> None:
+        """Kill whatever of the command is left and wait, in the event loop, until every process of it is gone.
+
+        Raises:
+            SandboxError: processes survived SIGKILL (a host problem).
+        """
 
     def cpu_s(self) -> float:
         """CPU seconds used so far by all of the command's processes."""
@@ -595,7 +602,7 @@ class AgentConnection:
         def stop(reason: Status) -> None:
             if not killed_for:
                 killed_for.append(reason)
-                with contextlib.suppress(SandboxError):  # what the host could not kill, the kill below reports
+                with contextlib.suppress(SandboxError):  # what the host could not kill, ``ended`` below reports
                     group.kill()
             resolve(done)
 
@@ -611,18 +618,20 @@ class AgentConnection:
             wall_s = time.monotonic() - start
         except BaseException:  # cancelled: nothing waits for the report any more (a later wait drops it)
             exited_task.cancel()
+            with contextlib.suppress(SandboxError):  # the sandbox restarts its agent, which ends the rest
+                group.kill()
             raise
         finally:
             timer.cancel()
             watcher.cancel()
             feeder.close()
-            try:
-                group.kill()  # the command ended: whatever it left running (daemons, orphans) dies with it
-            except SandboxError:  # processes the host could not kill: the caller reports an infra_error
-                exited_task.cancel()
-                stdout.close()
-                stderr.close()
-                raise
+        try:
+            await group.ended()  # the command ended: whatever it left running (daemons, orphans) dies with it
+        except SandboxError:  # processes the host could not kill: the caller reports an infra_error
+            exited_task.cancel()
+            stdout.close()
+            stderr.close()
+            raise
         try:  # while the command ran, the wait was bounded by its own limits; after the kill, by this
             exited = await asyncio.wait_for(exited_task, _CLEANUP_TIMEOUT_S)
         except TimeoutError:

@@ -432,23 +432,44 @@ class Cgroup:
         return []
 
     def kill(self, *, timeout_s: float = 5.0) -> None:
-        """SIGKILL every process in this cgroup and wait until none is left.
+        """SIGKILL every process in this cgroup and wait until none is left (blocking: see :meth:`killed`).
 
         Raises:
             SandboxError: processes were still alive after ``timeout_s`` (a host problem: unkillable tasks).
         """
-        deadline = time.monotonic() + timeout_s
+        for delay in self._killing(timeout_s):
+            time.sleep(delay)
+
+    async def killed(self, *, timeout_s: float = 5.0) -> None:
+        """:meth:`kill`, waiting in the event loop: a process dying with a gigabyte to free takes ~80 ms to leave,
+        which must not hold up every other sandbox's commands.
+
+        Raises:
+            SandboxError: processes were still alive after ``timeout_s`` (a host problem: unkillable tasks).
+        """
+        for delay in self._killing(timeout_s):
+            await asyncio.sleep(delay)
+
+    def send_kill(self) -> list[int]:
+        """SIGKILL every process in this cgroup now, once, and return their pids; where ``cgroup.kill`` is missing
+        (v1), a fork racing this may survive it (:meth:`kill` repeats until none is left)."""
+        pids = self.pids()
         kill_file = self._file("pids", "cgroup.kill")
+        if pids and self.version == 2 and _has(kill_file):
+            _write(kill_file, "1")
+        else:
+            for pid in pids:
+                self._kill_member(pid)
+        return pids
+
+    def _killing(self, timeout_s: float) -> Iterator[float]:
+        """Kill rounds until the cgroup is empty, yielding how long to wait before each next one."""
+        deadline = time.monotonic() + timeout_s
         delay = 0.0002
-        while pids := self.pids():
-            if self.version == 2 and _has(kill_file):
-                _write(kill_file, "1")
-            else:
-                for pid in pids:
-                    self._kill_member(pid)
+        while pids := self.send_kill():
             if time.monotonic() > deadline:
                 raise SandboxError(f"processes {pids[:10]} in {self.dirs[0]} survived SIGKILL for {timeout_s} s")
-            time.sleep(delay)
+            yield delay
             delay = min(delay * 2, 0.01)
 
     def _kill_member(self, pid: int) -> None:

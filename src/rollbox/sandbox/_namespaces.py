@@ -176,7 +176,10 @@ class _CgroupExecGroup:
         self.cgroup.remove()
 
     def kill(self) -> None:
-        self.cgroup.kill()
+        self.cgroup.send_kill()
+
+    async def ended(self) -> None:
+        await self.cgroup.killed()
 
     def cpu_s(self) -> float:
         return self.cgroup.cpu_s() - self._before.cpu_s

@@ -48,6 +48,9 @@ class _ProcessGroupExecGroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
 
+    async def ended(self) -> None:
+        self.kill()  # what left the session is out of reach: this backend is no boundary
+
     def cpu_s(self) -> float:
         return 0.0  # RLIMIT_CPU, per process, is all this backend has
 
