@@ -627,7 +627,7 @@ class AgentConnection:
             feeder.close()
         try:
             await group.ended()  # the command ended: whatever it left running (daemons, orphans) dies with it
-        except SandboxError:  # processes the host could not kill: the caller reports an infra_error
+        except BaseException:  # processes the host could not kill (the caller reports an infra_error), or cancelled
             exited_task.cancel()
             stdout.close()
             stderr.close()
