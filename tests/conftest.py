@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -158,3 +159,20 @@ class CountingSandboxes:
 
     def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
         return self.inner.sandboxes(count, **kw)
+
+
+async def start_without_fds(limits: Limits, network: Network) -> None:
+    """Start a real sandbox with no file descriptor to be had (this process's limit at 0 meanwhile), as on a host
+    that ran out of them: the start really fails."""
+    from rollbox.sandbox._namespaces import NamespaceHost
+
+    NamespaceHost.get()  # set up first: it lifts the limit, once per process
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
+    try:
+        sandbox = Sandbox(limits=limits, network=network)
+        await sandbox.__aenter__()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    await sandbox.close()
+    raise AssertionError("a sandbox started without a file descriptor")

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from conftest import CountingSandboxes
+from conftest import CountingSandboxes, start_without_fds
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade, grade_batch
-from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, WarmSandboxes
+from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes
 from rollbox.tasks import Task, TaskFormatError, load_task
 from rollbox.tasks._cases import FunctionCase, load_function_cases
 
@@ -173,7 +173,9 @@ def test_hacks_never_pass(task: Task, tmp_path: Path, name: str) -> None:
 
 
 def test_the_same_candidate_gets_the_same_verdict(task: Task, tmp_path: Path) -> None:
-    code = "def mean_pair(xs):\n    return (min(xs), hash('x') % 7 + 0.0)\n"
+    # Correct only where str hashes are those of PYTHONHASHSEED=0 (siphash13, Python 3.11 on), which the judge
+    # fixes: under any other seed it fails, every time but one in 2**64.
+    code = CORRECT.replace("    return", "    assert hash('x') == -3368204716105132637\n    return")
     workspace = tmp_path / "c"
     workspace.mkdir()
     (workspace / "solution.py").write_text(code)
@@ -182,6 +184,7 @@ def test_the_same_candidate_gets_the_same_verdict(task: Task, tmp_path: Path) ->
         return [await grade(task, workspace) for _ in range(2)]
 
     first, second = asyncio.run(twice())
+    assert first.status is VerdictStatus.PASSED, first
     assert (first.status, first.tests) == (second.status, second.tests)
 
 
@@ -414,8 +417,8 @@ def test_a_batch_gives_every_item_one_verdict_as_each_is_done(task: Task) -> Non
 
 
 class _Flaky:
-    """Warm sandboxes whose first ``failures`` borrowings fail as the host would: a fault injected around the real
-    thing, to see what the batch retries."""
+    """Warm sandboxes whose first ``failures`` borrowings fail as on a host out of file descriptors, to see what
+    the batch retries."""
 
     def __init__(self, inner: WarmSandboxes, failures: int) -> None:
         self.inner, self.failures, self.borrowed = inner, failures, 0
@@ -425,7 +428,7 @@ class _Flaky:
         self.borrowed += 1
         if self.failures:
             self.failures -= 1
-            raise SandboxError("injected: the host could not make a sandbox")
+            await start_without_fds(limits, network)
         async with self.inner.sandbox(limits=limits, network=network) as sb:
             yield sb
 
@@ -447,7 +450,7 @@ def test_a_batch_grades_again_what_rollbox_failed_and_never_what_the_candidate_d
     (retried, borrowed), (gave_up, tries), (candidates, once) = asyncio.run(main())
     assert (retried.status, borrowed) == (VerdictStatus.PASSED, 2), retried
     assert (gave_up.status, gave_up.reward, tries) == (VerdictStatus.INFRA_ERROR, None, 2), gave_up
-    assert "injected" in (gave_up.error or "")
+    assert "Too many open files" in (gave_up.error or ""), gave_up
     assert (candidates.status, once) == (VerdictStatus.FAILED, 1), candidates
 
 

@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 import pytest
 
+from conftest import start_without_fds
 from rollbox.judge import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward, grade
-from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, WarmSandboxes
+from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes
 from rollbox.tasks import RewardKind, RewardSpec, TaskFormatError, load_task
 
 P, F = Outcome.PASSED, Outcome.FAILED
@@ -106,12 +107,17 @@ MARK = ["sleep", "1.4321"]
 
 
 async def kill_during_the_mark(sb: Sandbox) -> None:
-    """Kill ``sb``'s launcher (by pid) as soon as the marker runs in it: the host ending the sandbox mid-run."""
-    launcher = int(Path(f"/proc/{sb._impl.agent.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # type: ignore[union-attr]
-    wanted = "\0".join(MARK).encode() + b"\0"
-    while not any(_cmdline(pid) == wanted for pid in os.listdir("/proc") if pid.isdigit()):
-        await asyncio.sleep(0.01)
-    os.kill(launcher, signal.SIGKILL)
+    """Kill ``sb``'s launcher as soon as the marker runs in it: the host ending the sandbox mid-run. Through a
+    pidfd opened at once, so that the signal, much later, cannot reach a process that took its pid meanwhile."""
+    parent = int(Path(f"/proc/{sb._impl.agent.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # type: ignore[union-attr]
+    launcher = os.pidfd_open(parent)
+    try:
+        wanted = "\0".join(MARK).encode() + b"\0"
+        while not any(_cmdline(pid) == wanted for pid in os.listdir("/proc") if pid.isdigit()):
+            await asyncio.sleep(0.01)
+        signal.pidfd_send_signal(launcher, signal.SIGKILL)
+    finally:
+        os.close(launcher)
 
 
 def _cmdline(pid: str) -> bytes:
@@ -123,7 +129,7 @@ def _cmdline(pid: str) -> bytes:
 
 class FailingOnce:
     """Warm sandboxes whose ``doomed``-th borrowing fails as the host would, by ``fault``: ``raise`` (no sandbox to
-    be had) or ``kill`` (killed mid-run, an ``infra_error`` result). A fault injected around the real thing."""
+    be had: no file descriptor left) or ``kill`` (killed mid-run, an ``infra_error`` result)."""
 
     def __init__(self, inner: WarmSandboxes, doomed: int, fault: Literal["raise", "kill"]) -> None:
         self.inner, self.doomed, self.fault, self.borrowed = inner, doomed, fault, 0
@@ -133,7 +139,7 @@ class FailingOnce:
         self.borrowed += 1
         doomed = self.borrowed == self.doomed
         if doomed and self.fault == "raise":
-            raise SandboxError("injected: the host could not make a sandbox")
+            await start_without_fds(limits, network)
         async with self.inner.sandbox(limits=limits, network=network) as sb:
             killer = asyncio.ensure_future(kill_during_the_mark(sb)) if doomed else None
             try:

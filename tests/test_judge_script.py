@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
-from rollbox.judge import _grade as grade_module
 from rollbox.judge._report import RunnerReport
 from rollbox.judge._script import parse_reward, run_script
 from rollbox.sandbox import Status
@@ -25,12 +24,6 @@ TEST_SH = textwrap.dedent("""
     if [ $? -eq 0 ]; then echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"; else echo 0 > "$ROLLBOX_REWARD_DIR/reward.txt"; fi
 """)
 CHECK_PY = "import sys\nsys.path.insert(0, '/workspace')\nimport solution\nassert solution.add(2, 3) == 5\n"
-
-
-@pytest.fixture(autouse=True)
-def script_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register the runner the way the judge will, for this module's tests."""
-    monkeypatch.setitem(grade_module._RUNNERS, ScriptGrading, run_script)
 
 
 def make_task(root: Path, script: str = TEST_SH) -> Task:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
-from rollbox.judge import _grade as grade_module
 from rollbox.judge._stdio import outputs_match, run_stdio
 from rollbox.sandbox import Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError, load_task
@@ -20,12 +19,6 @@ from rollbox.tasks._cases import load_stdio_cases
 LIMITS = '[limits]\ntimeout = "2s"\ncpu_time = "1s"\nmemory = "128M"\noutput = "64K"\n'
 SUM = "import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))\n"
 SUM_CASES = [("1 2\n", "3\n"), ("10 -4 5\n", "11\n"), ("7\n", "7\n")]
-
-
-@pytest.fixture(autouse=True)
-def stdio_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register the runner the way the judge will, for this module's tests."""
-    monkeypatch.setitem(grade_module._RUNNERS, StdioGrading, run_stdio)
 
 
 def make_task(

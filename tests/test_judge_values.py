@@ -69,10 +69,11 @@ def test_objects_that_are_not_builtin_values_are_refused(value: Any) -> None:
 
 def test_subclasses_become_their_base_type_leaving_their_overrides_behind() -> None:
     assert encode(SneakyInt(3)) == 3 and type(encode(SneakyInt(3))) is int
-    assert decode(encode([1, SneakyInt(2)])) == [1, 2]
+    assert [(type(v), v) for v in decode(encode([1, SneakyInt(2)]))] == [(int, 1), (int, 2)]
     assert decode(encode(Counter("aab"))) == {"a": 2, "b": 1}
     assert type(decode(encode(Counter("aab")))) is dict
-    assert decode(encode(SneakyInt(3))) != 4  # the value compared outside is the plain 3
+    plain = decode(encode(SneakyInt(3)))
+    assert type(plain) is int and plain == 3  # the value compared outside is the plain 3
 
 
 def test_deep_nesting_is_refused() -> None:

@@ -54,22 +54,28 @@ def test_errors_and_limits_are_reported_the_same_way() -> None:
 
 
 def test_children_never_see_each_others_changes_and_a_killed_zygote_is_replaced() -> None:
-    async def main() -> list[ExecResult]:
+    def zygote(sb: Sandbox) -> int | None:
+        return sb._impl._zygote.pid  # type: ignore[union-attr]
+
+    async def main() -> tuple[list[ExecResult], int | None, int | None]:
         async with Sandbox(limits=LIMITS) as sb:
             await sb.write_file("taint.py", "import json\njson.dumps = None\nimport os\nos.environ['LEFT'] = '1'\n")
             await sb.write_file("look.py", "import json, os\nprint(json.dumps([1]), os.environ.get('LEFT'))\n")
             await sb.write_file("kill.py", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
-            return [
+            results = [
                 await sb.exec(["python3", "taint.py"], warm_python=True),
                 await sb.exec(["python3", "look.py"], warm_python=True),
-                await sb.exec(["python3", "kill.py"], warm_python=True),
-                await sb.exec(["python3", "look.py"], warm_python=True),
             ]
+            before = zygote(sb)
+            results.append(await sb.exec(["python3", "kill.py"], warm_python=True))
+            results.append(await sb.exec(["python3", "look.py"], warm_python=True))
+            return results, before, zygote(sb)
 
-    taint, look, kill, again = asyncio.run(main())
+    (taint, look, kill, again), before, after = asyncio.run(main())
     assert taint.ok and look.stdout == b"[1] None\n"
     assert kill.status is not Status.INFRA_ERROR
     assert again.ok and again.stdout == b"[1] None\n"
+    assert before is not None and after is not None and before != after  # the killed zygote was replaced
 
 
 @pytest.mark.parametrize("argv", [["python3"], ["python3", "-c", "pass"], ["sh", "s.py"]])
