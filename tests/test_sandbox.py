@@ -740,3 +740,50 @@ def test_read_file_can_refuse_a_file_larger_than_the_caller_wants() -> None:
             return small, refused.value.errno
 
     assert asyncio.run(main()) == (b"small\n", errno.EFBIG)
+
+
+def test_a_start_short_of_descriptors_says_so_and_what_it_made_is_removed_at_the_next_start() -> None:
+    # Out of file descriptors at each step of a start in turn (this process's limit lowered meanwhile): each start
+    # fails with a SandboxError naming the cause; what it made, where removing it failed too, goes at the next start.
+    import resource
+
+    from rollbox.sandbox import SandboxError
+    from rollbox.sandbox._namespaces import NamespaceHost
+
+    def open_fds() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    async def main() -> tuple[list[str], set[str], set[Path], bool]:
+        async with Sandbox(limits=FAST) as sb:  # the host, the spawner and the agent binary are set up once
+            await sb.exec(["true"])
+        host = NamespaceHost.get()
+        fds, dirs = open_fds(), set(host.state.sandboxes.iterdir())
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        # The holes below the highest descriptor filled, a limit of top + n leaves exactly n to be had.
+        top, fillers = max(int(fd) for fd in fds), []
+        while (filler := os.open("/dev/null", os.O_RDONLY)) < top:
+            fillers.append(filler)
+        os.close(filler)
+        errors, left_behind = [], False
+        try:
+            for spare_fds in range(16):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1 + spare_fds, hard))
+                try:
+                    async with Sandbox(limits=FAST) as sb:
+                        break  # enough descriptors now (what failed before holds some, until a start can close it)
+                except SandboxError as exc:
+                    errors.append(str(exc))
+                    left_behind = left_behind or bool(host.unclosed)
+                finally:
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        finally:
+            for filler in fillers:
+                os.close(filler)
+        async with Sandbox(limits=FAST) as sb:
+            assert (await sb.exec(["true"])).ok
+        return errors, open_fds() - fds, set(host.state.sandboxes.iterdir()) - dirs, left_behind
+
+    errors, fds, dirs, left_behind = asyncio.run(main())
+    assert len(errors) >= 3 and all("Too many open files" in e for e in errors), errors
+    assert left_behind  # some attempt could not remove what it made at the time (else this test proves little)
+    assert (fds, dirs) == (set(), set())

@@ -81,6 +81,8 @@ class NamespaceHost:
         self.state.ensure()
         self.state.reap(self.cgroups)
         self.runtime_binds = _runtime_binds()
+        #: Sandboxes whose close failed part-way (no descriptor to be had, say): closed again at each next start.
+        self.unclosed: list[NamespaceSandbox] = []
         #: True when the interpreter lives under /tmp or /workspace (say, a checkout in /tmp).
         self.runtime_in_writable_tree = any(
             path == root or path.startswith(root + "/")
@@ -232,8 +234,11 @@ class NamespaceSandbox:
         """Build the sandbox and start its agent.
 
         Raises:
-            SandboxError: any step failed; everything made so far is removed.
+            SandboxError: any step failed (the host's own error, an ``OSError`` such as running out of file
+                descriptors, is its cause); everything made so far is removed, or, where removing it failed too,
+                removed at the next start.
         """
+        self._close_unclosed()
         made: asyncio.Future[None] | None = None
         try:
             self.uid, self._uid_lock = self.host.state.allocate_uid()
@@ -245,12 +250,17 @@ class NamespaceSandbox:
             self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
             await self._start_agent()
             await made
-        except BaseException:
+        except BaseException as exc:
             if made is not None:
                 made.cancel()  # a cgroup change under way finishes first
                 with contextlib.suppress(BaseException):
                     await made
-            self.close()
+            try:
+                self.close()
+            except (OSError, SandboxError) as cleanup:  # the same shortage, often: the first error is the one to see
+                exc.add_note(f"removing what was made failed too ({cleanup}); the next sandbox start retries it")
+            if isinstance(exc, OSError):
+                raise SandboxError(f"cannot start a sandbox: {exc}") from exc
             raise
 
     def _make_cgroup(self) -> None:
@@ -262,45 +272,50 @@ class NamespaceSandbox:
 
     async def _start_agent(self) -> None:
         assert self._dir is not None
-        host_end, sandbox_end = roomy_socketpair()
-        host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the hello then says who the agent is
-        seccomp_r, seccomp_w = os.pipe2(os.O_CLOEXEC)
-        program = build_filter(allow_inet=self.network is Network.LOOPBACK)
-        os.write(seccomp_w, program)
-        os.close(seccomp_w)
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        fs_fd, held = self._dir.fs_fd, self._dir.held_as
-        assert fs_fd is not None
-        # The launcher gets the agent's socket as fd 3, the filter as 4, the pipe for its report of the agent's end
-        # as 5, and the writable tree as 6: the host's detached mount, or the spawner's clone of the tree it holds.
-        passed = [sandbox_end.fileno(), seccomp_r, status_w, *([] if held else [fs_fd])]
-        launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
-        launcher += ["--id", str(SANDBOX_UID), "--seccomp", "4", "--status", "5", "--hostname", "rollbox"]
-        launcher += ["--chdir", "/workspace", "--net", self.network.value, "--stage", str(self.host.state.stage)]
-        launcher += ["--fs-tree" if held else "--fs", "6"]
-        argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
-        # Cancelled meanwhile, the spawn still ends (the spawner answers within moments), and the launcher is then
-        # ended as a close ends it (the agent sees its socket close and exits, and the launcher reaps it): killed
-        # instead, it would leave its agent to die in its own time, after the sandbox has closed.
-        spawning = asyncio.ensure_future(_spawn(argv, passed, held))
-        cancelled = await settled(spawning)
-        try:
-            process = spawning.result()
-        except BaseException as exc:
-            host_end.close()
-            os.close(status_r)
-            if cancelled:
-                raise asyncio.CancelledError from exc
-            if isinstance(exc, SandboxError):
-                raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
-            raise
-        finally:
-            sandbox_end.close()
-            os.close(seccomp_r)
-            os.close(status_w)
-        self._agent = AgentConnection(
-            host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
-        )
+        # Descriptors passed to the launcher are closed here once it has them; those the sandbox keeps, only on
+        # failure (which may be the host running out of descriptors at any of these steps).
+        with contextlib.ExitStack() as passed_fds, contextlib.ExitStack() as kept:
+            host_end, sandbox_end = roomy_socketpair()
+            kept.callback(host_end.close)
+            passed_fds.callback(sandbox_end.close)
+            host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the hello then says who the agent is
+            seccomp_r, seccomp_w = os.pipe2(os.O_CLOEXEC)
+            passed_fds.callback(os.close, seccomp_r)
+            try:
+                os.write(seccomp_w, build_filter(allow_inet=self.network is Network.LOOPBACK))
+            finally:
+                os.close(seccomp_w)
+            status_r, status_w = os.pipe2(os.O_CLOEXEC)
+            kept.callback(os.close, status_r)
+            passed_fds.callback(os.close, status_w)
+            fs_fd, held = self._dir.fs_fd, self._dir.held_as
+            assert fs_fd is not None
+            # The launcher gets the agent's socket as fd 3, the filter as 4, the pipe for its report of the agent's
+            # end as 5, and the writable tree as 6: the host's detached mount, or the spawner's clone of the tree it
+            # holds.
+            passed = [sandbox_end.fileno(), seccomp_r, status_w, *([] if held else [fs_fd])]
+            launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
+            launcher += ["--id", str(SANDBOX_UID), "--seccomp", "4", "--status", "5", "--hostname", "rollbox"]
+            launcher += ["--chdir", "/workspace", "--net", self.network.value, "--stage", str(self.host.state.stage)]
+            launcher += ["--fs-tree" if held else "--fs", "6"]
+            argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
+            # Cancelled meanwhile, the spawn still ends (the spawner answers within moments), and the launcher is
+            # then ended as a close ends it (the agent sees its socket close and exits, and the launcher reaps it):
+            # killed instead, it would leave its agent to die in its own time, after the sandbox has closed.
+            spawning = asyncio.ensure_future(_spawn(argv, passed, held))
+            cancelled = await settled(spawning)
+            try:
+                process = spawning.result()
+            except BaseException as exc:
+                if cancelled:
+                    raise asyncio.CancelledError from exc
+                if isinstance(exc, SandboxError):
+                    raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
+                raise
+            self._agent = AgentConnection(
+                host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
+            )
+            kept.pop_all()
         if cancelled:
             raise asyncio.CancelledError
         await self._agent.wait_ready()
@@ -431,7 +446,25 @@ class NamespaceSandbox:
         return self._zygote
 
     def close(self) -> None:
-        """Kill everything, remove the cgroup, free the tree, free the uid (idempotent)."""
+        """Kill everything, remove the cgroup, free the tree, free the uid (idempotent).
+
+        Raises:
+            SandboxError, OSError: part of it failed; the next sandbox start of this process tries again.
+        """
+        try:
+            self._close()
+        except BaseException:
+            if self not in self.host.unclosed:
+                self.host.unclosed.append(self)
+            raise
+
+    def _close_unclosed(self) -> None:
+        for sandbox in list(self.host.unclosed):
+            with contextlib.suppress(OSError, SandboxError):
+                sandbox.close()
+                self.host.unclosed.remove(sandbox)
+
+    def _close(self) -> None:
         # Closing the socket ends the agent (pid 1 inside: the kernel kills what is left there), then the launcher,
         # each reaped by its parent (killing them all at once would orphan the agent to the spawner). The
         # host's side of the tree goes while they exit: their mount namespace holds its own reference to the tmpfs.

@@ -174,8 +174,9 @@ class Spawner:
         header = EXEC_HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, _SPAWN_WITH_TREE if tree else 0, 0, 0, 0)
         message = header + b"".join(s.encode() + b"\0" for s in strings)
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
+        stderr_r = stderr_w = -1
         try:
+            stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)  # in the try: a host out of descriptors fails here
             fds = array.array("i", [reply_theirs.fileno(), stderr_w, *pass_fds])
             self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             reply_theirs.close()
@@ -193,7 +194,8 @@ class Spawner:
                 raise asyncio.CancelledError
             answer, pidfd = reading.result()
         except BaseException:
-            os.close(stderr_r)
+            if stderr_r >= 0:
+                os.close(stderr_r)
             raise
         finally:
             reply.close()

@@ -315,11 +315,18 @@ class SandboxDir:
         in another process never takes a directory being made for a dead one."""
         path = state.sandboxes / sandbox_id
         making = state.sandboxes / f".{sandbox_id}"
+        lock = None
         try:
             making.mkdir(mode=0o711)
             lock = _try_lock(making / "lock")
             making.rename(path)
         except OSError as exc:
+            # Removed by name, which takes no descriptor: the failure may be the host running out of them.
+            with contextlib.suppress(OSError):
+                (making / "lock").unlink(missing_ok=True)
+                making.rmdir()
+            if lock is not None:
+                os.close(lock)
             raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
         return cls(path, tree, lock_fd=lock)
 
