@@ -317,6 +317,26 @@ def test_parsers_accept_human_units_and_refuse_garbage() -> None:
         parse_size("lots")
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration("-1")
+    assert parse_size(1e9) == 10**9 and type(parse_size(1e9)) is int
+    for garbage in (1.5, True, None):
+        with pytest.raises(ValueError, match="invalid size"):
+            parse_size(garbage)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(True)
+
+
+def test_limits_are_plain_numbers_of_their_kind_and_bounded() -> None:
+    limits = Limits(memory_bytes=1e9, timeout_s=5)  # type: ignore[arg-type]
+    assert (limits.memory_bytes, type(limits.memory_bytes), type(limits.timeout_s)) == (10**9, int, float)
+    for bad, message in (
+        ({"pids": 2.9}, "Limits.pids must be a whole number, got 2.9"),
+        ({"open_files": True}, "Limits.open_files must be a finite number, got True"),
+        ({"open_files": 2**63}, "Limits.open_files must be at most 2\\*\\*62"),
+        ({"cpu_time_s": float("nan")}, "Limits.cpu_time_s must be a finite number"),
+        ({"memory_bytes": "1G"}, "Limits.memory_bytes must be a finite number, got '1G'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Limits(**bad)  # type: ignore[arg-type]
 
 
 def test_write_tree_copies_files_and_links_never_following_them(tmp_path: Path) -> None:
@@ -787,3 +807,31 @@ def test_a_start_short_of_descriptors_says_so_and_what_it_made_is_removed_at_the
     assert len(errors) >= 3 and all("Too many open files" in e for e in errors), errors
     assert left_behind  # some attempt could not remove what it made at the time (else this test proves little)
     assert (fds, dirs) == (set(), set())
+
+
+def test_a_limit_that_fires_while_the_host_is_out_of_descriptors_still_ends_the_command() -> None:
+    # The kill at the timeout cannot even list the command's processes: exec still returns (it used to wait forever:
+    # the timer's callback raised before it could wake the command's supervisor).
+    import resource
+
+    async def main() -> ExecResult:
+        async with Sandbox(limits=FAST) as sb:
+            await sb.exec(["true"])
+            command = asyncio.ensure_future(sb.exec(["sleep", "1000"], timeout_s=0.3))
+            await asyncio.sleep(0.1)
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            top, fillers = max(int(fd) for fd in os.listdir("/proc/self/fd")), []
+            while (filler := os.open("/dev/null", os.O_RDONLY)) < top:
+                fillers.append(filler)
+            os.close(filler)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1, hard))  # not one descriptor to be had
+            try:
+                await asyncio.sleep(0.5)  # the timeout fires meanwhile
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+                for filler in fillers:
+                    os.close(filler)
+            return await asyncio.wait_for(command, 10)
+
+    result = asyncio.run(main())
+    assert result.status in (Status.TIMEOUT, Status.INFRA_ERROR), result

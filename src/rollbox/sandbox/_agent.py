@@ -618,7 +618,7 @@ class AgentConnection:
             wall_s = time.monotonic() - start
         except BaseException:  # cancelled: nothing waits for the report any more (a later wait drops it)
             exited_task.cancel()
-            with contextlib.suppress(SandboxError):  # the sandbox restarts its agent, which ends the rest
+            with contextlib.suppress(SandboxError):  # the rest dies as the restarting sandbox removes its cgroup
                 group.kill()
             raise
         finally:

@@ -452,14 +452,21 @@ class Cgroup:
 
     def send_kill(self) -> list[int]:
         """SIGKILL every process in this cgroup now, once, and return their pids; where ``cgroup.kill`` is missing
-        (v1), a fork racing this may survive it (:meth:`kill` repeats until none is left)."""
-        pids = self.pids()
-        kill_file = self._file("pids", "cgroup.kill")
-        if pids and self.version == 2 and _has(kill_file):
-            _write(kill_file, "1")
-        else:
-            for pid in pids:
-                self._kill_member(pid)
+        (v1), a fork racing this may survive it (:meth:`kill` repeats until none is left).
+
+        Raises:
+            SandboxError: the host could not (out of descriptors, say).
+        """
+        try:
+            pids = self.pids()
+            kill_file = self._file("pids", "cgroup.kill")
+            if pids and self.version == 2 and _has(kill_file):
+                _write(kill_file, "1")
+            else:
+                for pid in pids:
+                    self._kill_member(pid)
+        except OSError as exc:
+            raise SandboxError(f"cannot kill the processes in {self.dirs[0]}: {exc}") from exc
         return pids
 
     def _killing(self, timeout_s: float) -> Iterator[float]:

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import resource
 import secrets
 import socket
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -81,14 +83,30 @@ class NamespaceHost:
         self.state.ensure()
         self.state.reap(self.cgroups)
         self.runtime_binds = _runtime_binds()
-        #: Sandboxes whose close failed part-way (no descriptor to be had, say): closed again at each next start.
+        #: Sandboxes whose close failed part-way for want of descriptors or memory: closed again at the next start.
+        #: (Other failures, such as processes that survive SIGKILL, are left to the next process's ``reap``.)
         self.unclosed: list[NamespaceSandbox] = []
+        self._unclosed_lock = threading.Lock()  # sandboxes may be opened from several threads
         #: True when the interpreter lives under /tmp or /workspace (say, a checkout in /tmp).
         self.runtime_in_writable_tree = any(
             path == root or path.startswith(root + "/")
             for path in self.runtime_binds
             for root in ("/tmp", "/workspace", "/dev/shm")
         )
+
+    def close_later(self, sandbox: NamespaceSandbox) -> None:
+        """Have the next start close ``sandbox`` again."""
+        with self._unclosed_lock:
+            if sandbox not in self.unclosed:
+                self.unclosed.append(sandbox)
+
+    def close_unclosed(self) -> None:
+        """Close again what failed to close for a shortage; one still short is put back by its own ``close``."""
+        with self._unclosed_lock:
+            pending, self.unclosed = self.unclosed, []
+        for sandbox in pending:
+            with contextlib.suppress(Exception):
+                sandbox.close()
 
     @classmethod
     def get(cls) -> NamespaceHost:
@@ -102,6 +120,15 @@ async def _spawn(argv: list[str], pass_fds: list[int], tree: str | None) -> Laun
     """Start ``argv`` through this process's spawner, started (again) first if need be: its failure to start is the
     spawn's, so that the caller's cleanup covers it."""
     return await Spawner.get().spawn(argv, pass_fds=pass_fds, tree=tree)
+
+
+def _short_of_resources(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or what caused it, is the host running out of descriptors or memory (which passes)."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def _raise_open_files_limit() -> None:
@@ -238,7 +265,7 @@ class NamespaceSandbox:
                 descriptors, is its cause); everything made so far is removed, or, where removing it failed too,
                 removed at the next start.
         """
-        self._close_unclosed()
+        self.host.close_unclosed()
         made: asyncio.Future[None] | None = None
         try:
             self.uid, self._uid_lock = self.host.state.allocate_uid()
@@ -257,7 +284,7 @@ class NamespaceSandbox:
                     await made
             try:
                 self.close()
-            except (OSError, SandboxError) as cleanup:  # the same shortage, often: the first error is the one to see
+            except Exception as cleanup:  # the same shortage, often: the first error is the one to see
                 exc.add_note(f"removing what was made failed too ({cleanup}); the next sandbox start retries it")
             if isinstance(exc, OSError):
                 raise SandboxError(f"cannot start a sandbox: {exc}") from exc
@@ -449,20 +476,15 @@ class NamespaceSandbox:
         """Kill everything, remove the cgroup, free the tree, free the uid (idempotent).
 
         Raises:
-            SandboxError, OSError: part of it failed; the next sandbox start of this process tries again.
+            SandboxError, OSError: part of it failed; where for want of descriptors or memory, the next sandbox
+                start of this process tries again.
         """
         try:
             self._close()
-        except BaseException:
-            if self not in self.host.unclosed:
-                self.host.unclosed.append(self)
+        except Exception as exc:
+            if _short_of_resources(exc):
+                self.host.close_later(self)
             raise
-
-    def _close_unclosed(self) -> None:
-        for sandbox in list(self.host.unclosed):
-            with contextlib.suppress(OSError, SandboxError):
-                sandbox.close()
-                self.host.unclosed.remove(sandbox)
 
     def _close(self) -> None:
         # Closing the socket ends the agent (pid 1 inside: the kernel kills what is left there), then the launcher,

@@ -315,9 +315,12 @@ class SandboxDir:
         in another process never takes a directory being made for a dead one."""
         path = state.sandboxes / sandbox_id
         making = state.sandboxes / f".{sandbox_id}"
-        lock = None
         try:
             making.mkdir(mode=0o711)
+        except OSError as exc:
+            raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
+        lock = None
+        try:
             lock = _try_lock(making / "lock")
             making.rename(path)
         except OSError as exc:
