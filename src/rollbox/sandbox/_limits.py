@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
+import operator
 import re
 from dataclasses import dataclass, fields
 
@@ -23,8 +25,8 @@ def parse_size(text: str | int) -> int:
     Raises:
         ValueError: the text is not a size; the message shows it and the accepted forms.
     """
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
+    if isinstance(text, int | float) and not isinstance(text, bool) and float(text).is_integer():
+        return int(text)
     match = _SIZE.match(text) if isinstance(text, str) else None
     if not match:
         raise ValueError(
@@ -62,6 +64,8 @@ class Network(str, enum.Enum):
 
 #: The limits counted in seconds; every other one is a whole number (of bytes, processes or descriptors).
 _SECONDS = frozenset({"timeout_s", "cpu_time_s"})
+#: Beyond any machine, and within the 64-bit fields the agent takes limits in.
+_MOST = 2**62
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,15 +100,26 @@ class Limits:
 
     def __post_init__(self) -> None:
         for field in fields(self):
-            value = getattr(self, field.name)
+            name, value = field.name, getattr(self, field.name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ValueError(f"Limits.{field.name} must be a finite number, got {value!r}")
-            if field.name not in _SECONDS and not isinstance(value, int):
-                raise ValueError(f"Limits.{field.name} must be a whole number, got {value!r}")
-            if value <= 0:
-                raise ValueError(f"Limits.{field.name} must be positive, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"Limits.{name} must be a finite number, got {value!r}")
+            # An int (or a numpy integer) exactly; anything else as a float.
+            number = operator.index(value) if isinstance(value, numbers.Integral) else float(value)
+            if isinstance(number, float) and not math.isfinite(number):
+                raise ValueError(f"Limits.{name} must be a finite number, got {value!r}")
+            if number <= 0:
+                raise ValueError(f"Limits.{name} must be positive, got {value!r}")
+            if number > _MOST:
+                raise ValueError(f"Limits.{name} must be at most 2**62, got {value!r}")
+            if name in _SECONDS:
+                number = float(number)
+            elif isinstance(number, float):
+                if not number.is_integer():
+                    raise ValueError(f"Limits.{name} must be a whole number, got {value!r}")
+                number = int(number)  # 1e9: a plain int, as the kernel takes it
+            object.__setattr__(self, name, number)
         if self.pids < 2:
             raise ValueError(f"Limits.pids must be at least 2 (the command and one child), got {self.pids}")
         if self.memory_bytes < 8 * MiB:

@@ -86,12 +86,12 @@ def _convert(file: Path, table: str, key: str, value: Any, parse: Callable[[Any]
         raise TaskFormatError(file, f"{table} {key}: {value!r} is out of range; give a finite number") from None
 
 
-def _count(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+def _count(value: Any) -> int | float:
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
-    raise ValueError(f"expected a whole number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return value  # Limits says what is wrong with it, if anything
 
 
 def _read_text(path: Path, fix: str) -> str:
