@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +180,45 @@ def test_a_warm_python_pool_has_every_zygote_running_before_its_first_command() 
             return [await _zygote_up(sb) for sb in boxes]
 
     assert asyncio.run(main()) == [True, True]
+
+
+def test_a_zygote_a_program_stopped_is_killed_when_it_is_replaced_and_leaves_nothing_to_the_next_user() -> None:
+    # A warm command stops its zygote (same uid, not pid 1) and ends at once (its output limit). The stopped zygote
+    # never reports the command's end, so it is replaced; it used to stay, stopped, with the command unreaped,
+    # holding memory outside every sandbox and pids inside the sandbox's, and an in-place reset kept it all.
+    from conftest import TIME_SCALE
+
+    stop = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint('x' * (2 << 20))\n"
+
+    def alive(pid: int) -> bool:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2] not in "ZX"
+
+    async def main() -> tuple[list[ExecResult], int, int, bool, ExecResult]:
+        async with SandboxPool(size=1, limits=Limits(timeout_s=5, output_bytes=2**20), warm_python=True) as pool:
+            async with pool.sandbox() as sb:
+                await sb.write_file("stop.py", stop)
+                await sb.write_file("served.py", "print('served')\n")
+                await sb.exec(["python3", "served.py"], warm_python=True)
+                old = sb._impl._zygote.pid  # type: ignore[union-attr]
+                results = [
+                    await sb.exec(["python3", "stop.py"], warm_python=True),
+                    await sb.exec(["python3", "served.py"], warm_python=True),
+                ]
+                new = sb._impl._zygote.pid  # type: ignore[union-attr]
+                deadline = asyncio.get_running_loop().time() + 5 * TIME_SCALE
+                while alive(old) and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.02)
+                old_alive = alive(old)
+            async with pool.sandbox() as sb:  # the next user: only the agent, the new zygote and this shell are there
+                listing = await sb.exec(["sh", "-c", "set -- /proc/[0-9]*; echo $#"])
+        return results, old, new, old_alive, listing
+
+    (stopped, served), old, new, old_alive, listing = asyncio.run(main())
+    assert stopped.status is Status.OUTPUT_LIMIT, stopped
+    assert served.ok and served.stdout == b"served\n", served
+    assert new != old and not old_alive  # replaced, and the stopped one killed
+    assert listing.ok and listing.stdout == b"3\n", listing

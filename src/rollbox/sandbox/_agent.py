@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ._cgroup import in_thread, read_kernel_file
 from ._errors import SandboxError
-from ._health import fingerprint
+from ._health import fingerprint, start_time
 from ._limits import Limits
 from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
@@ -238,6 +238,7 @@ class AgentConnection:
         #: The helper's host pid and what it looked like when it started (see ``_health``).
         self.pid: int | None = None
         self.fingerprint: tuple[tuple[str, ...] | None, ...] | None = None
+        self._started_at: str | None = None
         sock.setblocking(False)
         self._loop.add_reader(sock.fileno(), self._readable)
 
@@ -254,6 +255,7 @@ class AgentConnection:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                     self.pid = struct.unpack("iII", payload[:12])[0]
                     self.fingerprint = self._fingerprints()
+                    self._started_at = start_time(self.pid)
         if not data:
             self.alive = False
             self._loop.remove_reader(self._sock.fileno())
@@ -351,12 +353,31 @@ class AgentConnection:
         self.reap()
 
     def shutdown(self) -> None:
-        """Close the control socket: the agent, then the launcher exit (idempotent)."""
+        """Close the control socket: the agent, then the launcher exit (idempotent). A helper with no launcher of
+        its own (the zygote) is killed too: stopped by a program, it would not see its socket close, and would
+        stay, with its children unreaped, counted against the next user's pids."""
         if self._sock.fileno() >= 0:
             with contextlib.suppress(ValueError, RuntimeError):
                 self._loop.remove_reader(self._sock.fileno())
             self._sock.close()
         self.alive = False
+        if self._process is None and self.pid is not None:
+            self._kill_helper(self.pid)
+
+    def _kill_helper(self, pid: int) -> None:
+        """SIGKILL the helper, pinned by a pidfd and checked to be the process that said hello (its pid may have
+        been reused since it ended)."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            if start_time(pid) == self._started_at is not None:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(pidfd)
 
     def reap(self) -> None:
         """Wait for the launcher to exit, killing it if it does not, and release it (idempotent)."""

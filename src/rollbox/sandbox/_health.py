@@ -14,7 +14,7 @@ import platform
 
 from ._cgroup import read_kernel_file
 
-__all__ = ["fingerprint"]
+__all__ = ["fingerprint", "start_time"]
 
 _SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
 _SYS_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}.get(platform.machine())
@@ -22,6 +22,16 @@ _SYS_SCHED_GETSCHEDULER = {"x86_64": 145, "aarch64": 120}.get(platform.machine()
 _SCHED_ATTR_SIZE = 56
 _IOPRIO_WHO_PROCESS = 1
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def start_time(pid: int) -> str | None:
+    """When process ``pid`` (host pid) started, in clock ticks since boot: with the pid, it names one process
+    (a pid alone may have been reused). None when it is gone."""
+    try:
+        stat = read_kernel_file(f"/proc/{pid}/stat")
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()[19]  # proc(5): field 22, here counted after comm
 
 
 def fingerprint(pid: int) -> tuple[str, ...] | None:
