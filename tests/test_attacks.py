@@ -827,6 +827,38 @@ _KILL_EVERY_OTHER = (
 )
 
 
+#: Lowers what a program can lower about its helper (the agent, pid 1, or the zygote, its parent when warm), all
+#: of which a forked command inherits: an address-space limit, the priority, the CPUs it may run on.
+_CRIPPLE_HELPER = """
+import os, resource, sys
+helper = 1 if sys.argv[1] == "agent" else os.getppid()
+resource.prlimit(helper, resource.RLIMIT_AS, (200 << 20, 200 << 20))
+os.setpriority(os.PRIO_PROCESS, helper, 19)
+os.sched_setaffinity(helper, {min(os.sched_getaffinity(helper))})
+"""
+_STANDING = """
+import os, resource
+print(resource.getrlimit(resource.RLIMIT_AS), os.getpriority(os.PRIO_PROCESS, 0), len(os.sched_getaffinity(0)))
+"""
+
+
+@pytest.mark.parametrize("helper", ["agent", "zygote"])
+def test_a_helper_crippled_from_inside_is_replaced_before_the_next_command(helper: str) -> None:
+    warm = helper == "zygote"
+
+    async def body(sb: Sandbox) -> tuple[ExecResult, ExecResult, ExecResult]:
+        await sb.write_file("cripple.py", textwrap.dedent(_CRIPPLE_HELPER))
+        await sb.write_file("standing.py", _STANDING)
+        pristine = await sb.exec(["python3", "standing.py"], warm_python=warm)
+        crippled = await sb.exec(["python3", "cripple.py", helper], warm_python=warm)
+        return pristine, crippled, await sb.exec(["python3", "standing.py"], warm_python=warm)
+
+    pristine, crippled, after = with_sandbox(body)
+    assert pristine.ok and crippled.ok, (explain(pristine), explain(crippled))
+    # The next command runs as the first did: on a new helper, never with what the program lowered.
+    assert after.ok and after.stdout == pristine.stdout, (explain(after), pristine.stdout)
+
+
 def test_the_agent_is_pid_1_and_no_signal_from_inside_stops_or_kills_it() -> None:
     async def body(sb: Sandbox) -> tuple[ExecResult, int | None, ExecResult, int | None]:
         await sb.exec(["true"])

@@ -482,6 +482,33 @@ static int parse_request(char *buf, size_t n, uint32_t type, struct exec_header 
 /* The next command's process: take the command's rlimits (the open files limit once its fds are in), announce,
  * wait in its cgroup for the command, become it. Whatever fails before "x" (a crippled agent's limits cannot be
  * raised) shows the host that nothing of the command ran. */
+/* What a program of the sandbox's uid can change about the agent (it runs as that uid) and a command would
+ * inherit: rlimits, nice, scheduling policy and attributes, CPU affinity, I/O priority, OOM score. Taken when the
+ * agent starts serving; a spare that inherited anything else exits before it announces itself, a failed start
+ * on which the host restarts the agent, so that no later command runs crippled. */
+struct standing {
+    struct rlimit limits[RLIM_NLIMITS];
+    int nice, policy, ioprio;
+    cpu_set_t cpus;
+    unsigned char attr[56]; /* struct sched_attr, as the kernel fills it */
+    char oom[16];
+};
+static struct standing serving_standing;
+
+static void take_standing(struct standing *s) {
+    memset(s, 0, sizeof *s);
+    for (int r = 0; r < RLIM_NLIMITS; r++) getrlimit(r, &s->limits[r]);
+    errno = 0;
+    s->nice = getpriority(PRIO_PROCESS, 0);
+    s->policy = sched_getscheduler(0);
+    s->ioprio = (int)syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, 0);
+    sched_getaffinity(0, sizeof s->cpus, &s->cpus);
+    syscall(SYS_sched_getattr, 0, s->attr, sizeof s->attr, 0);
+    int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, s->oom, sizeof s->oom - 1) < 0) s->oom[0] = '?';
+    if (fd >= 0) close(fd);
+}
+
 static void spare(int sync, const struct exec_header *limits) {
     static char buf[MSG_MAX];
     struct rlimit rl;
@@ -492,6 +519,9 @@ static void spare(int sync, const struct exec_header *limits) {
     struct iovec iov = {buf, sizeof buf};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
     sigset_t none;
+    struct standing now;
+    take_standing(&now);
+    if (memcmp(&now, &serving_standing, sizeof now) != 0) _exit(125);  /* a crippled agent: see take_standing */
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);  /* the agent blocks SIGCHLD for its signalfd */
     if (setsid() < 0) die("setsid");
@@ -624,6 +654,7 @@ static int serve(int sock) {
     struct signalfd_siginfo info;
     prctl(PR_SET_DUMPABLE, 0);  /* keep the program inside away from our fds through /proc */
     if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
+    take_standing(&serving_standing);
     /* A child's end wakes us through a signalfd: the command's, to report it, and any orphan's, to reap it at
      * once (an unreaped one would count against the next command's pids limit). */
     sigemptyset(&chld);

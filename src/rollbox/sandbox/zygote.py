@@ -53,6 +53,27 @@ _EXITED_MSG = struct.Struct("<IiqqII")  # as agent.c's: type, wait status, CPU u
 _MAX_REQUEST = 1 << 20
 _LIBC = ctypes.CDLL(None)
 _PR_SET_DUMPABLE = 4
+_SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine, -1)
+_SYS_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}.get(os.uname().machine, -1)
+_RLIMITS = sorted(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
+
+
+def _standing() -> tuple[object, ...]:
+    """What a program of the sandbox's uid can change about this zygote (it runs as that uid) and a child would
+    inherit: rlimits, nice, scheduling policy and attributes, CPU affinity, I/O priority, OOM score."""
+    attr = ctypes.create_string_buffer(56)
+    _LIBC.syscall(_SYS_SCHED_GETATTR, 0, attr, 56, 0)
+    with open("/proc/self/oom_score_adj") as f:
+        oom = f.read()
+    return (
+        [resource.getrlimit(r) for r in _RLIMITS],
+        os.getpriority(os.PRIO_PROCESS, 0),
+        os.sched_getscheduler(0),
+        os.sched_getaffinity(0),
+        _LIBC.syscall(_SYS_IOPRIO_GET, 1, 0),  # IOPRIO_WHO_PROCESS, this process
+        attr.raw,
+        oom,
+    )
 
 
 def _rlimits(cpu_time_s: int, file_size_bytes: int) -> None:
@@ -151,16 +172,20 @@ def _run_script(path: str) -> None:
     exec(code, main.__dict__)
 
 
-def _run(sync_fd: int, limits: tuple[int, int, int]) -> None:
+def _run(sync_fd: int, limits: tuple[int, int, int], standing: tuple[object, ...]) -> None:
     """The child: take the rlimits, announce, wait in the command's cgroup for the command, run the script, exit as
-    Python would."""
+    Python would. A child that inherited anything but the zygote's ``standing`` when it started serving exits
+    before it announces itself: a failed start, on which the host starts another zygote, so that no command runs
+    crippled."""
     code = 1
     try:
+        if _standing() != standing:
+            os._exit(125)
         os.setsid()
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.dup2(sync_fd, 3)
-        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.closerange(4, 2**31 - 1)  # not the soft limit: a program could have lowered the zygote's
         cpu_time_s, open_files, file_size_bytes = limits
         _rlimits(cpu_time_s, file_size_bytes)
         sync = socket.socket(fileno=3)
@@ -204,7 +229,7 @@ def _run(sync_fd: int, limits: tuple[int, int, int]) -> None:
         os._exit(code)
 
 
-def _serve(sock: socket.socket) -> None:
+def _serve(sock: socket.socket, standing: tuple[object, ...]) -> None:
     while True:
         fds = array.array("i")
         message, ancillary, _flags, _addr = sock.recvmsg(_HEADER.size, socket.CMSG_SPACE(fds.itemsize))
@@ -219,7 +244,7 @@ def _serve(sock: socket.socket) -> None:
         pid = os.fork()
         if pid == 0:
             sock.close()
-            _run(fds[0], (cpu_time_s, open_files, file_size_bytes))
+            _run(fds[0], (cpu_time_s, open_files, file_size_bytes), standing)
         os.close(fds[0])
         _pid, status, usage = os.wait4(pid, 0)
         cpu_us = int((usage.ru_utime + usage.ru_stime) * 1_000_000)
@@ -233,9 +258,10 @@ def main() -> None:
     _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=int(sys.argv[2]))
     os.set_inheritable(sock.fileno(), False)
+    standing = _standing()
     gc.freeze()  # children never scan (and so never copy) what the zygote allocated
     sock.send(struct.pack("<I", _READY))
-    _serve(sock)
+    _serve(sock, standing)
 
 
 if __name__ == "__main__":
