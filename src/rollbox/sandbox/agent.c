@@ -860,12 +860,14 @@ static int spawner(int sock) {
         const char *tree = h.seq == SPAWN_WITH_TREE ? env[0] : NULL;
         pid_t pid = fork();
         if (pid == 0) spawned(fds, nfds, tree, cwd, args, tree != NULL ? env + 1 : env);
-        /* Its pidfd, taken before it can be reaped: rollbox can never signal a stranger that reused the pid. */
+        /* Its pidfd, through which alone rollbox signals it: never a stranger that reused the pid. Without one
+         * (no descriptor to be had), the child is killed by pid only if it was still there (ESRCH: it ended, and
+         * the kernel reaped it at once, SIGCHLD being ignored: its pid may belong to anyone by now). */
         int32_t value = pid < 0 ? -errno : pid;
         int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
         if (pid > 0 && pidfd < 0) {
             value = -errno;
-            kill(pid, SIGKILL);
+            if (errno != ESRCH) kill(pid, SIGKILL);
         }
         answer(fds[0], value, pidfd);
         if (pidfd >= 0) close(pidfd);
