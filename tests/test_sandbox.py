@@ -14,6 +14,7 @@ import sys
 import tempfile
 import textwrap
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -614,7 +615,9 @@ def test_a_cancelled_exec_leaves_no_task_behind_and_the_sandbox_serves_on() -> N
             with pytest.raises(asyncio.CancelledError):
                 await command
             await asyncio.sleep(0)  # what the cancellation cancelled finishes on the next turn of the loop
-            left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            # Nothing but the sandbox's own preparation of its next command (which also removes the cancelled
+            # command's cgroup, as after every command), which it awaits or cancels itself.
+            left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and t is not sb._spare]
             return left, await sb.exec(["echo", "next"])
 
     left, after = asyncio.run(main())
@@ -702,44 +705,72 @@ def test_an_agent_that_outlasts_its_launcher_is_waited_for() -> None:
 
 
 _FREEZER = Path("/sys/fs/cgroup/freezer")
+needs_freezer = pytest.mark.skipif(not (_FREEZER / "cgroup.procs").exists(), reason="needs cgroup v1's freezer")
+
+
+@contextlib.asynccontextmanager
+async def _frozen(argv: list[str]) -> AsyncIterator[None]:
+    """Freeze the process running ``argv`` (one this test's sandbox started) with v1's freezer, where SIGKILL waits
+    until it is thawed: it stands for one the host cannot end (stuck in the kernel, say). Thawed on the way out."""
+    from conftest import own_sandbox_processes
+
+    marker = b"".join(arg.encode() + b"\0" for arg in argv)
+    while not (running := [p for p in own_sandbox_processes() if _cmdline(p) == marker]):
+        await asyncio.sleep(0.02)
+    frozen = _FREEZER / f"rollbox-test-unkillable-{os.getpid()}"
+    frozen.mkdir()
+    try:
+        (frozen / "cgroup.procs").write_text(str(running[0]))
+        (frozen / "freezer.state").write_text("FROZEN")
+        try:
+            yield
+        finally:
+            (frozen / "freezer.state").write_text("THAWED")  # it dies now, before the sandbox closes
+    finally:
+        while frozen.exists():
+            with contextlib.suppress(OSError):
+                frozen.rmdir()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (_FREEZER / "cgroup.procs").exists(), reason="needs cgroup v1's freezer")
+@needs_freezer
 def test_a_command_the_host_cannot_kill_is_an_infra_error_never_a_hang() -> None:
-    # A frozen process (v1's freezer: SIGKILL waits until it is thawed) stands for one the host cannot end (stuck
-    # in the kernel, say). Its command times out, the kill fails after its five seconds, and exec reports it.
-    from conftest import own_sandbox_processes
-
-    frozen = _FREEZER / f"rollbox-test-unkillable-{os.getpid()}"
-    marker = b"sleep\x0031.5\x00"
-
+    # Its command times out, the kill fails after its five seconds, and exec reports it.
     async def main() -> tuple[ExecResult, list[ExecResult], bool]:
         async with Sandbox(limits=Limits(timeout_s=1, cpu_time_s=5)) as sb, Sandbox(limits=FAST) as other:
             command = asyncio.ensure_future(sb.exec(["sleep", "31.5"]))
-            while not (sleeping := [p for p in own_sandbox_processes() if _cmdline(p) == marker]):
-                await asyncio.sleep(0.02)
-            frozen.mkdir()
-            (frozen / "cgroup.procs").write_text(str(sleeping[0]))  # the process this test's command started
-            (frozen / "freezer.state").write_text("FROZEN")
-            try:
+            async with _frozen(["sleep", "31.5"]):
                 # While the kill waits (after the 1 s timeout), another sandbox's commands go on: it waits in the
                 # event loop, not holding it up.
                 await asyncio.sleep(1.5)
                 beside = [await other.exec(["true"]) for _ in range(5)]
                 waiting = not command.done()
                 return await asyncio.wait_for(command, 30), beside, waiting
-            finally:
-                (frozen / "freezer.state").write_text("THAWED")  # it dies now, before the sandbox closes
 
-    try:
-        result, beside, waiting = asyncio.run(main())
-    finally:
-        while frozen.exists():
-            with contextlib.suppress(OSError):
-                frozen.rmdir()
+    result, beside, waiting = asyncio.run(main())
     assert result.status is Status.INFRA_ERROR and "survived SIGKILL" in (result.error or ""), result
     assert waiting and all(r.ok for r in beside), beside
+
+
+@pytest.mark.slow
+@needs_freezer
+def test_a_cancelled_command_is_removed_in_the_background_and_holds_up_no_other_sandbox() -> None:
+    # Cancelled, the command's processes are killed and its cgroup removed in a worker thread (as after any
+    # command): one slow to die (here, one that cannot) keeps neither the cancellation nor other sandboxes waiting.
+    async def main() -> tuple[bool, list[ExecResult], bool, ExecResult]:
+        async with Sandbox(limits=FAST) as sb, Sandbox(limits=FAST) as other:
+            command = asyncio.ensure_future(sb.exec(["sleep", "32.5"]))
+            async with _frozen(["sleep", "32.5"]):
+                command.cancel()
+                await asyncio.wait([command])
+                cancelled = command.cancelled()
+                beside = [await other.exec(["true"]) for _ in range(5)]
+                removing = sb._spare is not None and not sb._spare.done()  # still waiting for the frozen process
+            return cancelled, beside, removing, await sb.exec(["echo", "next"])
+
+    cancelled, beside, removing, after = asyncio.run(main())
+    assert cancelled and removing and all(r.ok for r in beside), beside
+    assert after.ok and after.stdout == b"next\n", after
 
 
 def _cmdline(pid: int) -> bytes:

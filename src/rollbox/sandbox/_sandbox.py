@@ -285,7 +285,9 @@ class Sandbox:
         except SandboxError as exc:
             result = ExecResult.infra_error(str(exc))
         except BaseException:
-            _finish(impl, spare.group)
+            # Cancelled (or failed): the command's group goes in the background too, in a worker thread, where
+            # waiting for a process with a gigabyte to free holds up no other sandbox.
+            self._prepare_spare(impl, warm_python, spare.group)
             raise
         # The command's group is empty now (the command's end killed it); it is removed in the background.
         self._prepare_spare(impl, warm_python, spare.group)
