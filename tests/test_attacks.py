@@ -827,24 +827,6 @@ _KILL_EVERY_OTHER = (
 )
 
 
-def test_no_signal_reaches_the_agent_not_even_sigchld() -> None:
-    # The kernel drops what a sandbox's processes send pid 1 except SIGCHLD, which the agent waits for: a loop of
-    # those made it burn as much CPU as the loop, outside the command's. The filter refuses them all, a pidfd too.
-    code = """
-        import os, signal
-        refused = []
-        for send in (lambda: os.kill(1, signal.SIGCHLD), lambda: os.pidfd_open(1),
-                     lambda: signal.pidfd_send_signal(os.open("/proc/1", os.O_RDONLY), signal.SIGCHLD)):
-            try:
-                send()
-            except PermissionError:
-                refused.append(True)
-        print(len(refused))
-    """
-    result = exec_once(py(code))
-    assert result.status is Status.OK and result.stdout == b"3\n", explain(result)
-
-
 #: Lowers what a program can lower about its helper (the agent, pid 1, or the zygote, its parent when warm), all
 #: of which a forked command inherits: an address-space limit, the priority, the CPUs it may run on.
 _CRIPPLE_HELPER = """
@@ -891,15 +873,7 @@ def test_the_agent_is_pid_1_and_no_signal_from_inside_stops_or_kills_it() -> Non
 
 @pytest.mark.parametrize(
     "argv",
-    [
-        sh("kill -9 $PPID; sleep 1"),
-        py(
-            "import contextlib, os, signal, time\n"
-            "with contextlib.suppress(PermissionError):\n"
-            "    os.kill(os.getppid(), signal.SIGKILL)\n"
-            "time.sleep(1)\n"
-        ),
-    ],
+    [sh("kill -9 $PPID; sleep 1"), py("import os, signal, time; os.kill(os.getppid(), signal.SIGKILL); time.sleep(1)")],
     ids=["sh", "python"],
 )
 def test_killing_the_agent_is_not_infra_error(argv: list[str]) -> None:
@@ -912,8 +886,7 @@ def test_killing_the_agent_is_not_infra_error(argv: list[str]) -> None:
         return results
 
     for result in with_sandbox(body):
-        # The filter refuses the signal (the kernel would drop it anyway: pid 1): the command goes on.
-        assert result.status is Status.OK, explain(result)
+        assert result.status is Status.OK, explain(result)  # the signal cannot reach pid 1: the command goes on
 
 
 @pytest.mark.parametrize("name", ["XCPU", "XFSZ"])

@@ -21,12 +21,7 @@ before it executes the sandbox's agent, for the agent and everything it runs. Th
      nothing can, for example, switch off address-space randomisation for its children;
    - ``socket`` with a family other than ``AF_UNIX`` or ``AF_NETLINK`` (plus ``AF_INET`` and ``AF_INET6`` when
      ``allow_inet`` is true), and ``socketpair`` with any but ``AF_UNIX`` (``AF_VSOCK``, for one, ignores network
-     namespaces): ``EACCES``;
-   - ``kill``, ``tkill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo`` and ``pidfd_open`` aimed at pid
-     1, the sandbox's agent: ``EPERM``. The kernel drops every signal sent to it from inside but ``SIGCHLD``,
-     which it waits for: a flood of those made it burn CPU outside every command's accounting.
-     ``pidfd_send_signal`` is refused whatever its target (``EPERM``), since a ``/proc/1`` directory stands for
-     a pidfd of pid 1.
+     namespaces): ``EACCES``.
 
 5. Everything else is allowed.
 
@@ -69,12 +64,7 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "mq_open",
     # x86 hardware access
     "iopl", "ioperm", "modify_ldt",
-    # signals by pidfd: a directory of /proc/1 is one for the agent (see _SIGNALLING)
-    "pidfd_send_signal",
 )  # fmt: skip
-
-#: Syscalls whose first argument names the process (or thread group) they signal or open: refused for pid 1.
-_SIGNALLING = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")
 
 
 @dataclass(frozen=True)
@@ -101,8 +91,7 @@ _X86_64 = _Arch(
         "process_vm_writev": 311, "kcmp": 312, "finit_module": 313, "kexec_file_load": 320, "bpf": 321,
         "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-        "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442, "kill": 62, "tkill": 200, "tgkill": 234,
-        "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "pidfd_send_signal": 424, "pidfd_open": 434,
+        "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442,
     },
 )  # fmt: skip
 
@@ -121,8 +110,7 @@ _AARCH64 = _Arch(
         "kcmp": 272, "finit_module": 273, "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
-        "pidfd_getfd": 438, "mount_setattr": 442, "mq_open": 180, "kill": 129, "tkill": 130, "tgkill": 131,
-        "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "pidfd_send_signal": 424, "pidfd_open": 434,
+        "pidfd_getfd": 438, "mount_setattr": 442, "mq_open": 180
     },
 )  # fmt: skip
 
@@ -243,11 +231,7 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
         _jeq(nr["personality"], jt="personality"),
         _jeq(nr["socket"], jt="socket"),
         _jeq(nr["socketpair"], jt="socketpair"),
-        *(_jeq(nr[name], jt="signalling") for name in _SIGNALLING),
         _ret(_RET_ALLOW),
-        _Label("signalling"),
-        _load(_arg(0)),
-        _jeq(1, jt="eperm", jf="allow"),
         _Label("clone"),
         _load(_arg(0)),
         _jset(_CLONE_REFUSED, jt="eperm", jf="allow"),
