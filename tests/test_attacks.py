@@ -827,6 +827,54 @@ _KILL_EVERY_OTHER = (
 )
 
 
+#: Sends pid 1 SIGCHLD every way a program can, in a loop: directly (the kernel drops all else it sends pid 1),
+#: through a pipe's owner signal (F_SETOWN, F_SETSIG), and by stopping and continuing an orphan of pid 1's.
+_SIGCHLD_FLOOD = """
+import fcntl, os, signal, time
+r, w = os.pipe()
+fcntl.fcntl(r, fcntl.F_SETOWN, 1)
+fcntl.fcntl(r, 10, signal.SIGCHLD)  # F_SETSIG
+fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC | os.O_NONBLOCK)
+feed, orphan = os.pipe()
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.write(orphan, b"%d" % os.getpid())
+        signal.pause()  # an orphan: pid 1's child once its parent has gone
+    os._exit(0)
+os.wait()
+grandchild = int(os.read(feed, 32))
+end = time.monotonic() + 1.0
+while time.monotonic() < end:
+    os.kill(1, signal.SIGCHLD)
+    os.write(w, b"x")
+    os.read(r, 1)
+    for stop in (signal.SIGSTOP, signal.SIGCONT):
+        try:
+            os.kill(grandchild, stop)
+        except ProcessLookupError:
+            pass
+"""
+
+
+def test_a_sigchld_flood_costs_the_agent_almost_nothing() -> None:
+    # The agent waits for SIGCHLD (its children's ends); every other signal sent to pid 1 the kernel drops. A
+    # flood made it burn as much CPU as the flood's own, outside the command's accounting.
+    def agent_cpu_s(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+    async def body(sb: Sandbox) -> tuple[ExecResult, float]:
+        await sb.exec(["true"])
+        agent = sb._impl.agent.pid  # type: ignore[union-attr]
+        before = agent_cpu_s(agent)
+        result = await sb.exec(py(_SIGCHLD_FLOOD))
+        return result, agent_cpu_s(agent) - before
+
+    result, agent_s = with_sandbox(body, limits=limits(cpu_time_s=5 * TIME_SCALE, timeout_s=10 * TIME_SCALE))
+    assert result.status is Status.OK and result.cpu_s > 0.5, explain(result)
+    assert agent_s < result.cpu_s / 10, (agent_s, result.cpu_s)
+
+
 #: Lowers what a program can lower about its helper (the agent, pid 1, or the zygote, its parent when warm), all
 #: of which a forked command inherits: an address-space limit, the priority, the CPUs it may run on.
 _CRIPPLE_HELPER = """

@@ -628,12 +628,14 @@ static void start_zygote(int sock, int fd, char *cwd, char **args, char **env) {
     send(sock, &answer, sizeof answer, MSG_NOSIGNAL);
 }
 
-/* Reap every ended child (as pid 1 of the sandbox, orphans are ours too); report the command's exit. */
+/* Reap every ended child (as pid 1 of the sandbox, orphans are ours too); report the command's exit. Returns
+ * how many were reaped, or -1 when the host is gone. */
 static int reap(int sock, pid_t *command, uint32_t seq) {
-    int status;
+    int status, reaped = 0;
     struct rusage ru;
     pid_t pid;
     while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
+        reaped++;
         if (pid != *command) continue;  /* an orphan, or a zygote that ended */
         struct exited_msg m = {MSG_EXITED, status,
                                (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
@@ -642,7 +644,7 @@ static int reap(int sock, pid_t *command, uint32_t seq) {
         *command = 0;
         if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) return -1;
     }
-    return 0;
+    return reaped;
 }
 
 static int serve(int sock) {
@@ -656,7 +658,10 @@ static int serve(int sock) {
     if (fcntl(sock, F_SETFD, FD_CLOEXEC) < 0) die("control socket");
     take_standing(&serving_standing);
     /* A child's end wakes us through a signalfd: the command's, to report it, and any orphan's, to reap it at
-     * once (an unreaped one would count against the next command's pids limit). */
+     * once (an unreaped one would count against the next command's pids limit). Not a child's stop or
+     * continue (SA_NOCLDSTOP): a program stopping and continuing an orphan would wake us for nothing. */
+    struct sigaction on_child = {.sa_handler = SIG_DFL, .sa_flags = SA_NOCLDSTOP};
+    if (sigaction(SIGCHLD, &on_child, NULL) < 0) die("sigaction");
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0) die("sigprocmask");
@@ -674,8 +679,16 @@ static int serve(int sock) {
             die("poll");
         }
         while (read(children, &info, sizeof info) == sizeof info) {}
-        if (reap(sock, &command, seq) < 0) return 0;
-        if (!polled[0].revents) continue;
+        int reaped = reap(sock, &command, seq);
+        if (reaped < 0) return 0;
+        if (!polled[0].revents) {
+            /* A SIGCHLD that ended no child was sent by a program (kill, or a file's owner signal through
+             * F_SETOWN): a flood of them must not have us burn CPU outside every command's accounting. For a
+             * millisecond only the host is listened to (its requests wait for nothing): at most a thousand such
+             * wakeups a second. */
+            if (reaped == 0) poll(polled, 1, 1);
+            continue;
+        }
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
         if (n == 0) return 0;
         if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
