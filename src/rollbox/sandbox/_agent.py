@@ -374,7 +374,7 @@ class AgentConnection:
         try:
             if start_time(pid) == self._started_at is not None:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except ProcessLookupError:
+        except OSError:  # gone already; or refused (a security module): the sandbox's close still goes on
             pass
         finally:
             os.close(pidfd)
