@@ -479,9 +479,6 @@ static int parse_request(char *buf, size_t n, uint32_t type, struct exec_header 
     return 0;
 }
 
-/* The next command's process: take the command's rlimits (the open files limit once its fds are in), announce,
- * wait in its cgroup for the command, become it. Whatever fails before "x" (a crippled agent's limits cannot be
- * raised) shows the host that nothing of the command ran. */
 /* What a program of the sandbox's uid can change about the agent (it runs as that uid) and a command would
  * inherit: rlimits, nice, scheduling policy and attributes, CPU affinity, I/O priority, OOM score. Taken when the
  * agent starts serving; a spare that inherited anything else exits before it announces itself, a failed start
@@ -509,6 +506,9 @@ static void take_standing(struct standing *s) {
     if (fd >= 0) close(fd);
 }
 
+/* The next command's process: take the command's rlimits (the open files limit once its fds are in), announce,
+ * wait in its cgroup for the command, become it. Whatever fails before "x" (a crippled agent's limits cannot be
+ * raised) shows the host that nothing of the command ran. */
 static void spare(int sync, const struct exec_header *limits) {
     static char buf[MSG_MAX];
     struct rlimit rl;
@@ -682,10 +682,10 @@ static int serve(int sock) {
         int reaped = reap(sock, &command, seq);
         if (reaped < 0) return 0;
         if (!polled[0].revents) {
-            /* A SIGCHLD that ended no child was sent by a program (kill, or a file's owner signal through
-             * F_SETOWN): a flood of them must not have us burn CPU outside every command's accounting. For a
-             * millisecond only the host is listened to (its requests wait for nothing): at most a thousand such
-             * wakeups a second. */
+            /* A SIGCHLD that ended no child was (but for one coalesced with another) sent by a program: kill,
+             * or a file's owner signal through F_SETOWN. A flood of them must not have us burn CPU outside every
+             * command's accounting: for a millisecond only the host is listened to (its requests wait for
+             * nothing), at most a thousand such wakeups a second. */
             if (reaped == 0) poll(polled, 1, 1);
             continue;
         }
