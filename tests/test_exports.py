@@ -88,11 +88,20 @@ def test_tasks_and_judge_exports() -> None:
 
 
 def test_layers_import_only_downwards() -> None:
-    """sandbox imports nothing of rollbox; tasks only sandbox; judge only tasks and sandbox."""
+    """Each layer imports only those below it (DESIGN.md); every layer may report into telemetry's events."""
     import ast
     from pathlib import Path
 
-    allowed = {"sandbox": set(), "tasks": {"sandbox"}, "judge": {"tasks", "sandbox"}}
+    below = {
+        "telemetry": set(),
+        "sandbox": set(),
+        "tasks": {"sandbox"},
+        "judge": {"tasks", "sandbox"},
+        "curate": {"judge", "tasks", "sandbox"},
+        "env": {"judge", "tasks", "sandbox"},
+        "scheduler": {"env", "curate", "judge", "tasks", "sandbox"},
+    }
+    allowed = {layer: may | ({"telemetry"} if layer != "telemetry" else set()) for layer, may in below.items()}
     root = Path(rollbox.__file__).parent
     checked = 0
     for layer, may_import in allowed.items():

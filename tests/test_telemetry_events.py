@@ -1,0 +1,64 @@
+"""The events interface: sinks for the process and for a context, JSONL that survives the writer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from rollbox import telemetry
+from rollbox.telemetry import Event
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def write(self, event: Event) -> None:
+        self.events.append(event)
+
+
+def test_emit_reaches_process_and_context_sinks_and_nothing_outside_the_context() -> None:
+    everywhere, scoped = Collect(), Collect()
+    telemetry.add_sink(everywhere)
+    try:
+        telemetry.emit("test.before", n=0)
+        with telemetry.recording(scoped):
+            telemetry.emit("test.inside", n=1)
+        telemetry.emit("test.after", n=2)
+    finally:
+        telemetry.remove_sink(everywhere)
+    telemetry.emit("test.unheard")
+    assert [e.kind for e in everywhere.events] == ["test.before", "test.inside", "test.after"]
+    assert [(e.kind, dict(e.fields)) for e in scoped.events] == [("test.inside", {"n": 1})]
+
+
+def test_a_context_sink_follows_the_tasks_started_inside_it_only() -> None:
+    scoped = Collect()
+
+    async def work(name: str) -> None:
+        await asyncio.sleep(0)
+        telemetry.emit("test.task", name=name)
+
+    async def main() -> None:
+        with telemetry.recording(scoped):
+            inside = asyncio.create_task(work("inside"))
+        outside = asyncio.create_task(work("outside"))
+        await asyncio.gather(inside, outside)
+
+    asyncio.run(main())
+    assert [e.fields["name"] for e in scoped.events] == ["inside"]
+
+
+def test_jsonl_sink_writes_one_flushed_line_per_event(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "events.jsonl"
+    with telemetry.JsonlSink(path) as sink, telemetry.recording(sink):
+        telemetry.emit("job.transition", job="j1", to="running")
+        # Flushed at once: a reader sees the line before the sink is closed.
+        assert json.loads(path.read_text())["job"] == "j1"
+        telemetry.emit("job.transition", job="j1", to="completed", extra=Path("/x"))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["to"] for line in lines] == ["running", "completed"]
+    assert lines[1]["kind"] == "job.transition" and lines[1]["extra"] == "/x" and lines[0]["at"] <= lines[1]["at"]
+    sink.write(Event("late", 0.0))  # after close: dropped, not an error
+    assert len(path.read_text().splitlines()) == 2
