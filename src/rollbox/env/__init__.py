@@ -11,24 +11,34 @@ Imports :mod:`rollbox.judge`, :mod:`rollbox.tasks` and :mod:`rollbox.sandbox`. T
 from ._budget import Budget
 from ._episode import Episode, make
 from ._errors import EpisodeStateError, PolicyError
+from ._openai import OpenAIPolicy, Usage
+from ._policy import Agent, Decision, Policy, ScriptedPolicy, policy_from_name, run_episode
 from ._tools import TOOLS
 from ._trajectory import Trajectory, Turn, read_trajectories, write_trajectories
 from ._types import EndReason, EpisodeState, Observation, StepInfo, StepResult
 
 __all__ = [
     "TOOLS",
+    "Agent",
     "Budget",
+    "Decision",
     "EndReason",
     "Episode",
     "EpisodeState",
     "EpisodeStateError",
     "Observation",
+    "OpenAIPolicy",
+    "Policy",
     "PolicyError",
+    "ScriptedPolicy",
     "StepInfo",
     "StepResult",
     "Trajectory",
     "Turn",
+    "Usage",
     "make",
+    "policy_from_name",
     "read_trajectories",
+    "run_episode",
     "write_trajectories",
 ]

@@ -126,6 +126,11 @@ class Episode:
         return copy.deepcopy(TOOLS)
 
     @property
+    def visible_tests(self) -> list[str]:
+        """The task's visible tests (workspace paths), which ``run_tests`` runs."""
+        return list(self._visible.tests)
+
+    @property
     def turns(self) -> int:
         """Turns taken so far."""
         return len(self.trajectory.turns)

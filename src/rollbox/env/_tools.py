@@ -113,6 +113,8 @@ def parse_action(action: object) -> ToolCall:
     if isinstance(call.get("function"), Mapping):  # OpenAI's wrapped form
         call = call["function"]
     name = call.get("name")
+    if name is None:
+        raise ActionError(f"no tool call: reply with a call of one of {', '.join(_SCHEMAS)} (submit() when done)")
     if not isinstance(name, str) or name not in _SCHEMAS:
         raise ActionError(f"unknown tool {_show(name)}: call one of {', '.join(_SCHEMAS)}")
     arguments = call.get("arguments", {})
