@@ -25,6 +25,7 @@ def test_top_level_exports() -> None:
             "SandboxStateError",
             "Status",
             "__version__",
+            "make",
             "run",
         ]
     )
@@ -33,7 +34,7 @@ def test_top_level_exports() -> None:
 
 
 def test_sandbox_exports() -> None:
-    assert set(rollbox.__all__) - {"__version__"} <= set(rollbox.sandbox.__all__)
+    assert set(rollbox.__all__) - {"__version__", "make"} <= set(rollbox.sandbox.__all__)
     for name in rollbox.sandbox.__all__:
         assert hasattr(rollbox.sandbox, name)
 
