@@ -112,6 +112,7 @@ class Episode:
         self._started = 0.0
         self._output = 0
         self._pass_rate: float | None = None
+        self._verdict: Verdict | None = None
         self.trajectory = Trajectory(
             episode_id=episode_id or uuid.uuid4().hex,
             task_id=task.id,
@@ -272,6 +273,21 @@ class Episode:
             self._end(end, verdict)
         return StepResult(observation, reward, verdict is not None, info)
 
+    async def end(self) -> Verdict:
+        """End the episode now, without a turn, and judge the workspace as it stands (what a trainer does when its
+        own turn limit comes first). Returns the verdict; an episode that has ended already returns its own.
+
+        Raises:
+            EpisodeStateError: the episode was never reset, or was closed before its end.
+        """
+        if self.state is EpisodeState.DONE or (self.state is EpisodeState.CLOSED and self._verdict is not None):
+            assert self._verdict is not None
+            return self._verdict
+        self._require(EpisodeState.RUNNING, "end")
+        verdict = await self._finish(EndReason.STOPPED, None)
+        self._end(EndReason.STOPPED, verdict)
+        return verdict
+
     def _budget_end(self, result: ExecResult | None, number: int) -> EndReason | None:
         if result is not None and result.status is Status.INFRA_ERROR:
             return EndReason.INFRA_ERROR
@@ -319,6 +335,7 @@ class Episode:
 
     def _end(self, end: EndReason, verdict: Verdict) -> None:
         self.state = EpisodeState.DONE
+        self._verdict = verdict
         self.trajectory.end_reason = end.value
         self.trajectory.verdict = verdict.to_json()
         self.trajectory.reward = verdict.reward

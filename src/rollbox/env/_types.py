@@ -38,6 +38,8 @@ class EndReason(str, enum.Enum):
     WALL_TIME = "wall_time"
     #: The observations reached ``Budget.output_bytes``.
     OUTPUT = "output"
+    #: The caller ended it (:meth:`Episode.end`: a trainer's own turn limit came first).
+    STOPPED = "stopped"
     #: rollbox or the host failed (the agent's sandbox, or exporting its workspace): no reward, mask it.
     INFRA_ERROR = "infra_error"
 
@@ -112,7 +114,7 @@ class StepInfo(Mapping[str, Any]):
     @property
     def truncated(self) -> bool:
         """Whether a budget, not the agent, ended the episode (Gymnasium's ``truncated``)."""
-        return self.end_reason in (EndReason.MAX_TURNS, EndReason.WALL_TIME, EndReason.OUTPUT)
+        return self.end_reason in (EndReason.MAX_TURNS, EndReason.WALL_TIME, EndReason.OUTPUT, EndReason.STOPPED)
 
     def _keys(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self)] + ["status", "truncated"]
