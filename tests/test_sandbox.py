@@ -359,6 +359,51 @@ def test_write_tree_copies_files_and_links_never_following_them(tmp_path: Path) 
     assert result.stdout_text == "7\n/etc/shadow\npkg\n", result
 
 
+def test_read_tree_copies_the_workspace_out_as_written_never_following_a_link(tmp_path: Path) -> None:
+    script = (
+        "mkdir -p pkg/deep && echo 'VALUE = 7' > pkg/impl.py && echo x > pkg/deep/leaf"
+        " && printf '#!/bin/sh\\n' > run.sh && chmod +x run.sh"
+        " && ln -s /etc/passwd escape && ln -s pkg linked_dir && mkfifo pipe && echo t > /tmp/t"
+    )
+
+    async def main() -> tuple[int, int]:
+        async with Sandbox(limits=FAST) as sb:
+            assert (await sb.exec(["sh", "-c", script])).status is Status.OK
+            return await sb.read_tree(tmp_path / "out"), await sb.read_tree(tmp_path / "pkg", "pkg/deep")
+
+    count, deep = asyncio.run(main())
+    out = tmp_path / "out"
+    assert count == 7 and deep == 1  # pkg, pkg/impl.py, pkg/deep, pkg/deep/leaf, run.sh, escape, linked_dir
+    assert (out / "pkg" / "impl.py").read_text() == "VALUE = 7\n" and (tmp_path / "pkg" / "leaf").read_text() == "x\n"
+    assert os.access(out / "run.sh", os.X_OK) and not os.access(out / "pkg" / "impl.py", os.X_OK)
+    assert os.readlink(out / "escape") == "/etc/passwd" and os.readlink(out / "linked_dir") == "pkg"
+    assert not (out / "pipe").exists() and not (out / "t").exists()
+
+
+def test_read_tree_stops_at_its_limits_and_refuses_paths_outside_the_sandbox(tmp_path: Path) -> None:
+    async def main() -> list[str]:
+        errors = []
+        async with Sandbox(limits=FAST) as sb:
+            # A sparse file costs the program no disk: its size must not be what the copy trusts.
+            await sb.exec(["sh", "-c", "truncate -s 10M sparse && touch a b c"])
+            with pytest.raises(rollbox.sandbox.TreeTooLarge) as caught:
+                await sb.read_tree(tmp_path / "out", max_bytes=2**20)
+            errors.append(str(caught.value))
+            with pytest.raises(rollbox.sandbox.TreeTooLarge) as caught:
+                await sb.read_tree(tmp_path / "out", max_files=2)
+            errors.append(str(caught.value))
+            for outside in ("../etc", "/etc", "/proc/self"):
+                with pytest.raises(ValueError):
+                    await sb.read_tree(tmp_path / "out", outside)
+            await sb.exec(["sh", "-c", "rm sparse && ln -s /etc dir"])
+            with pytest.raises(OSError, match="symbolic link"):
+                await sb.read_tree(tmp_path / "out2", "dir")
+        return errors
+
+    errors = asyncio.run(main())
+    assert "more than 1048576 bytes" in errors[0] and "more than 2 entries" in errors[1]
+
+
 @pytest.mark.slow
 def test_a_command_may_run_longer_than_any_internal_wait() -> None:
     # Regression: the wait for the agent's exit report once had a fixed bound shorter than the command's limit.

@@ -4,7 +4,7 @@ The lowest layer of rollbox; it imports nothing else of rollbox.
 """
 
 from ._batch import Program, run_batch
-from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError
+from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError, TreeTooLarge
 from ._limits import Limits, Network, parse_duration, parse_size
 from ._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
 from ._process import InsecureBackendWarning
@@ -28,6 +28,7 @@ __all__ = [
     "SandboxSource",
     "SandboxStateError",
     "Status",
+    "TreeTooLarge",
     "WarmSandboxes",
     "parse_duration",
     "parse_size",
