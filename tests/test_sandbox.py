@@ -21,7 +21,7 @@ import pytest
 
 import rollbox
 from rollbox import ExecResult, Limits, Sandbox, SandboxStateError, Status
-from rollbox.sandbox._agent import Usage, classify
+from rollbox.sandbox.agent._protocol import Usage, classify
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
@@ -170,7 +170,7 @@ def test_close_leaves_nothing_behind() -> None:
 
 def test_a_sandbox_that_cannot_start_says_why_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import STATE_DIR
-    from rollbox.sandbox._namespaces import NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
 
     def sandbox_dirs() -> set[Path]:
         return set((STATE_DIR / "sandboxes").glob("*"))
@@ -222,7 +222,7 @@ def test_a_tree_held_by_the_spawner_serves_as_a_detached_one_and_leaves_nothing(
 
     script = textwrap.dedent("""
         import asyncio, os, re, rollbox
-        from rollbox.sandbox._spawner import Spawner
+        from rollbox.sandbox.agent._spawner import Spawner
         def held():  # trees mounted in the spawner's namespace: /tmp/<sandbox id> there
             with open(f"/proc/{Spawner.running().pid}/mountinfo") as f:
                 return sum(bool(re.fullmatch("/tmp/[0-9a-f]{12}", line.split()[4])) for line in f)
@@ -425,7 +425,7 @@ def test_orphans_are_reaped_at_once_and_never_count_against_the_pids_limit() -> 
 
 
 def test_a_new_state_directory_on_disk_gets_a_tmpfs_and_one_in_use_is_never_mounted_over(tmp_path: Path) -> None:
-    from rollbox.sandbox._state import StateDir, _on_tmpfs
+    from rollbox.sandbox.namespaces._state import StateDir, _on_tmpfs
 
     if _on_tmpfs(tmp_path):
         pytest.skip(f"{tmp_path} is on a tmpfs already: nothing would be mounted")
@@ -521,7 +521,7 @@ def test_an_oom_kill_from_outside_the_sandbox_is_the_hosts_failure_not_the_progr
     """A command killed by an out-of-memory killer while no limit of the sandbox's was reached (the machine, or a
     cgroup above rollbox's, ran out) gets ``infra_error``: it did nothing wrong. Simulated with a parent cgroup
     whose memory limit is below the sandbox's; a command over its own limit there is still ``memory_limit``."""
-    from rollbox.sandbox._cgroup import CgroupTree
+    from rollbox.sandbox.namespaces._cgroup import CgroupTree
 
     tree = CgroupTree.detect()
     name = f"rollbox-test-outside-oom-{os.getpid()}"
@@ -565,8 +565,8 @@ def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None
     spawner, launchers and agents stay there), then leaves it, so that it is never the OOM killer's choice (killed,
     it could not report, and would leave its sandbox's directory behind); a process started there takes 300, and
     the agent is the OOM killer's first choice."""
-    from rollbox.sandbox._cgroup import CgroupTree
-    from rollbox.sandbox._native import agent_binary
+    from rollbox.sandbox.agent._build import agent_binary
+    from rollbox.sandbox.namespaces._cgroup import CgroupTree
 
     tree = CgroupTree.detect()
     name = f"rollbox-test-helpers-oom-{os.getpid()}"
@@ -688,7 +688,7 @@ def test_a_start_cancelled_at_any_moment_leaves_no_process() -> None:
 
 def test_a_cancelled_start_of_the_process_backend_leaves_nothing() -> None:
     from conftest import cancel_while_opening, living_children
-    from rollbox.sandbox._spawner import Spawner
+    from rollbox.sandbox.agent._spawner import Spawner
 
     def leftovers() -> set[str]:
         return {p.name for p in Path(tempfile.gettempdir()).glob("rollbox-process-*")}
@@ -844,7 +844,7 @@ def test_a_start_short_of_descriptors_says_so_and_what_it_made_is_removed_at_the
     import resource
 
     from rollbox.sandbox import SandboxError
-    from rollbox.sandbox._namespaces import NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
 
     def open_fds() -> set[str]:
         return set(os.listdir("/proc/self/fd"))

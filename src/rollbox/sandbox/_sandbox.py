@@ -18,13 +18,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare
 from ._errors import SandboxError, SandboxStateError
 from ._files import copy_out_beneath, read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
 from ._limits import Limits, Network
-from ._namespaces import PATH, NamespaceSandbox
 from ._process import ProcessSandbox
 from ._result import ExecResult, Status
+from .agent._protocol import AgentConnection, ExecGroup, ExecRequest, Spare
+from .namespaces._backend import PATH, NamespaceSandbox
 
 __all__ = ["Backend", "Sandbox", "run"]
 
