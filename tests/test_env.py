@@ -114,7 +114,7 @@ def test_a_humaneval_task_with_the_reference_and_noop_policies(tmp_path_factory:
 
 
 def test_a_fork_bomb_is_contained_and_the_episode_ends_cleanly(calc: Task) -> None:
-    bomb = call("bash", command="b() { b | b & }; b")
+    bomb = call("bash", command="b() { b | b & }; b; sleep 10")
     env, results = run(play(calc, [bomb, call("bash", command="echo alive"), SUBMIT]))
     assert results[0].observation.status is Status.PIDS_LIMIT and not results[0].done
     assert results[1].observation.text.startswith("alive")

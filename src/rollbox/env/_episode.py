@@ -26,7 +26,7 @@ from typing import Any
 
 from rollbox import telemetry
 from rollbox.judge import Verdict, VerdictStatus, grade
-from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status
+from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status, TreeTooLarge
 from rollbox.tasks import Task, load_task
 
 from ._budget import Budget
@@ -303,8 +303,11 @@ class Episode:
         """The change in the visible tests' pass rate, graded by the judge, after a ``run_tests`` turn."""
         if call is None or call.name != "run_tests" or not self._visible or self._toolbox is None:
             return 0.0
-        async with final_workspace(self._toolbox.sandbox) as workspace:
-            verdict = await grade(self._visible.grading_task(), workspace, sandboxes=self._judge_sandboxes)
+        try:
+            async with final_workspace(self._toolbox.sandbox, self._limits) as workspace:
+                verdict = await grade(self._visible.grading_task(), workspace, sandboxes=self._judge_sandboxes)
+        except (TreeTooLarge, OSError):
+            return 0.0  # no grading, so no signal: the final verdict says what is wrong with the workspace
         rate = self._visible.pass_rate(verdict)
         if rate is None or self._pass_rate is None:
             return 0.0  # rollbox failed to grade: no signal rather than a false one
@@ -320,8 +323,11 @@ class Episode:
                 error = result.error if result and result.error else "the agent's sandbox failed"
                 return Verdict(task_id=self.task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=error)
             try:
-                async with final_workspace(self._toolbox.sandbox) as workspace:
+                async with final_workspace(self._toolbox.sandbox, self._limits) as workspace:
                     return await grade(self.task, workspace, sandboxes=self._judge_sandboxes)
+            except TreeTooLarge as exc:  # what the agent wrote: its failure, never a masked infra_error
+                flag = {"code": "workspace_refused", "path": "", "detail": str(exc)}
+                return Verdict(task_id=self.task.id, status=VerdictStatus.ERROR, reward=0.0, flags=(flag,))
             except OSError as exc:
                 return Verdict(
                     task_id=self.task.id,

@@ -1,23 +1,25 @@
 """The agent's workspace: seeded from the task, listed for the agent, handed to the judge at the end, and the
 task's visible tests.
 
-Seeding and export are one function each, so that they can move to copy-on-write workspaces and
-``Sandbox.read_tree`` without touching the episode.
+Seeding and export are one function each, so that they can move to copy-on-write workspaces without touching the
+episode.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from rollbox.sandbox import Sandbox
+from rollbox.sandbox import Limits, Sandbox
 from rollbox.tasks import Task
 
 __all__ = ["final_workspace", "listing", "seed_workspace", "visible_tests"]
 
 _IGNORED = frozenset({"__pycache__", ".git"})
+_MAX_FILES = 20_000
 
 
 async def seed_workspace(sandbox: Sandbox, task: Task) -> None:
@@ -26,16 +28,20 @@ async def seed_workspace(sandbox: Sandbox, task: Task) -> None:
 
 
 @contextlib.asynccontextmanager
-async def final_workspace(sandbox: Sandbox) -> AsyncIterator[Path]:
-    """The agent's workspace as a host directory, for the judge, while the block runs.
+async def final_workspace(sandbox: Sandbox, limits: Limits) -> AsyncIterator[Path]:
+    """The agent's workspace copied out to a host directory for the judge, while the block runs.
 
-    No command runs meanwhile, and the judge reads the directory as hostile (never following a link, every
-    file opened beneath it), so the live sandbox's own tree is handed over as it is, without a copy.
+    The copy never follows a link and takes at most what the sandbox's disk could hold (and 20,000 entries).
+
+    Raises:
+        TreeTooLarge: the agent's workspace holds more than that (the agent's doing).
+        OSError: the copy failed on the host.
     """
-    impl = sandbox._impl  # until Sandbox.read_tree: the only private access of rollbox.env
-    if impl is None:
-        raise OSError("the agent's sandbox is closed; its workspace is gone")
-    yield Path(os.fspath(impl.writable_root)) / "workspace"
+    root = os.environ.get("ROLLBOX_SCRATCH_DIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None)
+    with tempfile.TemporaryDirectory(prefix="rollbox-episode-", dir=root) as scratch:
+        workspace = Path(scratch) / "workspace"
+        await sandbox.read_tree(workspace, max_bytes=limits.disk_bytes, max_files=_MAX_FILES)
+        yield workspace
 
 
 def _walk(root: Path) -> list[str]:
