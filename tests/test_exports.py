@@ -57,6 +57,8 @@ def test_tasks_and_judge_exports() -> None:
     assert sorted(rollbox.tasks.__all__) == sorted(
         [
             "Comparator",
+            "Environment",
+            "Files",
             "FunctionGrading",
             "Grading",
             "PytestGrading",
@@ -66,8 +68,12 @@ def test_tasks_and_judge_exports() -> None:
             "StdioGrading",
             "Task",
             "TaskFormatError",
+            "WorkspaceChangedError",
             "humaneval_tasks",
             "load_task",
+            "rehash_task",
+            "workspace_sha256",
+            "write_task",
         ]
     )
     assert sorted(rollbox.judge.__all__) == sorted(

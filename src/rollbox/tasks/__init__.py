@@ -1,8 +1,11 @@
-"""rollbox.tasks: the task model as data, and the loader of the native task format. Runs nothing.
+"""rollbox.tasks: the task model as data, the loader and writer of the native task format, and importers from
+other formats. Runs no candidate code.
 
 Imports only :mod:`rollbox.sandbox` (for limit types).
 """
 
+from ._digest import WorkspaceChangedError, workspace_sha256
+from ._environment import Environment
 from ._errors import TaskFormatError
 from ._humaneval import humaneval_tasks
 from ._load import load_task
@@ -17,9 +20,12 @@ from ._model import (
     StdioGrading,
     Task,
 )
+from ._write import Files, rehash_task, write_task
 
 __all__ = [
     "Comparator",
+    "Environment",
+    "Files",
     "FunctionGrading",
     "Grading",
     "PytestGrading",
@@ -29,6 +35,10 @@ __all__ = [
     "StdioGrading",
     "Task",
     "TaskFormatError",
+    "WorkspaceChangedError",
     "humaneval_tasks",
     "load_task",
+    "rehash_task",
+    "workspace_sha256",
+    "write_task",
 ]
