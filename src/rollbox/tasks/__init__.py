@@ -8,6 +8,8 @@ from ._digest import WorkspaceChangedError, workspace_sha256
 from ._environment import Environment
 from ._errors import TaskFormatError
 from ._humaneval import humaneval_tasks
+from ._import import FORMATS, import_tasks
+from ._importing import ImportedTask, ImportRefused, ImportReport, ImportSourceError, Refusal
 from ._load import load_task
 from ._model import (
     Comparator,
@@ -23,12 +25,18 @@ from ._model import (
 from ._write import Files, rehash_task, write_task
 
 __all__ = [
+    "FORMATS",
     "Comparator",
     "Environment",
     "Files",
     "FunctionGrading",
     "Grading",
+    "ImportRefused",
+    "ImportReport",
+    "ImportSourceError",
+    "ImportedTask",
     "PytestGrading",
+    "Refusal",
     "RewardKind",
     "RewardSpec",
     "ScriptGrading",
@@ -37,6 +45,7 @@ __all__ = [
     "TaskFormatError",
     "WorkspaceChangedError",
     "humaneval_tasks",
+    "import_tasks",
     "load_task",
     "rehash_task",
     "workspace_sha256",
