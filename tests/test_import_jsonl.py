@@ -23,10 +23,15 @@ def rollbox_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def grade_reference_and_untouched(tasks: list[Task]) -> list[tuple[Verdict, Verdict]]:
-    """Each task graded with its reference solution, and with its workspace as it is."""
+    """Each task graded with its reference solution (its files laid over the workspace), and with its workspace as
+    it is."""
 
     async def run() -> list[Verdict]:
-        items: list[tuple[Task, Any]] = [(t, path) for t in tasks for path in (t.solution, t.workspace)]
+        items: list[tuple[Task, Any]] = []
+        for task in tasks:
+            assert task.solution is not None
+            reference = {p.relative_to(task.solution).as_posix(): p.read_bytes() for p in task.solution.rglob("*.py")}
+            items += [(task, reference), (task, task.workspace)]
         verdicts: list[Verdict | None] = [None] * len(items)
         async with WarmSandboxes(size=2) as sandboxes:
             async for index, verdict in grade_batch(items, workers=2, sandboxes=sandboxes):

@@ -30,7 +30,7 @@ from typing import Any
 
 from ._errors import TaskFormatError
 
-__all__ = ["WorkspaceChangedError", "rollbox_home", "verify_workspace", "workspace_sha256"]
+__all__ = ["WorkspaceChangedError", "rollbox_home", "tree_entries", "verify_workspace", "workspace_sha256"]
 
 _PREFIX = b"rollbox-workspace-v1\0"
 _CACHE_VERSION = 1
@@ -77,7 +77,7 @@ def _write_cache(path: Path, data: dict[str, Any]) -> None:
             raise
 
 
-def _entries(root: Path) -> list[tuple[bytes, os.stat_result]]:
+def tree_entries(root: Path) -> list[tuple[bytes, os.stat_result]]:
     """Every entry under ``root`` (relative path, lstat), sorted by path. Iterative: trees may be deep.
 
     Raises:
@@ -121,7 +121,7 @@ def _compute(root: Path, cache: dict[str, Any]) -> tuple[str, dict[str, str], di
     digest = hashlib.sha256(_PREFIX)
     base = os.fsencode(root)
     now_ns = time.time_ns()
-    for path, st in _entries(root):
+    for path, st in tree_entries(root):
         name = os.fsdecode(path)
         if stat.S_ISDIR(st.st_mode):
             record = b"d " + path + b"\0"

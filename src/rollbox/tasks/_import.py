@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ._humaneval import read_humaneval
+from ._import_harbor import read_harbor
 from ._import_stdio import read_stdio
 from ._importing import Draft, ImportReport, Progress, Refusal, run_import
 
@@ -15,6 +16,7 @@ __all__ = ["FORMATS", "import_tasks"]
 _READERS: dict[str, Callable[..., Sequence[Draft | Refusal]]] = {
     "humaneval": read_humaneval,
     "stdio": read_stdio,
+    "harbor": read_harbor,
 }
 #: The formats :func:`import_tasks` reads.
 FORMATS: tuple[str, ...] = tuple(_READERS)

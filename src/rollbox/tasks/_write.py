@@ -21,7 +21,7 @@ from typing import Any
 
 from rollbox.sandbox import Limits, Network
 
-from ._digest import _entries, record_workspace
+from ._digest import record_workspace, tree_entries
 from ._environment import Environment
 from ._errors import TaskFormatError
 from ._load import load_task
@@ -132,7 +132,7 @@ def _copy_tree(source: Path, directory: Path) -> None:
     """Copy the files, directories and links under ``source``; any other kind of file is refused (a FIFO would
     block the copy)."""
     base = os.fsencode(source)
-    for relative, st in _entries(source):
+    for relative, st in tree_entries(source):
         target = directory / os.fsdecode(relative)
         if stat.S_ISDIR(st.st_mode):
             target.mkdir(exist_ok=True)
