@@ -11,8 +11,20 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rollbox.sandbox import IsolationUnavailable
-from rollbox.tasks import FORMATS, ImportSourceError, TaskFormatError, import_tasks, load_task, rehash_task
-from rollbox.tasks._summary import TaskSummary, summarize
+from rollbox.tasks import (
+    FORMATS,
+    GitError,
+    ImportSourceError,
+    ScrubError,
+    TaskFormatError,
+    TaskSummary,
+    audit_task,
+    import_tasks,
+    load_task,
+    rehash_task,
+    scrub_repository,
+    summarize_task,
+)
 
 _DESCRIPTION = """\
 Tasks are directories in rollbox's native format: task.toml, instruction.md, workspace/ (what the agent starts
@@ -107,6 +119,33 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     rehash.add_argument("tasks", type=Path, nargs="+", metavar="TASK")
     rehash.set_defaults(run=_rehash)
 
+    scrub = verbs.add_parser(
+        "scrub",
+        help="cut a workspace's git history down to its base commit",
+        description="Leave the git repository of TASK's workspace (or the repository REPO) with only the history of "
+        "its HEAD commit, on one branch 'main': no later commits, other branches, tags, remotes, reflogs, stash, "
+        "notes, hooks, and no object, loose or packed, that only those reached (pruned now). The working tree is "
+        "left as it is; a task's workspace hash is recorded again.",
+        epilog="exit status: 0 when scrubbed (the end state is checked: every object left is reachable from main), "
+        "2 when it cannot be (no .git directory, a partial clone, submodules, git failing).",
+    )
+    scrub.add_argument("target", type=Path, metavar="TASK_OR_REPO")
+    scrub.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    scrub.set_defaults(run=_scrub)
+
+    audit = verbs.add_parser(
+        "audit",
+        help="look for the reference's or the hidden tests' content in a task's workspace",
+        description="Look in TASK's workspace, every file and every git object (blobs decompressed), for the "
+        "reference solution's added lines, the hidden tests' added lines, or an exact copy of either. A place is "
+        "reported when it holds a copy, or at least 3 of one file's added lines (all of them when it has fewer).",
+        epilog="exit status: 0 when nothing was found, 1 when something was, 2 when the task does not load or its "
+        "repository cannot be read.",
+    )
+    audit.add_argument("task", type=Path, metavar="TASK")
+    audit.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    audit.set_defaults(run=_audit)
+
 
 class _Progress:
     """An import's progress on stderr, redrawn in place at most ten times a second; only on a terminal."""
@@ -190,7 +229,7 @@ def _list(args: argparse.Namespace) -> int:
     rows, failed = [], False
     for path in _task_dirs(args.dir):
         try:
-            summary = summarize(load_task(path, verify=False))
+            summary = summarize_task(load_task(path, verify=False))
         except TaskFormatError as exc:
             failed = True
             if args.json:
@@ -211,7 +250,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     try:
-        summary = summarize(load_task(args.task, verify=False))
+        summary = summarize_task(load_task(args.task, verify=False))
     except TaskFormatError as exc:
         print(f"rollbox tasks show: invalid task: {exc}", file=sys.stderr)
         return 2
@@ -248,3 +287,46 @@ def _rehash(args: argparse.Namespace) -> int:
             print(f"rollbox tasks rehash: {exc}", file=sys.stderr)
             code = 2
     return code
+
+
+def _scrub(args: argparse.Namespace) -> int:
+    is_task = (args.target / "task.toml").is_file()
+    repo = args.target / "workspace" if is_task else args.target
+    try:
+        report = scrub_repository(repo)
+        digest = rehash_task(args.target) if is_task else None
+    except (ScrubError, GitError, TaskFormatError) as exc:
+        print(f"rollbox tasks scrub: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({**vars(report), "removed_refs": list(report.removed_refs), "workspace_sha256": digest}))
+        return 0
+    print(f"{repo}: kept {report.commit[:12]} and its history on main")
+    print(f"removed {len(report.removed_refs)} refs: {', '.join(report.removed_refs) or '-'}")
+    print(f"objects: {report.objects_before} before, {report.objects_after} after")
+    if digest:
+        print(f"{args.target}: workspace sha256 {digest}")
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    try:
+        report = audit_task(args.task)
+    except TaskFormatError as exc:
+        print(f"rollbox tasks audit: invalid task: {exc}", file=sys.stderr)
+        return 2
+    except GitError as exc:
+        print(f"rollbox tasks audit: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        for finding in report.findings:
+            print(finding)
+        needles = sum(report.sources.values())
+        verdict = "clean" if report.clean else f"{len(report.findings)} findings"
+        print(
+            f"{report.task_id}: {verdict} ({needles} added lines of {len(report.sources)} files looked for in "
+            f"{report.files_read} files and {report.objects_read} git objects)"
+        )
+    return 0 if report.clean else 1

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from ._digest import WorkspaceChangedError, verify_workspace
 from ._model import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
-__all__ = ["TaskSummary", "WorkspaceState", "summarize"]
+__all__ = ["TaskSummary", "WorkspaceState", "summarize_task"]
 
 #: ``ok``: the workspace matches its recorded hash; ``changed``: it does not (the task will not load);
 #: ``unrecorded``: task.toml records no hash.
@@ -111,7 +111,7 @@ def _checks(task: Task) -> str:
     return f"tests/{grading.script}"
 
 
-def summarize(task: Task) -> TaskSummary:
+def summarize_task(task: Task) -> TaskSummary:
     """Summarize a loaded task (with or without its workspace verified): sizes, checks and the workspace's state,
     hashed now (cheaply: see :mod:`rollbox.tasks._digest`)."""
     state: WorkspaceState = "unrecorded"

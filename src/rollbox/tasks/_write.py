@@ -28,7 +28,7 @@ from ._load import load_task
 from ._model import FunctionGrading, Grading, PytestGrading, RewardSpec, ScriptGrading, StdioGrading, Task
 from ._toml import dumps
 
-__all__ = ["Files", "rehash_task", "write_task"]
+__all__ = ["Files", "put_in_place", "rehash_task", "write_task"]
 
 #: Files to write: a mapping of relative paths (``/``-separated) to contents (text is written as UTF-8), or a host
 #: directory whose files, directories and links are copied (links as links, executable bits kept).
@@ -195,7 +195,7 @@ def write_task(
                 document[name] = table
         (staging / "task.toml").write_text(dumps(document), encoding="utf-8")
         load_task(staging, verify=False)  # refuse, here and now, what the loader would
-        _put_in_place(staging, dest)
+        put_in_place(staging, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     # Verified once more where it now lies: this caches its files' digests and manifest under that path, so that a
@@ -203,7 +203,7 @@ def write_task(
     return load_task(dest)
 
 
-def _put_in_place(staging: Path, dest: Path) -> None:
+def put_in_place(staging: Path, dest: Path) -> None:
     """Rename ``staging`` to ``dest``, moving whatever is at ``dest`` aside first and removing it after."""
     old = dest.parent / f".{dest.name}.old-{secrets.token_hex(4)}"
     with contextlib.suppress(FileNotFoundError):
