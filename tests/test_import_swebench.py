@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rollbox.cli import main
 from rollbox.judge import VerdictStatus, grade
 from rollbox.tasks import Environment, PytestGrading, audit_task, import_tasks, load_task
 from test_scrub import FIXED_OPS, NEW_TESTS, OPS, CalcRepo, make_calc_repo, objects, run_git
@@ -145,6 +146,19 @@ def test_malformed_instances_are_refused_one_by_one(tmp_path: Path, repo: CalcRe
     assert sorted(p.name for p in (tmp_path / "tasks").iterdir()) == ["acme__calc-1"]  # no scratch left behind
     with pytest.raises(ValueError, match="swebench needs repos"):
         import_tasks("swebench", tmp_path / "instances.jsonl", tmp_path / "x")
+
+
+def test_rollbox_tasks_import_swebench(tmp_path: Path, repo: CalcRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "instances.jsonl"
+    source.write_text(json.dumps(instance(repo)) + "\n")
+    command = ["tasks", "import", "swebench", str(source), str(tmp_path / "out")]
+    assert main(command) == 2 and "--repos DIR is required for swebench" in capsys.readouterr().err
+    assert main([*command, "--repos", str(tmp_path / "nowhere")]) == 2
+    assert main([*command, "--repos", str(repo.path.parent)]) == 0
+    assert capsys.readouterr().out == f"imported 1 tasks into {tmp_path / 'out'}, refused 0\n"
+    assert main(["tasks", "audit", str(tmp_path / "out" / "acme__calc-1")]) == 0
+    assert "acme__calc-1: clean (11 added lines of 2 files" in capsys.readouterr().out
+    assert main(["tasks", "import", "stdio", str(source), str(tmp_path / "o2"), "--repos", str(tmp_path)]) == 2
 
 
 def _deletion(repo: CalcRepo) -> str:

@@ -83,6 +83,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     i.add_argument("source", metavar="SRC", help="what FORMAT reads (see below)")
     i.add_argument("dest", type=Path, metavar="DEST", help="the directory to write the tasks in")
     i.add_argument("--force", action="store_true", help="replace task directories that already exist in DEST")
+    i.add_argument(
+        "--repos",
+        type=Path,
+        metavar="DIR",
+        help="swebench only (and required there): the clones of the instances' repositories, as DIR/OWNER__NAME "
+        "or DIR/NAME",
+    )
     i.add_argument("--json", action="store_true", help="print the report as one JSON object")
     i.set_defaults(run=_import)
 
@@ -165,8 +172,16 @@ class _Progress:
 
 def _import(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
+    if (args.repos is None) == (args.format == "swebench"):
+        print("rollbox tasks import: --repos DIR is required for swebench, and only for it", file=sys.stderr)
+        return 2
+    if args.repos is not None and not args.repos.is_dir():
+        print(f"rollbox tasks import: --repos {args.repos}: not a directory", file=sys.stderr)
+        return 2
     try:
-        report = import_tasks(args.format, args.source, args.dest, force=args.force, progress=progress)
+        report = import_tasks(
+            args.format, args.source, args.dest, force=args.force, repos=args.repos, progress=progress
+        )
     except ImportSourceError as exc:
         print(f"rollbox tasks import: {exc}", file=sys.stderr)
         return 2
