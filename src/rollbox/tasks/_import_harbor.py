@@ -42,7 +42,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rollbox.sandbox import IsolationUnavailable, Limits, Sandbox, SandboxError, parse_size
+from rollbox.sandbox import IsolationUnavailable, Limits, Sandbox, SandboxError, TreeTooLarge, parse_size
 
 from ._digest import tree_entries
 from ._dockerfile import DockerfileError, read_dockerfile
@@ -204,11 +204,11 @@ def _run(coroutine: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coroutine).result()
 
 
-async def _solve(workspace: Path, solution: Path, env: dict[str, str], limits: Limits, out: Path) -> None:
-    """Run solve.sh over ``workspace`` in a sandbox; write under ``out`` each file or link it added or changed.
+async def _solve(workspace: Path, solution: Path, env: dict[str, str], limits: Limits, solved: Path) -> None:
+    """Run solve.sh over ``workspace`` in a sandbox; copy the workspace it leaves to ``solved``.
 
     Raises:
-        ImportRefused: solve.sh failed, or deleted a workspace file.
+        ImportRefused: solve.sh failed, or left more than the disk limit.
     """
     async with Sandbox(limits=limits, env=env) as sb:
         await sb.write_tree(workspace)
@@ -220,40 +220,46 @@ async def _solve(workspace: Path, solution: Path, env: dict[str, str], limits: L
                 f"solution/solve.sh did not succeed ({result.status.value}, exit code {result.exit_code}): {detail}; "
                 "fix it so that it solves the task from the workspace alone"
             )
-        listing = await sb.exec(["find", ".", "-mindepth", "1", "-printf", r"%y %m %P\0%l\0"], cwd="/workspace")
-        if not listing.ok:
-            raise ImportRefused(f"could not list the solved workspace: {listing.error or listing.stderr_text}")
-        fields = listing.stdout.split(b"\0")
-        found: set[str] = set()
-        for header, target in zip(fields[0:-1:2], fields[1::2], strict=True):
-            kind, mode, relative = header.decode("utf-8", "surrogateescape").split(" ", 2)
-            found.add(relative)
-            original = workspace / relative
-            written = out / relative
-            if kind == "l":
-                link = os.fsdecode(target)
-                if not (original.is_symlink() and os.readlink(original) == link):
-                    written.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(link, written)
-            elif kind == "f":
-                data = await sb.read_file(relative, max_bytes=limits.disk_bytes)
-                executable = int(mode, 8) & stat.S_IXUSR
-                unchanged = (
-                    original.is_file()
-                    and not original.is_symlink()
-                    and original.read_bytes() == data
-                    and bool(original.stat().st_mode & stat.S_IXUSR) == bool(executable)
-                )
-                if not unchanged:
-                    written.parent.mkdir(parents=True, exist_ok=True)
-                    written.write_bytes(data)
-                    written.chmod(0o755 if executable else 0o644)
-    missing = sorted(os.fsdecode(p) for p, st in tree_entries(workspace) if os.fsdecode(p) not in found)
+        try:
+            await sb.read_tree(solved, max_bytes=limits.disk_bytes)
+        except TreeTooLarge as exc:
+            raise ImportRefused(f"solution/solve.sh left a workspace too large to read back: {exc}") from None
+
+
+def _same(original: Path, solved: Path, st: os.stat_result) -> bool:
+    """Whether ``solved`` (a file or link of the solved workspace, lstat ``st``) is ``original`` unchanged."""
+    if stat.S_ISLNK(st.st_mode):
+        return original.is_symlink() and os.readlink(original) == os.readlink(solved)
+    return (
+        original.is_file()
+        and not original.is_symlink()
+        and bool(original.stat().st_mode & stat.S_IXUSR) == bool(st.st_mode & stat.S_IXUSR)
+        and original.read_bytes() == solved.read_bytes()
+    )
+
+
+def _reference(workspace: Path, solved: Path, out: Path) -> None:
+    """Write under ``out`` each file or link of ``solved`` that is new or changed against ``workspace``.
+
+    Raises:
+        ImportRefused: something of the workspace is gone from ``solved``.
+    """
+    left = {relative for relative, _ in tree_entries(solved)}
+    missing = sorted(os.fsdecode(p) for p, _ in tree_entries(workspace) if p not in left)
     if missing:
         raise ImportRefused(
             f"solution/solve.sh deletes {', '.join(missing[:5])} from the workspace; a rollbox solution/ is laid "
             "over the workspace and can only add or change files"
         )
+    for relative, st in tree_entries(solved):
+        name = os.fsdecode(relative)
+        if stat.S_ISDIR(st.st_mode) or _same(workspace / name, solved / name, st):
+            continue
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(solved / name), out / name)
+        else:
+            shutil.copy2(solved / name, out / name)
 
 
 def _write(task_dir: Path, root: Path, force: bool) -> Task:
@@ -293,11 +299,12 @@ def _write(task_dir: Path, root: Path, force: bool) -> Task:
             solution.mkdir()
             env = {**environment.env, **settings.solution_env}
             try:
-                _run(_solve(work / "workspace", work / "solve", env, settings.solve_limits, solution))
+                _run(_solve(work / "workspace", work / "solve", env, settings.solve_limits, work / "solved"))
             except IsolationUnavailable:
                 raise
             except SandboxError as exc:
                 raise ImportRefused(f"could not run solution/solve.sh in a sandbox: {exc}") from None
+            _reference(work / "workspace", work / "solved", solution)
         instruction = rewrite((task_dir / "instruction.md").read_text(encoding="utf-8"))
         return write_task(
             root,
