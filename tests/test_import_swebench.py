@@ -155,7 +155,7 @@ def test_rollbox_tasks_import_swebench(tmp_path: Path, repo: CalcRepo, capsys: p
     assert main(command) == 2 and "--repos DIR is required for swebench" in capsys.readouterr().err
     assert main([*command, "--repos", str(tmp_path / "nowhere")]) == 2
     assert main([*command, "--repos", str(repo.path.parent)]) == 0
-    assert capsys.readouterr().out == f"imported 1 tasks into {tmp_path / 'out'}, refused 0\n"
+    assert capsys.readouterr().out == f"imported 1 task into {tmp_path / 'out'}, refused 0\n"
     assert main(["tasks", "audit", str(tmp_path / "out" / "acme__calc-1")]) == 0
     assert "acme__calc-1: clean (11 added lines of 2 files" in capsys.readouterr().out
     assert main(["tasks", "import", "stdio", str(source), str(tmp_path / "o2"), "--repos", str(tmp_path)]) == 2

@@ -81,7 +81,7 @@ def test_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_help_teaches() -> None:
     top = subprocess.run([*ROLLBOX, "tasks", "--help"], capture_output=True, text=True, check=True).stdout
-    for verb in ("import", "list", "show", "rehash"):
+    for verb in ("import", "list", "show", "rehash", "scrub", "audit"):
         assert f"rollbox tasks {verb}" in top
     imported = subprocess.run([*ROLLBOX, "tasks", "import", "--help"], capture_output=True, text=True, check=True)
     for word in ("humaneval", "stdio", "harbor", "swebench", "--force", "exit status"):

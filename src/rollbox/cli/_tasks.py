@@ -40,6 +40,8 @@ examples:
   rollbox tasks list tasks/humaneval
   rollbox tasks show tasks/humaneval/HumanEval_0 --json
   rollbox tasks rehash tasks/mine                          re-record a workspace's hash after a deliberate edit
+  rollbox tasks scrub tasks/mine                           keep only the base commit's git history
+  rollbox tasks audit tasks/swe/django__django-11099       look for the fix or the hidden tests in the workspace
 """
 
 _IMPORT_EPILOG = """\
@@ -193,7 +195,8 @@ def _import(args: argparse.Namespace) -> int:
     else:
         for refusal in report.refused:
             print(f"refused {refusal}", file=sys.stderr)
-        print(f"imported {len(report.imported)} tasks into {report.dest}, refused {len(report.refused)}")
+        count = len(report.imported)
+        print(f"imported {count} task{'' if count == 1 else 's'} into {report.dest}, refused {len(report.refused)}")
     return 0 if report.ok else 1
 
 
