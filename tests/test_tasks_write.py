@@ -290,6 +290,7 @@ def test_the_stat_cache_is_used_and_sees_an_edit_that_restores_the_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rollbox_home: Path
 ) -> None:
     monkeypatch.setattr(_digest, "_RACY_NS", 0)  # cache files however recently written (no 2 s wait here)
+    monkeypatch.setattr(_digest, "_DIRECT_FILES", 0)  # and a tree this small too
     root = tree(tmp_path / "ws")
     digest = workspace_sha256(root)
     (cache_file,) = (rollbox_home / "cache" / "workspace-hashes").iterdir()
@@ -309,8 +310,16 @@ def test_the_stat_cache_is_used_and_sees_an_edit_that_restores_the_time(
     assert workspace_sha256(root) != digest
 
 
-def test_recently_changed_files_are_never_cached(tmp_path: Path, rollbox_home: Path) -> None:
+def test_recently_changed_files_are_never_cached(
+    tmp_path: Path, rollbox_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_digest, "_DIRECT_FILES", 0)
     root = tree(tmp_path / "ws")
     workspace_sha256(root)
     (cache_file,) = (rollbox_home / "cache" / "workspace-hashes").iterdir()
     assert json.loads(cache_file.read_text())["files"] == {}  # all written just now: read again next time
+
+
+def test_a_small_workspace_is_hashed_without_its_cache(tmp_path: Path, rollbox_home: Path) -> None:
+    root = tree(tmp_path / "ws")
+    assert workspace_sha256(root) and not (rollbox_home / "cache").exists()

@@ -11,7 +11,8 @@ keyed by its stat signature (inode, size, modification and change times, to the 
 only the files whose signature changed and costs a walk of the tree otherwise. The change time cannot be set by
 any user, so an edit that restores the old modification time (``touch -d``) is still seen. A file changed within
 two seconds of being hashed is never cached (a later write in the same clock tick could keep its signature): it
-is read again next time. The cache is only a shortcut: a missing, unreadable or corrupt cache means every file is
+is read again next time. A small tree (64 files, 1 MiB) is hashed directly: reading and writing its cache would
+cost more. The cache is only a shortcut: a missing, unreadable or corrupt cache means every file is
 read, never that a check is skipped. Verifying where sandboxes start instead would leave ``load_task`` answering
 for a task whose pristine state it never checked; checking at load keeps one rule in one place.
 """
@@ -38,6 +39,9 @@ _CACHE_VERSION = 1
 #: its signature unchanged (git's "racy" entries).
 _RACY_NS = 2_000_000_000
 _SHOWN_CHANGES = 8
+#: A tree this small (files and bytes) is hashed directly: cheaper than reading and writing its cache.
+_DIRECT_FILES = 64
+_DIRECT_BYTES = 1 << 20
 
 
 class WorkspaceChangedError(TaskFormatError):
@@ -113,7 +117,9 @@ def _file_digest(path: bytes) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _compute(root: Path, cache: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, list[Any]]]:
+def _compute(
+    root: Path, entries: list[tuple[bytes, os.stat_result]], cache: dict[str, Any]
+) -> tuple[str, dict[str, str], dict[str, list[Any]]]:
     """The tree's hash, its manifest (each entry's record, by path) and the file signatures to cache."""
     known: dict[str, list[Any]] = cache.get("files", {}) if isinstance(cache.get("files"), dict) else {}
     fresh: dict[str, list[Any]] = {}
@@ -121,7 +127,7 @@ def _compute(root: Path, cache: dict[str, Any]) -> tuple[str, dict[str, str], di
     digest = hashlib.sha256(_PREFIX)
     base = os.fsencode(root)
     now_ns = time.time_ns()
-    for path, st in tree_entries(root):
+    for path, st in entries:
         name = os.fsdecode(path)
         if stat.S_ISDIR(st.st_mode):
             record = b"d " + path + b"\0"
@@ -151,10 +157,16 @@ def _compute(root: Path, cache: dict[str, Any]) -> tuple[str, dict[str, str], di
 
 def _hash(root: Path, *, good: str | None = None, record: bool = False) -> tuple[str, dict[str, str], dict[str, Any]]:
     """The tree's hash, its manifest, and the cache as it was; the cache is updated with the new signatures, and
-    with this tree's manifest when it is the ``good`` one (or, with ``record``, whatever it is)."""
+    with this tree's manifest when it is the ``good`` one (or, with ``record``, whatever it is). A small tree is
+    hashed directly, the cache read only to say what changed: reading and writing the cache would cost more."""
+    entries = tree_entries(root)
+    files = [st for _, st in entries if stat.S_ISREG(st.st_mode)]
+    if not record and len(files) <= _DIRECT_FILES and sum(st.st_size for st in files) <= _DIRECT_BYTES:
+        tree, manifest, _ = _compute(root, entries, {})
+        return tree, manifest, {} if good is None or tree == good else _read_cache(_cache_file(root))
     file = _cache_file(root)
     cache = _read_cache(file)
-    tree, manifest, fresh = _compute(root, cache)
+    tree, manifest, fresh = _compute(root, entries, cache)
     verified = cache.get("verified") if isinstance(cache.get("verified"), dict) else None
     if (record or tree == good) and (verified is None or verified.get("sha256") != tree):
         verified = {"sha256": tree, "manifest": manifest}

@@ -44,11 +44,10 @@ from ._environment import Environment
 from ._git import GitError, git
 from ._importing import Draft, ImportRefused, Refusal
 from ._jsonl import Record, records, require, shorten
-from ._load import load_task
 from ._model import PytestGrading, Task
 from ._scrub import ScrubError, scrub_repository
 from ._summary import Tree
-from ._write import put_in_place, write_task
+from ._write import put_in_place, settle, write_task
 
 __all__ = ["read_swebench"]
 
@@ -218,7 +217,7 @@ def _write(instance: dict[str, Any], repos: Path, root: Path, force: bool) -> Ta
         if root.exists() and not force:
             raise FileExistsError(f"{root} exists; remove it, or replace it (--force)")
         put_in_place(scratch / "task", root)
-    return load_task(root)
+    return settle(root)
 
 
 def read_swebench(source: str | os.PathLike[str], *, repos: str | os.PathLike[str]) -> list[Draft | Refusal]:

@@ -21,14 +21,14 @@ from typing import Any
 
 from rollbox.sandbox import Limits, Network
 
-from ._digest import record_workspace, tree_entries
+from ._digest import record_workspace, tree_entries, verify_workspace
 from ._environment import Environment
 from ._errors import TaskFormatError
 from ._load import load_task
 from ._model import FunctionGrading, Grading, PytestGrading, RewardSpec, ScriptGrading, StdioGrading, Task
 from ._toml import dumps
 
-__all__ = ["Files", "put_in_place", "rehash_task", "write_task"]
+__all__ = ["Files", "put_in_place", "rehash_task", "settle", "write_task"]
 
 #: Files to write: a mapping of relative paths (``/``-separated) to contents (text is written as UTF-8), or a host
 #: directory whose files, directories and links are copied (links as links, executable bits kept).
@@ -198,9 +198,21 @@ def write_task(
         put_in_place(staging, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    # Verified once more where it now lies: this caches its files' digests and manifest under that path, so that a
-    # later change can be named.
-    return load_task(dest)
+    return settle(dest)
+
+
+def settle(dest: Path) -> Task:
+    """The task just put in place at ``dest``, loaded, its workspace hashed where it now lies (which keeps the
+    manifest in the cache under that path, so that a later change can be named).
+
+    Raises:
+        TaskFormatError: the workspace does not hash to what task.toml records (it changed since it was written).
+    """
+    digest = record_workspace(dest / "workspace")
+    task = load_task(dest, verify=False)
+    if task.workspace_sha256 != digest:
+        verify_workspace(task.id, dest, task.workspace_sha256 or "")  # raises, naming what changed
+    return task
 
 
 def put_in_place(staging: Path, dest: Path) -> None:
