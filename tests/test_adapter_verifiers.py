@@ -52,6 +52,13 @@ def tamperer(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return script[min(replies, len(script) - 1)]
 
 
+def breaks_down(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A scripted model that reads a file, then answers with what no chat-completions client accepts."""
+    if any(m["role"] == "assistant" for m in messages):
+        return {"role": "assistant", "content": None, "tool_calls": "not a list"}
+    return tool_call("read_file", path="calc.py")
+
+
 @pytest.fixture(scope="module")
 def calc(tmp_path_factory: pytest.TempPathFactory) -> Task:
     return write_calc_task(tmp_path_factory.mktemp("calc"))
@@ -64,19 +71,23 @@ def server(request: pytest.FixtureRequest) -> Iterator[ChatServer]:
     chat.close()
 
 
-def play(server: ChatServer, tasks: list[str], *, rollouts: int = 1, agent: dict[str, Any] | None = None) -> list[Any]:
+def play(
+    server: ChatServer, tasks: list[str], *, rollouts: int = 1, agent: dict[str, Any] | None = None
+) -> tuple[list[Any], set[int]]:
     """Every rollout of ``tasks`` as verifiers' runners play them: the env its taskset id names, serving, one slot
-    per rollout run by ``run_slot``, all at once. Returns the episodes (each one trace)."""
+    per rollout run by ``run_slot``, all at once. Returns the episodes (each one trace), and the sandbox processes
+    still alive once they have all ended, while the loop still runs (at its end asyncio closes what is left)."""
     config = vf.resolve_env_config({"taskset": {"id": TASKSET, "tasks": tasks}, "agent": agent or {}})
     env = vf.environment_class(TASKSET)(config)
     ctx = vf.ModelContext(
         model="scripted", client=vf.EvalClientConfig(base_url=server.url, api_key_var="ROLLBOX_TEST_NO_KEY")
     )
 
-    async def main() -> list[Any]:
+    async def main() -> tuple[list[Any], set[int]]:
         async with env.serving():
             slots = [slot for task in env.taskset for slot in env.slots(task, rollouts)]
-            return list(await asyncio.gather(*(env.run_slot(slot, ctx) for slot in slots)))
+            episodes = list(await asyncio.gather(*(env.run_slot(slot, ctx) for slot in slots)))
+            return episodes, own_sandbox_processes()
 
     return asyncio.run(main())
 
@@ -86,7 +97,7 @@ def test_rollouts_that_fix_the_task_get_the_judges_reward_of_1(calc: Task, serve
     from rollbox.env.adapters.verifiers import RollboxEnv, RollboxHarnessConfig
 
     assert vf.environment_class(TASKSET) is RollboxEnv  # the taskset's id names rollbox's env and harness
-    episodes = play(server, [str(calc.path)], rollouts=2)
+    episodes, left = play(server, [str(calc.path)], rollouts=2)
     traces = [episode.traces[0] for episode in episodes]
     assert all(type(t.agent.config.harness) is RollboxHarnessConfig for t in traces)
     assert [(e.ok, t.ok, t.rewards["judge"].score, t.num_turns) for e, t in zip(episodes, traces, strict=True)] == [
@@ -104,16 +115,16 @@ def test_rollouts_that_fix_the_task_get_the_judges_reward_of_1(calc: Task, serve
     assert "calc.py subtracts" in first["messages"][0]["content"] and "test_calc.py" in first["messages"][0]["content"]
     # One sandbox per rollout while they ran; none once they ended.
     assert max(len(seen) for seen in server.sandboxes_seen) > 0
-    assert own_sandbox_processes() == set()
+    assert left == set()
 
 
 @pytest.mark.parametrize("server", [tamperer], indirect=True)
 def test_a_rollout_that_rewrites_the_visible_tests_gets_no_reward(calc: Task, server: ChatServer) -> None:
-    [episode] = play(server, [str(calc.path)])
+    [episode], left = play(server, [str(calc.path)])
     trace = episode.traces[0]
     assert trace.ok and trace.rewards["judge"].score <= 0
     assert trace.info["rollbox"]["verdict"]["status"] != "passed"
-    assert own_sandbox_processes() == set()
+    assert left == set()
 
 
 @pytest.mark.parametrize("server", [fixer], indirect=True)
@@ -121,11 +132,20 @@ def test_when_verifiers_stops_the_agent_first_the_judge_grades_the_workspace_as_
     calc: Task, server: ChatServer
 ) -> None:
     # verifiers' own turn limit refuses the third model call: the fix (turn 2) is in, the submit never comes.
-    [episode] = play(server, [str(calc.path)], agent={"max_turns": 2})
+    [episode], left = play(server, [str(calc.path)], agent={"max_turns": 2})
     trace = episode.traces[0]
     assert trace.ok and trace.rewards["judge"].score == 1.0, trace.errors
     assert trace.info["rollbox"]["end_reason"] == "stopped" and trace.info["rollbox"]["turns"] == 2
-    assert own_sandbox_processes() == set()
+    assert left == set()
+
+
+@pytest.mark.parametrize("server", [breaks_down], indirect=True)
+def test_a_rollout_that_fails_midway_is_left_unscored_and_its_sandbox_released(calc: Task, server: ChatServer) -> None:
+    # The episode never ends (no submit, no budget), so only the harness's cleanup can release its sandbox.
+    [episode], left = play(server, [str(calc.path)])
+    trace = episode.traces[0]
+    assert not trace.ok and trace.errors[-1].type == "ProviderError" and trace.rewards == {}
+    assert server.sandboxes_seen[-1] and left == set()
 
 
 @pytest.mark.parametrize("server", [fixer], indirect=True)
@@ -134,9 +154,9 @@ def test_infra_errors_fail_the_rollout_as_a_sandbox_error_so_verifiers_masks_it(
 
     try:
         use_sandboxes(judge_sandboxes=FailingSandboxes())
-        [judged] = play(server, [str(calc.path)])
+        [judged], left = play(server, [str(calc.path)])
         use_sandboxes(FailingSandboxes())
-        [unstarted] = play(server, [str(calc.path)])
+        [unstarted], left_unstarted = play(server, [str(calc.path)])
     finally:
         use_sandboxes()
     trace = judged.traces[0]
@@ -145,7 +165,7 @@ def test_infra_errors_fail_the_rollout_as_a_sandbox_error_so_verifiers_masks_it(
     assert "out of memory" in trace.errors[-1].message and trace.info["rollbox"]["verdict"]["status"] == "infra_error"
     trace = unstarted.traces[0]
     assert not trace.ok and trace.errors[-1].type == "SandboxError" and "could not start" in trace.errors[-1].message
-    assert own_sandbox_processes() == set()
+    assert left == left_unstarted == set()
 
 
 def test_the_taskset_says_what_is_wrong_with_its_tasks(tmp_path: Path) -> None:
