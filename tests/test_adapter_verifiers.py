@@ -35,6 +35,7 @@ class ChatServer(Server):
     def __init__(self, model: Model) -> None:
         super().__init__(model)
         self.sandboxes_seen: list[set[int]] = []
+        self.sandboxes_serving: set[int] = set()  # alive once the rollouts ended, before the env stopped
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         self.sandboxes_seen.append(own_sandbox_processes())
@@ -72,12 +73,13 @@ def server(request: pytest.FixtureRequest) -> Iterator[ChatServer]:
 
 
 def play(
-    server: ChatServer, tasks: list[str], *, rollouts: int = 1, agent: dict[str, Any] | None = None
+    server: ChatServer, tasks: list[str], *, rollouts: int = 1, agent: dict[str, Any] | None = None, **env_config: Any
 ) -> tuple[list[Any], set[int]]:
     """Every rollout of ``tasks`` as verifiers' runners play them: the env its taskset id names, serving, one slot
     per rollout run by ``run_slot``, all at once. Returns the episodes (each one trace), and the sandbox processes
-    still alive once they have all ended, while the loop still runs (at its end asyncio closes what is left)."""
-    config = vf.resolve_env_config({"taskset": {"id": TASKSET, "tasks": tasks}, "agent": agent or {}})
+    still alive once the env has stopped serving, while the loop still runs (at its end asyncio would close what
+    is left)."""
+    config = vf.resolve_env_config({"taskset": {"id": TASKSET, "tasks": tasks}, "agent": agent or {}, **env_config})
     env = vf.environment_class(TASKSET)(config)
     ctx = vf.ModelContext(
         model="scripted", client=vf.EvalClientConfig(base_url=server.url, api_key_var="ROLLBOX_TEST_NO_KEY")
@@ -87,7 +89,8 @@ def play(
         async with env.serving():
             slots = [slot for task in env.taskset for slot in env.slots(task, rollouts)]
             episodes = list(await asyncio.gather(*(env.run_slot(slot, ctx) for slot in slots)))
-            return episodes, own_sandbox_processes()
+            server.sandboxes_serving = own_sandbox_processes()
+        return episodes, own_sandbox_processes()
 
     return asyncio.run(main())
 
@@ -115,7 +118,24 @@ def test_rollouts_that_fix_the_task_get_the_judges_reward_of_1(calc: Task, serve
     assert "calc.py subtracts" in first["messages"][0]["content"] and "test_calc.py" in first["messages"][0]["content"]
     # One sandbox per rollout while they ran; none once they ended.
     assert max(len(seen) for seen in server.sandboxes_seen) > 0
+    assert server.sandboxes_serving == left == set()
+
+
+@pytest.mark.parametrize("server", [fixer], indirect=True)
+def test_the_env_serves_rollouts_from_warm_pools_and_closes_them_when_it_stops(calc: Task, server: ChatServer) -> None:
+    episodes, left = play(server, [str(calc.path)], rollouts=2, warm_sandboxes=1)
+    assert [e.traces[0].rewards["judge"].score for e in episodes] == [1.0, 1.0]
+    assert server.sandboxes_serving, "no warm sandbox waited in a pool once the rollouts ended"
     assert left == set()
+
+
+def test_one_sandbox_source_for_the_agent_and_the_judge_is_refused() -> None:
+    from rollbox.env.adapters.verifiers import use_sandboxes
+    from rollbox.sandbox import WarmSandboxes
+
+    pool = WarmSandboxes(size=1)
+    with pytest.raises(ValueError, match="give the judge a sandbox source of its own"):
+        use_sandboxes(pool, judge_sandboxes=pool)
 
 
 @pytest.mark.parametrize("server", [tamperer], indirect=True)

@@ -15,7 +15,8 @@ verifiers finds a plugin by the name of a top-level module, so the id is ``rollb
   fresh sandbox: at ``submit`` or when a rollbox budget ends the episode, or, when verifiers stopped the agent
   first (its turn, token or time limits), as the workspace stands then.
 - :class:`RollboxEnv` is the single-agent env, its seat on the ``subprocess`` runtime by default: the harness
-  runs nothing there, the model's commands run in rollbox's sandboxes.
+  runs nothing there, the model's commands run in rollbox's sandboxes. ``--env.warm-sandboxes N`` gives the
+  agents and the judge warm pools while it serves (:func:`use_sandboxes` sets any sources, from Python).
 
 The tools are not a ``vf.Toolset``: verifiers serves a task's tool servers in processes of their own and stops
 them before it scores, so the sandbox they held would be gone before the judge could grade it. When rollbox or
@@ -34,7 +35,7 @@ from pydantic import Field
 
 from rollbox.env import Episode, OpenAIPolicy, make
 from rollbox.judge import Verdict, VerdictStatus
-from rollbox.sandbox import RollboxError, SandboxSource
+from rollbox.sandbox import RollboxError, SandboxSource, WarmSandboxes
 
 from ._common import task_of
 
@@ -68,7 +69,17 @@ def use_sandboxes(sandboxes: SandboxSource | None = None, *, judge_sandboxes: Sa
     """Where this process's later rollouts take their sandboxes: the agent's (``sandboxes``) and the judge's
     (``judge_sandboxes``), as :func:`rollbox.make` takes them; ``None`` is a fresh sandbox each time (the default).
     Warm pools (:class:`rollbox.sandbox.WarmSandboxes`) start rollouts faster. verifiers builds harnesses from
-    configs, which hold no live objects, so the sources are set here, once per process."""
+    configs, which hold no live objects, so the sources are set here, once per process.
+
+    Raises:
+        ValueError: one source for both: an agent holds its sandbox while the judge grades, so a shared pool
+            can leave the judge waiting for the very sandbox the agent holds.
+    """
+    if sandboxes is not None and sandboxes is judge_sandboxes:
+        raise ValueError(
+            "give the judge a sandbox source of its own (judge_sandboxes): an agent holds its sandbox while the "
+            "judge grades its workspace, so one shared pool can wait on itself forever"
+        )
     _sources.sandboxes = sandboxes
     _sources.judge_sandboxes = judge_sandboxes
 
@@ -225,13 +236,36 @@ class RollboxHarness(vf.Harness[RollboxHarnessConfig]):  # type: ignore[misc,unu
 
 
 class RollboxEnvConfig(vf.EnvConfig):  # type: ignore[misc,unused-ignore]
-    """The one ``agent`` seat, on the ``subprocess`` runtime by default (the rollbox harness runs nothing there)."""
+    """The one ``agent`` seat, on the ``subprocess`` runtime by default (the rollbox harness runs nothing there);
+    ``warm_sandboxes``: the size of the warm pools the agents, and apart from them the judge, take sandboxes from,
+    a pool per configuration of limits (0: a fresh sandbox each time)."""
 
     agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    warm_sandboxes: int = Field(0, ge=0)
 
 
 class RollboxEnv(vf.Env[RollboxEnvConfig]):  # type: ignore[misc,unused-ignore]
-    """An episode is one agent's rollout of one rollbox task."""
+    """An episode is one agent's rollout of one rollbox task. While the env serves, its warm pools (when
+    ``warm_sandboxes`` is set) are where this process's rollouts take their sandboxes."""
+
+    _warm: tuple[WarmSandboxes, WarmSandboxes] | None = None
+
+    async def start(self) -> None:
+        """Open the warm pools (each fills on first use) in the loop the rollouts run in: the agents' and the
+        judge's."""
+        if self.config.warm_sandboxes:
+            self._warm = WarmSandboxes(size=self.config.warm_sandboxes), WarmSandboxes(size=self.config.warm_sandboxes)
+            use_sandboxes(self._warm[0], judge_sandboxes=self._warm[1])
+
+    async def stop(self) -> None:
+        """Close the warm pools, and go back to fresh sandboxes."""
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            use_sandboxes()
+            try:
+                await warm[0].close()
+            finally:
+                await warm[1].close()
 
     async def run(self, task: vf.Task, agents: vf.Agents) -> None:
         """Run the seat's agent once on ``task``."""
