@@ -8,7 +8,7 @@ import select
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _doctor, _eval, _exec, _grade
+from . import _demo, _doctor, _eval, _exec, _grade, _report, _serve, _top
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -21,6 +21,9 @@ examples:
   rollbox grade tasks/add --solution work/ --json  grade a candidate's workspace against a task
   rollbox eval humaneval samples.jsonl -k 1,10     grade human-eval samples, print pass@k
   rollbox demo                                     a tour, including a contained attack
+  rollbox serve                                    the HTTP service (SandboxFusion-compatible) and dashboard
+  rollbox report RUN_ID                            a run's HTML report
+  rollbox top                                      a service's live figures in the terminal
 """
 
 
@@ -30,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_exec, _grade, _eval, _doctor, _demo):
+    for module in (_exec, _grade, _eval, _doctor, _demo, _serve, _report, _top):
         module.register(commands)
     return parser
 
