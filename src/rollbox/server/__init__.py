@@ -6,8 +6,8 @@ trainers wired to it; Prometheus metrics at ``/metrics``; the dashboard at ``/da
 """
 
 from ._app import create_app
-from ._config import ServerConfig, rollbox_home
+from ._config import ServerConfig
 from ._serve import serve
 from ._tenants import Tenant, TenantStore
 
-__all__ = ["ServerConfig", "Tenant", "TenantStore", "create_app", "rollbox_home", "serve"]
+__all__ = ["ServerConfig", "Tenant", "TenantStore", "create_app", "serve"]

@@ -10,14 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.sandbox import Limits
-from rollbox.telemetry import AlertThresholds
+from rollbox.telemetry import AlertThresholds, rollbox_home
 
-__all__ = ["ServerConfig", "is_loopback", "rollbox_home"]
-
-
-def rollbox_home() -> Path:
-    """``$ROLLBOX_HOME``, or ``~/.rollbox``: where the service keeps its tenants, runs and archive."""
-    return Path(os.environ.get("ROLLBOX_HOME") or Path.home() / ".rollbox")
+__all__ = ["ServerConfig", "is_loopback"]
 
 
 def is_loopback(host: str) -> bool:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._alerts import Alert, AlertRule, Alerts, AlertThresholds, default_rules, prometheus_rules
 from ._events import Event, JsonlSink, Sink, add_sink, emit, recording, remove_sink
+from ._home import rollbox_home
+from ._report import render_report
 from ._stats import LiveStats
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ __all__ = [
     "read_archive",
     "recording",
     "remove_sink",
+    "render_report",
+    "rollbox_home",
 ]
 
 #: Names whose modules need an optional extra: imported on first use, so that every layer can import telemetry.
