@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving import Running, running
 
 from rollbox.server import ServerConfig
+from serving import Running, running
 
 
 def _task(root: Path) -> Path:

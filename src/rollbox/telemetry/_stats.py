@@ -157,7 +157,7 @@ class LiveStats:
                 if f.get(key) is not None:
                     view.histogram(name).add(float(f[key]))
             self._outcome(view, at, infra=status == "infra_error")
-            if status not in ("ok", "nonzero_exit"):
+            if status != "ok":
                 self._failure(view, event, status)
         elif kind == "judge.verdict":
             self._verdict(view, event, str(f.get("status")))
