@@ -20,6 +20,9 @@ from ._config import ServerConfig
 __all__ = ["app_from_environment", "serve"]
 
 _ENVIRONMENT = "ROLLBOX_SERVE_CONFIG"
+#: No access log: every execution is an event already (the run's JSONL, the archive), and a line per request
+#: costs a busy service a tenth of its throughput.
+_UVICORN: dict[str, Any] = {"log_level": "info", "access_log": False, "timeout_keep_alive": 30}
 
 
 def _to_json(config: ServerConfig) -> str:
@@ -54,7 +57,7 @@ def serve(config: ServerConfig) -> None:
         ValueError: the configuration cannot serve (auth is on and there is no key; the message says what to do).
     """
     if config.workers <= 1:
-        uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="info", timeout_keep_alive=30)
+        uvicorn.run(create_app(config), host=config.host, port=config.port, **_UVICORN)
         return
     create_app(config)  # the same checks as each worker's, here, where the error can be read
     os.environ[_ENVIRONMENT] = _to_json(config)
@@ -64,6 +67,5 @@ def serve(config: ServerConfig) -> None:
         host=config.host,
         port=config.port,
         workers=config.workers,
-        log_level="info",
-        timeout_keep_alive=30,
+        **_UVICORN,
     )
