@@ -4,15 +4,31 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 
 from rollbox.server import ServerConfig, create_app
 from rollbox.server._service import Service
+
+
+def double_task(root: Path) -> Path:
+    """A directory of tasks under ``root`` holding one function task, ``double``; returns the directory."""
+    task = root / "tasks" / "double"
+    (task / "workspace").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "task.toml").write_text(
+        'id = "double"\n[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "double"\n'
+    )
+    (task / "workspace" / "solution.py").write_text("def double(x):\n    raise NotImplementedError\n")
+    cases = [{"args": [n], "expected": 2 * n} for n in (1, 5, -3)]
+    (task / "tests" / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return task.parent
 
 
 @dataclass

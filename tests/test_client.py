@@ -22,7 +22,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     task = home / "tasks" / "inc"
     (task / "workspace").mkdir(parents=True)
     (task / "tests").mkdir()
-    (task / "task.toml").write_text('id = "inc"\n[grading]\nrunner = "function"\nmodule = "m.py"\nentry_point = "inc"\n')
+    (task / "task.toml").write_text(
+        'id = "inc"\n[grading]\nrunner = "function"\nmodule = "m.py"\nentry_point = "inc"\n'
+    )
     (task / "workspace" / "m.py").write_text("def inc(x):\n    ...\n")
     (task / "tests" / "cases.jsonl").write_text(json.dumps({"args": [1], "expected": 2}) + "\n")
     with running(rollbox.server.ServerConfig(home=home, tasks_dir=home / "tasks", pool_size=2)) as r:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from rollbox.server import ServerConfig, TenantStore
-from serving import running
+from serving import double_task, running
 
 #: Where the page's picture is left, to look at (ROLLBOX_SCREENSHOT; default: the system's temporary directory).
 SCREENSHOT = Path(os.environ.get("ROLLBOX_SCREENSHOT", Path(tempfile.gettempdir()) / "rollbox-dashboard.png"))
@@ -29,25 +29,13 @@ ARGS = [
 ]
 
 
-def _double_task(root: Path) -> Path:
-    task = root / "tasks" / "double"
-    (task / "workspace").mkdir(parents=True)
-    (task / "tests").mkdir()
-    (task / "task.toml").write_text(
-        'id = "double"\n[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "double"\n'
-    )
-    (task / "workspace" / "solution.py").write_text("def double(x):\n    ...\n")
-    (task / "tests" / "cases.jsonl").write_text('{"args": [3], "expected": 6}\n')
-    return task.parent
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium (scripts/setup installs Debian's)")
 def test_dashboard_shows_what_the_api_says(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     key = TenantStore(tmp_path / "tenants.json").add_key("ops", admin=True)
-    tasks = _double_task(tmp_path)
+    tasks = double_task(tmp_path)
     config = ServerConfig(home=tmp_path, auth=True, archive_url="", tick_s=0.2, pool_size=2, tasks_dir=tasks)
     with running(config) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         http.headers["Authorization"] = f"Bearer {key}"

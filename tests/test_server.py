@@ -9,32 +9,18 @@ import socket
 import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from rollbox.server import ServerConfig
-from serving import Running, running
-
-
-def _task(root: Path) -> Path:
-    task = root / "tasks" / "double"
-    (task / "workspace").mkdir(parents=True)
-    (task / "tests").mkdir()
-    (task / "task.toml").write_text(
-        'id = "double"\n[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "double"\n'
-    )
-    (task / "workspace" / "solution.py").write_text("def double(x):\n    raise NotImplementedError\n")
-    cases = [{"args": [n], "expected": 2 * n} for n in (1, 5, -3)]
-    (task / "tests" / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    return task.parent
+from serving import Running, double_task, running
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     home = tmp_path_factory.mktemp("home")
-    config = ServerConfig(home=home, tasks_dir=_task(home), idle_timeout_s=1.0, tick_s=0.2, pool_size=2)
+    config = ServerConfig(home=home, tasks_dir=double_task(home), idle_timeout_s=1.0, tick_s=0.2, pool_size=2)
     with running(config) as r:
         yield r
 

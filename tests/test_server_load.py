@@ -33,6 +33,8 @@ def test_128_concurrent_run_code_calls(tmp_path: Path) -> None:
         stats = server.service.stats.snapshot()
     assert [r.status_code for r in responses] == [200] * CONCURRENT
     bodies = [r.json() for r in responses]
-    assert [b["status"] for b in bodies] == ["Success"] * CONCURRENT, [b for b in bodies if b["status"] != "Success"][:3]
+    assert [b["status"] for b in bodies] == ["Success"] * CONCURRENT, [b for b in bodies if b["status"] != "Success"][
+        :3
+    ]
     assert [b["run_result"]["stdout"] for b in bodies] == [f"{sum(range(i))}\n" for i in range(CONCURRENT)]
     assert stats["executions"] == {"ok": CONCURRENT} and stats["infra_error_rate"] == 0.0

@@ -48,7 +48,9 @@ def test_no_request_gets_a_server_error(server: Running) -> None:
                 response = case.call(timeout=30)
                 calls += 1
                 if response.status_code >= 500:
-                    server_errors.append(f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}")
+                    server_errors.append(
+                        f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}"
+                    )
 
             try:
                 probe()

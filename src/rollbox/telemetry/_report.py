@@ -66,7 +66,7 @@ def _svg_line(points: Sequence[tuple[float, float]], *, width: int = 520, height
         f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
         f'<text x="4" y="{sy(y1) + 4:.0f}">{y1:g}</text><text x="4" y="{sy(y0) + 4:.0f}">{y0:g}</text>'
         f'<text x="{pad}" y="{height - 8}">0 s</text>'
-        f'<text x="{width - pad - 40}" y="{height - 8}">{x1 - x0:.0f} s</text>'
+        f'<text x="{width - pad - 40}" y="{height - 8}">{x1 - x0:.3g} s</text>'
     )
     return (
         f'<svg width="{width}" height="{height}" role="img" aria-label="{_e(label)}">{axes}{dots}'
