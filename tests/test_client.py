@@ -22,8 +22,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     task = home / "tasks" / "inc"
     (task / "workspace").mkdir(parents=True)
     (task / "tests").mkdir()
-    toml = 
-    (task / "task.toml").write_text(toml)
+    (task / "task.toml").write_text(
         'id = "inc"\n[grading]\nrunner = "function"\nmodule = "m.py"\nentry_point = "inc"\n'
     )
     (task / "workspace" / "m.py").write_text("def inc(x):\n    ...\n")
