@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "CommandRunResult",
     "CommandRunStatus",
+    "CreateEpisode",
     "CreateSandbox",
     "EvalResult",
     "EvalTestCase",
@@ -25,6 +26,7 @@ __all__ = [
     "RunCodeResponse",
     "RunStatus",
     "SandboxInfo",
+    "StepRequest",
     "SubmitRequest",
     "TestConfig",
     "WriteFile",
@@ -195,6 +197,26 @@ class FileContent(BaseModel):
     path: str
     size: int
     content_b64: str
+
+
+class CreateEpisode(_Strict):
+    """An episode of a served task: overrides of the task's budget, and whether steps get shaped rewards."""
+
+    task: str = Field(max_length=256)
+    max_turns: int | None = Field(default=None, ge=1, le=10_000)
+    wall_s: float | None = Field(default=None, gt=0, le=86_400)
+    command_timeout_s: float | None = Field(default=None, gt=0)
+    output_bytes: int | None = Field(default=None, gt=0, le=2**30)
+    observation_bytes: int | None = Field(default=None, gt=0, le=2**26)
+    shaped_rewards: bool = False
+    run: str | None = Field(default=None, max_length=128, description="the run this episode belongs to")
+
+
+class StepRequest(_Strict):
+    """One tool call: ``{"name": ..., "arguments": {...}}`` (or OpenAI's ``{"function": {...}}`` form). A malformed
+    one is the agent's error: an error observation that counts a turn, never a 4xx."""
+
+    action: Any
 
 
 class GradeRequest(_Strict):

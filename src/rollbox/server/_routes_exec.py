@@ -25,6 +25,7 @@ from ._models import (
     SubmitRequest,
     WriteFile,
 )
+from ._sessions import info
 from ._tenants import Tenant
 
 __all__ = ["router"]
@@ -125,7 +126,7 @@ async def create_sandbox(body: CreateSandbox, request: Request, tenant: TenantDe
             session = await service.sessions.create(tenant, body)
         except SandboxError as exc:
             raise _infra(exc) from None
-        return 201, session.info(service.config.idle_timeout_s).model_dump(mode="json")
+        return 201, info(session, service.config.idle_timeout_s).model_dump(mode="json")
 
     return await idempotent(request, tenant, call)
 
@@ -134,14 +135,14 @@ async def create_sandbox(body: CreateSandbox, request: Request, tenant: TenantDe
 async def list_sandboxes(request: Request, tenant: TenantDep) -> list[SandboxInfo]:
     """The caller's open sandboxes."""
     service = service_of(request)
-    return [s.info(service.config.idle_timeout_s) for s in service.sessions.list(tenant)]
+    return [info(s, service.config.idle_timeout_s) for s in service.sessions.list(tenant)]
 
 
 @router.get("/v1/sandboxes/{sandbox_id}", response_model=SandboxInfo, tags=["sandboxes"])
 async def get_sandbox(sandbox_id: str, request: Request, tenant: TenantDep) -> SandboxInfo:
     """One of the caller's sandboxes."""
     service = service_of(request)
-    return service.sessions.get(tenant, sandbox_id).info(service.config.idle_timeout_s)
+    return info(service.sessions.get(tenant, sandbox_id), service.config.idle_timeout_s)
 
 
 @router.delete("/v1/sandboxes/{sandbox_id}", status_code=204, tags=["sandboxes"])
@@ -167,7 +168,7 @@ async def exec_in_sandbox(sandbox_id: str, body: ExecRequest, request: Request, 
     async def call() -> tuple[int, Any]:
         async with service.guard.executing(tenant), service.sessions.use(tenant, sandbox_id) as session:
             try:
-                result = await session.sandbox.exec(
+                result = await session.thing.exec(
                     body.argv, stdin=stdin, timeout_s=timeout, env=body.env, cwd=body.cwd, warm_python=body.warm_python
                 )
             except SandboxStateError:
@@ -190,7 +191,7 @@ async def write_file(sandbox_id: str, body: WriteFile, request: Request, tenant:
         data = decode_b64(body.content_b64, "content_b64")
     async with service_of(request).sessions.use(tenant, sandbox_id) as session:
         try:
-            await session.sandbox.write_file(body.path, data, mode=body.mode)
+            await session.thing.write_file(body.path, data, mode=body.mode)
         except SandboxStateError:
             raise Refused(404, f"sandbox {sandbox_id!r} was closed meanwhile") from None
         except ValueError as exc:
@@ -211,7 +212,7 @@ async def read_file(
     service = service_of(request)
     async with service.sessions.use(tenant, sandbox_id) as session:
         try:
-            data = await session.sandbox.read_file(path, max_bytes=service.config.max_file_bytes)
+            data = await session.thing.read_file(path, max_bytes=service.config.max_file_bytes)
         except SandboxStateError:
             raise Refused(404, f"sandbox {sandbox_id!r} was closed meanwhile") from None
         except ValueError as exc:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from rollbox import telemetry
+from rollbox.env import Episode
 from rollbox.sandbox import ExecResult
 from rollbox.telemetry import Alerts, JsonlSink, LiveStats, Sink
 
@@ -17,6 +18,7 @@ from ._execute import Executor
 from ._grading import Grader
 from ._guard import Guard, IdempotencyCache, Refused
 from ._languages import available_languages
+from ._registry import Registry
 from ._sessions import Sessions
 from ._tenants import Tenant, TenantStore
 
@@ -44,6 +46,7 @@ class Service:
         self.languages = available_languages()
         self.executor = Executor(config, self.languages)
         self.sessions = Sessions(config, run=config.run)
+        self.episodes: Registry[Episode] = Registry("episode", idle_timeout_s=config.idle_timeout_s)
         self.grader = Grader(config, run=config.run)
         self.guard = Guard()
         self.idempotency = IdempotencyCache()
@@ -90,6 +93,7 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         await self.sessions.close_all()
+        await self.episodes.close_all()
         await self.executor.close()
         await self.grader.close()
         telemetry.emit("service.stop", run=self.config.run)
@@ -113,6 +117,7 @@ class Service:
         self.refresh_gauges()
         self.alerts.evaluate(time.time())
         await self.sessions.reap(time.time())
+        await self.episodes.reap(time.time())
 
     def refresh_gauges(self) -> None:
         """Set the gauges no event carries: pools, queue, in flight, sandboxes open."""
@@ -122,6 +127,7 @@ class Service:
         self.stats.set_gauge("executions_waiting", self.executor.waiting)
         self.stats.set_gauge("executions_running", self.executor.running)
         self.stats.set_gauge("sandboxes_open", self.sessions.count())
+        self.stats.set_gauge("episodes_open", self.episodes.count())
         self.stats.set_gauge("in_flight", sum(self.guard.in_flight.values()))
         for tenant, count in self.guard.in_flight.items():
             self.stats.set_gauge("in_flight", count, tenant=tenant)

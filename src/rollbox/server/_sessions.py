@@ -1,14 +1,10 @@
-"""Sandboxes that live across requests (the sandboxes API): each belongs to one tenant, and one left unused for
-``idle_timeout_s`` is closed, so that a client that went away leaves nothing behind for long."""
+"""Sandboxes that live across requests (the sandboxes API), one tenant's each, closed when idle."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 from rollbox import telemetry
 from rollbox.sandbox import Limits, Sandbox, SandboxError
@@ -16,47 +12,34 @@ from rollbox.sandbox import Limits, Sandbox, SandboxError
 from ._config import ServerConfig
 from ._guard import Refused
 from ._models import CreateSandbox, SandboxInfo
+from ._registry import Entry, Registry
 from ._tenants import Tenant
 
-__all__ = ["Session", "Sessions"]
+__all__ = ["Sessions", "info"]
 
 
-@dataclass
-class Session:
-    """One sandbox of the sandboxes API."""
-
-    id: str
-    tenant: str
-    sandbox: Sandbox
-    created_at: float
-    last_used_at: float
-    busy: int = 0
-    closed: bool = False
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def info(self, idle_timeout_s: float) -> SandboxInfo:
-        """As the API shows it."""
-        return SandboxInfo(
-            id=self.id,
-            created_at=self.created_at,
-            last_used_at=self.last_used_at,
-            idle_timeout_s=idle_timeout_s,
-            limits=asdict(self.sandbox.limits),
-            network=self.sandbox.network.value,
-        )
+def info(entry: Entry[Sandbox], idle_timeout_s: float) -> SandboxInfo:
+    """A sandbox as the API shows it."""
+    return SandboxInfo(
+        id=entry.id,
+        created_at=entry.created_at,
+        last_used_at=entry.last_used_at,
+        idle_timeout_s=idle_timeout_s,
+        limits=asdict(entry.thing.limits),
+        network=entry.thing.network.value,
+    )
 
 
-class Sessions:
-    """Every open session, by id."""
+class Sessions(Registry[Sandbox]):
+    """The sandboxes API's sandboxes."""
 
     def __init__(self, config: ServerConfig, *, run: str) -> None:
+        super().__init__("sandbox", idle_timeout_s=config.idle_timeout_s, closed=self._report_close)
         self.config = config
         self.run = run
-        self._sessions: dict[str, Session] = {}
 
-    def count(self, tenant: str | None = None) -> int:
-        """Sessions open (of one tenant)."""
-        return sum(tenant is None or s.tenant == tenant for s in self._sessions.values())
+    def _report_close(self, entry: Entry[Sandbox], why: str) -> None:
+        telemetry.emit("sandbox.close", sandbox=entry.id, tenant=entry.tenant, run=self.run, why=why)
 
     def limits(self, request: CreateSandbox) -> Limits:
         """The request's limits over the server's defaults.
@@ -82,7 +65,7 @@ class Sessions:
         except ValueError as exc:
             raise Refused(400, str(exc)) from None
 
-    async def create(self, tenant: Tenant, request: CreateSandbox) -> Session:
+    async def create(self, tenant: Tenant, request: CreateSandbox) -> Entry[Sandbox]:
         """Open a sandbox for ``tenant``.
 
         Raises:
@@ -90,13 +73,7 @@ class Sessions:
             SandboxError: the sandbox could not be made (reported as a ``sandbox.start`` event).
         """
         limits = self.limits(request)
-        if self.count(tenant.name) >= tenant.max_sandboxes:
-            raise Refused(
-                429,
-                f"tenant {tenant.name!r} already has {tenant.max_sandboxes} sandboxes open (its limit); close some "
-                "(DELETE /v1/sandboxes/ID) or let idle ones expire",
-                retry_after_s=min(self.config.idle_timeout_s, 60.0),
-            )
+        self.full(tenant)
         sandbox = Sandbox(limits=limits, network=request.network, warm_python=request.warm_python)
         sandbox_id = "sb_" + secrets.token_urlsafe(12)
         start = time.monotonic()
@@ -107,57 +84,4 @@ class Sessions:
             telemetry.emit("sandbox.start", ok=False, wall_s=time.monotonic() - start, error=str(exc), **base)
             raise
         telemetry.emit("sandbox.start", ok=True, wall_s=time.monotonic() - start, **base)
-        now = time.time()
-        session = Session(sandbox_id, tenant.name, sandbox, now, now)
-        self._sessions[sandbox_id] = session
-        return session
-
-    def get(self, tenant: Tenant, sandbox_id: str) -> Session:
-        """The tenant's session ``sandbox_id``.
-
-        Raises:
-            Refused: 404, there is no such sandbox of this tenant's (another tenant's is not found either).
-        """
-        session = self._sessions.get(sandbox_id)
-        if session is None or session.tenant != tenant.name:
-            raise Refused(404, f"no sandbox {sandbox_id!r}: it was closed, expired after being idle, or never existed")
-        return session
-
-    def list(self, tenant: Tenant) -> list[Session]:
-        """The tenant's sessions."""
-        return [s for s in self._sessions.values() if s.tenant == tenant.name]
-
-    @contextlib.asynccontextmanager
-    async def use(self, tenant: Tenant, sandbox_id: str) -> AsyncIterator[Session]:
-        """The session, marked busy (the idle reaper leaves it alone) for the block."""
-        session = self.get(tenant, sandbox_id)
-        session.busy += 1
-        try:
-            yield session
-        finally:
-            session.busy -= 1
-            session.last_used_at = time.time()
-
-    async def close(self, tenant: Tenant, sandbox_id: str) -> None:
-        """Close the tenant's session (404 as :meth:`get`)."""
-        await self._close(self.get(tenant, sandbox_id), "closed")
-
-    async def _close(self, session: Session, why: str) -> None:
-        if self._sessions.pop(session.id, None) is None:
-            return
-        session.closed = True
-        with contextlib.suppress(Exception):  # a sandbox that fails to close is gone from the API either way
-            await session.sandbox.close()
-        telemetry.emit("sandbox.close", sandbox=session.id, tenant=session.tenant, run=self.run, why=why)
-
-    async def reap(self, now: float) -> int:
-        """Close sessions idle for longer than the idle timeout; returns how many."""
-        idle = [s for s in self._sessions.values() if s.busy == 0 and now - s.last_used_at > self.config.idle_timeout_s]
-        for session in idle:
-            await self._close(session, "idle")
-        return len(idle)
-
-    async def close_all(self) -> None:
-        """Close every session (the service stops)."""
-        for session in list(self._sessions.values()):
-            await self._close(session, "shutdown")
+        return self.add(tenant.name, sandbox_id, sandbox)

@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._alerts import Alert, AlertRule, Alerts, AlertThresholds, default_rules, prometheus_rules
-from ._events import Event, JsonlSink, Sink, add_sink, emit, recording, remove_sink
+from ._events import Event, JsonlSink, Sink, add_sink, bound, emit, recording, remove_sink
 from ._home import rollbox_home
 from ._report import render_report
 from ._stats import LiveStats
@@ -34,6 +34,7 @@ __all__ = [
     "PrometheusSink",
     "Sink",
     "add_sink",
+    "bound",
     "default_rules",
     "emit",
     "prometheus_rules",

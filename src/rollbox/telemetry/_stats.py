@@ -14,8 +14,11 @@ The events it reads, and the fields it relies on (others are ignored; every fiel
 - ``job.transition``: ``job`` and ``to`` (the new state; both required), ``from``, ``task``, ``tenant``, ``run``,
   ``queue_wait_s`` (else measured from the job's ``queued`` transition to the next), ``verdict`` or ``status``,
   ``reward``, ``error``. A job in a state of :data:`TERMINAL_STATES` stops being tracked.
-- ``episode.turn``: ``episode``, ``run``, ``tenant``, ``wall_s``. ``episode.end``: ``episode``, ``run``,
-  ``tenant``, ``task``, ``reward``, ``status``.
+- ``episode.turn``: ``wall_s``, ``episode_id``, ``tenant``, ``run``. ``episode.end``: ``status`` (the verdict's),
+  ``reward``, ``wall_s``, ``episode_id``, ``task_id``, ``end_reason``, ``tenant``, ``run``.
+
+``tenant`` and ``run`` need not be emitted by the layer itself: the service binds them around each request
+(:func:`rollbox.telemetry.bound`).
 """
 
 from __future__ import annotations
@@ -166,6 +169,8 @@ class LiveStats:
         elif kind == "episode.turn" and f.get("wall_s") is not None:
             view.histogram("turn").add(float(f["wall_s"]))
         elif kind == "episode.end":
+            if f.get("wall_s") is not None:
+                view.histogram("episode").add(float(f["wall_s"]))
             self._verdict(view, event, str(f.get("status") or f.get("verdict") or "ended"))
         self._trim(view, at)
 
@@ -222,7 +227,8 @@ class LiveStats:
     def _failure(view: _View, event: Event, status: str) -> None:
         f = event.fields
         entry = {"at": event.at, "kind": event.kind, "status": status}
-        for key in ("id", "job", "task", "run", "tenant", "sandbox", "language", "episode", "error", "stderr"):
+        keys = ("id", "job", "task", "task_id", "run", "tenant", "sandbox", "language", "episode_id", "end_reason")
+        for key in (*keys, "error", "stderr"):
             value = f.get(key)
             if value is not None:
                 entry[key] = str(value)[-_TAIL_BYTES:]
