@@ -8,6 +8,7 @@ from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxSt
 from ._limits import Limits, Network, parse_duration, parse_size
 from ._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
 from ._process import InsecureBackendWarning
+from ._resizable import ResizablePool
 from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
 
@@ -21,6 +22,7 @@ __all__ = [
     "Network",
     "PoolExhausted",
     "Program",
+    "ResizablePool",
     "RollboxError",
     "Sandbox",
     "SandboxError",
