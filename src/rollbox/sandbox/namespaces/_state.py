@@ -41,9 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox.agent._spawner import Spawner
+
 from ._cgroup import Cgroup, CgroupTree
-from ._errors import SandboxError
-from ._spawner import Spawner
 
 __all__ = ["SandboxDir", "StateDir", "trees_held"]
 

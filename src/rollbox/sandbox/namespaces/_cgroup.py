@@ -16,21 +16,21 @@ command cost more CPU than a short command itself.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import errno
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ._errors import IsolationUnavailable, SandboxError
+from rollbox.sandbox._errors import IsolationUnavailable, SandboxError
+from rollbox.sandbox._kernel import read_kernel_file
 
-__all__ = ["Cgroup", "CgroupStats", "CgroupTree", "in_thread", "read_kernel_file"]
+__all__ = ["Cgroup", "CgroupStats", "CgroupTree"]
 
 T = TypeVar("T")
 
@@ -50,18 +50,6 @@ class CgroupStats:
     pids_limit_hits: int
     #: How many times its memory usage reached its limit (see :meth:`Cgroup.memory_limit_hits`).
     memory_limit_hits: int = 0
-
-
-def read_kernel_file(path: str | Path) -> str:
-    """A small cgroup or /proc file, through a plain fd (no file object): a command reads a dozen on its way."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = [os.read(fd, 65536)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 65536))
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode()
 
 
 def _write(path: str | Path, value: str) -> None:
@@ -101,28 +89,6 @@ def _own_paths() -> dict[str, str]:
         for controller in controllers.split(",") if controllers else [""]:
             paths[controller] = path
     return paths
-
-
-#: Threads for cgroup changes off a command's path (see ``in_thread``).
-_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="rollbox-cgroups")
-
-
-async def in_thread(function: Callable[..., T], *args: object) -> T:
-    """``function(*args)`` in a worker thread, for cgroup changes off a command's path. On cgroup v1 a move into a
-    cgroup can wait for an RCU grace period while holding ``cgroup_mutex``, and every other cgroup change waits
-    behind it: on the event loop, that would stall every sandbox of the process.
-
-    Cancelling the caller waits for the thread if it has started, so that no cgroup change is still under way
-    when the caller's cleanup (removing the sandbox's cgroups) runs.
-    """
-    work = _THREADS.submit(function, *args)
-    future = asyncio.wrap_future(work)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        if not work.cancel():  # it has started: let it finish
-            await asyncio.wait([future])
-        raise
 
 
 class CgroupTree:

@@ -10,7 +10,7 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from ._errors import IsolationUnavailable
+from rollbox.sandbox._errors import IsolationUnavailable
 
 __all__ = ["agent_binary"]
 
@@ -27,7 +27,7 @@ def agent_binary() -> Path:
     Raises:
         IsolationUnavailable: no C compiler, or the build failed; the message says what to install.
     """
-    source = resources.files("rollbox.sandbox").joinpath("agent.c").read_bytes()
+    source = resources.files("rollbox.sandbox.agent").joinpath("agent.c").read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
     target = _cache_dir() / f"rollbox-agent-{digest}"
     if not target.exists():

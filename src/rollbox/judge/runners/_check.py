@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.sandbox import ExecResult, Sandbox, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
@@ -53,7 +54,6 @@ from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check_variants import CheckVariant, check_variants, imported_modules
 from ._drivers import driver_command, install_driver
 from ._report import RunnerReport
-from ._verdict import GradedTest, Outcome
 
 __all__ = ["run_check"]
 

@@ -37,7 +37,7 @@ import platform
 import struct
 from dataclasses import dataclass
 
-from ._errors import IsolationUnavailable
+from rollbox.sandbox._errors import IsolationUnavailable
 
 #: The highest syscall number reviewed for this filter (Linux 6.14's last, ``removexattrat``; x86_64 and aarch64
 #: share the numbers from 403 on). Linux 6.15's ``open_tree_attr`` (467) and everything after it get ``ENOSYS``.

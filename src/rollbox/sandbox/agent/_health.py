@@ -12,7 +12,7 @@ import ctypes
 import os
 import platform
 
-from ._cgroup import read_kernel_file
+from rollbox.sandbox._kernel import read_kernel_file
 
 __all__ = ["fingerprint", "start_time"]
 

@@ -26,11 +26,11 @@ def _pyc(package: str, name: str) -> bytes:
 
 @functools.cache
 def _files(driver: str) -> tuple[tuple[str, bytes], ...]:
-    return (("driver.pyc", _pyc("rollbox.judge", driver)), ("_values.pyc", _pyc("rollbox.tasks", "_values.py")))
+    return (("driver.pyc", _pyc("rollbox.judge.runners", driver)), ("_values.pyc", _pyc("rollbox.tasks", "_values.py")))
 
 
 async def install_driver(sb: Sandbox, directory: str, driver: str) -> str:
-    """Write the judge's ``driver`` (a module file of ``rollbox.judge``) and the value codec into ``directory``
+    """Write the judge's ``driver`` (a module file of ``rollbox.judge.runners``) and the value codec into ``directory``
     of ``sb``, read-only to the program, and return the driver's path there.
 
     Raises:

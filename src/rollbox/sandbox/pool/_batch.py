@@ -19,9 +19,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ._limits import Limits, Network
+from rollbox.sandbox._limits import Limits, Network
+from rollbox.sandbox._result import ExecResult
+
 from ._pool import SandboxSource, WarmSandboxes
-from ._result import ExecResult
 
 __all__ = ["Program", "as_finished", "run_batch"]
 

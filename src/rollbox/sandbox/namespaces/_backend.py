@@ -32,14 +32,16 @@ import threading
 from importlib import resources
 from pathlib import Path
 
-from ._agent import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
-from ._cgroup import Cgroup, CgroupStats, CgroupTree, in_thread
-from ._errors import IsolationUnavailable, SandboxError
-from ._limits import Limits, Network
-from ._native import agent_binary
+from rollbox.sandbox._errors import IsolationUnavailable, SandboxError
+from rollbox.sandbox._kernel import in_thread
+from rollbox.sandbox._limits import Limits, Network
+from rollbox.sandbox._settle import settled
+from rollbox.sandbox.agent._build import agent_binary
+from rollbox.sandbox.agent._protocol import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
+from rollbox.sandbox.agent._spawner import Launched, Spawner
+
+from ._cgroup import Cgroup, CgroupStats, CgroupTree
 from ._seccomp import build_filter
-from ._settle import settled
-from ._spawner import Launched, Spawner
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
 __all__ = ["NamespaceHost", "NamespaceSandbox"]
@@ -55,7 +57,7 @@ _DEVICE_LINKS = (
 )
 _AGENT_PATH = "/opt/rollbox/agent"
 _ZYGOTE_PATH = "/opt/rollbox/zygote.py"
-_ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox").joinpath("zygote.py"))
+_ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox.agent").joinpath("zygote.py"))
 # A command's cgroup is reused by the next command when at most this share of the memory limit is still charged to
 # it (kernel objects, some freed only after an RCU grace period, and cache: a few hundred KiB after most commands,
 # a few MiB after a burst of forks); the next command's limit is raised by as much.

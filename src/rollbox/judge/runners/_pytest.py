@@ -12,7 +12,7 @@ id present and exactly ``passed``), and any passing canary, unknown or repeated 
 What the tests print, and pytest's exit code, decide nothing.
 
 What it cannot guarantee: the tests run in the candidate's process, so its code can read them, and can tell the
-canaries from the real tests (see ``_canary``). The expected tests are also read from the modules themselves,
+canaries from the real tests (see ``integrity._canary``). The expected tests are also read from the modules themselves,
 so that dropping a test, or a case of a literal ``parametrize`` list, from collection leaves it missing; a case
 of a computed list is known only from collection.
 """
@@ -25,13 +25,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rollbox.judge._verdict import GradedTest, Outcome
+from rollbox.judge.integrity._canary import add_canaries
 from rollbox.sandbox import FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
 
-from ._canary import add_canaries
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._report import RunnerReport
-from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 
@@ -128,7 +128,7 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
     static: dict[str, int] = {}
     canaries: list[str] = []  # each canary test, whose pass means tampering
     judges: list[str] = []  # what holds them (a canary class may hold inherited tests too): none is a real test
-    package = resources.files("rollbox.judge")
+    package = resources.files("rollbox.judge.runners")
     async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
         # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.

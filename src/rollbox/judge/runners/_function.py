@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task
 from rollbox.tasks._cases import FunctionCase, load_function_cases
@@ -16,7 +17,6 @@ from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check import run_check
 from ._drivers import driver_command, install_driver
 from ._report import RunnerReport, merge_reports
-from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 

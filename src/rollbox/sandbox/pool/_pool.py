@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol
 
-from ._errors import RollboxError, SandboxError, SandboxStateError
-from ._limits import Limits, Network
-from ._sandbox import Backend, Sandbox
-from ._settle import settled
+from rollbox.sandbox._errors import RollboxError, SandboxError, SandboxStateError
+from rollbox.sandbox._limits import Limits, Network
+from rollbox.sandbox._sandbox import Backend, Sandbox
+from rollbox.sandbox._settle import settled
 
 __all__ = ["FreshSandboxes", "PoolExhausted", "SandboxPool", "SandboxSource", "WarmSandboxes"]
 

@@ -22,11 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from ._cgroup import in_thread, read_kernel_file
-from ._errors import SandboxError
+from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox._kernel import in_thread, read_kernel_file
+from rollbox.sandbox._limits import Limits
+from rollbox.sandbox._result import ExecResult, Status
+
 from ._health import fingerprint, start_time
-from ._limits import Limits
-from ._result import ExecResult, Status
 from ._streams import OutputCapture, StdinFeeder
 
 if TYPE_CHECKING:

@@ -43,12 +43,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status
 from rollbox.tasks import ScriptGrading, Task
 
 from ._channel import GRADING_ENV
 from ._report import RunnerReport
-from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 

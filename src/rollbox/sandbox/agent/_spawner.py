@@ -25,10 +25,11 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from ._agent import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
-from ._errors import SandboxError
-from ._native import agent_binary
-from ._settle import settled
+from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox._settle import settled
+
+from ._build import agent_binary
+from ._protocol import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
 
 __all__ = ["Launched", "Spawner"]
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rollbox.judge._verdict import GradedTest
 from rollbox.sandbox import Status
-
-from ._verdict import GradedTest
 
 __all__ = ["RunnerReport", "merge_reports"]
 

@@ -22,13 +22,13 @@ import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.sandbox import ExecResult, FreshSandboxes, Network, SandboxSource, Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
 from rollbox.tasks._cases import StdioCase, load_stdio_cases
 
 from ._channel import GRADING_ENV
 from ._report import RunnerReport
-from ._verdict import GradedTest, Outcome
 
 _FRESH = FreshSandboxes()
 
