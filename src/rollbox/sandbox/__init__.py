@@ -6,11 +6,11 @@ The lowest layer of rollbox; it imports nothing else of rollbox.
 from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError, TreeTooLarge
 from ._limits import Limits, Network, parse_duration, parse_size
 from ._process import InsecureBackendWarning
-from ._resizable import ResizablePool
 from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
 from .pool._batch import Program, run_batch
 from .pool._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
+from .pool._resizable import ResizablePool
 
 __all__ = [
     "Backend",

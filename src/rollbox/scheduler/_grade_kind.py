@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.judge import Solution, grade
-from rollbox.judge._check_variants import MAX_VARIANTS
+from rollbox.judge.runners._check_variants import MAX_VARIANTS
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError, load_task
 
 from ._errors import PayloadError

@@ -12,9 +12,9 @@ import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
-from ._errors import SandboxStateError
+from .._errors import SandboxStateError
 from ._pool import SandboxPool, _State, close_all
-from ._sandbox import Sandbox
+from .._sandbox import Sandbox
 
 __all__ = ["ResizablePool"]
 
