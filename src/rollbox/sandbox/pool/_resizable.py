@@ -12,9 +12,10 @@ import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
-from .._errors import SandboxStateError
+from rollbox.sandbox._errors import SandboxStateError
+from rollbox.sandbox._sandbox import Sandbox
+
 from ._pool import SandboxPool, _State, close_all
-from .._sandbox import Sandbox
 
 __all__ = ["ResizablePool"]
 
