@@ -379,7 +379,11 @@ class JobStore(StoreReads):
             ).fetchall()
             for id_, attempt, failures, max_attempts, holder in rows:
                 (state,) = db.execute("SELECT state FROM jobs WHERE id = ?", (id_,)).fetchone()
-                why = f"the lease of {holder} expired: its scheduler or worker stopped answering"
+                why = (
+                    f"the process of {holder}, which held its lease, is gone"
+                    if holder in owners
+                    else f"the lease of {holder} expired: its scheduler or worker stopped answering"
+                )
                 end = Ending(job_id=id_, attempt=attempt, target=JobState.PENDING, error=why, at=now)
                 end = _give_up(end) if failures + 1 >= max_attempts else end
                 end = dataclasses.replace(end, outcome="lease_expired")
