@@ -26,6 +26,9 @@ from ._model import canonical_json
 
 __all__ = ["ElasticSandboxes", "pool_config", "pool_key"]
 
+#: How long the queue's word (:meth:`ElasticSandboxes.expect`) counts: schedulers repeat it every second.
+_HINT_S = 3.0
+
 
 def pool_key(limits: Limits, network: Network | str) -> str:
     """The name of the warm pool for sandboxes of this configuration (plain JSON, so it can be stored)."""
@@ -80,6 +83,8 @@ class ElasticSandboxes:
         self._pools: dict[tuple[Limits, Network], _Elastic] = {}
         self._opening = asyncio.Lock()
         self._control: asyncio.Task[None] | None = None
+        self._queued: dict[tuple[Limits, Network], int] = {}
+        self._queued_at = 0.0
 
     async def __aenter__(self) -> ElasticSandboxes:
         self._control = asyncio.create_task(self._steer())
@@ -106,10 +111,12 @@ class ElasticSandboxes:
 
     def expect(self, queued: Mapping[str, int]) -> None:
         """Tell the pools how many jobs of each :func:`pool_key` wait in the queue, so that they grow before those
-        jobs arrive. Configurations with no open pool yet get one at their first borrow."""
-        by_config = {pool_config(key): count for key, count in queued.items() if key}
+        jobs arrive (the word counts for a few seconds: repeat it). Configurations with no open pool yet get one at
+        their first borrow."""
+        self._queued = {pool_config(key): count for key, count in queued.items() if key}
+        self._queued_at = time.monotonic()
         for config, elastic in self._pools.items():
-            elastic.queued = by_config.get(config, 0)
+            elastic.queued = self._queued.get(config, 0)
 
     async def _entry(self, limits: Limits, network: Network) -> _Elastic:
         key = (limits, Network(network))
@@ -117,7 +124,7 @@ class ElasticSandboxes:
             if key not in self._pools:
                 pool = ResizablePool(size=1, limits=limits, network=network, warm_python=self.warm_python)
                 await pool.__aenter__()
-                self._pools[key] = _Elastic(pool)
+                self._pools[key] = _Elastic(pool, queued=self._queued.get(key, 0))
                 self._report(key, self._pools[key], "opened")
         return self._pools[key]
 
@@ -162,7 +169,8 @@ class ElasticSandboxes:
         recent = [t for t in elastic.arrivals if t > now - 5.0]
         rate = len(recent) / 5.0
         hold = sum(elastic.holds) / len(elastic.holds) if elastic.holds else 0.0
-        demand = max(elastic.pool.busy + elastic.waiting + elastic.queued, math.ceil(rate * hold))
+        queued = elastic.queued if now - self._queued_at < _HINT_S else 0  # no fresh word: nobody is scheduling
+        demand = max(elastic.pool.busy + elastic.waiting + queued, math.ceil(rate * hold))
         return max(self.min_size, min(self.max_size, demand))
 
     async def _steer(self) -> None:
@@ -177,7 +185,7 @@ class ElasticSandboxes:
                         pool.resize(target)
                         self._report(key, elastic, "grew")
                 elif now - elastic.needed_at >= self.grace_s:
-                    idle = not (pool.busy or elastic.waiting or elastic.queued)
+                    idle = not (pool.busy or elastic.waiting) and target <= self.min_size
                     if idle and not any(t > now - self.grace_s for t in elastic.arrivals):
                         del self._pools[key]
                         self._report(key, elastic, "closed")

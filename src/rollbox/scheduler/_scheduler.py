@@ -194,7 +194,8 @@ class Scheduler:
         cancelled (the jobs under way then go back to the queue when the scheduler is closed)."""
         if not self._open:
             raise RuntimeError("open the scheduler first: 'async with Scheduler(...) as scheduler:'")
-        with telemetry.recording(self._events):
+        with telemetry.recording(self._events), contextlib.ExitStack() as stack:
+            stack.callback(lambda: [worker.expect({}) for worker in self.workers.values()])  # nothing queued now
             beat_at = 0.0
             while True:
                 await self._flush()
