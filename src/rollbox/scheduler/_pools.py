@@ -179,22 +179,21 @@ class ElasticSandboxes:
             now = time.monotonic()
             for key, elastic in list(self._pools.items()):
                 pool, target = elastic.pool, self._target(elastic, now)
-                if target >= pool.size:
+                used = pool.busy or elastic.waiting or any(t > now - self.grace_s for t in elastic.arrivals)
+                if not used and target <= self.min_size:  # nobody borrowed for the whole grace period
+                    del self._pools[key]
+                    self._report(key, elastic, "closed")
+                    with contextlib.suppress(Exception):
+                        await pool.close()
+                elif target >= pool.size:
                     elastic.needed_at = now
                     if target > pool.size:
                         pool.resize(target)
                         self._report(key, elastic, "grew")
                 elif now - elastic.needed_at >= self.grace_s:
-                    idle = not (pool.busy or elastic.waiting) and target <= self.min_size
-                    if idle and not any(t > now - self.grace_s for t in elastic.arrivals):
-                        del self._pools[key]
-                        self._report(key, elastic, "closed")
-                        with contextlib.suppress(Exception):
-                            await pool.close()
-                    else:
-                        pool.resize(target)
-                        elastic.needed_at = now
-                        self._report(key, elastic, "shrank")
+                    pool.resize(target)
+                    elastic.needed_at = now
+                    self._report(key, elastic, "shrank")
 
     def _report(self, key: tuple[Limits, Network], elastic: _Elastic, change: str) -> None:
         telemetry.emit(
