@@ -166,8 +166,8 @@ class ElasticSandboxes:
             yield sb
 
     def _target(self, elastic: _Elastic, now: float) -> int:
-        recent = [t for t in elastic.arrivals if t > now - 5.0]
-        rate = len(recent) / 5.0
+        window = min(5.0, self.grace_s)  # the recent past: never longer than what the pool is kept for
+        rate = sum(t > now - window for t in elastic.arrivals) / window
         hold = sum(elastic.holds) / len(elastic.holds) if elastic.holds else 0.0
         queued = elastic.queued if now - self._queued_at < _HINT_S else 0  # no fresh word: nobody is scheduling
         demand = max(elastic.pool.busy + elastic.waiting + queued, math.ceil(rate * hold))
