@@ -38,7 +38,7 @@ from ._placement import Placement
 from ._retry import RetryPolicy
 from ._states import JobState
 from ._store import Ending, JobStore
-from ._workers import LocalWorker, Worker
+from ._workers import LocalWorker, Worker, WorkerLost
 
 __all__ = ["Scheduler"]
 
@@ -195,7 +195,7 @@ class Scheduler:
         if not self._open:
             raise RuntimeError("open the scheduler first: 'async with Scheduler(...) as scheduler:'")
         with telemetry.recording(self._events), contextlib.ExitStack() as stack:
-            stack.callback(lambda: [worker.expect({}) for worker in self.workers.values()])  # nothing queued now
+            stack.callback(self._nothing_queued)
             beat_at = 0.0
             while True:
                 await self._flush()
@@ -211,6 +211,10 @@ class Scheduler:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), tick_s)
                 self._wake.clear()
+
+    def _nothing_queued(self) -> None:
+        for worker in self.workers.values():
+            worker.expect({})
 
     async def _fill(self) -> int:
         """Lease as many jobs as the workers have room for, and start them."""
@@ -272,6 +276,9 @@ class Scheduler:
                 return Ending(
                     job_id=job.id, attempt=job.attempts, target=JobState.FAILED, error=str(exc), outcome="failed"
                 )
+            except WorkerLost as exc:  # retried elsewhere; the jobs waiting for that worker go back to the queue
+                self._lose(job.worker)
+                outcome = Outcome(status="infra_error", error=str(exc))
             except Exception as exc:  # the worker's or rollbox's failure, never the model's: retried
                 outcome = Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
         return await self._ending(job, outcome)
@@ -342,6 +349,20 @@ class Scheduler:
         else:
             ending = task.result()
         self._endings.append(ending)
+        self._wake.set()
+
+    def _lose(self, worker: str) -> None:
+        """A worker is gone: nothing more is placed on it, and the jobs waiting for it return to the queue at once
+        (not counted as failures: they never started)."""
+        if worker not in self.placement.workers:
+            return
+        self.placement.remove_worker(worker)
+        now = time.time()
+        for job in list(self._ready[worker]):
+            self._abandon(job.id)
+            self._endings.append(
+                Ending(job_id=job.id, attempt=job.attempts, target=JobState.PENDING, outcome="released", at=now)
+            )
         self._wake.set()
 
     def _abandon(self, job_id: int) -> None:
