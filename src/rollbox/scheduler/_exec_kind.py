@@ -5,8 +5,9 @@ Payload::
     {"argv": ["python3", "main.py"], "files": {"main.py": "print(42)"}, "stdin": null,
      "limits": {"timeout_s": 5, "memory_bytes": 268435456}, "network": "none", "warm_python": false}
 
-Everything but ``argv`` is optional. The result's status is the command's (:class:`rollbox.Status`); an
-``infra_error`` is retried.
+Everything but ``argv`` is optional; ``cpus`` (default 1) and ``resources`` (``{"gpu": 1}``, a Ray node's custom
+resources) say what the job needs besides its memory limit. The result's status is the command's
+(:class:`rollbox.Status`); an ``infra_error`` is retried.
 """
 
 from __future__ import annotations
@@ -67,10 +68,13 @@ class ExecKind:
 
     def requirements(self, payload: Mapping[str, Any]) -> Requirements:
         _, limits, network = _parse(payload)
+        try:
+            cpus = float(payload.get("cpus", 1.0))
+            resources = {str(k): float(v) for k, v in dict(payload.get("resources") or {}).items()}
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"invalid exec payload: cpus and resources must be numbers: {exc}") from exc
         return Requirements(
-            cpus=float(payload.get("cpus", 1.0)),
-            memory_bytes=limits.memory_bytes,
-            pool=pool_key(limits, network),
+            cpus=cpus, memory_bytes=limits.memory_bytes, resources=resources, pool=pool_key(limits, network)
         )
 
     async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
