@@ -30,7 +30,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         epilog=_JOBS_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--run", default=None, metavar="ID", help="only this run's jobs")
+    p.add_argument("--run", dest="run_id", default=None, metavar="ID", help="only this run's jobs")
     p.add_argument("--state", default=None, choices=[s.value for s in JobState], help="only jobs in this state")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N jobs (the first by id)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -70,7 +70,7 @@ def _jobs(args: argparse.Namespace) -> int:
         if args.action == "show":
             return _show(store, args.job, args.json)
         state = JobState(args.state) if args.state else None
-        jobs = store.jobs(run_id=args.run, state=state, limit=args.limit)
+        jobs = store.jobs(run_id=args.run_id, state=state, limit=args.limit)
         if not args.json:
             print(f"{'JOB':>6}  {'RUN':<24} {'KIND':<8} {'STATE':<10} {'TRIES':>5}  {'STATUS':<14} {'REWARD':>6}  KEY")
         for job in jobs:
