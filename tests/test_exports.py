@@ -111,6 +111,23 @@ def test_tasks_and_judge_exports() -> None:
             assert hasattr(module, name)
 
 
+def test_scheduler_exports() -> None:
+    import rollbox.scheduler
+
+    assert sorted(rollbox.scheduler.__all__) == sorted(
+        [
+            "TERMINAL", "TRANSITIONS", "Attempt", "Capacity", "ElasticSandboxes", "IdempotencyConflict",
+            "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult", "JobSpec", "JobState",
+            "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements", "RetryPolicy",
+            "Scheduler", "SchedulerError", "Transition", "Unplaceable", "Worker", "WorkerLost", "exec_payload",
+            "get_kind", "kind_names", "machine_capacity", "pool_key", "register_kind", "rollbox_home", "run_dir",
+            "store_path",
+        ]
+    )  # fmt: skip
+    for name in rollbox.scheduler.__all__:
+        assert hasattr(rollbox.scheduler, name)
+
+
 def test_layers_import_only_downwards() -> None:
     """Each layer imports only those below it (DESIGN.md); every layer may report into telemetry's events."""
     import ast
