@@ -19,7 +19,7 @@ from rollbox.telemetry import Archive, read_archive
 
 
 def _emit_run() -> None:
-    telemetry.emit("job.transition", job="j1", to="queued", run="run-1", task="t", tenant="a")
+    telemetry.emit("job.transition", job_id=1, target="pending", run_id="run-1", tenant="a")
     telemetry.emit("sandbox.exec", id="e1", run="run-1", status="ok", wall_s=0.01, tenant="a", stderr="")
     telemetry.emit("judge.verdict", id="v1", run="run-1", status="passed", reward=1.0, task="t", tenant="a")
     telemetry.emit("episode.turn", run="run-2", episode="ep", turn=1, messages=[{"role": "user", "content": "hi"}])

@@ -44,7 +44,7 @@ def _events(args: argparse.Namespace) -> list[Event]:
         for line in args.events.read_text().splitlines():
             if line.strip():
                 data = json.loads(line)
-                run = data.get("run")
+                run = data.get("run") or data.get("run_id")
                 if run is None or run == args.run_id:
                     events.append(Event(data.pop("kind"), data.pop("at"), data))
         return events

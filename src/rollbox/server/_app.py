@@ -84,7 +84,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     Raises:
         ValueError: auth is on and no tenant has a key (the message says how to make one).
     """
-    from . import _routes_env, _routes_exec, _routes_ops
+    from . import _routes_env, _routes_exec, _routes_jobs, _routes_ops
 
     config = config or ServerConfig()
     service = Service(config)
@@ -122,6 +122,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     app.include_router(_routes_ops.router)
     app.include_router(_routes_exec.router)
     app.include_router(_routes_env.router)
+    app.include_router(_routes_jobs.router)
     app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
     return app
 

@@ -86,6 +86,11 @@ class Grader:
             self._loaded[path] = load_task(path)
         return self._loaded[path]
 
+    def task_id(self, path: str) -> str:
+        """The id of the task loaded from ``path`` (its directory's name when it was never loaded here)."""
+        loaded = self._loaded.get(Path(path))
+        return loaded.id if loaded is not None else Path(path).name
+
     async def task(self, task_id: str, dataset: str = "tasks") -> Task:
         """A served task.
 

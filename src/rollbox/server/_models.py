@@ -27,6 +27,8 @@ __all__ = [
     "RunStatus",
     "SandboxInfo",
     "StepRequest",
+    "SubmitJob",
+    "SubmitJobs",
     "SubmitRequest",
     "TestConfig",
     "WriteFile",
@@ -217,6 +219,25 @@ class StepRequest(_Strict):
     one is the agent's error: an error observation that counts a turn, never a 4xx."""
 
     action: Any
+
+
+class SubmitJob(_Strict):
+    """One job: ``exec`` (``rollbox.scheduler.exec_payload``'s payload) or ``grade`` (``{"task": ID, "files":
+    {path: text}}`` or ``{"task": ID, "reference": true}``)."""
+
+    kind: Literal["exec", "grade"]
+    payload: dict[str, Any]
+    key: str | None = Field(default=None, max_length=512, description="idempotency key: submitted once")
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    deadline_s: float | None = Field(default=None, gt=0)
+
+
+class SubmitJobs(_Strict):
+    """Jobs to submit together (all or none), to one run."""
+
+    jobs: list[SubmitJob] = Field(min_length=1, max_length=10_000)
+    run: str | None = Field(default=None, max_length=128, pattern=r"^[^/.][^/]*$", description="default: the service's")
 
 
 class GradeRequest(_Strict):

@@ -17,6 +17,7 @@ from ._config import ServerConfig
 from ._execute import Executor
 from ._grading import Grader
 from ._guard import Guard, IdempotencyCache, Refused
+from ._jobs import Jobs
 from ._languages import available_languages
 from ._registry import Registry
 from ._sessions import Sessions
@@ -48,6 +49,7 @@ class Service:
         self.sessions = Sessions(config, run=config.run)
         self.episodes: Registry[Episode] = Registry("episode", idle_timeout_s=config.idle_timeout_s)
         self.grader = Grader(config, run=config.run)
+        self.jobs = Jobs(config, self.grader)
         self.guard = Guard()
         self.idempotency = IdempotencyCache()
         self.ready = False
@@ -82,6 +84,7 @@ class Service:
         for sink in self._sinks:
             telemetry.add_sink(sink)
         telemetry.emit("service.start", run=self.config.run, host=self.config.host, port=self.config.port)
+        await self.jobs.start()
         self._ticker = asyncio.create_task(self._tick_forever())
         self.ready = True
 
@@ -92,6 +95,8 @@ class Service:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        await self.jobs.stop()
+        await asyncio.to_thread(self.jobs.report_results)
         await self.sessions.close_all()
         await self.episodes.close_all()
         await self.executor.close()
@@ -113,7 +118,8 @@ class Service:
                 telemetry.emit("service.error", where="tick", error=f"{type(exc).__name__}: {exc}")
 
     async def tick(self) -> None:
-        """Refresh the gauges, evaluate the alerts, close idle sandboxes."""
+        """Report new job results, refresh the gauges, evaluate the alerts, close idle sandboxes and episodes."""
+        await asyncio.to_thread(self.jobs.report_results)
         self.refresh_gauges()
         self.alerts.evaluate(time.time())
         await self.sessions.reap(time.time())

@@ -8,10 +8,11 @@ Parquet files through fsspec, on a local directory or any fsspec URL (``s3://buc
     events = read_archive("s3://bucket/rollbox", run="run-1")
 
 Layout: ``URL/run=RUN/date=YYYY-MM-DD/part-<time>-<random>.parquet``, Hive-style partitions (readable as a
-dataset by pyarrow, DuckDB, Spark, pandas); an event without a ``run`` field goes to ``run=_``. Columns: ``kind``,
-``at`` (seconds since the epoch), ``run``, ``date``, the common fields ``id``, ``job``, ``task``, ``tenant``,
-``status``, ``reward`` and ``wall_s`` (null where an event has none), and ``fields``: every field as JSON, so that
-nothing an event carried is lost. Needs the ``archive`` extra (``fsspec``, ``pyarrow``; ``s3fs`` for s3://).
+dataset by pyarrow, DuckDB, Spark, pandas); RUN is an event's ``run`` or ``run_id`` field, ``_`` when it has none.
+Columns: ``kind``, ``at`` (seconds since the epoch), ``run``, ``date``, the common fields ``id``, ``job_id``,
+``task``, ``tenant``, ``status``, ``reward`` and ``wall_s`` (null where an event has none), and ``fields``: every
+field as JSON, so that nothing an event carried is lost. Needs the ``archive`` extra (``fsspec``, ``pyarrow``;
+``s3fs`` for s3://).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ._events import Event
 
 __all__ = ["Archive", "read_archive"]
 
-_COLUMNS = ("id", "job", "task", "tenant", "status")
+_COLUMNS = ("id", "job_id", "task", "tenant", "status")
 _SCHEMA = pa.schema(
     [
         ("kind", pa.string()),
@@ -131,7 +132,8 @@ class Archive:
         parts: dict[tuple[str, str], list[Event]] = defaultdict(list)
         for event in events:
             date = datetime.datetime.fromtimestamp(event.at, datetime.UTC).strftime("%Y-%m-%d")
-            parts[(str(event.fields.get("run") or _NO_RUN), date)].append(event)
+            fields = event.fields
+            parts[(str(fields.get("run") or fields.get("run_id") or _NO_RUN), date)].append(event)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         for (run, date), group in parts.items():
             table = pa.Table.from_pylist([self._row(e, run, date) for e in group], schema=_SCHEMA)

@@ -7,8 +7,8 @@ fields read):
 - ``rollbox_sandbox_starts_total{tenant}``, ``rollbox_sandbox_start_failures_total{tenant}`` and
   ``rollbox_sandbox_start_seconds`` (``sandbox.start``);
 - ``rollbox_verdicts_total{status,tenant}``, ``rollbox_grade_seconds`` and ``rollbox_reward`` (``judge.verdict``,
-  ``episode.end``, and a ``job.transition`` that carries a verdict);
-- ``rollbox_job_transitions_total{state}`` and ``rollbox_queue_wait_seconds`` (``job.transition``);
+  ``episode.end``, ``job.result``), ``rollbox_queue_wait_seconds`` (``job.result``);
+- ``rollbox_job_transitions_total{state}`` (``job.transition``);
 - ``rollbox_outcomes_total`` and ``rollbox_infra_errors_total{source}``: every execution, verdict and finished
   job, and those that ended in ``infra_error`` (with failed sandbox starts): the infra error rate's terms;
 - ``rollbox_alerts_total{alert}`` (``alert.fired``);
@@ -95,23 +95,21 @@ class PrometheusSink:
             if f.get("wall_s") is not None:
                 self.exec_seconds.observe(float(f["wall_s"]))
             self._outcome(status, "exec")
-        elif kind in ("judge.verdict", "episode.end"):
-            self._verdict(event, str(f.get("status") or f.get("verdict")), tenant)
-        elif kind == "job.transition":
-            state = str(f.get("to"))
-            self.transitions.labels(state).inc()
+        elif kind in ("judge.verdict", "episode.end", "job.result"):
+            self._verdict(event, str(f.get("status") or f.get("state")), tenant)
             if f.get("queue_wait_s") is not None:
                 self.queue_wait.observe(float(f["queue_wait_s"]))
-            if f.get("verdict") is not None:
-                self._verdict(event, str(f["verdict"]), tenant)
+        elif kind == "job.transition":
+            self.transitions.labels(str(f.get("target"))).inc()
         elif kind == "alert.fired":
             self.alerts.labels(str(f.get("alert"))).inc()
 
     def _verdict(self, event: Event, status: str, tenant: str) -> None:
         f = event.fields
         self.verdicts.labels(status, tenant).inc()
-        if f.get("duration_s") is not None:
-            self.grade_seconds.observe(float(f["duration_s"]))
+        grade_s = f.get("grade_s") if event.kind == "job.result" else f.get("duration_s")
+        if grade_s is not None:
+            self.grade_seconds.observe(float(grade_s))
         reward = f.get("reward")
         if isinstance(reward, int | float) and not isinstance(reward, bool):
             self.reward.observe(float(reward))

@@ -110,9 +110,9 @@ def render_report(run: str, events: Sequence[Event]) -> str:
     snap = stats.snapshot()
     start = min((e.at for e in events), default=0.0)
     rewards = [(at - start, r) for series in snap["rewards"].values() for at, r in series]
-    finished = [e for e in events if e.kind in ("sandbox.exec", "judge.verdict", "episode.end") or _terminal(e)]
+    finished = [e for e in events if e.kind in ("sandbox.exec", "judge.verdict", "episode.end", "job.result")]
     slowest = sorted(finished, key=_duration, reverse=True)[:15]
-    failed = [e for e in finished if _status(e) not in ("ok", "passed", "succeeded", "completed", "done")][-30:]
+    failed = [e for e in finished if _status(e) not in ("ok", "passed")][-30:]
     kinds = Counter(e.kind for e in events)
     mean_reward = sum(r for _, r in rewards) / len(rewards) if rewards else math.nan
     began = datetime.datetime.fromtimestamp(start, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if events else "-"
@@ -147,18 +147,14 @@ def render_report(run: str, events: Sequence[Event]) -> str:
     return "\n".join(parts)
 
 
-def _terminal(event: Event) -> bool:
-    return event.kind == "job.transition" and event.fields.get("to") in ("succeeded", "completed", "failed", "dead")
-
-
 def _status(event: Event) -> str:
     f = event.fields
-    return str(f.get("verdict") or f.get("status") or f.get("to") or "")
+    return str(f.get("status") or f.get("state") or "")
 
 
 def _duration(event: Event) -> float:
     f = event.fields
-    for key in ("wall_s", "duration_s", "run_s"):
+    for key in ("wall_s", "duration_s"):
         if isinstance(f.get(key), int | float):
             return float(f[key])
     return 0.0
@@ -171,7 +167,7 @@ def _table(events: Sequence[Event], start: float, *, logs: bool = False) -> str:
     rows[0] += "<th>log</th></tr>" if logs else "</tr>"
     for e in events:
         f = e.fields
-        what = f.get("task") or f.get("job") or f.get("language") or f.get("command") or f.get("id") or ""
+        what = f.get("task") or f.get("task_id") or f.get("language") or f.get("command") or f.get("job_id") or ""
         row = f"<tr><td>{e.at - start:.1f}</td><td>{_e(e.kind)}</td><td>{_e(what)}</td><td>{_e(_status(e))}</td>"
         row += f"<td>{_duration(e):.3f}</td>"
         if logs:

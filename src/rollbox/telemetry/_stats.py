@@ -11,9 +11,10 @@ The events it reads, and the fields it relies on (others are ignored; every fiel
   ``run``, ``error``, ``stderr`` (its tail), ``language``, ``id``.
 - ``judge.verdict``: ``status`` (a verdict status, required), ``reward``, ``duration_s``, ``task``, ``tenant``,
   ``run``, ``error``, ``id``.
-- ``job.transition``: ``job`` and ``to`` (the new state; both required), ``from``, ``task``, ``tenant``, ``run``,
-  ``queue_wait_s`` (else measured from the job's ``queued`` transition to the next), ``verdict`` or ``status``,
-  ``reward``, ``error``. A job in a state of :data:`TERMINAL_STATES` stops being tracked.
+- ``job.transition`` (the scheduler's): ``job_id`` and ``target`` (the new state; both required), ``source``,
+  ``run_id``, ``tenant``. A job in a state of :data:`TERMINAL_STATES` stops being tracked.
+- ``job.result`` (the service's, one per stored result): ``status`` (required), ``reward``, ``queue_wait_s``,
+  ``run_s``, ``grade_s``, ``run_id``, ``tenant``, ``task``, ``error``, ``stderr``.
 - ``episode.turn``: ``wall_s``, ``episode_id``, ``tenant``, ``run``. ``episode.end``: ``status`` (the verdict's),
   ``reward``, ``wall_s``, ``episode_id``, ``task_id``, ``end_reason``, ``tenant``, ``run``.
 
@@ -38,9 +39,9 @@ __all__ = ["LATENCY_BUCKETS_S", "TERMINAL_STATES", "LiveStats"]
 #: Upper bounds of the latency histograms' buckets, in seconds (the last bucket is everything above).
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Job states after which a job changes no more.
-TERMINAL_STATES = frozenset({"succeeded", "completed", "done", "failed", "cancelled", "canceled", "dead"})
+TERMINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
 #: Job states counted as waiting in the queue.
-QUEUED_STATES = frozenset({"queued", "pending", "retrying"})
+QUEUED_STATES = frozenset({"pending"})
 _WINDOW_S = 600.0  # the throughput and rate windows
 _BUCKET_S = 10.0  # the throughput series' step
 _MAX_JOBS = 100_000  # live jobs tracked per view; beyond, the oldest are forgotten
@@ -118,6 +119,7 @@ class LiveStats:
         self._all = _View()
         self._tenants: dict[str, _View] = {}
         self._gauges: dict[str, dict[str, float]] = {}  # name -> tenant ("" for the service) -> value
+        self._job_tenants: OrderedDict[str, str] = OrderedDict()
         self.started_at = clock()
 
     def set_gauge(self, name: str, value: float, *, tenant: str = "") -> None:
@@ -134,6 +136,15 @@ class LiveStats:
         fields = event.fields
         tenant = str(fields.get("tenant") or "")
         with self._lock:
+            if event.kind == "job.transition":
+                # A job's later moves happen in the scheduler's loop, where no tenant is bound: its first says whose.
+                job = str(fields.get("job_id"))
+                if tenant:
+                    self._job_tenants[job] = tenant
+                    while len(self._job_tenants) > _MAX_JOBS:
+                        self._job_tenants.popitem(last=False)
+                else:
+                    tenant = self._job_tenants.get(job, "")
             views = [self._all]
             if tenant:
                 views.append(self._tenants.setdefault(tenant, _View()))
@@ -163,7 +174,13 @@ class LiveStats:
             if status != "ok":
                 self._failure(view, event, status)
         elif kind == "judge.verdict":
-            self._verdict(view, event, str(f.get("status")))
+            self._verdict(view, event, str(f.get("status")), f.get("duration_s"))
+        elif kind == "job.result":
+            if f.get("queue_wait_s") is not None:
+                view.histogram("queue").add(float(f["queue_wait_s"]))
+            if f.get("run_s") is not None:
+                view.histogram("job_run").add(float(f["run_s"]))
+            self._verdict(view, event, str(f.get("status") or f.get("state")), f.get("grade_s"))
         elif kind == "job.transition":
             self._job(view, event)
         elif kind == "episode.turn" and f.get("wall_s") is not None:
@@ -171,47 +188,34 @@ class LiveStats:
         elif kind == "episode.end":
             if f.get("wall_s") is not None:
                 view.histogram("episode").add(float(f["wall_s"]))
-            self._verdict(view, event, str(f.get("status") or f.get("verdict") or "ended"))
+            self._verdict(view, event, str(f.get("status") or "ended"), None)
         self._trim(view, at)
 
-    def _verdict(self, view: _View, event: Event, status: str) -> None:
+    def _verdict(self, view: _View, event: Event, status: str, grade_s: Any) -> None:
         f = event.fields
         view.verdicts[status] += 1
         view.done_at.append(event.at)
-        if f.get("duration_s") is not None:
-            view.histogram("grade").add(float(f["duration_s"]))
+        if grade_s is not None:
+            view.histogram("grade").add(float(grade_s))
         self._outcome(view, event.at, infra=status == "infra_error")
         reward = f.get("reward")
         if isinstance(reward, int | float) and not isinstance(reward, bool) and math.isfinite(reward):
-            run = str(f.get("run") or "")
+            run = str(f.get("run") or f.get("run_id") or "")
             series = view.rewards.pop(run, None) or deque(maxlen=_REWARDS_PER_RUN)
             series.append((event.at, float(reward)))
             view.rewards[run] = series  # the most recent run last
             while len(view.rewards) > _RUNS:
                 view.rewards.popitem(last=False)
-        if status not in ("passed", "ok", "succeeded"):
+        if status not in ("passed", "ok"):
             self._failure(view, event, status)
 
     def _job(self, view: _View, event: Event) -> None:
         f = event.fields
-        job, state = str(f.get("job")), str(f.get("to"))
+        job, state = str(f.get("job_id")), str(f.get("target"))
         view.transitions[state] += 1
-        previous = view.jobs.pop(job, None)
-        wait = f.get("queue_wait_s")
-        if wait is None and previous is not None and previous[0] in QUEUED_STATES and state not in QUEUED_STATES:
-            wait = event.at - previous[1]
-        if wait is not None:
-            view.histogram("queue").add(float(wait))
+        view.jobs.pop(job, None)
         if state in TERMINAL_STATES:
             view.finished_jobs[state] += 1
-            verdict = f.get("verdict")
-            if verdict is not None:
-                self._verdict(view, event, str(verdict))
-            else:
-                view.done_at.append(event.at)
-                self._outcome(view, event.at, infra=f.get("status") == "infra_error")
-                if state not in ("succeeded", "completed", "done"):
-                    self._failure(view, event, state)
         else:
             view.jobs[job] = (state, event.at)
             while len(view.jobs) > _MAX_JOBS:
@@ -227,7 +231,7 @@ class LiveStats:
     def _failure(view: _View, event: Event, status: str) -> None:
         f = event.fields
         entry = {"at": event.at, "kind": event.kind, "status": status}
-        keys = ("id", "job", "task", "task_id", "run", "tenant", "sandbox", "language", "episode_id", "end_reason")
+        keys = ("id", "job_id", "task", "task_id", "run", "run_id", "tenant", "sandbox", "language", "episode_id")
         for key in (*keys, "error", "stderr"):
             value = f.get(key)
             if value is not None:
