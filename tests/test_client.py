@@ -83,3 +83,18 @@ def test_an_unreachable_service_is_a_client_error(tmp_path: Path) -> None:
     with rollbox.Client("http://127.0.0.1:9", retries=1) as client, pytest.raises(ClientError) as refused:
         client.health()
     assert refused.value.status == 0 and "cannot reach" in str(refused.value)
+
+
+def test_jobs_and_episodes_through_the_client(server: Running) -> None:
+    with rollbox.Client(server.url) as client:
+        jobs = [{"kind": "grade", "payload": {"task": "inc", "files": {"m.py": "def inc(x):\n    return x + 1\n"}}}]
+        submitted = client.submit_jobs(jobs, run="client-run")
+        results = client.results("client-run")
+        assert [r["job"]["id"] for r in results] == [submitted[0]["id"]]
+        assert results[0]["result"]["status"] == "passed" and client.job(submitted[0]["id"])["state"] == "completed"
+        assert client.cancel_job(submitted[0]["id"]) is False  # final already
+        with client.episode("inc", max_turns=3) as episode:
+            write = {"name": "write_file", "arguments": {"path": "m.py", "content": "def inc(x):\n    return x + 1\n"}}
+            assert client.step(episode["id"], write)["done"] is False
+            end = client.step(episode["id"], {"name": "submit", "arguments": {}})
+            assert end["done"] is True and end["reward"] == 1.0

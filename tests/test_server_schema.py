@@ -37,7 +37,7 @@ def test_no_request_gets_a_server_error(server: Running) -> None:
 
             @hypothesis.given(operation.as_strategy(generation_mode=mode))
             @hypothesis.settings(
-                max_examples=12,
+                max_examples=8,
                 deadline=None,
                 derandomize=True,
                 database=None,

@@ -44,6 +44,8 @@ class Call(Generic[T]):
     key: str | None = field(default_factory=lambda: uuid.uuid4().hex)
     #: Error statuses that mean the call's work is done all the same (a retried close finds the sandbox gone).
     done_if: frozenset[int] = frozenset()
+    #: The answer is lines of JSON (a stream read to its end), not one JSON value: ``parse`` gets the list.
+    lines: bool = False
 
 
 def _same(value: Any) -> Any:
@@ -165,6 +167,35 @@ class calls:
             return base64.b64decode(data["content_b64"])
 
         return Call("GET", f"/v1/sandboxes/{sandbox}/files", parse, params={"path": path}, key=None)
+
+    @staticmethod
+    def submit_jobs(jobs: Sequence[Mapping[str, Any]], run: str | None) -> Call[list[dict[str, Any]]]:
+        return Call("POST", "/v1/jobs", _same, json={"jobs": [dict(j) for j in jobs], "run": run}, key=None)
+
+    @staticmethod
+    def job(job_id: int) -> Call[dict[str, Any]]:
+        return Call("GET", f"/v1/jobs/{job_id}", _same, key=None)
+
+    @staticmethod
+    def cancel_job(job_id: int) -> Call[bool]:
+        return Call("POST", f"/v1/jobs/{job_id}/cancel", lambda data: bool(data["cancelled"]), key=None)
+
+    @staticmethod
+    def results(run: str, follow: bool) -> Call[list[dict[str, Any]]]:
+        params = {"follow": "true" if follow else "false"}
+        return Call("GET", f"/v1/runs/{run}/results", _same, params=params, key=None, lines=True)
+
+    @staticmethod
+    def create_episode(task: str, budget: Mapping[str, Any]) -> Call[dict[str, Any]]:
+        return Call("POST", "/v1/episodes", _same, json={"task": task, **budget})
+
+    @staticmethod
+    def step(episode: str, action: Any) -> Call[dict[str, Any]]:
+        return Call("POST", f"/v1/episodes/{episode}/step", _same, json={"action": action})
+
+    @staticmethod
+    def close_episode(episode: str) -> Call[None]:
+        return Call("DELETE", f"/v1/episodes/{episode}", _none, key=None, done_if=frozenset({404}))
 
     @staticmethod
     def close_sandbox(sandbox: str) -> Call[None]:

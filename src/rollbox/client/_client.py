@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -52,6 +53,8 @@ def _outcome(call: Call[T], response: httpx.Response) -> T:
         except ValueError:
             detail = response.text[:500]
         raise ClientError(response.status_code, detail)
+    if call.lines:
+        return call.parse([json.loads(line) for line in response.text.splitlines() if line.strip()])
     return call.parse(response.json() if response.content else None)
 
 
@@ -155,6 +158,36 @@ class Client:
     def grade(self, task: str, files: Mapping[str, str], *, run: str | None = None) -> Verdict:
         """Grade ``files`` against the service's task ``task``."""
         return self.send(calls.grade(task, files, run))
+
+    def submit_jobs(self, jobs: Sequence[Mapping[str, Any]], *, run: str | None = None) -> list[dict[str, Any]]:
+        """Submit jobs (``{"kind": "exec" | "grade", "payload": ..., "key": ...}``) to the service's scheduler."""
+        return self.send(calls.submit_jobs(jobs, run))
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        """A job: its state, its moves, its result once it has one."""
+        return self.send(calls.job(job_id))
+
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel a job; whether it was (one already final is not)."""
+        return self.send(calls.cancel_job(job_id))
+
+    def results(self, run: str, *, follow: bool = True) -> list[dict[str, Any]]:
+        """The run's results (``{"seq", "job", "result"}``): with ``follow``, once every job of the run is final."""
+        return self.send(calls.results(run, follow))
+
+    @contextlib.contextmanager
+    def episode(self, task: str, **budget: Any) -> Iterator[dict[str, Any]]:
+        """An episode of the service's task ``task`` for the block (closed when it ends): the created episode's
+        ``{"id", "observation", "tools", ...}``; step it with :meth:`step`."""
+        created = self.send(calls.create_episode(task, budget))
+        try:
+            yield created
+        finally:
+            self.send(calls.close_episode(created["id"]))
+
+    def step(self, episode: str, action: Any) -> dict[str, Any]:
+        """One tool call of an episode: ``{"observation", "reward", "done", "info"}``."""
+        return self.send(calls.step(episode, action))
 
     @contextlib.contextmanager
     def sandbox(
@@ -279,6 +312,35 @@ class AsyncClient:
     async def grade(self, task: str, files: Mapping[str, str], *, run: str | None = None) -> Verdict:
         """As :meth:`Client.grade`."""
         return await self.send(calls.grade(task, files, run))
+
+    async def submit_jobs(self, jobs: Sequence[Mapping[str, Any]], *, run: str | None = None) -> list[dict[str, Any]]:
+        """As :meth:`Client.submit_jobs`."""
+        return await self.send(calls.submit_jobs(jobs, run))
+
+    async def job(self, job_id: int) -> dict[str, Any]:
+        """As :meth:`Client.job`."""
+        return await self.send(calls.job(job_id))
+
+    async def cancel_job(self, job_id: int) -> bool:
+        """As :meth:`Client.cancel_job`."""
+        return await self.send(calls.cancel_job(job_id))
+
+    async def results(self, run: str, *, follow: bool = True) -> list[dict[str, Any]]:
+        """As :meth:`Client.results`."""
+        return await self.send(calls.results(run, follow))
+
+    @contextlib.asynccontextmanager
+    async def episode(self, task: str, **budget: Any) -> AsyncIterator[dict[str, Any]]:
+        """As :meth:`Client.episode`."""
+        created = await self.send(calls.create_episode(task, budget))
+        try:
+            yield created
+        finally:
+            await self.send(calls.close_episode(created["id"]))
+
+    async def step(self, episode: str, action: Any) -> dict[str, Any]:
+        """As :meth:`Client.step`."""
+        return await self.send(calls.step(episode, action))
 
     @contextlib.asynccontextmanager
     async def sandbox(

@@ -13,7 +13,7 @@ from rollbox import telemetry
 from rollbox.env import Episode, EpisodeStateError, make
 from rollbox.sandbox import RollboxError
 
-from ._app import current_tenant, service_of
+from ._app import current_tenant, idempotent, service_of
 from ._guard import Refused
 from ._models import CreateEpisode, StepRequest
 from ._registry import Entry
@@ -38,65 +38,76 @@ def _summary(entry: Entry[Episode]) -> dict[str, Any]:
 
 
 @router.post("/v1/episodes", status_code=201)
-async def create_episode(body: CreateEpisode, request: Request, tenant: TenantDep) -> dict[str, Any]:
+async def create_episode(body: CreateEpisode, request: Request, tenant: TenantDep) -> Response:
     """Make an episode of a served task and reset it: its first observation, the tools (OpenAI function schemas)
     and the visible tests."""
     service = service_of(request)
     if body.command_timeout_s is not None and body.command_timeout_s > service.config.max_timeout_s:
         raise Refused(400, f"command_timeout_s={body.command_timeout_s:g} is above this server's maximum")
     task = await service.grader.task(body.task)
-    service.episodes.full(tenant)
     budget = {
         name: getattr(body, name)
         for name in ("max_turns", "wall_s", "command_timeout_s", "output_bytes", "observation_bytes")
         if getattr(body, name) is not None
     }
-    episode_id = "ep_" + secrets.token_urlsafe(12)
-    try:
-        episode = make(
-            task,
-            judge_sandboxes=service.grader.sandboxes,
-            shaped_rewards=body.shaped_rewards,
-            episode_id=episode_id,
-            policy=f"remote:{tenant.name}",
-            **budget,
-        )
-    except ValueError as exc:
-        raise Refused(400, str(exc)) from None
-    async with service.guard.executing(tenant):
-        with telemetry.bound(tenant=tenant.name, run=body.run or service.config.run):
-            try:
-                observation = await episode.reset()
-            except (RollboxError, OSError) as exc:
-                raise Refused(
-                    503, f"rollbox or the host failed to start the episode: {exc}", retry_after_s=1.0
-                ) from None
-    entry = service.episodes.add(tenant.name, episode_id, episode, run=body.run or service.config.run)
-    return {
-        **_summary(entry),
-        "observation": observation.to_json(),
-        "tools": episode.tools,
-        "visible_tests": episode.visible_tests,
-    }
+    run = body.run or service.config.run
+
+    async def call() -> tuple[int, Any]:
+        service.episodes.full(tenant)
+        episode_id = "ep_" + secrets.token_urlsafe(12)
+        try:
+            episode = make(
+                task,
+                judge_sandboxes=service.grader.sandboxes,
+                shaped_rewards=body.shaped_rewards,
+                episode_id=episode_id,
+                policy=f"remote:{tenant.name}",
+                **budget,
+            )
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+        async with service.guard.executing(tenant):
+            with telemetry.bound(tenant=tenant.name, run=run):
+                try:
+                    observation = await episode.reset()
+                except (RollboxError, OSError) as exc:
+                    message = f"rollbox or the host failed to start the episode: {exc}"
+                    raise Refused(503, message, retry_after_s=1.0) from None
+        entry = service.episodes.add(tenant.name, episode_id, episode, run=run)
+        created = {
+            **_summary(entry),
+            "observation": observation.to_json(),
+            "tools": episode.tools,
+            "visible_tests": episode.visible_tests,
+        }
+        return 201, created
+
+    return await idempotent(request, tenant, call)
 
 
 @router.post("/v1/episodes/{episode_id}/step")
-async def step(episode_id: str, body: StepRequest, request: Request, tenant: TenantDep) -> dict[str, Any]:
+async def step(episode_id: str, body: StepRequest, request: Request, tenant: TenantDep) -> Response:
     """Take one tool call: the observation, the reward (the verdict's on the last step; ``null`` for an infra
-    error: mask it), whether the episode is done, and the step's info (``verdict`` on the last step)."""
+    error: mask it), whether the episode is done, and the step's info (``verdict`` on the last step). A retry with
+    the same ``Idempotency-Key`` gets the first answer: the step is taken once."""
     service = service_of(request)
-    async with service.guard.executing(tenant), service.episodes.use(tenant, episode_id) as entry:
-        with telemetry.bound(tenant=tenant.name, run=entry.run or service.config.run):
-            try:
-                result = await entry.thing.step(body.action)
-            except EpisodeStateError as exc:
-                raise Refused(409, str(exc)) from None
-    return {
-        "observation": result.observation.to_json(),
-        "reward": result.reward,
-        "done": result.done,
-        "info": result.info.to_json(),
-    }
+
+    async def call() -> tuple[int, Any]:
+        async with service.guard.executing(tenant), service.episodes.use(tenant, episode_id) as entry:
+            with telemetry.bound(tenant=tenant.name, run=entry.run or service.config.run):
+                try:
+                    result = await entry.thing.step(body.action)
+                except EpisodeStateError as exc:
+                    raise Refused(409, str(exc)) from None
+        stepped = {
+            "observation": result.observation.to_json(),
+            "reward": result.reward,
+            "done": result.done,
+            "info": result.info.to_json(),
+        }
+        return 200, stepped
+
+    return await idempotent(request, tenant, call)
 
 
 @router.get("/v1/episodes")

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from rollbox.scheduler import (
@@ -29,6 +29,8 @@ __all__ = ["router"]
 
 router = APIRouter(tags=["jobs"])
 TenantDep = Annotated[Tenant, Depends(current_tenant)]
+#: A job's id: a positive SQLite integer (a larger number is a 422, not an overflow deep in the store).
+JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
 @router.post("/v1/jobs", status_code=201)
@@ -80,7 +82,7 @@ async def list_jobs(
 
 
 @router.get("/v1/jobs/{job_id}")
-async def get_job(job_id: int, request: Request, tenant: TenantDep) -> dict[str, Any]:
+async def get_job(job_id: JobId, request: Request, tenant: TenantDep) -> dict[str, Any]:
     """A job of the caller's: where it is, every move it made, and its result once it has one."""
     store = service_of(request).jobs.store
     job = await asyncio.to_thread(service_of(request).jobs.get, tenant, job_id)
@@ -97,7 +99,7 @@ async def get_job(job_id: int, request: Request, tenant: TenantDep) -> dict[str,
 
 
 @router.post("/v1/jobs/{job_id}/cancel")
-async def cancel_job(job_id: int, request: Request, tenant: TenantDep) -> dict[str, Any]:
+async def cancel_job(job_id: JobId, request: Request, tenant: TenantDep) -> dict[str, Any]:
     """Cancel a job of the caller's (one already final stays as it is)."""
     service = service_of(request)
     await asyncio.to_thread(service.jobs.get, tenant, job_id)
@@ -126,7 +128,7 @@ async def results(
     request: Request,
     tenant: TenantDep,
     follow: Annotated[bool, Query(description="keep streaming until every job of the run is final")] = True,
-    after: Annotated[int, Query(ge=0, description="only results after this sequence number")] = 0,
+    after: Annotated[int, Query(ge=0, le=2**63 - 1, description="only results after this sequence number")] = 0,
 ) -> StreamingResponse:
     """The run's results of the caller's jobs as a stream: one JSON object a line (the job, its result, and its
     ``seq`` to resume from with ``after``), as they are committed."""
