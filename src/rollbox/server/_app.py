@@ -153,7 +153,7 @@ async def idempotent(
     request: Request, tenant: Tenant, call: Callable[[], Awaitable[tuple[int, Any]]]
 ) -> SafeJSONResponse:
     """Run ``call`` once per ``Idempotency-Key`` (a retry with the same key gets the first response)."""
-    body = request.url.path.encode() + b"\n" + await request.body()
     key = request.headers.get("idempotency-key")
+    body = request.url.path.encode() + b"\n" + await request.body() if key is not None else b""
     status, payload = await service_of(request).idempotency.run(tenant.name, key, body, call)
     return SafeJSONResponse(payload, status_code=status)
