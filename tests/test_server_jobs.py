@@ -108,3 +108,4 @@ def test_jobs_over_http(server: Running, keys: tuple[Path, dict[str, str]]) -> N
         metrics = a.get("/metrics").text
         assert 'rollbox_job_transitions_total{state="completed"}' in metrics
         assert 'rollbox_verdicts_total{status="passed",tenant="team-a"}' in metrics
+        assert 'rollbox_scheduler_pool_sandboxes{pool="' in metrics  # the scheduler's warm pools, from pool.resize

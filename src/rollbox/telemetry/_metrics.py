@@ -14,8 +14,9 @@ fields read):
 - ``rollbox_alerts_total{alert}`` (``alert.fired``);
 - gauges, read from :class:`LiveStats` at each scrape: ``rollbox_queue_depth``, ``rollbox_jobs{state}``,
   ``rollbox_infra_error_rate``, ``rollbox_throughput_per_second``, ``rollbox_alerts_firing{alert}``,
-  ``rollbox_reward_shift`` and whatever the service sets with ``LiveStats.set_gauge`` (``rollbox_<name>``, with
-  a ``tenant`` label where it was set per tenant: requests in flight, sandboxes open, pool sizes).
+  ``rollbox_reward_shift``, ``rollbox_scheduler_pool_sandboxes{pool,state}`` (``pool.resize``), and whatever the
+  service sets with ``LiveStats.set_gauge`` (``rollbox_<name>``, with a ``tenant`` label where it was set per
+  tenant: requests in flight, sandboxes and episodes open, its own warm pools).
 """
 
 from __future__ import annotations
@@ -146,6 +147,15 @@ class _LiveGauges(Collector):
             firing.add_metric([name], 1)
         yield firing
         yield GaugeMetricFamily("rollbox_reward_shift", "Recent mean reward minus the one before", value=shift)
+        pools = GaugeMetricFamily(
+            "rollbox_scheduler_pool_sandboxes",
+            "The scheduler's warm pools, by pool and state",
+            labels=["pool", "state"],
+        )
+        for key, values in snap["pools"].items():
+            for state in ("size", "busy", "waiting", "queued"):
+                pools.add_metric([key, state], values[state])
+        yield pools
         for name, values in self.stats.gauges().items():
             gauge = GaugeMetricFamily(
                 f"rollbox_{_NAME.sub('_', name)}", f"{name} (set by the service)", labels=["tenant"]

@@ -15,6 +15,8 @@ The events it reads, and the fields it relies on (others are ignored; every fiel
   ``run_id``, ``tenant``. A job in a state of :data:`TERMINAL_STATES` stops being tracked.
 - ``job.result`` (the service's, one per stored result): ``status`` (required), ``reward``, ``queue_wait_s``,
   ``run_s``, ``grade_s``, ``run_id``, ``tenant``, ``task``, ``error``, ``stderr``.
+- ``pool.resize`` (the scheduler's elastic warm pools): ``pool`` (its key), ``change``, ``size``, ``busy``,
+  ``waiting``, ``queued``; a pool ``closed`` is forgotten. Shown for the whole service only.
 - ``episode.turn``: ``wall_s``, ``episode_id``, ``tenant``, ``run``. ``episode.end``: ``status`` (the verdict's),
   ``reward``, ``wall_s``, ``episode_id``, ``task_id``, ``end_reason``, ``tenant``, ``run``.
 
@@ -120,6 +122,7 @@ class LiveStats:
         self._tenants: dict[str, _View] = {}
         self._gauges: dict[str, dict[str, float]] = {}  # name -> tenant ("" for the service) -> value
         self._job_tenants: OrderedDict[str, str] = OrderedDict()
+        self._pools: dict[str, dict[str, int]] = {}  # the scheduler's warm pools, by key
         self.started_at = clock()
 
     def set_gauge(self, name: str, value: float, *, tenant: str = "") -> None:
@@ -136,6 +139,9 @@ class LiveStats:
         fields = event.fields
         tenant = str(fields.get("tenant") or "")
         with self._lock:
+            if event.kind == "pool.resize":
+                self._pool(fields)
+                return
             if event.kind == "job.transition":
                 # A job's later moves happen in the scheduler's loop, where no tenant is bound: its first says whose.
                 job = str(fields.get("job_id"))
@@ -190,6 +196,15 @@ class LiveStats:
                 view.histogram("episode").add(float(f["wall_s"]))
             self._verdict(view, event, str(f.get("status") or "ended"), None)
         self._trim(view, at)
+
+    def _pool(self, f: Any) -> None:
+        key = str(f.get("pool"))
+        if f.get("change") == "closed":
+            self._pools.pop(key, None)
+        else:
+            self._pools[key] = {name: int(f.get(name) or 0) for name in ("size", "busy", "waiting", "queued")}
+        while len(self._pools) > _RUNS:
+            self._pools.pop(next(iter(self._pools)))
 
     def _verdict(self, view: _View, event: Event, status: str, grade_s: Any) -> None:
         f = event.fields
@@ -304,4 +319,5 @@ class LiveStats:
             },
             "failures": list(reversed(view.failures)),
             "gauges": gauges,
+            "pools": {key: dict(values) for key, values in self._pools.items()},
         }
