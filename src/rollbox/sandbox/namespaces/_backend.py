@@ -1,8 +1,9 @@
 """The ``namespaces`` backend: Linux namespaces, cgroups, a syscall filter and an unprivileged uid.
 
-What the program inside sees: a read-only root with the system directories and the Python rollbox runs on
-(``python3`` on PATH), a size-limited writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net,
-cgroup, mount and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
+What the program inside sees: a read-only root with the system directories and its Python under /opt/rollbox
+(``python3`` on PATH: the one rollbox runs on, or a runtime layer's; see ``runtime._mounts``), a size-limited
+writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net, cgroup, mount and user namespaces, no
+capabilities, no_new_privs, and a host uid of its own.
 
 Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``) → launcher
 (``agent.c launch``: builds the root, makes the namespaces, writes the uid maps, then waits as the sandbox's
@@ -27,7 +28,6 @@ import os
 import resource
 import secrets
 import socket
-import sys
 import threading
 from importlib import resources
 from pathlib import Path
@@ -39,14 +39,14 @@ from rollbox.sandbox._settle import settled
 from rollbox.sandbox.agent._build import agent_binary
 from rollbox.sandbox.agent._protocol import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
 from rollbox.sandbox.agent._spawner import Launched, Spawner
+from rollbox.sandbox.runtime._mounts import PATH, SYSTEM_DIRS, RuntimeMounts, host_mounts
 
 from ._cgroup import Cgroup, CgroupStats, CgroupTree
 from ._seccomp import build_filter
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
-__all__ = ["NamespaceHost", "NamespaceSandbox"]
+__all__ = ["PATH", "NamespaceHost", "NamespaceSandbox"]
 
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _DEVICE_LINKS = (
     ("fd", "/proc/self/fd"),
@@ -62,9 +62,6 @@ _ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox.agent").joinpath("zygote.p
 # it (kernel objects, some freed only after an RCU grace period, and cache: a few hundred KiB after most commands,
 # a few MiB after a burst of forks); the next command's limit is raised by as much.
 _MOST_LEFT_SHARE = 1 / 32
-# The interpreter's own directory comes first, so that ``python3`` is the interpreter rollbox runs on, found
-# where a virtual environment's pyvenv.cfg makes its installed packages visible.
-PATH = ":".join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]))
 
 
 class NamespaceHost:
@@ -84,17 +81,12 @@ class NamespaceHost:
         self.state = StateDir()
         self.state.ensure()
         self.state.reap(self.cgroups)
-        self.runtime_binds = _runtime_binds()
+        #: The Python rollbox runs on, as every sandbox without a runtime layer mounts it.
+        self.runtime = host_mounts(self.state.runtime)
         #: Sandboxes whose close failed part-way for want of descriptors or memory: closed again at the next start.
         #: (Other failures, such as processes that survive SIGKILL, are left to the next process's ``reap``.)
         self.unclosed: list[NamespaceSandbox] = []
         self._unclosed_lock = threading.Lock()  # sandboxes may be opened from several threads
-        #: True when the interpreter lives under /tmp or /workspace (say, a checkout in /tmp).
-        self.runtime_in_writable_tree = any(
-            path == root or path.startswith(root + "/")
-            for path in self.runtime_binds
-            for root in ("/tmp", "/workspace", "/dev/shm")
-        )
 
     def close_later(self, sandbox: NamespaceSandbox) -> None:
         """Have the next start close ``sandbox`` again."""
@@ -139,13 +131,6 @@ def _raise_open_files_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if 0 <= soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def _runtime_binds() -> list[str]:
-    """Directories outside /usr that the Python interpreter needs (its prefixes), deduplicated."""
-    prefixes = {sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix}
-    binds = sorted(p for p in prefixes if not p.startswith("/usr/"))
-    return [p for p in binds if not any(p != q and p.startswith(q + "/") for q in binds)]
 
 
 def _largest_file(root: Path, budget: int = 10_000) -> int:
@@ -240,10 +225,12 @@ class _CgroupExecGroup:
 class NamespaceSandbox:
     """One sandbox of this backend: its directory, uid, cgroup, and (while started) its agent."""
 
-    def __init__(self, limits: Limits, network: Network) -> None:
+    def __init__(self, limits: Limits, network: Network, runtime: RuntimeMounts | None = None) -> None:
         self.limits = limits
         self.network = network
         self.host = NamespaceHost.get()
+        #: What the sandbox mounts for its Python: the host's by default.
+        self.runtime = runtime or self.host.runtime
         self.id = secrets.token_hex(6)
         self.uid = -1
         self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}")
@@ -352,7 +339,7 @@ class NamespaceSandbox:
     def _root(self) -> list[str]:
         """The launcher's operations that build the sandbox's root (see ``agent.c``), which it pivots into."""
         ops: list[str] = []
-        for path in _SYSTEM_DIRS:
+        for path in SYSTEM_DIRS:
             if os.path.islink(path):
                 ops += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
@@ -365,9 +352,8 @@ class NamespaceSandbox:
         ops += ["--devpts", "/dev/pts"]
         fs = f"{self.host.state.stage}/fs"  # where the launcher attaches the writable tree, in its own namespace
         ops += ["--rw", f"{fs}/workspace", "/workspace", "--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
-        # The runtime after the writable tree: a Python installed under /tmp (a checkout there) stays visible.
-        for source in self.host.runtime_binds:
-            ops += ["--ro", source, source]
+        for source, dest in self.runtime.binds:
+            ops += ["--ro", source, dest]
         ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
         return ops
 
@@ -386,14 +372,8 @@ class NamespaceSandbox:
         """
         assert self._dir is not None
         helpers = [self._agent, *([self._zygote] if self._zygote is not None else [])]
-        # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters), and a runtime
-        # mounted inside the writable tree has its mount points there: neither is ever emptied in place.
-        reusable = (
-            not fresh
-            and self.network is Network.NONE
-            and not self.host.runtime_in_writable_tree
-            and all(h is not None and h.unchanged for h in helpers)
-        )
+        # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters): never emptied in place.
+        reusable = not fresh and self.network is Network.NONE and all(h is not None and h.unchanged for h in helpers)
         if reusable and self._agent is not None:
             try:
                 await self._agent.remove_ipc_objects()

@@ -8,6 +8,8 @@ Layout (``ROLLBOX_STATE_DIR``, default ``/run/rollbox``)::
                             the host's dynamic-linker files and alternatives (one bind mount instead of many;
                             a new directory whenever they change, so that running sandboxes never see a swap)
     uids/<n>.lock           held (flock) by the sandbox that runs as uid UID_BASE + n
+    runtime/                the host-side pieces of sandboxes' Pythons: the view of the host's environment,
+                            interpreter binaries with a relocatable run path (see ``runtime._mounts``)
     sandboxes/<id>/lock     held (flock) by the process that owns sandbox <id>; free means its owner died
     sandboxes/<id>/cgroup   the sandbox's cgroup path per hierarchy, for the reaper
 
@@ -191,6 +193,8 @@ class StateDir:
         self.etc = self.root / "etc"  # replaced by ensure() with the current etc-<hash> directory
         self.sandboxes = self.root / "sandboxes"
         self.uids = self.root / "uids"
+        #: The host-side pieces of sandboxes' runtimes (see ``runtime._mounts``).
+        self.runtime = self.root / "runtime"
 
     def ensure(self) -> None:
         """Create the layout (idempotent, safe to race with other processes).
