@@ -25,6 +25,7 @@ from ._process import ProcessSandbox
 from ._result import ExecResult, Status
 from .agent._protocol import AgentConnection, ExecGroup, ExecRequest, Spare
 from .namespaces._backend import PATH, NamespaceSandbox
+from .runtime._store import Layer
 
 __all__ = ["Backend", "Sandbox", "run"]
 
@@ -86,6 +87,7 @@ class Sandbox:
         backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
         warm_python: bool = False,
+        runtime: Layer | None = None,
     ) -> None:
         self.limits = limits or Limits()
         try:
@@ -98,7 +100,10 @@ class Sandbox:
             raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'{hint}")
         if backend == "process" and self.network is not Network.NONE:
             raise ValueError("the process backend cannot give a private loopback: use backend='namespaces'")
+        if backend == "process" and runtime is not None:
+            raise ValueError("the process backend runs the host's own Python and cannot mount a runtime layer")
         self.backend: Backend = backend
+        self.runtime = runtime
         self._extra_env = dict(env or {})
         self._impl: _Backend | None = None
         self._state = _State.NEW
@@ -115,7 +120,9 @@ class Sandbox:
         if self._state is not _State.NEW:
             raise SandboxStateError(f"this sandbox is {self._state.value}; a Sandbox can be entered only once")
         impl: _Backend = (
-            NamespaceSandbox(self.limits, self.network) if self.backend == "namespaces" else ProcessSandbox(self.limits)
+            NamespaceSandbox(self.limits, self.network, self.runtime)
+            if self.backend == "namespaces"
+            else ProcessSandbox(self.limits)
         )
         await impl.start()
         self._impl = impl

@@ -40,6 +40,7 @@ from rollbox.sandbox.agent._build import agent_binary
 from rollbox.sandbox.agent._protocol import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
 from rollbox.sandbox.agent._spawner import Launched, Spawner
 from rollbox.sandbox.runtime._mounts import PATH, SYSTEM_DIRS, RuntimeMounts, host_mounts
+from rollbox.sandbox.runtime._store import Layer
 
 from ._cgroup import Cgroup, CgroupStats, CgroupTree
 from ._seccomp import build_filter
@@ -83,10 +84,23 @@ class NamespaceHost:
         self.state.reap(self.cgroups)
         #: The Python rollbox runs on, as every sandbox without a runtime layer mounts it.
         self.runtime = host_mounts(self.state.runtime)
+        self._layer_mounts: dict[str, RuntimeMounts] = {}
         #: Sandboxes whose close failed part-way for want of descriptors or memory: closed again at the next start.
         #: (Other failures, such as processes that survive SIGKILL, are left to the next process's ``reap``.)
         self.unclosed: list[NamespaceSandbox] = []
         self._unclosed_lock = threading.Lock()  # sandboxes may be opened from several threads
+
+    def mounts(self, layer: Layer | None) -> RuntimeMounts:
+        """What a sandbox mounts for ``layer`` (the host's own Python for None), worked out once per layer.
+
+        Raises:
+            SandboxError: the layer's interpreter cannot be mounted (see ``runtime._mounts``).
+        """
+        if layer is None:
+            return self.runtime
+        if layer.key not in self._layer_mounts:
+            self._layer_mounts[layer.key] = layer.mounts(self.state.runtime)
+        return self._layer_mounts[layer.key]
 
     def close_later(self, sandbox: NamespaceSandbox) -> None:
         """Have the next start close ``sandbox`` again."""
@@ -225,12 +239,14 @@ class _CgroupExecGroup:
 class NamespaceSandbox:
     """One sandbox of this backend: its directory, uid, cgroup, and (while started) its agent."""
 
-    def __init__(self, limits: Limits, network: Network, runtime: RuntimeMounts | None = None) -> None:
+    def __init__(self, limits: Limits, network: Network, layer: Layer | None = None) -> None:
         self.limits = limits
         self.network = network
         self.host = NamespaceHost.get()
-        #: What the sandbox mounts for its Python: the host's by default.
-        self.runtime = runtime or self.host.runtime
+        self.layer = layer
+        #: What the sandbox mounts for its Python: the layer's, or the host's.
+        self.runtime = self.host.mounts(layer)
+        self._layer_lock: int | None = None
         self.id = secrets.token_hex(6)
         self.uid = -1
         self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}")
@@ -257,6 +273,7 @@ class NamespaceSandbox:
         self.host.close_unclosed()
         made: asyncio.Future[None] | None = None
         try:
+            self._hold_layer()
             self.uid, self._uid_lock = self.host.state.allocate_uid()
             self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
             self._dir.record_cgroup(self._cgroup)
@@ -278,6 +295,18 @@ class NamespaceSandbox:
             if isinstance(exc, OSError):
                 raise SandboxError(f"cannot start a sandbox: {exc}") from exc
             raise
+
+    def _hold_layer(self) -> None:
+        """Take the layer's shared lock for as long as the sandbox lives, so that no ``gc`` removes it meanwhile."""
+        if self.layer is None:
+            return
+        try:
+            self._layer_lock = self.layer.hold()
+        except OSError as exc:
+            raise SandboxError(
+                f"the runtime layer {self.layer.key[:12]} ({self.layer.path}) is gone or being removed ({exc}); "
+                "build it again with LayerStore().ensure(spec) or 'rollbox env build TASK'"
+            ) from exc
 
     def _make_cgroup(self) -> None:
         self._cgroup.create(delegate=True)
@@ -491,3 +520,6 @@ class NamespaceSandbox:
         if self._uid_lock is not None:
             os.close(self._uid_lock)
             self._uid_lock = None
+        if self._layer_lock is not None:
+            os.close(self._layer_lock)
+            self._layer_lock = None
