@@ -97,9 +97,10 @@ def _query(executable: str) -> Interpreter | None:
 
 
 def _candidates(version: str) -> list[str]:
-    """Interpreter paths that may be Python ``version``, most preferred first, each real binary once."""
+    """Interpreter paths that may be Python ``version`` (besides ``ROLLBOX_PYTHONS``), most preferred first, each
+    real binary once."""
     minor = ".".join(version.split(".")[:2])
-    paths = [p for p in os.environ.get("ROLLBOX_PYTHONS", "").split(":") if p]
+    paths: list[str] = []
     for directory in [*os.environ.get("PATH", "").split(":"), "/usr/local/bin", "/usr/bin"]:
         if directory and os.path.basename(directory) != "shims":  # pyenv's shims are scripts that pick a version
             paths.append(os.path.join(directory, f"python{minor}"))
@@ -114,19 +115,20 @@ def find_python(version: str | None = None) -> Interpreter:
 
     Raises:
         ValueError: ``version`` is not ``3.X`` or ``3.X.Y``.
-        PythonNotFound: no such interpreter is installed (the message lists those found).
+        PythonNotFound: no such interpreter is installed (the message says how to install or name one).
     """
     host = host_interpreter()
     if version is None:
         return host
     if not _VERSION.match(version):
         raise ValueError(f"python: expected a version such as '3.12' or '3.12.1', got {version!r}")
-    if host.matches(version):
-        return host
-    for path in _candidates(version):
+    named = [os.path.realpath(p) for p in os.environ.get("ROLLBOX_PYTHONS", "").split(":") if p]
+    for path in [*named, *([] if host.matches(version) else _candidates(version))]:
         found = _query(path)
         if found is not None and found.matches(version):
             return found
+    if host.matches(version):
+        return host
     raise PythonNotFound(
         f"no Python {version} is installed on this machine (rollbox runs on {host.version}, {host.executable}); "
         f"install it (with pyenv, uv python install, or the system's packages), or name its binary in "
