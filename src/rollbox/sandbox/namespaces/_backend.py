@@ -43,6 +43,7 @@ from rollbox.sandbox.runtime._mounts import PATH, SYSTEM_DIRS, RuntimeMounts, ho
 from rollbox.sandbox.runtime._store import Layer
 
 from ._cgroup import Cgroup, CgroupStats, CgroupTree
+from ._overlay import OverlayProbe, UpperState, open_merged
 from ._seccomp import build_filter
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
@@ -85,6 +86,8 @@ class NamespaceHost:
         #: The Python rollbox runs on, as every sandbox without a runtime layer mounts it.
         self.runtime = host_mounts(self.state.runtime)
         self._layer_mounts: dict[str, RuntimeMounts] = {}
+        #: Whether a workspace's filesystem can be overlaid here (see ``_overlay``).
+        self.overlays = OverlayProbe(self.agent, self.state.stage)
         #: Sandboxes whose close failed part-way for want of descriptors or memory: closed again at the next start.
         #: (Other failures, such as processes that survive SIGKILL, are left to the next process's ``reap``.)
         self.unclosed: list[NamespaceSandbox] = []
@@ -239,7 +242,9 @@ class _CgroupExecGroup:
 class NamespaceSandbox:
     """One sandbox of this backend: its directory, uid, cgroup, and (while started) its agent."""
 
-    def __init__(self, limits: Limits, network: Network, layer: Layer | None = None) -> None:
+    def __init__(
+        self, limits: Limits, network: Network, layer: Layer | None = None, workspace: Path | None = None
+    ) -> None:
         self.limits = limits
         self.network = network
         self.host = NamespaceHost.get()
@@ -247,6 +252,13 @@ class NamespaceSandbox:
         #: What the sandbox mounts for its Python: the layer's, or the host's.
         self.runtime = self.host.mounts(layer)
         self._layer_lock: int | None = None
+        #: Why ``workspace`` cannot be overlaid here (the caller copies it then), or None.
+        self.overlay_unavailable = self.host.overlays.unavailable(workspace) if workspace is not None else None
+        #: The host directory overlaid at /workspace, or None (an empty /workspace of the writable tree's).
+        self.workspace = workspace if self.overlay_unavailable is None else None
+        self._merged: int | None = None  # the overlay's merged view, while the agent runs
+        self._pristine: UpperState | None = None
+        self._launcher: Launched | None = None
         self.id = secrets.token_hex(6)
         self.uid = -1
         self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}")
@@ -261,6 +273,11 @@ class NamespaceSandbox:
         """The host directory holding workspace/, tmp/ and shm/."""
         assert self._dir is not None
         return self._dir.fs
+
+    @property
+    def workspace_view(self) -> str | None:
+        """Where the host reaches /workspace when it is an overlay (the merged view), else None."""
+        return None if self._merged is None else f"/proc/self/fd/{self._merged}"
 
     async def start(self) -> None:
         """Build the sandbox and start its agent.
@@ -280,7 +297,9 @@ class NamespaceSandbox:
             # The agent is in no cgroup of rollbox's: the sandbox's cgroup is made in a thread (see ``in_thread``)
             # while the launcher starts, and is there before the first command's cgroup is made inside it.
             made = asyncio.ensure_future(in_thread(self._make_cgroup))
-            self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
+            self._dir.make_writable_tree(
+                size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid, overlay=self.workspace is not None
+            )
             await self._start_agent()
             await made
         except BaseException as exc:
@@ -360,10 +379,29 @@ class NamespaceSandbox:
             self._agent = AgentConnection(
                 host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
             )
+            self._launcher = process
             kept.pop_all()
         if cancelled:
             raise asyncio.CancelledError
         await self._agent.wait_ready()
+        if self.workspace is not None:
+            self._open_merged()
+
+    def _open_merged(self) -> None:
+        """Open the overlay's merged view; over a new tree, note how its upper directory looks: pristine."""
+        assert self._launcher is not None and self._dir is not None and self._dir.fs_fd is not None
+        merged = open_merged(self._launcher.pid, self.host.state.stage)
+        if self._launcher.exited():
+            os.close(merged)
+            raise SandboxError("the sandbox's launcher ended while its workspace overlay was being opened")
+        self._merged = merged
+        if self._pristine is None:  # a restart that kept the tree keeps what it was at first
+            self._pristine = UpperState.of(self._dir.fs_fd)
+
+    def _close_merged(self) -> None:
+        if self._merged is not None:
+            os.close(self._merged)
+            self._merged = None
 
     def _root(self) -> list[str]:
         """The launcher's operations that build the sandbox's root (see ``agent.c``), which it pivots into."""
@@ -380,7 +418,11 @@ class NamespaceSandbox:
             ops += ["--symlink", target, f"/dev/{name}"]
         ops += ["--devpts", "/dev/pts"]
         fs = f"{self.host.state.stage}/fs"  # where the launcher attaches the writable tree, in its own namespace
-        ops += ["--rw", f"{fs}/workspace", "/workspace", "--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
+        if self.workspace is None:
+            ops += ["--rw", f"{fs}/workspace", "/workspace"]
+        else:
+            ops += ["--overlay", str(self.workspace), f"{fs}/workspace", f"{fs}/.work", "/workspace"]
+        ops += ["--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
         for source, dest in self.runtime.binds:
             ops += ["--ro", source, dest]
         ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
@@ -403,10 +445,16 @@ class NamespaceSandbox:
         helpers = [self._agent, *([self._zygote] if self._zygote is not None else [])]
         # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters): never emptied in place.
         reusable = not fresh and self.network is Network.NONE and all(h is not None and h.unchanged for h in helpers)
-        if reusable and self._agent is not None:
+        # An overlaid workspace is pristine again only by a new overlay, unless nothing in it changed.
+        overlay_pristine = self.workspace is None or (
+            self._merged is not None
+            and self._dir.fs_fd is not None
+            and UpperState.of(self._dir.fs_fd) == self._pristine
+        )
+        if reusable and overlay_pristine and self._agent is not None:
             try:
                 await self._agent.remove_ipc_objects()
-                self._dir.empty_writable_tree(uid=self.uid, gid=self.uid)
+                self._dir.empty_writable_tree(uid=self.uid, gid=self.uid, keep_workspace=self.workspace is not None)
                 return False
             except (SandboxError, OSError):
                 pass
@@ -419,11 +467,15 @@ class NamespaceSandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        self._close_merged()  # it holds the old overlay, and so the old tree, alive
         if self._agent is not None:
             await self._agent.aclose()
             self._agent = None
         if new_tree:
-            self._dir.replace_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
+            self._pristine = None
+            self._dir.replace_writable_tree(
+                size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid, overlay=self.workspace is not None
+            )
         await self._start_agent()
 
     def disk_full(self) -> bool:
@@ -504,6 +556,7 @@ class NamespaceSandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        self._close_merged()
         if self._agent is not None:
             self._agent.shutdown()
         try:
