@@ -25,6 +25,7 @@ def test_top_level_exports() -> None:
             "SandboxStateError",
             "Status",
             "__version__",
+            "make",
             "run",
         ]
     )
@@ -33,7 +34,7 @@ def test_top_level_exports() -> None:
 
 
 def test_sandbox_exports() -> None:
-    assert set(rollbox.__all__) - {"__version__"} <= set(rollbox.sandbox.__all__)
+    assert set(rollbox.__all__) - {"__version__", "make"} <= set(rollbox.sandbox.__all__)
     for name in rollbox.sandbox.__all__:
         assert hasattr(rollbox.sandbox, name)
 
@@ -56,18 +57,40 @@ def test_status_taxonomy_is_closed() -> None:
 def test_tasks_and_judge_exports() -> None:
     assert sorted(rollbox.tasks.__all__) == sorted(
         [
+            "AuditFinding",
+            "AuditReport",
             "Comparator",
+            "Environment",
+            "FORMATS",
+            "Files",
             "FunctionGrading",
+            "GitError",
             "Grading",
+            "ImportRefused",
+            "ImportReport",
+            "ImportSourceError",
+            "ImportedTask",
             "PytestGrading",
+            "Refusal",
             "RewardKind",
             "RewardSpec",
             "ScriptGrading",
+            "ScrubError",
+            "ScrubReport",
             "StdioGrading",
             "Task",
             "TaskFormatError",
+            "TaskSummary",
+            "WorkspaceChangedError",
+            "audit_task",
             "humaneval_tasks",
+            "import_tasks",
             "load_task",
+            "rehash_task",
+            "scrub_repository",
+            "summarize_task",
+            "workspace_sha256",
+            "write_task",
         ]
     )
     assert sorted(rollbox.judge.__all__) == sorted(
