@@ -53,8 +53,11 @@ class OverlayProbe:
             if device not in self._known:
                 done = subprocess.run(
                     [str(self._agent), "overlay-probe", "--stage", str(self._stage), str(workspace)],
-                    capture_output=True, text=True, timeout=30, check=False,
-                )  # fmt: skip
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
                 self._known[device] = None if done.returncode == 0 else done.stderr.strip() or f"exit {done.returncode}"
             return self._known[device]
 

@@ -72,9 +72,15 @@ class SandboxPool:
             raise ValueError(f"a pool needs at least one sandbox, got size={size}")
         self.size = size
         self._make = functools.partial(
-            Sandbox, limits=limits, network=network, backend=backend, env=env, warm_python=warm_python,
-            runtime=runtime, workspace=workspace,
-        )  # fmt: skip
+            Sandbox,
+            limits=limits,
+            network=network,
+            backend=backend,
+            env=env,
+            warm_python=warm_python,
+            runtime=runtime,
+            workspace=workspace,
+        )
         self._make()  # validate the configuration now
         self._idle: deque[Sandbox] = deque()
         self._busy: set[Sandbox] = set()
@@ -387,9 +393,14 @@ class WarmSandboxes:
         async with self._opening:
             if key not in self._pools:
                 pool = SandboxPool(
-                    size=self.size, limits=limits, network=network, warm_python=self.warm_python, runtime=runtime,
-                    workspace=workspace, env=dict(variables),
-                )  # fmt: skip
+                    size=self.size,
+                    limits=limits,
+                    network=network,
+                    warm_python=self.warm_python,
+                    runtime=runtime,
+                    workspace=workspace,
+                    env=dict(variables),
+                )
                 await pool.__aenter__()
                 self._pools[key] = pool
         return self._pools[key]
