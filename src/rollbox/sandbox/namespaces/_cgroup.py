@@ -447,24 +447,25 @@ class Cgroup:
 
     def _kill_member(self, pid: int) -> None:
         # A pid read from cgroup.procs may have exited and been reused by a host process; the pidfd pins the
-        # process, and the membership check runs while it is pinned.
+        # process, and the membership check runs while it is pinned. SIGKILL to the pidfd kills every thread.
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             return
         try:
-            if self._contains(pid):
+            if self._contains(pid) or self._contains_thread_of(pid):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             pass
         finally:
             os.close(pidfd)
 
-    def _contains(self, pid: int) -> bool:
+    def _contains(self, pid: int, task: str = "") -> bool:
+        """Whether process ``pid`` (or its thread ``task``, a path such as ``task/123/``) is in this cgroup."""
         controller = "" if self.version == 2 else "pids"
         mine = self.paths[controller]
         try:
-            lines = read_kernel_file(Path(f"/proc/{pid}/cgroup")).splitlines()
+            lines = read_kernel_file(f"/proc/{pid}/{task}cgroup").splitlines()
         except (FileNotFoundError, ProcessLookupError):
             return False
         for line in lines:
@@ -472,6 +473,16 @@ class Cgroup:
             if controller in controllers.split(",") or (controller == "" and controllers == ""):
                 return path == mine or path.startswith(mine + "/")
         return False
+
+    def _contains_thread_of(self, pid: int) -> bool:
+        """Whether any thread of process ``pid`` is in this cgroup. A process whose main thread exited alone (the raw
+        ``exit`` syscall) while others run on still lists under the main thread's pid, and on v1 that zombie's own
+        file names the root cgroup: without this look at its threads, nothing of it would be killed."""
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return any(self._contains(pid, f"task/{tid}/") for tid in threads if tid != str(pid))
 
     def remove(self, *, timeout_s: float = 5.0) -> None:
         """Kill what is left, then remove this cgroup and its children (deepest first); absent is fine.
