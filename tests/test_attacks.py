@@ -976,8 +976,9 @@ def _parent(pid: int) -> int:
 
 
 def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
-    # Its user namespace belongs to root, not to its host uid (whose processes would hold every capability in it);
-    # the launcher that made it waits as that uid, unprivileged; and no user namespace can be made inside.
+    # Its user namespace belongs to its host uid (so that the kernel charges the sandbox's per-user counters to that
+    # uid, never to root's), whose one process outside the sandbox, the launcher that made it, waits unprivileged
+    # and out of the program's reach; and no user namespace can be made inside.
     ns_get_owner_uid = 0xB704
 
     async def body(sb: Sandbox) -> tuple[ExecResult, int, dict[str, str], int]:
@@ -994,7 +995,7 @@ def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
 
     result, owner, launcher, uid = with_sandbox(body)
     assert result.stdout_text == "0\n", explain(result)
-    assert owner == 0
+    assert owner == uid
     assert launcher["Uid"].split() == [str(uid)] * 4 and launcher["Gid"].split() == [str(uid)] * 4
     assert int(launcher["CapEff"], 16) == 0 and int(launcher["CapPrm"], 16) == 0
 
