@@ -441,6 +441,48 @@ def test_many_empty_files_exhaust_inodes_and_hit_disk_limit() -> None:
     assert result.status is Status.DISK_LIMIT, explain(result)
 
 
+#: How long each of these holds the full disk before it frees it: a few of the host's looks (every 50 ms at most).
+_HOLD_S = 0.3 * TIME_SCALE
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        sh(f"dd if=/dev/zero of=/tmp/fill bs=1M 2>/dev/null; sleep {_HOLD_S}; rm /tmp/fill"),
+        py(
+            f"""
+            import os, time
+            try:
+                with open("/dev/shm/fill", "wb") as f:
+                    while True:
+                        f.write(b"x" * (1 << 20))
+                        f.flush()
+            except OSError:
+                time.sleep({_HOLD_S})
+            os.unlink("/dev/shm/fill")
+            """
+        ),
+        py(
+            f"""
+            import os, shutil, time
+            os.mkdir("/workspace/many")
+            try:
+                for i in range(1_000_000):
+                    open(f"/workspace/many/{{i}}", "w").close()
+            except OSError:
+                time.sleep({_HOLD_S})
+            shutil.rmtree("/workspace/many")
+            """
+        ),
+    ],
+    ids=["dd-then-rm", "python-then-unlink", "inodes-then-rmtree"],
+)
+def test_a_disk_filled_then_freed_before_the_end_is_still_disk_limit(argv: list[str]) -> None:
+    # The program hit the limit and cleaned up: the limit was still hit, and the status says so (not ok).
+    result = exec_then_alive(argv, limits=limits(timeout_s=10 * TIME_SCALE, cpu_time_s=5 * TIME_SCALE))
+    assert result.status is Status.DISK_LIMIT, explain(result)
+
+
 def test_dd_beyond_file_size_limit_hits_disk_limit() -> None:
     result = exec_then_alive(
         ["dd", "if=/dev/zero", "of=/workspace/big", "bs=64K", "count=64"],
@@ -977,8 +1019,9 @@ def _parent(pid: int) -> int:
 
 
 def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
-    # Its user namespace belongs to root, not to its host uid (whose processes would hold every capability in it);
-    # the launcher that made it waits as that uid, unprivileged; and no user namespace can be made inside.
+    # Its user namespace belongs to its host uid (so that the kernel charges the sandbox's per-user counters to that
+    # uid, never to root's), whose one process outside the sandbox, the launcher that made it, waits unprivileged
+    # and out of the program's reach; and no user namespace can be made inside.
     ns_get_owner_uid = 0xB704
 
     async def body(sb: Sandbox) -> tuple[ExecResult, int, dict[str, str], int]:
@@ -995,7 +1038,7 @@ def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
 
     result, owner, launcher, uid = with_sandbox(body)
     assert result.stdout_text == "0\n", explain(result)
-    assert owner == 0
+    assert owner == uid
     assert launcher["Uid"].split() == [str(uid)] * 4 and launcher["Gid"].split() == [str(uid)] * 4
     assert int(launcher["CapEff"], 16) == 0 and int(launcher["CapPrm"], 16) == 0
 

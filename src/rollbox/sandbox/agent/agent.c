@@ -96,6 +96,7 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <linux/securebits.h>
 
 extern char **environ;
 
@@ -113,6 +114,9 @@ extern char **environ;
 #define HELD "/tmp"            /* where held trees are, in the spawner's own mount namespace */
 #define MSG_MAX (1u << 20)
 #define SPAWN_FDS 8
+/* A sandbox's ptys: the machine's pool (kernel.pty.max less kernel.pty.reserve, 3072 by default) is shared by every
+ * devpts instance, and without a maximum of its own one sandbox took it all. */
+#define PTYS "16"
 
 struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
     uint32_t type;
@@ -348,11 +352,12 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
         char target[8192];
         snprintf(target, sizeof target, "%s%s", r->path, b);
         if (symlink(a, target) < 0) die(target);
-    } else if (!strcmp(op, "--devpts")) {  /* pseudo-terminals of the sandbox's own */
+    } else if (!strcmp(op, "--devpts")) {  /* pseudo-terminals of the sandbox's own, at most PTYS of them */
         char target[8192];
         close(make_path(r, a, 0));
         snprintf(target, sizeof target, "%s%s", r->path, a);
-        if (mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+        if (mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=0620,max=" PTYS) < 0)
             die(target);
     } else {
         close(make_path(r, a, 0));
@@ -412,6 +417,42 @@ static void install_filter(int fd) {
     struct sock_fprog filter = {.len = (unsigned short)(size / sizeof program[0]), .filter = program};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("PR_SET_NO_NEW_PRIVS");
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) < 0) die("PR_SET_SECCOMP");
+}
+
+/* Every rlimit of the sandbox, whatever rollbox's own process has (a raised RTPRIO would let a program take a CPU
+ * with real-time scheduling; a raised MEMLOCK or SIGPENDING pin more kernel memory). Set by the launcher, as root,
+ * for its own namespaces, the agent and everything it starts; each command's CPU, file size and open files limits
+ * are then set by its own process (see spare). A program can only lower them, except RLIMIT_CORE: 1 means no core
+ * file, and also no core_pattern pipe helper (the kernel's convention for a crashing helper); 0 would run the
+ * host's helper, as root, for every crash inside. The syscall filter refuses to change it. */
+#define INF RLIM_INFINITY
+static const struct { int resource; rlim_t soft, hard; } sandbox_rlimits[] = {
+    {RLIMIT_CPU, INF, INF},         {RLIMIT_FSIZE, INF, INF},       {RLIMIT_DATA, INF, INF},
+    {RLIMIT_STACK, 8 << 20, INF},   {RLIMIT_CORE, 1, 1},            {RLIMIT_RSS, INF, INF},
+    {RLIMIT_NPROC, INF, INF},       {RLIMIT_MEMLOCK, 8 << 20, 8 << 20},
+    {RLIMIT_AS, INF, INF},          {RLIMIT_LOCKS, INF, INF},       {RLIMIT_SIGPENDING, 4096, 4096},
+    {RLIMIT_MSGQUEUE, 0, 0},        {RLIMIT_NICE, 0, 0},            {RLIMIT_RTPRIO, 0, 0},
+    {RLIMIT_RTTIME, INF, INF},
+    {RLIMIT_NOFILE, 1024, 0},       /* hard: fs.nr_open, so that a command's open_files can be anything */
+};
+
+static void set_sandbox_rlimits(void) {
+    char text[32] = "";
+    int fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, text, sizeof text - 1) <= 0) die("/proc/sys/fs/nr_open");
+    close(fd);
+    for (size_t k = 0; k < sizeof sandbox_rlimits / sizeof sandbox_rlimits[0]; k++) {
+        int resource = sandbox_rlimits[k].resource;
+        struct rlimit want = {sandbox_rlimits[k].soft, sandbox_rlimits[k].hard}, have;
+        if (resource == RLIMIT_NOFILE) want.rlim_max = strtoul(text, NULL, 10);
+        if (setrlimit(resource, &want) == 0) continue;
+        /* Without CAP_SYS_RESOURCE (some containers drop it) no hard limit can be raised: a limit meant to be
+         * higher than rollbox's own stays at rollbox's. Lowering always works, and every low one is lowered. */
+        if (errno != EPERM || getrlimit(resource, &have) < 0 || have.rlim_max >= want.rlim_max) die("setrlimit");
+        want.rlim_max = have.rlim_max;
+        if (want.rlim_cur > want.rlim_max) want.rlim_cur = want.rlim_max;
+        if (setrlimit(resource, &want) < 0) die("setrlimit");
+    }
 }
 
 /* The sandbox's init, in its new namespaces, once the launcher has written its uid and gid maps (a byte on
@@ -531,8 +572,13 @@ static int launch(int argc, char **argv) {
     if (setgroups(0, NULL) < 0) die("setgroups");
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) < 0) die("pipe2");
-    /* The sandbox's namespaces, made by root (so that no policy on unprivileged user namespaces applies): the
-     * user namespace is owned by root, not by the sandbox's uid. */
+    set_sandbox_rlimits();
+    /* The sandbox's namespaces, made with root's capabilities (so that no policy on unprivileged user namespaces
+     * applies) but as the sandbox's uid: the user namespace is that uid's, and the kernel charges what the sandbox
+     * takes of the per-user counters (inotify instances and watches, queued signals, ...) to it, never to root's
+     * (one sandbox took all of root's). Its one process outside the sandbox is this monitor, unprivileged. */
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP) < 0 || setresuid((uid_t)-1, uid, (uid_t)-1) < 0)
+        die("become the sandbox's uid");
     pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
                                              CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP, 0, 0, 0, 0);
     if (pid < 0) die("clone (new namespaces)");
@@ -552,6 +598,8 @@ static int launch(int argc, char **argv) {
     snprintf(map, sizeof map, "%u %u 1\n", (unsigned)sandbox.id, (unsigned)gid);
     snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
     write_file(path, map);
+    /* From here on no capability: the uid change below clears them all, now that the fixup is on again. */
+    if (prctl(PR_SET_SECUREBITS, 0) < 0) die("PR_SET_SECUREBITS");
     if (setresgid(gid, gid, gid) < 0) die("setresgid");
     if (setresuid(uid, uid, uid) < 0) die("setresuid");
     /* Credential changes clear the parent-death signal: set it again, then see that rollbox's spawner is there. */
@@ -649,8 +697,12 @@ static void spare(int sync, const struct exec_header *limits) {
         rl.rlim_cur = rl.rlim_max = (rlim_t)limits->file_size_bytes;
         if (setrlimit(RLIMIT_FSIZE, &rl) < 0) die("RLIMIT_FSIZE");
     }
-    rl.rlim_cur = rl.rlim_max = 0;
-    setrlimit(RLIMIT_CORE, &rl);
+    /* No core dump (see sandbox_rlimits): set by the launcher where there is one (then the filter refuses to change
+     * it); the process backend's agent has rollbox's own. */
+    if (getrlimit(RLIMIT_CORE, &rl) == 0 && (rl.rlim_cur != 1 || rl.rlim_max != 1)) {
+        rl.rlim_cur = rl.rlim_max = 1;
+        setrlimit(RLIMIT_CORE, &rl);
+    }
     /* The host reads our pid from SCM_CREDENTIALS and places us in the command's cgroup before it answers. */
     if (send(3, "r", 1, 0) != 1) _exit(125);
     ssize_t n = recvmsg(3, &msg, MSG_CMSG_CLOEXEC);

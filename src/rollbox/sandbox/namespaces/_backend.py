@@ -220,6 +220,9 @@ class _CgroupExecGroup:
     def pids_limit_hits(self) -> int:
         return self.cgroup.pids_limit_hits() - self._before.pids_limit_hits
 
+    def memory_limit_exceeded(self) -> bool:
+        return self.cgroup.sockets_over_limit()
+
     def usage(self, exited: Exited | None) -> Usage:
         now, before = self.cgroup.stats(), self._before
         peak = (
