@@ -1,7 +1,7 @@
 """Runtime layers: built once by uv under the key of their resolved spec, shared read-only, never half-used.
 
-Every build here installs from a local directory of wheels made by the tests (``UV_NO_INDEX``, ``UV_FIND_LINKS``),
-so that these tests need no network; ``test_runtime_judge.py`` builds one from the real package index.
+Every build here installs from a local directory of wheels made by the tests (a uv.toml with ``no-index`` and
+``find-links``), so that these tests need no network; ``test_runtime_judge.py`` builds one from the real index.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.sandbox import Sandbox, SandboxError
+from conftest import TIME_SCALE
+from rollbox.sandbox import Limits, Sandbox, SandboxError
 from rollbox.sandbox.runtime import Layer, LayerBuildError, LayerStore, PythonNotFound, RuntimeSpec, find_python
 
 
@@ -90,20 +91,26 @@ def make_sdist(directory: Path, name: str, version: str, marker: Path) -> Path:
 
 @pytest.fixture
 def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A local package index (a directory of wheels) and a private ROLLBOX_HOME; no other index is asked."""
+    """A local package index (a directory of wheels), the only one uv asks (a uv.toml with no-index), and a
+    private ROLLBOX_HOME."""
     directory = tmp_path / "wheels"
     make_wheel(directory, "rbx-greet", "1.0", {"rbx_greet/__init__.py": "WORD = 'hello one'\n"})
     make_wheel(directory, "rbx-greet", "2.0", {"rbx_greet/__init__.py": "WORD = 'hello two'\n"})
     make_wheel(directory, "rbx-app", "0.1", {"rbx_app.py": "from rbx_greet import WORD\n"}, requires=("rbx-greet>=2",))
+    config = tmp_path / "uv.toml"
+    config.write_text(f"[pip]\nno-index = true\nfind-links = [{str(directory)!r}]\n")
+    monkeypatch.setenv("UV_CONFIG_FILE", str(config))
     monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("UV_NO_INDEX", "1")
-    monkeypatch.setenv("UV_FIND_LINKS", str(directory))
-    monkeypatch.delenv("UV_INDEX_URL", raising=False)
+    for variable in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_NO_CONFIG"):
+        monkeypatch.delenv(variable, raising=False)
     return directory
 
 
+LIMITS = Limits(timeout_s=30 * TIME_SCALE, cpu_time_s=15 * TIME_SCALE)
+
+
 async def _python(layer: Layer | None, code: str) -> tuple[str, str]:
-    async with Sandbox(runtime=layer) as sb:
+    async with Sandbox(runtime=layer, limits=LIMITS) as sb:
         result = await sb.exec(["python3", "-c", code])
         listing = await sb.exec(["sh", "-c", "ls -A /tmp /workspace /dev/shm"])
     assert result.ok, result
@@ -139,7 +146,7 @@ def test_a_sandbox_cannot_change_its_layer(wheels: Path) -> None:
     site = f"/opt/rollbox/env/{layer.python.site_packages}"
 
     async def main() -> str:
-        async with Sandbox(runtime=layer) as sb:
+        async with Sandbox(runtime=layer, limits=LIMITS) as sb:
             attempt = await sb.exec(
                 ["sh", "-c", f"echo hacked > {site}/rbx_greet/__init__.py; touch /opt/rollbox/env/x; echo $?"]
             )
@@ -226,7 +233,7 @@ def test_gc_removes_what_went_unused_and_never_a_layer_a_sandbox_holds(wheels: P
     os.utime(leftover, (month_ago, month_ago))
 
     async def main() -> tuple[list[str], str]:
-        async with Sandbox(runtime=held) as sb:
+        async with Sandbox(runtime=held, limits=LIMITS) as sb:
             removed = store.gc(keep_days=30)
             result = await sb.exec(["python3", "-c", "import rbx_greet; print(rbx_greet.WORD)"])
         return removed, result.stdout_text

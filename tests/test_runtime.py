@@ -16,16 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.sandbox import Sandbox
+from conftest import TIME_SCALE
+from rollbox.sandbox import Limits, Sandbox
 from rollbox.sandbox.runtime import LayerStore, RuntimeSpec
 from rollbox.sandbox.runtime._elf import RELOCATABLE_RUNPATH, read_runpath, with_runpath
 from rollbox.sandbox.runtime._python import host_interpreter
 from test_layers import wheels  # noqa: F401  (the fixture)
 
+LIMITS = Limits(timeout_s=30 * TIME_SCALE, cpu_time_s=15 * TIME_SCALE)
+
 
 def test_the_sandboxs_python_and_its_packages_are_mounted_under_opt_rollbox_only() -> None:
     async def main() -> tuple[str, str, str]:
-        async with Sandbox() as sb:
+        async with Sandbox(limits=LIMITS) as sb:
             python = await sb.exec(["python3", "-c", "import sys, pytest; print(sys.executable, sys.prefix)"])
             script = await sb.exec(["pytest", "--version"])  # a console script of the host's environment
             mounts = await sb.exec(["cat", "/proc/self/mountinfo"])
@@ -48,7 +51,8 @@ import asyncio, json, sys
 import rollbox
 
 async def main():
-    async with rollbox.SandboxPool(size=1) as pool:
+    limits = rollbox.Limits(timeout_s=float(sys.argv[1]), cpu_time_s=float(sys.argv[1]) / 2)
+    async with rollbox.SandboxPool(size=1, limits=limits) as pool:
         async with pool.sandbox() as sb:
             script = "ls -A /tmp /workspace; echo x > /tmp/left; python3 -c 'import sys; print(sys.prefix)'"
             first = await sb.exec(["sh", "-c", script])
@@ -74,7 +78,11 @@ def test_a_rollbox_installed_under_tmp_leaves_tmp_empty_and_resets_in_place(tmp_
         (site / "rollbox-test.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
         done = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", _UNDER_TMP], capture_output=True, text=True, env=env, check=False
+            [str(venv / "bin" / "python"), "-c", _UNDER_TMP, str(30 * TIME_SCALE)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
         )
     finally:
         shutil.rmtree(venv)
@@ -123,7 +131,7 @@ def test_a_layer_on_the_systems_own_python_needs_no_interpreter_mount(
     assert str(layer.python.executable).startswith("/usr/")
 
     async def main() -> tuple[str, str]:
-        async with Sandbox(runtime=layer) as sb:
+        async with Sandbox(runtime=layer, limits=LIMITS) as sb:
             code = textwrap.dedent("""
                 import os, sys, rbx_greet
                 print(rbx_greet.WORD, os.path.realpath(sys.executable), sys.base_prefix)

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TIME_SCALE
 from rollbox import telemetry
 from rollbox.sandbox import InsecureBackendWarning, Limits, Sandbox, SandboxPool, Status
 
-LIMITS = Limits(timeout_s=20, cpu_time_s=10)
+LIMITS = Limits(timeout_s=30 * TIME_SCALE, cpu_time_s=15 * TIME_SCALE)
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -142,7 +143,7 @@ def test_the_disk_limit_counts_only_what_the_program_writes(tmp_path: Path) -> N
     big = tmp_path / "big"
     big.mkdir()
     (big / "data.bin").write_bytes(os.urandom(16 << 20))
-    limits = Limits(timeout_s=20, cpu_time_s=10, disk_bytes=4 << 20)
+    limits = Limits(timeout_s=30 * TIME_SCALE, cpu_time_s=15 * TIME_SCALE, disk_bytes=4 << 20)
 
     async def main() -> tuple[int, Status, Status, str]:
         async with Sandbox(limits=limits, workspace=big) as sb:
