@@ -12,6 +12,7 @@ def test_top_level_exports() -> None:
     assert sorted(rollbox.__all__) == sorted(
         [
             "Backend",
+            "Client",
             "ExecResult",
             "InsecureBackendWarning",
             "IsolationUnavailable",
@@ -34,7 +35,7 @@ def test_top_level_exports() -> None:
 
 
 def test_sandbox_exports() -> None:
-    assert set(rollbox.__all__) - {"__version__", "make"} <= set(rollbox.sandbox.__all__)
+    assert set(rollbox.__all__) - {"__version__", "make", "Client"} <= set(rollbox.sandbox.__all__)
     for name in rollbox.sandbox.__all__:
         assert hasattr(rollbox.sandbox, name)
 
@@ -112,6 +113,23 @@ def test_tasks_and_judge_exports() -> None:
             assert hasattr(module, name)
 
 
+def test_scheduler_exports() -> None:
+    import rollbox.scheduler
+
+    assert sorted(rollbox.scheduler.__all__) == sorted(
+        [
+            "TERMINAL", "TRANSITIONS", "Attempt", "Capacity", "ElasticSandboxes", "IdempotencyConflict",
+            "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult", "JobSpec", "JobState",
+            "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements", "RetryPolicy",
+            "Scheduler", "SchedulerError", "Transition", "Unplaceable", "Worker", "WorkerLost", "exec_payload",
+            "get_kind", "kind_names", "machine_capacity", "pool_key", "register_kind", "rollbox_home", "run_dir",
+            "store_path",
+        ]
+    )  # fmt: skip
+    for name in rollbox.scheduler.__all__:
+        assert hasattr(rollbox.scheduler, name)
+
+
 def test_layers_import_only_downwards() -> None:
     """Each layer imports only those below it (DESIGN.md); every layer may report into telemetry's events."""
     import ast
@@ -125,6 +143,7 @@ def test_layers_import_only_downwards() -> None:
         "curate": {"judge", "tasks", "sandbox"},
         "env": {"judge", "tasks", "sandbox"},
         "scheduler": {"env", "curate", "judge", "tasks", "sandbox"},
+        "client": {"judge", "tasks", "sandbox"},  # data types only; never the server it talks to
     }
     allowed = {layer: may | ({"telemetry"} if layer != "telemetry" else set()) for layer, may in below.items()}
     root = Path(rollbox.__file__).parent
