@@ -144,3 +144,19 @@ def test_a_layer_on_the_systems_own_python_needs_no_interpreter_mount(
     out, mounts = asyncio.run(main())
     assert out.split() == ["hello", "one", str(layer.python.executable), "/usr"]
     assert "/opt/rollbox/python" not in mounts
+
+
+def test_the_runtime_packages_public_names() -> None:
+    from rollbox.sandbox import runtime
+
+    assert sorted(runtime.__all__) == [
+        "Interpreter",
+        "Layer",
+        "LayerBuildError",
+        "LayerStore",
+        "PythonNotFound",
+        "RuntimeSpec",
+        "find_python",
+        "rollbox_home",
+    ]
+    assert all(hasattr(runtime, name) for name in runtime.__all__)
