@@ -178,7 +178,8 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
     """
     source = Path(path)
     if source.suffix == ".parquet":
-        rows = _parquet().read_table(source).to_pylist()
+        # ParquetFile without threads: read_table can abort the interpreter at exit (apache/arrow#34314).
+        rows = _parquet().ParquetFile(source).read(use_threads=False).to_pylist()
         records = [{k: json.loads(v) if k in _NESTED and v is not None else v for k, v in r.items()} for r in rows]
     else:
         records = []

@@ -191,8 +191,10 @@ def read_archive(
     pattern = f"{root}/run={_partition(run) if run is not None else '*'}/date=*/*.parquet"
     events: list[Event] = []
     for path in sorted(fs.glob(pattern)):
+        # ParquetFile, not read_table: read_table's dataset scanner leaves Arrow threads that can abort the
+        # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
         with fs.open(path, "rb") as f:
-            table = pq.read_table(f, columns=["kind", "at", "fields"])
+            table = pq.ParquetFile(f).read(columns=["kind", "at", "fields"], use_threads=False)
         for row in table.to_pylist():
             if kind is None or row["kind"] == kind:
                 events.append(Event(row["kind"], row["at"], json.loads(row["fields"])))
