@@ -25,20 +25,20 @@ def _pyc(package: str, name: str) -> bytes:
 
 
 @functools.cache
-def _files(driver: str) -> tuple[tuple[str, bytes], ...]:
-    return (("driver.pyc", _pyc("rollbox.judge.runners", driver)), ("_values.pyc", _pyc("rollbox.tasks", "_values.py")))
+def _files(driver: str, name: str) -> tuple[tuple[str, bytes], ...]:
+    return ((name, _pyc("rollbox.judge.runners", driver)), ("_values.pyc", _pyc("rollbox.tasks", "_values.py")))
 
 
-async def install_driver(sb: Sandbox, directory: str, driver: str) -> str:
-    """Write the judge's ``driver`` (a module file of ``rollbox.judge.runners``) and the value codec into ``directory``
-    of ``sb``, read-only to the program, and return the driver's path there.
+async def install_driver(sb: Sandbox, directory: str, driver: str, *, name: str = "driver.pyc") -> str:
+    """Write the judge's ``driver`` (a module file of ``rollbox.judge.runners``) as ``name``, and the value codec,
+    into ``directory`` of ``sb``, read-only to the program, and return the driver's path there.
 
     Raises:
         OSError: the files could not be written (the disk limit is reached).
     """
-    for name, data in _files(driver):
-        await sb.write_file(f"{directory}/{name}", data, read_only=True)
-    return f"{directory}/driver.pyc"
+    for file, data in _files(driver, name):
+        await sb.write_file(f"{directory}/{file}", data, read_only=True)
+    return f"{directory}/{name}"
 
 
 def driver_command(sb: Sandbox, driver: str, *args: str) -> tuple[list[str], bool]:
