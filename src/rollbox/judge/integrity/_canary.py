@@ -6,7 +6,8 @@ random name, with each ``assert X`` rewritten to ``assert seen(X) == SENTINEL`` 
 value comes from; the test's own data, such as ``mock.ANY``, may equal anything), where the sentinel is a fresh
 object equal only to itself; unittest's ``self.assertEqual(X, Y)`` and ``self.assertTrue(X)``
 are rewritten the same way, and so are sealed assertions (``rollbox.judge.integrity._seal``: a canary is made
-from the sealed module, so it never holds an expectation the real tests do not). A plain value is never equal to the sentinel, so on honest code the canary fails at
+from the sealed module, so it never holds an expectation the real tests do not). A plain value is never equal to
+the sentinel, so on honest code the canary fails at
 its first assertion. It passes only when a value claims to equal anything (an always-equal object), or when the
 reporting itself was rewritten (a hook that marks every test passed). Either way, the grading machinery was
 subverted: status ``tampered``. A canary whose assertions never ran (an early return, an empty loop) fails on a

@@ -44,9 +44,9 @@ def _arithmetic(op: type[ast.operator], left: Any, right: Any) -> Any:
             abs(right) > 64 or (type(left) is int and left.bit_length() * abs(right) > _MAX_INT_BITS)
         ):
             return UNFOLDABLE
-        if op in (ast.Mult,) and type(left) is int and type(right) is int:
-            if left.bit_length() + right.bit_length() > _MAX_INT_BITS:
-                return UNFOLDABLE
+        too_long = type(left) is int and type(right) is int and left.bit_length() + right.bit_length() > _MAX_INT_BITS
+        if op is ast.Mult and too_long:
+            return UNFOLDABLE
     elif op is ast.Add and type(left) is type(right) and type(left) in (str, bytes, list, tuple):
         pass
     elif op is ast.Mult and {type(left), type(right)} in ({str, int}, {bytes, int}, {list, int}, {tuple, int}):

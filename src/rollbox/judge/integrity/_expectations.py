@@ -56,8 +56,10 @@ def _approx(value: Any, expected: Any, options: Mapping[str, float]) -> bool:
     """``value == pytest.approx(expected, **options)``: within tolerance for numbers, element by element for
     lists, tuples and dicts, exactly for anything else."""
     if isinstance(expected, dict):
-        return isinstance(value, dict) and value.keys() == expected.keys() and all(
-            _approx(value[k], expected[k], options) for k in expected
+        return (
+            isinstance(value, dict)
+            and value.keys() == expected.keys()
+            and all(_approx(value[k], expected[k], options) for k in expected)
         )
     if isinstance(expected, list | tuple):
         return (
@@ -91,7 +93,7 @@ def _almost(value: Any, expected: Any, options: Mapping[str, float]) -> bool:
     difference = abs(value - expected)
     if "delta" in options:
         return bool(difference <= options["delta"])
-    return round(difference, int(options.get("places", 7))) == 0
+    return bool(round(difference, int(options.get("places", 7))) == 0)
 
 
 def _same_elements(value: Any, expected: Any) -> bool:

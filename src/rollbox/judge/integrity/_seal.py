@@ -227,10 +227,10 @@ def _bindings(node: ast.AST) -> Iterator[str]:
             yield (found.asname or found.name).partition(".")[0]
         elif isinstance(found, ast.Global | ast.Nonlocal):
             yield from found.names
-        elif isinstance(found, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            yield found.name
-        elif isinstance(found, ast.ExceptHandler) and found.name:
-            yield found.name
+        elif isinstance(found, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or (
+            isinstance(found, ast.ExceptHandler) and found.name
+        ):
+            yield str(found.name)
 
 
 def _reads(node: ast.AST) -> Iterator[ast.Name]:
@@ -398,6 +398,10 @@ def _drop_docstrings(tree: ast.Module) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                if isinstance(body[0].value.value, str):
-                    body[0:1] = [] if len(body) > 1 or isinstance(node, ast.Module) else [ast.Pass()]
+            first = body[0] if body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                body[0:1] = [] if len(body) > 1 or isinstance(node, ast.Module) else [ast.Pass()]

@@ -98,7 +98,11 @@ class PytestRun:
     def _seal(self, record: dict[str, Any], sealed: Sealed) -> None:
         seal_id, test, token = record.get("seal"), record.get("test"), record.get("token")
         found = sealed.seal(seal_id) if isinstance(seal_id, str) else None
-        if found is None or (token is not None and (not isinstance(token, str) or token not in found[1].cases)):
+        if (
+            found is None
+            or not isinstance(seal_id, str)
+            or (token is not None and (not isinstance(token, str) or token not in found[1].cases))
+        ):
             self.forged = f"the result channel carried a report for no sealed expectation: {json.dumps(record)[:200]}"
             return
         if not isinstance(test, str):
@@ -142,4 +146,3 @@ class PytestRun:
             }
             for test, kind in self.unsealable.items()
         )
-
