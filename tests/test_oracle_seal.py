@@ -241,7 +241,9 @@ PARAMETRIZED = textwrap.dedent("""
     import pytest
 
 
-    @pytest.mark.parametrize("a, b, expected", [(1, 2, 3), (-1.5, None, True), ("text", "x y", False), ([1], (2,), {"k": 1})])
+    @pytest.mark.parametrize(
+        "a, b, expected", [(1, 2, 3), (-1.5, None, True), ("text", "x y", False), ([1], (2,), {"k": 1})]
+    )
     def test_values(a, b, expected):
         assert f(a, b) == expected
 
