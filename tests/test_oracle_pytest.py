@@ -344,3 +344,122 @@ def test_a_wrong_value_fails_only_its_own_test(task: Task) -> None:
     failed = [t.id for t in verdict.tests if t.outcome.value != "passed"]
     assert failed == ["tests/test_calc.py::test_expected_in_a_local"], verdict
     assert verdict.reward == pytest.approx(8 / 9)
+
+
+#: Around the sealed assertions rather than through them: skip them (a trace function jumps over every line that
+#: reports a value), report guesses for them (calling the reporting function, or writing records of its own), or
+#: answer with objects that claim to equal anything.
+AROUND = {
+    "jumping over the sealed assertions": textwrap.dedent('''
+        import sys
+
+        def _tracer(frame, event, arg):
+            if not frame.f_code.co_name.startswith("test"):
+                return None
+            def _line(frame, event, arg):
+                if event == "line" and "__rollbox_seal__" in frame.f_code.co_names:
+                    try:
+                        frame.f_lineno = frame.f_lineno + 1
+                    except ValueError:
+                        pass
+                return _line
+            return _line
+
+        sys.settrace(_tracer)
+        __import__("threading").settrace(_tracer)
+
+        def add(a, b):
+            return None
+
+        mul = add
+    '''),
+    "reporting guesses for the sealed assertions": textwrap.dedent('''
+        import sys
+
+        def add(a, b):
+            frame = sys._getframe(1)
+            report = frame.f_globals.get("__rollbox_seal__")
+            for name in frame.f_code.co_consts:
+                if isinstance(name, str) and len(name) == 16 and report is not None:
+                    for guess in range(60):
+                        report(name, guess)
+            return a + b + 1
+
+        mul = add
+    '''),
+    "writing records of its own": textwrap.dedent('''
+        import json, os, sys
+
+        def add(a, b):
+            frame = sys._getframe(1)
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").rpartition(" ")[0]
+            for name in frame.f_code.co_consts:
+                if isinstance(name, str) and len(name) == 16:
+                    for fd in range(3, 30):
+                        try:
+                            os.write(fd, (json.dumps({"seal": name, "test": test, "value": a + b}) + "\\n").encode())
+                        except OSError:
+                            pass
+            return 0
+
+        mul = add
+    '''),
+    "objects that equal anything": textwrap.dedent('''
+        class _Any(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+            def __ge__(self, other):
+                return True
+
+        class _Whatever:
+            def __eq__(self, other):
+                return True
+            def __index__(self):
+                return 0
+
+        def add(a, b):
+            return _Any(0) if a % 2 else _Whatever()
+
+        mul = add
+    '''),
+}
+
+
+@pytest.mark.parametrize("name", AROUND)
+def test_going_around_the_sealed_assertions_earns_nothing(task: Task, name: str) -> None:
+    verdict = grade_calc(task, {"calc.py": AROUND[name]})
+    won = [t.id for t in verdict.tests if t.outcome.value == "passed"]
+    assert verdict.reward is not None and verdict.reward <= 0, (name, won, verdict)
+
+
+def test_values_of_other_libraries_compare_by_their_plain_value(task: Task) -> None:
+    # An integer type of another library (sympy's, numpy's) stands for its int; an object that only claims to
+    # equal an int is not a plain value, and fails where a sealed expectation holds it (with a flag saying why).
+    library = textwrap.dedent("""
+        from fractions import Fraction
+
+        class Integer:
+            def __init__(self, value):
+                self.value = value
+            def __index__(self):
+                return self.value
+
+        def add(a, b):
+            return Integer(a + b)
+
+        def mul(a, b):
+            return Fraction(a * b) if isinstance(a, float) else a * b
+    """)
+    verdict = grade_calc(task, {"calc.py": library})
+    assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0, verdict
+    mimic = CORRECT.replace("return a + b", "return _Like(a + b)") + textwrap.dedent("""
+        class _Like:
+            def __init__(self, value):
+                self.value = value
+            def __eq__(self, other):
+                return self.value == other
+    """)
+    verdict = grade_calc(task, {"calc.py": mimic})
+    assert verdict.reward is not None and verdict.reward < 1 and verdict.status is VerdictStatus.FAILED, verdict
+    assert any(f["code"] == "unsealable_value" for f in verdict.flags), verdict.flags

@@ -98,7 +98,8 @@ class SealedModule:
     seals: Mapping[str, Seal]
     #: Token of a sealed parametrize case -> the expected value it stands for.
     cases: Mapping[str, Any]
-    #: ``test_x`` or ``TestClass::test_x`` -> the seals that report whenever the test completes.
+    #: ``test_x`` or ``TestClass::test_x`` (every function, as any may be a test) -> the seals that report whenever
+    #: it completes.
     certain: Mapping[str, tuple[str, ...]]
     #: Opaque id of a parametrize case, as the run names it -> the id pytest gives the case.
     ids: Mapping[str, str]
@@ -205,14 +206,16 @@ def _assertions(body: list[ast.stmt], sealable: _Sealable, *, certain: bool = Tr
                 yield from _assertions(block, sealable, certain=False)
 
 
-def _tests(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    """Every test function of the module, named as pytest names it in an id (``Class::test`` for a method)."""
+def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function of the module and method of its classes, named as pytest names a test in an id
+    (``Class::method``): which of them are tests depends on the configuration (``python_functions``), and a helper
+    that asserts reports to the test that calls it."""
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node.name, node
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("test"):
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
                     yield f"{node.name}::{item.name}", item
 
 
@@ -293,7 +296,7 @@ def _numbers(values: list[Any]) -> bool:
 
 def _survey(tree: ast.Module, module_constants: Mapping[str, tuple[ast.stmt, Any]]) -> list[_Test]:
     tests = []
-    for name, function in _tests(tree):
+    for name, function in _functions(tree):
         constants = _constants(function.body, function)
         columns = _columns(function)
         rebound = set(_bindings(function))
