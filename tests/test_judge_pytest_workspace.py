@@ -30,7 +30,9 @@ WORKSPACE = {
     "conftest.py": "import pytest\n\n\n@pytest.fixture\ndef catalog():\n    return {'apple': 3, 'pear': 5}\n",
     "shop/__init__.py": "",
     "shop/prices.py": BUGGY,
-    "tests/test_prices.py": "from shop.prices import discount\n\n\ndef test_discount():\n    assert discount(100, 10) == 90\n",
+    "tests/test_prices.py": (
+        "from shop.prices import discount\n\n\ndef test_discount():\n    assert discount(100, 10) == 90\n"
+    ),
     "tests/test_other.py": "def test_other(catalog):\n    assert catalog['apple'] == 3\n",
 }
 HIDDEN = textwrap.dedent("""
