@@ -350,7 +350,7 @@ def test_a_wrong_value_fails_only_its_own_test(task: Task) -> None:
 #: reports a value), report guesses for them (calling the reporting function, or writing records of its own), or
 #: answer with objects that claim to equal anything.
 AROUND = {
-    "jumping over the sealed assertions": textwrap.dedent('''
+    "jumping over the sealed assertions": textwrap.dedent("""
         import sys
 
         def _tracer(frame, event, arg):
@@ -372,8 +372,8 @@ AROUND = {
             return None
 
         mul = add
-    '''),
-    "reporting guesses for the sealed assertions": textwrap.dedent('''
+    """),
+    "reporting guesses for the sealed assertions": textwrap.dedent("""
         import sys
 
         def add(a, b):
@@ -386,8 +386,8 @@ AROUND = {
             return a + b + 1
 
         mul = add
-    '''),
-    "writing records of its own": textwrap.dedent('''
+    """),
+    "writing records of its own": textwrap.dedent("""
         import json, os, sys
 
         def add(a, b):
@@ -403,8 +403,8 @@ AROUND = {
             return 0
 
         mul = add
-    '''),
-    "objects that equal anything": textwrap.dedent('''
+    """),
+    "objects that equal anything": textwrap.dedent("""
         class _Any(int):
             def __eq__(self, other):
                 return True
@@ -422,7 +422,7 @@ AROUND = {
             return _Any(0) if a % 2 else _Whatever()
 
         mul = add
-    '''),
+    """),
 }
 
 

@@ -21,9 +21,11 @@ Sealed, where the expectation is a constant expression (a literal, arithmetic on
   every use of the name is such an expectation. A sealed column's values become opaque tokens, and its cases get
   opaque ids (see :mod:`._parametrize`), so that neither the test's locals nor its id carries them.
 
-Not sealed, and so still in the candidate's process: expectations the test computes (``a // 3``, a helper's
-result, an object built from the code under test), assertions in ``try`` blocks or nested functions, arguments of
-helpers that assert, values fixtures provide. Docstrings are dropped everywhere. Pure ``ast`` work.
+Every function of the module is sealed so (which are tests depends on pytest's configuration, and a helper that
+asserts reports to the test that calls it). Not sealed, and so still in the candidate's process: expectations the
+test computes (``a // 3``, a helper's result, an object built from the code under test), assertions in ``try``
+blocks or nested functions, expectations passed as arguments to helpers, values fixtures provide. Docstrings are
+dropped everywhere. Pure ``ast`` work.
 """
 
 from __future__ import annotations
