@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import json
 import marshal
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,16 +193,18 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
     """Grade the candidate's tree against the task's hidden pytest tests in a fresh sandbox."""
     layout = _Layout.of(grading)
     files = _run_files(task, grading, layout)
-    modules = _prepare(task, layout, files)
+    static: dict[str, int] = {}
+    with warnings.catch_warnings():  # what the tests' source warns about when compiled is theirs to show, not ours
+        warnings.simplefilter("ignore")
+        modules = _prepare(task, layout, files)
+        for relative in files:
+            path = task.tests / relative.removeprefix(layout.prefix)
+            if path.is_file() and path.suffix == ".py":
+                static.update(_static_ids(relative, path.read_text()))
     sealed = Sealed({m.relative: m.sealed for m in modules})
     canaries = [f"{m.relative}::{name}" for m in modules for name in m.canaries]
     # What holds a canary (a canary class may hold inherited tests too): none of it is a real test.
     judges = [f"{m.relative}::{name.split('::')[0]}" for m in modules for name in m.canaries]
-    static: dict[str, int] = {}
-    for relative in files:
-        path = task.tests / relative.removeprefix(layout.prefix)
-        if path.is_file() and path.suffix == ".py":
-            static.update(_static_ids(relative, path.read_text()))
     async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
         await _install(sb, task, layout, modules)
