@@ -67,6 +67,8 @@ SHAPES = textwrap.dedent('''
 ''')
 #: What stays, because it is not a plain expectation the judge can hold, or not certain to be one.
 KEPT = textwrap.dedent("""
+    import pytest
+
     from calc import f
 
     SHARED = 424301
@@ -107,6 +109,12 @@ KEPT = textwrap.dedent("""
 
     def test_identity_of_a_number():
         assert f(1) is 424307
+
+
+    @pytest.mark.parametrize("x, expected", [(1, 424308)])
+    def test_a_rebound_column(x, expected):
+        expected = 424309
+        assert f(x) == expected
 """)
 
 
@@ -139,7 +147,7 @@ def test_every_plain_expectation_leaves_the_module() -> None:
 
 def test_what_cannot_be_sealed_stays() -> None:
     sealed = seal_module(KEPT)
-    for n in range(1, 8):
+    for n in range(1, 10):
         assert str(424300 + n) in sealed.source, (n, sealed.source)
     assert sealed.seals == {}
 

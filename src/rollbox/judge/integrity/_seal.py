@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import functools
 import secrets
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -300,8 +301,9 @@ def _survey(tree: ast.Module, module_constants: Mapping[str, tuple[ast.stmt, Any
     tests = []
     for name, function in _functions(tree):
         constants = _constants(function.body, function)
-        columns = _columns(function)
-        rebound = set(_bindings(function))
+        bound = Counter(_bindings(function))
+        columns = {n: c for n, c in _columns(function).items() if bound[n] == 1}  # the parameter, never rebound
+        rebound = set(bound)
         names = set(constants) | set(columns) | (set(module_constants) - rebound)
         known = {**{n: [v] for n, (_, v) in module_constants.items()}, **{n: [v] for n, (_, v) in constants.items()}}
         known.update({n: [row[c] for row in cases.values] for n, (_, cases, c) in columns.items()})
