@@ -11,8 +11,9 @@ answer, or subverted to report one: the check passes when, and only when, the va
 returns satisfy it.
 
 What it cannot do: a check that passes the candidate something other than a plain value (a callback, an object
-of its own), or that counts on the candidate changing an argument in place, cannot be graded this way (the call
-raises ``TypeError``, or the change is not seen); write such checks as ``pytest`` tasks. Covert channels through
+of its own), that counts on the candidate changing an argument in place, or that imports the workspace's own
+modules, cannot be graded this way (the call raises ``TypeError``, the change is not seen, the import fails);
+write such checks as ``pytest`` tasks. Covert channels through
 the host (timing) are not closed.
 
 The sandbox is one that has not run this check since its namespaces were made (or is restarted first): what an
@@ -22,6 +23,7 @@ and get a different reward for the same code.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import secrets
@@ -68,6 +70,21 @@ def _read_channel(stdout: str, run_id: str, *, truncated: bool) -> tuple[str | N
     return outcome, notes
 
 
+def _imported_modules(source: str) -> list[str]:
+    """The absolute modules a check imports anywhere: its process imports them before the candidate's starts."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return sorted(n for n in names if all(part.isidentifier() for part in n.split(".")))
+
+
 def _report(test_id: str, result: ExecResult, outcome: str | None, notes: dict[str, Any]) -> RunnerReport:
     forged = notes.get("forged")
     return RunnerReport(
@@ -109,7 +126,8 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
         box.history.add(mark)
         await box.write_tree(tree)
         driver = await install_driver(box, f"/tmp/.rollbox-check-{secrets.token_hex(8)}", "_check_driver.py")
-        command, warm = driver_command(box, driver, f"/workspace/{grading.module}", grading.entry_point)
+        imports = _imported_modules(source)
+        command, warm = driver_command(box, driver, f"/workspace/{grading.module}", grading.entry_point, *imports)
         request = json.dumps({"id": run_id, "source": source})
         result = await box.exec(command, stdin=request, env=GRADING_ENV, warm_python=warm)
     if result.status is Status.INFRA_ERROR:

@@ -1,6 +1,6 @@
 """Runs inside a grading sandbox: the task's ``check(candidate)`` in this process, the candidate in another.
 
-    python3 -s driver.pyc MODULE_FILE ENTRY_POINT < request.json
+    python3 -s driver.pyc MODULE_FILE ENTRY_POINT [MODULE...] < request.json
 
 This process (the judge's side) never runs any of the candidate's code. Before it reads anything of the check,
 it makes itself unreadable to every other process of its user (``PR_SET_DUMPABLE`` 0: no ``/proc/PID/mem``,
@@ -12,7 +12,10 @@ line: ``{"args": [...], "kwargs": {...}}`` in, and out ``{"value": ...}`` (a str
 this process read the request (stdin: ``{"id": ..., "source": ...}``), and run the check with ``candidate``
 standing for a function that sends its arguments over and returns the plain value that comes back: the check's
 expectations, its locals and its code stay here, where the candidate cannot read them, and so does the
-comparison. A check whose call passes something that is not a plain value, or that counts on the candidate
+comparison. The modules the check imports (the judge names them after the entry point) are imported first, and
+later imports come from the system's read-only directories alone: the candidate owns /workspace and /tmp, where
+it could rename even this driver's directory and put a module of its own in its place. A check whose call passes
+something that is not a plain value, or that counts on the candidate
 changing an argument in place, cannot be graded so: the call raises ``TypeError``, or the change is not seen.
 
 Reports go, one JSON object a line, to a duplicate of the original stdout that only this process holds:
@@ -28,6 +31,7 @@ Only the standard library; the codec is loaded privately, never put in ``sys.mod
 import builtins
 import contextlib
 import ctypes
+import importlib
 import json
 import marshal
 import os
@@ -98,12 +102,13 @@ def serve(calls, replies, module_file, entry_point, codec):
 
 def main():
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    # Imports come from the system's read-only directories alone: the candidate owns /workspace and /tmp, where it
-    # can rename even this driver's directory and put a module of its own in its place.
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if p.startswith("/") and not p.startswith(_WRITABLE)]
     module_file, entry_point = sys.argv[1], sys.argv[2]
     encode, decode = load_codec(here)
+    for name in sys.argv[3:]:
+        with contextlib.suppress(BaseException):  # the candidate's own module, say: the check will say
+            importlib.import_module(name)
+    sys.path[:] = [p for p in sys.path if p.startswith("/") and not p.startswith(_WRITABLE)]
     calls_read, calls_write = os.pipe()
     replies_read, replies_write = os.pipe()
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
