@@ -268,10 +268,15 @@ FORGERIES = {
 }
 
 
+#: Writes a reward only when the checks pass: whatever a forger wrote before stands, unless it was never the reward.
+ON_SUCCESS = 'cd /workspace\npython3 "$ROLLBOX_TESTS/check.py" && echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"\nexit 0\n'
+
+
+@pytest.mark.parametrize("script", [TEST_SH, ON_SUCCESS], ids=["writes 0 or 1", "writes 1 on success"])
 @pytest.mark.parametrize("name", FORGERIES)
-def test_a_program_test_sh_starts_cannot_write_the_reward(tmp_path: Path, name: str) -> None:
+def test_a_program_test_sh_starts_cannot_write_the_reward(tmp_path: Path, name: str, script: str) -> None:
     code = textwrap.dedent(FORGERIES[name]) + "\n\ndef add(a, b):\n    return 0\n"
-    verdict = grade_code(make_task(tmp_path / "task"), tmp_path / "graded", code)
+    verdict = grade_code(make_task(tmp_path / "task", script), tmp_path / "graded", code)
     assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, (name, verdict)
 
 

@@ -158,11 +158,12 @@ def test_reading_a_humaneval_checks_locals_earns_nothing(tmp_path: Path) -> None
         assert verdict.reward is not None and verdict.reward <= 0, (result.sample.task_id, verdict)
 
 
-#: At import, in the candidate's process: look for the check's process (its parent) through /proc, for its memory
-#: (the request: the check's source and the id of its completion record) and its descriptors (the channel), and
-#: write a completion record for every id it finds to every descriptor it can open; then answer 0.
+#: When first called, in the candidate's process: look for the check's process (its parent) through /proc, for its
+#: memory (the request: the check's source and the id of its completion record) and its descriptors (the channel),
+#: write a completion record for every id it finds to every descriptor it can open, and kill the check's process
+#: before it writes its own.
 THROUGH_PROC = textwrap.dedent("""
-    import json, os, re
+    import json, os, re, signal
 
     def _forge():
         parent = os.getppid()
@@ -178,17 +179,18 @@ THROUGH_PROC = textwrap.dedent("""
                         pass
         except OSError:
             pass
-        for entry in (f"/proc/{parent}/fd/{n}" for n in range(64)):
-            for found in ids or {b"0" * 32}:
+        for entry in (f"/proc/{parent}/fd/{n}" for n in range(1, 64)):
+            for found in ids:
                 try:
                     with open(entry, "w") as channel:
                         channel.write(json.dumps({"id": found.decode(), "outcome": "passed"}) + "\\n")
                 except OSError:
                     pass
-
-    _forge()
+        if ids:
+            os.kill(parent, signal.SIGKILL)
 
     def square(x):
+        _forge()
         return 0
 """)
 #: At import: rename the check driver's directory (the candidate owns /tmp) and put a module of the same name in its
@@ -253,3 +255,47 @@ def test_calls_keep_their_meaning_across_the_processes(tmp_path: Path) -> None:
     assert grade_code(meaning, non_plain).status is VerdictStatus.PASSED
     lenient = "def square(x):\n    return x * x if not isinstance(x, str) else 'xx'\n"
     assert grade_code(meaning, lenient).status is VerdictStatus.FAILED
+
+
+#: Reads the check's process's memory for the request it was sent (the check's source), and answers every call
+#: with the literal the check compares that call with; 0 where it finds none.
+MEMORY_READER = textwrap.dedent("""
+    import ast, json, os, re
+
+    _answers = None
+
+    def _read_answers():
+        parent, found = os.getppid(), {}
+        try:
+            with open(f"/proc/{parent}/maps") as maps, open(f"/proc/{parent}/mem", "rb", 0) as mem:
+                for line in maps:
+                    start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                    try:
+                        mem.seek(start)
+                        chunk = mem.read(min(end - start, 1 << 24))
+                    except (OSError, ValueError, OverflowError):
+                        continue
+                    for match in re.finditer(rb'"source": ("(?:[^"\\\\]|\\\\.)*")', chunk):
+                        source = json.loads(match.group(1))
+                        for node in ast.walk(ast.parse(source)):
+                            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call):
+                                args = tuple(ast.literal_eval(a) for a in node.left.args)
+                                found[args] = ast.literal_eval(node.comparators[0])
+        except (OSError, ValueError, SyntaxError):
+            pass
+        return found
+
+    def square(x):
+        global _answers
+        if _answers is None:
+            _answers = _read_answers()
+        return _answers.get((x,), 0)
+""")
+LITERAL_CHECK = "def check(candidate):\n    assert candidate(12) == 144\n    assert candidate(-7) == 49\n"
+
+
+def test_the_checks_process_memory_is_out_of_reach(tmp_path: Path) -> None:
+    literal = make_task(tmp_path / "literal")
+    (literal.tests / "check.py").write_text(LITERAL_CHECK)
+    verdict = grade_code(literal, MEMORY_READER)
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
