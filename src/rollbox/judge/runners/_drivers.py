@@ -1,8 +1,9 @@
 """The judge's programs that run inside grading sandboxes, shipped as bytecode compiled once per process.
 
-A grading sandbox runs the same interpreter as rollbox (``python3`` there is rollbox's), so the host compiles
-each driver and the value codec it loads once, and every grading pays for unmarshalling instead of compiling:
-about a millisecond a sample on the function runner's hot path.
+The host compiles each driver and the value codec it loads once, and every grading pays for unmarshalling
+instead of compiling: about a millisecond a sample on the function runner's hot path. A sandbox whose runtime
+layer runs another Python version (bytecode differs between them) gets bytecode compiled by that interpreter,
+once per process.
 """
 
 from __future__ import annotations
@@ -10,23 +11,50 @@ from __future__ import annotations
 import functools
 import importlib.util
 import marshal
+import subprocess
+import sys
 from importlib import resources
 
-from rollbox.sandbox import Sandbox
+from rollbox.sandbox import Sandbox, SandboxError
 
-__all__ = ["driver_command", "install_driver"]
+__all__ = ["compiled", "driver_command", "install_driver", "sandbox_python"]
 
 
-def _pyc(package: str, name: str) -> bytes:
-    """A sourceless .pyc of ``package/name``: magic, flags 0, no source mtime or size to check."""
-    source = resources.files(package).joinpath(name).read_text(encoding="utf-8")
-    code = compile(source, name, "exec", dont_inherit=True)
-    return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)
+_COMPILE = (
+    "import importlib.util, marshal, sys\n"
+    "code = compile(sys.stdin.read(), sys.argv[1], 'exec', dont_inherit=True)\n"
+    "sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))\n"
+)
+
+
+def _pyc(package: str, name: str, python: str | None) -> bytes:
+    """A sourceless .pyc of ``package/name``, compiled by the interpreter ``python`` (None: this one)."""
+    return compiled(resources.files(package).joinpath(name).read_text(encoding="utf-8"), name, python)
+
+
+def compiled(source: str, filename: str, python: str | None) -> bytes:
+    """``source`` as a sourceless .pyc (magic, flags 0, no source mtime or size to check; the code object's file
+    name ``filename``), compiled by the interpreter ``python`` (None: this one).
+
+    Raises:
+        SandboxError: that interpreter could not compile it.
+    """
+    if python is None:
+        code = compile(source, filename, "exec", dont_inherit=True)
+        return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)
+    argv = [python, "-I", "-S", "-W", "ignore", "-c", _COMPILE, filename]
+    done = subprocess.run(argv, input=source.encode(), capture_output=True, check=False)
+    if done.returncode != 0:
+        raise SandboxError(f"{python} could not compile {filename}: {done.stderr.decode(errors='replace')[-2000:]}")
+    return done.stdout
 
 
 @functools.cache
-def _files(driver: str, name: str) -> tuple[tuple[str, bytes], ...]:
-    return ((name, _pyc("rollbox.judge.runners", driver)), ("_values.pyc", _pyc("rollbox.tasks", "_values.py")))
+def _files(driver: str, name: str, python: str | None) -> tuple[tuple[str, bytes], ...]:
+    return (
+        (name, _pyc("rollbox.judge.runners", driver, python)),
+        ("_values.pyc", _pyc("rollbox.tasks", "_values.py", python)),
+    )
 
 
 async def install_driver(sb: Sandbox, directory: str, driver: str, *, name: str = "driver.pyc") -> str:
@@ -35,10 +63,19 @@ async def install_driver(sb: Sandbox, directory: str, driver: str, *, name: str 
 
     Raises:
         OSError: the files could not be written (the disk limit is reached).
+        SandboxError: the sandbox's Python could not compile them.
     """
-    for file, data in _files(driver, name):
+    for file, data in _files(driver, name, sandbox_python(sb)):
         await sb.write_file(f"{directory}/{file}", data, read_only=True)
     return f"{directory}/{name}"
+
+
+def sandbox_python(sb: Sandbox) -> str | None:
+    """The interpreter that must compile bytecode for ``sb``: its runtime layer's, where that runs another Python
+    version than this one; else None (this one)."""
+    layer = sb.runtime.python if sb.runtime is not None else None
+    other = layer is not None and layer.minor != f"{sys.version_info.major}.{sys.version_info.minor}"
+    return str(layer.executable) if layer is not None and other else None
 
 
 def driver_command(sb: Sandbox, driver: str, *args: str) -> tuple[list[str], bool]:

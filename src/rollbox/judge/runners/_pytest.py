@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ast
 import json
-import marshal
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ from rollbox.sandbox import FreshSandboxes, Sandbox, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
 
 from ._channel import GRADING_ENV
-from ._drivers import install_driver
+from ._drivers import compiled, install_driver, sandbox_python
 from ._pytest_results import PytestRun, Sealed
 from ._report import RunnerReport
 
@@ -144,17 +143,16 @@ def _run_files(task: Task, grading: PytestGrading, layout: _Layout) -> list[str]
 
 @dataclass(frozen=True)
 class _Module:
-    """One hidden test module as this grading runs it: sealed, with canaries, compiled."""
+    """One hidden test module as this grading runs it: sealed, with canaries."""
 
     relative: str  # its path in test ids
     sealed: SealedModule
-    code: bytes
+    source: str  # the sealed module with its canaries
     canaries: tuple[str, ...]
 
 
 def _prepare(task: Task, layout: _Layout, files: list[str]) -> list[_Module]:
-    """The hidden modules among ``files``, each sealed (once per process), with canaries (each grading), compiled
-    for its path in the sandbox."""
+    """The hidden modules among ``files``, each sealed (once per process), with canaries (each grading)."""
     modules: list[_Module] = []
     for relative in files:
         path = task.tests / relative.removeprefix(layout.prefix)
@@ -166,10 +164,7 @@ def _prepare(task: Task, layout: _Layout, files: list[str]) -> list[_Module]:
         except SyntaxError:
             continue  # shipped as it is: pytest reports the collection error
         with_canaries = add_canaries(sealed.source)
-        code = compile(
-            with_canaries.source, layout.path(relative.removeprefix(layout.prefix)), "exec", dont_inherit=True
-        )
-        modules.append(_Module(relative, sealed, marshal.dumps(code), with_canaries.names))
+        modules.append(_Module(relative, sealed, with_canaries.source, with_canaries.names))
     return modules
 
 
@@ -178,11 +173,15 @@ async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Modu
     # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
     await sb.write_tree(task.tests, layout.root if layout.prefix else ".", read_only=True)
     manifest = {}
+    python = sandbox_python(sb)
     for index, module in enumerate(modules):
         stub = layout.path(module.relative.removeprefix(layout.prefix))
+        with warnings.catch_warnings():  # what the tests' source warns about when compiled is theirs to show
+            warnings.simplefilter("ignore")
+            code = compiled(module.source, stub, python)
         await sb.write_file(stub, b"", read_only=True)
-        await sb.write_file(f"{_JUDGE}/sealed/{index}.code", module.code, read_only=True)
-        manifest[stub] = f"{index}.code"
+        await sb.write_file(f"{_JUDGE}/sealed/{index}.pyc", code, read_only=True)
+        manifest[stub] = f"{index}.pyc"
     await sb.write_file(f"{_JUDGE}/sealed/sealed.json", json.dumps(manifest), read_only=True)
     await install_driver(sb, f"{_JUDGE}/plugin", "_pytest_plugin.py", name=f"{_PLUGIN}.pyc")
     if layout.prefix:

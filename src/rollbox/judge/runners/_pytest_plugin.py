@@ -88,7 +88,7 @@ class _SealedLoader(importlib.abc.Loader):
 
     def exec_module(self, module):
         module.__dict__["__rollbox_seal__"] = __rollbox_seal__
-        exec(marshal.loads(_sealed[self.path]), module.__dict__)
+        exec(marshal.loads(_sealed[self.path][16:]), module.__dict__)  # a sourceless .pyc: its header first
 
 
 class _SealedFinder:
