@@ -13,7 +13,9 @@ zero: each wins several against a judge that keeps the expected values in the ca
 from __future__ import annotations
 
 import asyncio
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -463,3 +465,34 @@ def test_values_of_other_libraries_compare_by_their_plain_value(task: Task) -> N
     verdict = grade_calc(task, {"calc.py": mimic})
     assert verdict.reward is not None and verdict.reward < 1 and verdict.status is VerdictStatus.FAILED, verdict
     assert any(f["code"] == "unsealable_value" for f in verdict.flags), verdict.flags
+
+
+def test_a_task_on_another_python_is_sealed_the_same(tmp_path: Path) -> None:
+    # Its runtime layer runs another Python version: the sealed modules and the judge's plugin are compiled by it.
+    from rollbox.sandbox.runtime import PythonNotFound, find_python
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    other = None
+    for minor in ("3.12", "3.13", "3.10"):
+        try:
+            other = find_python(minor).minor if minor != here else None
+        except PythonNotFound:
+            continue
+        if other:
+            break
+    if other is None:
+        pytest.skip("no other Python is installed here")
+    root = tmp_path / "calc"
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n\n\nmul = add\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_calc.py").write_text(HIDDEN)
+    (root / "task.toml").write_text(
+        '[grading]\nrunner = "pytest"\nreward = "pass_rate"\n[limits]\ntimeout = "60s"\ncpu_time = "40s"\n'
+        f'[environment]\npython = "{other}"\n'
+    )
+    task = load_task(root)
+    honest = grade_calc(task, {"calc.py": CORRECT})
+    assert honest.status is VerdictStatus.PASSED and honest.reward == 1.0, honest
+    reader = grade_calc(task, {"calc.py": COMMON + textwrap.dedent(ROUTES["dis of the caller's bytecode"])})
+    assert reader.reward == 0.0, reader
