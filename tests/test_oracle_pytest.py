@@ -496,3 +496,59 @@ def test_a_task_on_another_python_is_sealed_the_same(tmp_path: Path) -> None:
     assert honest.status is VerdictStatus.PASSED and honest.reward == 1.0, honest
     reader = grade_calc(task, {"calc.py": COMMON + textwrap.dedent(ROUTES["dis of the caller's bytecode"])})
     assert reader.reward == 0.0, reader
+
+
+#: The calc module, wrong, that renames the judge's tests directory (the candidate owns /tmp) and puts one of its
+#: own in its place (a copy), with a helper module that agrees with it.
+SWAPPING = textwrap.dedent("""
+    import os, shutil
+
+    judge = "/tmp/.rollbox-judge"
+    if os.path.isdir(judge):
+        os.rename(judge, judge + ".old")
+        shutil.copytree(judge + ".old", judge, symlinks=True)
+        os.chmod(os.path.join(judge, "tests"), 0o755)  # copied as read-only as the judge's
+        os.remove(os.path.join(judge, "tests", "helpers.py"))
+        with open(os.path.join(judge, "tests", "helpers.py"), "w") as f:
+            f.write("def expected_sum(a, b):\\n    return 0\\n")
+
+    def add(a, b):
+        return 0
+""")
+
+
+def test_a_swapped_tests_directory_changes_no_module(tmp_path: Path) -> None:
+    root = tmp_path / "helpers"
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "helpers.py").write_text("def expected_sum(a, b):\n    return a + b\n")
+    (root / "tests" / "conftest.py").write_text("import pytest\n\n\n@pytest.fixture\ndef pair():\n    return (2, 3)\n")
+    (root / "tests" / "test_h.py").write_text(
+        "from calc import add\nimport helpers\n\n\n"
+        "def test_sum(pair):\n    assert add(*pair) == helpers.expected_sum(*pair)\n"
+    )
+    (root / "task.toml").write_text('[grading]\nrunner = "pytest"\n[limits]\ntimeout = "30s"\ncpu_time = "20s"\n')
+    task = load_task(root)
+    assert grade_calc(task, {"calc.py": "def add(a, b):\n    return a + b\n"}).status is VerdictStatus.PASSED
+    verdict = grade_calc(task, {"calc.py": SWAPPING})
+    assert verdict.status is not VerdictStatus.PASSED and verdict.reward is not None and verdict.reward <= 0, verdict
+
+
+def test_hidden_tests_in_a_package_run_sealed(tmp_path: Path) -> None:
+    root = tmp_path / "package"
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n")
+    (root / "tests" / "sub").mkdir(parents=True)
+    (root / "tests" / "sub" / "__init__.py").write_text("WHERE = 'sub'\n")
+    (root / "tests" / "sub" / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
+    (root / "tests" / "sub" / "test_pkg.py").write_text(
+        "from calc import add\n\nfrom . import WHERE\nfrom .helpers import double\n\n\n"
+        "def test_add():\n    assert WHERE == 'sub'\n    assert add(2, 3) == 5\n    assert add(1, 1) == double(1)\n"
+    )
+    (root / "task.toml").write_text('[grading]\nrunner = "pytest"\n[limits]\ntimeout = "30s"\ncpu_time = "20s"\n')
+    task = load_task(root)
+    honest = grade_calc(task, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    assert honest.status is VerdictStatus.PASSED and [t.id for t in honest.tests] == ["tests/sub/test_pkg.py::test_add"]
+    reader = grade_calc(task, {"calc.py": COMMON + textwrap.dedent(ROUTES["dis of the caller's bytecode"])})
+    assert reader.status is VerdictStatus.FAILED, reader

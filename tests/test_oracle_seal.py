@@ -301,3 +301,9 @@ def test_sealed_cases_keep_the_ids_pytest_gives_them(tmp_path: Path) -> None:
     assert ours == theirs
     for real in ("1-2-3", "text-x y-False", "b-2", "one", "1e-06", "(2+3j)"):
         assert not any(real in line for line in ours_collected), real
+
+
+def test_a_module_constant_stays_unless_an_assertion_here_expects_it_and_no_other_module_may_import_it() -> None:
+    source = "LIMIT = 424401\nNAME = 'x'\n\n\ndef test_a():\n    assert f() == LIMIT\n"
+    assert "424401" not in seal_module(source).source and "NAME = 'x'" in seal_module(source).source
+    assert "LIMIT = 424401" in seal_module(source, keep=frozenset({"LIMIT"})).source

@@ -188,19 +188,21 @@ def _survey(tree: ast.Module, module_constants: Mapping[str, tuple[ast.stmt, Any
     return tests
 
 
-def seal_module(source: str) -> SealedModule:
+def seal_module(source: str, *, keep: frozenset[str] = frozenset()) -> SealedModule:
     """``source`` with its plain expectations sealed (see the module docstring), and what the judge keeps.
 
-    The same source gives the same result for the life of the process (tokens and ids are drawn once).
+    A module constant is sealed only where an assertion of this module uses it as an expectation, and never when
+    its name is in ``keep`` (names other modules may import). The same arguments give the same result for the life
+    of the process (tokens and ids are drawn once).
 
     Raises:
         SyntaxError: ``source`` is not valid Python.
     """
-    return _seal(source)
+    return _seal(source, keep)
 
 
 @functools.lru_cache(maxsize=256)  # a task is graded many times
-def _seal(source: str) -> SealedModule:
+def _seal(source: str, keep: frozenset[str]) -> SealedModule:
     tree = ast.parse(source)
     module_constants = _constants(tree.body, tree)
     tests = _survey(tree, module_constants)
@@ -208,7 +210,8 @@ def _seal(source: str) -> SealedModule:
     in_tests = {id(n) for test in tests for n in ast.walk(test.function)}
     read_outside = {n.id for n in _reads(tree) if id(n) not in in_tests}
     read_otherwise = {n for t in tests for n in module_constants if n in _names_read(t) - t.expectations_only}
-    sealed_globals = set(module_constants) - read_outside - read_otherwise
+    used = {a.expected.id for t in tests for a in t.assertions if isinstance(a.expected, ast.Name)}
+    sealed_globals = (set(module_constants) & used) - read_outside - read_otherwise - keep
     replacements: dict[int, ast.stmt | None] = {id(module_constants[n][0]): None for n in sealed_globals}
     seals: dict[str, Seal] = {}
     cases: dict[str, Any] = {}

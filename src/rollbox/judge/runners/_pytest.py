@@ -16,8 +16,9 @@ go to one of two places::
 
 The oracle stays out of the candidate's process: every test module that runs is sealed
 (``integrity._seal``: its plain expectations taken out, kept by the judge and compared after the run with the
-values the tests report), must-fail canaries are added, and it is shipped as bytecode only; the file pytest
-collects at its path is empty, and the plugin gives that path its module from the code. So the tests' source is
+values the tests report), must-fail canaries are added, and it is shipped as bytecode only, as every other Python
+module of tests/ is (sealed too, but a conftest.py); the file at its path is empty, and the plugin gives that path
+its module from the code, which it read before any of the candidate's code ran. So the tests' source is
 nowhere in the sandbox, and neither are their plain expected values: not in a frame, a local, a constant, the
 bytecode or a test id. Results come from the plugin's channel, are cross-checked against the tests the judge
 expects (every expected id present and exactly ``passed``, its sealed expectations met), and any passing canary,
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,24 +154,36 @@ class _Module:
 
 
 def _prepare(task: Task, layout: _Layout, files: list[str]) -> list[_Module]:
-    """The hidden modules among ``files``, each sealed (once per process), with canaries (each grading)."""
+    """Every Python module of tests/, as the sandbox gets it: sealed (once per process; a test module that runs with
+    canaries, drawn for each grading), but a conftest.py as it is (pytest loads it before any test; its fixtures
+    are no expectations of a test). A module that does not parse is left out: it is shipped as it is, and pytest
+    reports the error."""
+    running = {relative.removeprefix(layout.prefix) for relative in files}
+    sources = {p: p.read_text() for p in sorted(task.tests.rglob("*.py")) if p.is_file()}
+    words = {p: frozenset(re.findall(r"\w+", text)) for p, text in sources.items()}
     modules: list[_Module] = []
-    for relative in files:
-        path = task.tests / relative.removeprefix(layout.prefix)
-        if not relative.endswith(".py") or not path.is_file():
-            continue  # the workspace's own file, or none: pytest says so
-        source = path.read_text()
+    for path, source in sources.items():
+        inside = path.relative_to(task.tests).as_posix()
+        # A constant another module of tests/ may import stays where it is.
+        keep = frozenset().union(*(w for p, w in words.items() if p != path))
         try:
-            sealed = seal_module(source)
+            sealed = (
+                seal_module(source, keep=keep) if path.name != "conftest.py" else SealedModule(source, {}, {}, {}, {})
+            )
         except SyntaxError:
-            continue  # shipped as it is: pytest reports the collection error
-        with_canaries = add_canaries(sealed.source)
-        modules.append(_Module(relative, sealed, with_canaries.source, with_canaries.names))
+            continue
+        if inside in running:
+            with_canaries = add_canaries(sealed.source)
+            modules.append(_Module(layout.prefix + inside, sealed, with_canaries.source, with_canaries.names))
+        else:
+            modules.append(_Module(layout.prefix + inside, sealed, sealed.source, ()))
     return modules
 
 
 async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Module]) -> None:
-    """The hidden tests (each sealed module an empty file, its code apart), the plugin and the configuration."""
+    """The hidden tests (each Python module an empty file, its code apart: the plugin holds it all before any of
+    the candidate's code runs, so a directory the candidate renames and replaces changes no module), the plugin and
+    the configuration."""
     # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
     await sb.write_tree(task.tests, layout.root if layout.prefix else ".", read_only=True)
     manifest = {}

@@ -10,9 +10,10 @@ written to stdout goes to stderr. Records::
     {"seal": SEAL_ID, "test": NODEID, "value": PLAIN_VALUE[, "token": TOKEN]}      a sealed expectation's value
     {"seal": SEAL_ID, "test": NODEID, "unsealable": TYPE_NAME[, "token": TOKEN]}   a value that is not plain
 
-The hidden test modules come sealed (``rollbox.judge.integrity._seal``) and as bytecode only: the files pytest
-collects are empty, and ``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code. The plugin reads all
-of it at import; a finder first on ``sys.meta_path`` then gives each such path its module from that code. A
+The hidden test modules (and every other Python module of the task's tests/) come sealed
+(``rollbox.judge.integrity._seal``) and as bytecode only: the files at their paths are empty, and
+``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code. The plugin reads all of it at import; a finder
+first on ``sys.meta_path`` then gives each such path its module from that code, whatever is at the path by then. A
 sealed assertion calls ``__rollbox_seal__``, which reports the value the test computed, converted to a plain
 value (``numpy`` scalars and arrays through ``tolist``, integers of other libraries through ``__index__``, other
 real numbers through ``float``) and encoded by the judge's codec (loaded privately), and lets the test go on.
@@ -46,7 +47,10 @@ if _directory:
         for _path, _blob in json.load(_file).items():
             with open(os.path.join(_directory, _blob), "rb") as _code:
                 _sealed[_path] = _code.read()
-_names = {os.path.splitext(os.path.basename(p))[0] for p in _sealed}
+# A package's modules are looked up by the package's name (its __init__.py), the others by their own.
+_names = {
+    os.path.basename(os.path.dirname(p)) if p.endswith("/__init__.py") else os.path.basename(p)[:-3] for p in _sealed
+}
 
 
 def _emit(record: dict) -> None:
@@ -102,7 +106,10 @@ class _SealedFinder:
         origin = os.path.abspath(found.origin) if found is not None and found.origin else None
         if origin not in _sealed:
             return None
-        return importlib.util.spec_from_file_location(fullname, origin, loader=_SealedLoader(origin))
+        package = [os.path.dirname(origin)] if os.path.basename(origin) == "__init__.py" else None
+        return importlib.util.spec_from_file_location(
+            fullname, origin, loader=_SealedLoader(origin), submodule_search_locations=package
+        )
 
 
 if _sealed:
