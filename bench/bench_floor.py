@@ -184,7 +184,7 @@ def _jobs(tasks: list[Any]) -> dict[str, Any]:
     from rollbox.judge.runners._function import _cases
 
     problems = read_problems()
-    driver = {name: data.hex() for name, data in _files("_function_driver.py")}
+    driver = {name: data.hex() for name, data in _files("_function_driver.py", "driver.pyc", None)}
     jobs = []
     for task in tasks:
         inputs = _cases(task.tests / task.grading.cases)[1]

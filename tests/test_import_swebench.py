@@ -90,11 +90,6 @@ def test_an_instance_becomes_a_pytest_task_over_the_scrubbed_clone(tmp_path: Pat
     assert run_git(repo.path, "rev-parse", "refs/tags/v1.0^{commit}") == repo.fix  # the clone itself is untouched
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the judge side of PytestGrading.tests_in_workspace (tests laid over /workspace, pytest rooted "
-    "there with the repository's conftest.py), being built by another helper",
-)
 def test_the_reference_passes_and_the_untouched_workspace_fails(tmp_path: Path, repo: CalcRepo) -> None:
     task = load_task(import_instances(tmp_path, repo, instance(repo)).imported[0].path)
     assert task.solution is not None

@@ -1,21 +1,18 @@
-"""Check-based function grading for real: ``check(candidate)`` in the candidate's process, canaries, hacks caught."""
+"""Check-based function grading for real: ``check(candidate)`` in a process of its own, the candidate in another,
+and every hack that used to reach the check from the candidate's process finding nothing there."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
-import re
 import shutil
 import textwrap
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
 from rollbox.judge._verdict import GradedTest
-from rollbox.judge.runners._check_variants import check_variants
 from rollbox.judge.runners._report import RunnerReport, merge_reports
 from rollbox.sandbox import Status
 from rollbox.tasks import Task, load_task
@@ -68,128 +65,7 @@ def grade_code(task: Task, tmp_path: Path, code: str) -> Verdict:
     return asyncio.run(grade(task, workspace))
 
 
-# -- canaries, derived and run on the host (they are plain Python) ------------------------------------------------
-
-
-def run_variant(source: str, function: object) -> str:
-    namespace: dict[str, object] = {}
-    exec(compile(source, "<check>", "exec"), namespace)
-    try:
-        namespace["check"](function)  # type: ignore[operator]
-    except AssertionError:
-        return "failed"
-    except Exception:
-        return "error"
-    return "passed"
-
-
-def test_variants_are_one_real_check_and_canaries_with_fresh_ids_all_formatted_alike() -> None:
-    variants = check_variants(CHECK)
-    assert sum(not v.canary for v in variants) == 1 and 2 <= len(variants) <= 3
-    assert len({v.id for v in variants}) == len(variants)
-    assert all(v.source == ast.unparse(ast.parse(v.source)) for v in variants)
-    real = next(v for v in variants if not v.canary)
-    changed = [{line for line in v.source.splitlines()} - set(real.source.splitlines()) for v in variants if v.canary]
-    assert all(len(lines) == 1 for lines in changed), changed  # one expectation changed, nothing else
-    assert check_variants(CHECK)[0].id not in {v.id for v in variants}
-
-
-@pytest.mark.parametrize("attempt", range(20))
-def test_honest_code_passes_the_real_check_and_fails_every_canary(attempt: int) -> None:
-    for variant in check_variants(CHECK):
-        outcome = run_variant(variant.source, lambda x: x * x)
-        assert outcome == ("failed" if variant.canary else "passed"), variant.source
-
-
-@pytest.mark.parametrize(
-    ("check", "canary_line"),
-    [
-        ("def check(c):\n    assert c(1) is True\n", "assert c(1) is False"),
-        ("def check(c):\n    assert not c(0)\n", "assert c(0)"),
-        ("def check(c):\n    assert c(2) != 5\n", "assert c(2) == 5"),
-        ("def check(c):\n    for i in range(3):\n        assert c(i) == i\n", "assert c(i) != i"),
-    ],
-)
-def test_without_a_literal_the_one_opposite_assertion_is_the_canary(check: str, canary_line: str) -> None:
-    canaries = [v.source for v in check_variants(check) if v.canary]
-    assert len(canaries) == 1 and canary_line in canaries[0]
-
-
-@pytest.mark.parametrize(
-    "check",
-    [
-        "def check(c):\n    for i in range(0):\n        assert c(i) == i\n",
-        "def check(c):\n    if c(1):\n        assert c(1) == 1\n",
-        "def check(c):\n    return\n    assert c(1) == 1\n",
-        "def check(c):\n    for i in range(9):\n        if i > 3:\n            break\n        assert c(i) == i\n",
-        "def check(c):\n    assert True\n",
-        "def check(c):\n    x = 4\n    assert x == 4\n",
-    ],
-)
-def test_without_an_assertion_that_surely_runs_and_uses_the_candidate_there_is_no_canary(check: str) -> None:
-    (variant,) = check_variants(check)  # never a recognisable stand-in (the old sentinel wrapper)
-    assert not variant.canary and variant.source == ast.unparse(ast.parse(check))
-
-
-def significant_digits(value: object) -> int:
-    return len(Decimal(repr(value)).normalize().as_tuple().digits)
-
-
-@pytest.mark.parametrize(
-    ("expected", "tolerance"),
-    [
-        ("0.33", None),
-        ("123.456", None),
-        ("2.25", None),
-        ("1e-06", None),
-        ("900", None),
-        ("-7", None),
-        ("31415", None),
-        ("'Hello world'", None),
-        ("[1.5, 'ab', 7]", None),
-        ("(2, 6, 3)", None),
-        ("0.456", "1e-06"),
-        ("2.0", "0.5"),
-        ("7", "1e-09"),
-    ],
-)
-def test_mutated_literals_keep_the_originals_type_and_precision(expected: str, tolerance: str | None) -> None:
-    test = f"abs(candidate(1) - {expected}) < {tolerance}" if tolerance else f"candidate(1) == {expected}"
-    original = ast.literal_eval(expected)
-    seen = set()
-    for _ in range(30):
-        canaries = [v.source for v in check_variants(f"def check(candidate):\n    assert {test}\n") if v.canary]
-        assert 1 <= len(canaries) <= 2
-        compare = ast.parse(canaries[0]).body[0].body[0].test  # type: ignore[attr-defined]
-        value = ast.literal_eval(compare.left.args[0].right if tolerance else compare.comparators[0])
-        assert type(value) is type(original) and value != original, canaries[0]
-        if isinstance(original, int | float):
-            assert significant_digits(value) == significant_digits(original), canaries[0]
-            assert (value < 0) == (original < 0), canaries[0]
-            if tolerance:
-                assert abs(value - original) > 2 * float(tolerance), canaries[0]
-        elif isinstance(original, str):
-            assert len(value) == len(original) and sum(a != b for a, b in zip(value, original, strict=True)) == 1
-        else:
-            assert len(value) == len(original), canaries[0]
-        seen.add(repr(value))
-    assert len(seen) > 1  # drawn at random, not a fixed stand-in
-
-
-def test_a_float_target_is_not_rounded_to_three_decimals() -> None:
-    check = "def check(candidate):\n    assert abs(candidate(1) - 0.123456) < 1e-09\n"
-    canaries = [v.source for _ in range(20) for v in check_variants(check) if v.canary]
-    targets = [re.search(r"- (\S+)\) <", c).group(1) for c in canaries]  # type: ignore[union-attr]
-    assert all(len(t.split(".")[1]) == 6 for t in targets), targets
-
-
-def test_an_assertion_on_a_value_derived_from_the_candidate_is_a_spot() -> None:
-    check = (
-        "import math\n\ndef poly(x):\n    return 1 - 2 * x\n\ndef check(candidate):\n    for _ in range(3):\n"
-        "        root = candidate([1, -2])\n        assert math.fabs(poly(root)) < 0.0001\n"
-    )
-    canaries = [v.source for v in check_variants(check) if v.canary]
-    assert len(canaries) == 1 and "assert math.fabs(poly(root)) >= 0.0001" in canaries[0]
+# -- reports ------------------------------------------------------------------------------------------------
 
 
 def test_merge_reports_keeps_every_test_and_the_worst_status() -> None:
@@ -297,14 +173,13 @@ ANSWER_READER = textwrap.dedent("""
 """)
 
 
-def test_reading_the_answers_out_of_the_check_is_caught_by_the_canaries(tmp_path: Path) -> None:
+def test_reading_the_answers_out_of_the_check_finds_nothing(tmp_path: Path) -> None:
     literal = make_task(tmp_path / "task", LITERAL_CHECK)
-    for _ in range(3):
-        verdict = grade_code(literal, tmp_path, ANSWER_READER)
-        assert verdict.status is VerdictStatus.TAMPERED and verdict.reward == -1.0, verdict
+    verdict = grade_code(literal, tmp_path, ANSWER_READER)
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
 
 
-# -- the reviewer's exploits, against one process per variant ----------------------------------------------------
+# -- the reviewer's exploits against the in-process check: no check is left in the candidate's process to subvert ---
 
 #: At import, walks up the frames to every check function it can reach (a local, or in a list of (id, check)) and
 #: gives it a no-op body, skipping those that look like the old sentinel canary.
@@ -370,39 +245,34 @@ EXPLOITS = {
 
 
 @pytest.mark.parametrize("name", EXPLOITS)
-def test_subverting_the_process_passes_the_canaries_too(task: Task, tmp_path: Path, name: str) -> None:
-    for _ in range(2):  # random variant orders
-        verdict = grade_code(task, tmp_path, EXPLOITS[name])
-        assert verdict.status is VerdictStatus.TAMPERED and verdict.reward == -1.0, verdict
-        assert verdict.status is not VerdictStatus.PASSED and verdict.reward <= 0
+def test_subverting_the_candidates_process_earns_nothing(task: Task, tmp_path: Path, name: str) -> None:
+    verdict = grade_code(task, tmp_path, EXPLOITS[name])
+    assert verdict.status in (VerdictStatus.FAILED, VerdictStatus.ERROR) and verdict.reward == 0.0, verdict
 
 
-#: One certain assertion and no literal expectation: its only canary is the flipped assertion.
-FLIP_ONLY_CHECK = "def check(candidate):\n    for x in range(-3, 4):\n        assert candidate(x) == x * x\n"
+#: A check whose expectation is computed: calls compared with what the check works out.
+COMPUTED_CHECK = "def check(candidate):\n    for x in range(-3, 4):\n        assert candidate(x) == x * x\n"
 
 
-def test_honest_wrong_code_that_satisfies_a_flipped_canary_fails_and_is_not_tampered(tmp_path: Path) -> None:
-    flip = make_task(tmp_path / "task", FLIP_ONLY_CHECK)
-    (canary,) = [v for v in check_variants(FLIP_ONLY_CHECK) if v.canary]
-    assert "candidate(x) != x * x" in canary.source
-    for _ in range(3):
-        verdict = grade_code(flip, tmp_path, "def square(x):\n    return x * x + 1\n")  # passes the canary
-        assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
-    assert grade_code(flip, tmp_path, CORRECT).status is VerdictStatus.PASSED
+def test_honest_wrong_code_fails_and_is_not_tampered(tmp_path: Path) -> None:
+    computed = make_task(tmp_path / "task", COMPUTED_CHECK)
+    verdict = grade_code(computed, tmp_path, "def square(x):\n    return x * x + 1\n")
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
+    assert grade_code(computed, tmp_path, CORRECT).status is VerdictStatus.PASSED
 
 
-def test_without_a_canary_a_pass_still_needs_the_drivers_completion_record(tmp_path: Path) -> None:
-    no_canary = make_task(
+def test_a_pass_needs_the_checks_own_completion_record(tmp_path: Path) -> None:
+    raising = make_task(
         tmp_path / "task", "def check(candidate):\n    if candidate(2) != 4:\n        raise AssertionError\n"
     )
-    assert [v.canary for v in check_variants((no_canary.tests / "check.py").read_text())] == [False]
-    assert grade_code(no_canary, tmp_path, CORRECT).status is VerdictStatus.PASSED
-    verdict = grade_code(no_canary, tmp_path, "import os\ndef square(x):\n    os._exit(0)\n")
-    assert verdict.status is not VerdictStatus.PASSED and verdict.reward == 0.0, verdict
-    assert verdict.tests[0].outcome is Outcome.MISSING
+    assert grade_code(raising, tmp_path, CORRECT).status is VerdictStatus.PASSED
+    for code in ("import os\ndef square(x):\n    os._exit(0)\n", "import os\nos._exit(0)\n"):
+        verdict = grade_code(raising, tmp_path, code)
+        assert verdict.status in (VerdictStatus.FAILED, VerdictStatus.ERROR) and verdict.reward == 0.0, verdict
+        assert verdict.tests[0].outcome in (Outcome.ERROR, Outcome.MISSING)
 
 
-def test_every_variant_runs_on_the_whole_tree_links_included(tmp_path: Path) -> None:
+def test_the_check_runs_on_the_whole_tree_links_included(tmp_path: Path) -> None:
     linked = make_task(tmp_path / "task", CHECK)
     (linked.workspace / "impl").mkdir()
     (linked.workspace / "impl" / "real.py").write_text(STUB)
@@ -416,18 +286,3 @@ def test_every_variant_runs_on_the_whole_tree_links_included(tmp_path: Path) -> 
     (candidate / "helpers" / "power.py").write_text(CORRECT)
     verdict = asyncio.run(grade(load_task(linked.path), candidate))
     assert verdict.status is VerdictStatus.PASSED, verdict
-
-
-def test_the_candidates_cost_is_the_real_checks_run_alone() -> None:
-    # Canaries stop at a randomly chosen assertion: counted, their CPU and memory would give the same code a
-    # different efficiency reward from one grading to the next.
-    from rollbox.judge.runners._check import _report, _Run
-    from rollbox.judge.runners._check_variants import CheckVariant
-    from rollbox.sandbox import ExecResult
-
-    def run(canary: bool, cpu_s: float, peak: int) -> _Run:
-        result = ExecResult(status=Status.OK, exit_code=0, cpu_s=cpu_s, peak_memory_bytes=peak)
-        return _Run(CheckVariant("id", "", canary), result, "failed" if canary else "passed", {})
-
-    report = _report("f[check]", [run(True, 2.0, 300), run(False, 0.5, 100), run(True, 0.1, 900)])
-    assert (report.cpu_s, report.peak_memory_bytes) == (0.5, 100)

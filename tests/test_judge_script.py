@@ -61,22 +61,22 @@ def test_a_passing_and_a_failing_solution(tmp_path: Path) -> None:
     assert failing.status is VerdictStatus.FAILED and failing.reward == 0.0, failing
 
 
-def test_a_module_that_forges_the_reward_is_tampered(tmp_path: Path) -> None:
+def test_a_module_that_writes_the_reward_file_gets_nothing_from_it(tmp_path: Path) -> None:
     forge = textwrap.dedent("""
         import os
         path = os.path.join(os.environ["ROLLBOX_REWARD_DIR"], "reward.txt")
-        with open(path, "w") as f:
-            f.write("1")
-        os.chmod(path, 0o444)  # the verifier's own "echo 0 >" now fails
+        try:
+            with open(path, "w") as f:
+                f.write("1")
+            os.chmod(path, 0o444)  # the verifier's own "echo 0 >" would fail
+        except OSError:
+            pass
         def add(a, b):
             return 0
     """)
-    report = run_code(task := make_task(tmp_path / "task"), tmp_path / "raw", forge)
-    assert report.tests[0].outcome is Outcome.PASSED, "the forgery works inside the sandbox; only the scan stops it"
-    assert report.tampered and report.detail and "reward.txt" in report.detail
-    verdict = grade_code(task, tmp_path / "graded", forge)
-    assert verdict.status is VerdictStatus.TAMPERED and verdict.reward is not None and verdict.reward <= 0, verdict
-    assert any(f["code"] == "tampered" for f in verdict.flags)
+    verdict = grade_code(make_task(tmp_path / "task"), tmp_path / "graded", forge)
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
+    assert "reward_channel_probe" in [f["code"] for f in verdict.flags], verdict.flags
 
 
 def test_exit_zero_without_a_reward_does_not_pass(tmp_path: Path) -> None:
@@ -106,11 +106,8 @@ def test_reward_json(tmp_path: Path, reward: str, outcome: Outcome) -> None:
     [
         ('echo "one" > "$ROLLBOX_REWARD_DIR/reward.txt"', Outcome.ERROR),
         ('echo \'{"reward": true}\' > "$ROLLBOX_REWARD_DIR/reward.json"', Outcome.ERROR),
-        ('ln -s /etc/hostname "$ROLLBOX_REWARD_DIR/reward.txt"', Outcome.ERROR),
-        (
-            'echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"; touch -d 2001-01-01 "$ROLLBOX_REWARD_DIR/reward.txt"',
-            Outcome.FAILED,
-        ),
+        # A program (ln, here) can make nothing at the reward path: only test.sh's bash writes a reward.
+        ('ln -s /etc/hostname "$ROLLBOX_REWARD_DIR/reward.txt"', Outcome.FAILED),
         # What the candidate's code could leave there, had the script let it: never an exception in the judge.
         ('python3 -c "print(\'[\' * 100000)" > "$ROLLBOX_REWARD_DIR/reward.json"', Outcome.ERROR),
         ('printf \'{"reward": 1%0400d}\' 0 > "$ROLLBOX_REWARD_DIR/reward.json"', Outcome.ERROR),
@@ -119,8 +116,7 @@ def test_reward_json(tmp_path: Path, reward: str, outcome: Outcome) -> None:
     ids=[
         "not a number",
         "not a number in json",
-        "a link",
-        "modified outside the run",
+        "a link made by a program",
         "nested too deeply",
         "too large for a float",
         "longer than any reward",
@@ -173,3 +169,153 @@ def test_a_tree_that_fills_the_disk_is_the_candidates_failure_never_infra(tmp_pa
         files = {"solution.py": CORRECT, **{f"empty/{i}": "" for i in range(count)}}
         statuses.add(asyncio.run(grade(task, files)).status)
     assert VerdictStatus.INFRA_ERROR not in statuses, statuses
+
+
+#: Ways a program that test.sh starts (here: the candidate's module, imported by check.py) could try to write the
+#: reward: each leaves ``add`` wrong, so that test.sh itself writes 0.
+FORGERIES = {
+    "open the path, several ways": """
+        import os
+        directory = os.environ.get("ROLLBOX_REWARD_DIR", "/tmp/rollbox-logs/verifier")
+        for name, data in (("reward.txt", "1"), ("reward.json", '{"reward": 1}')):
+            path = os.path.join(directory, name)
+            for opener in (lambda: open(path, "w"), lambda: os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT), "w")):
+                try:
+                    with opener() as f:
+                        f.write(data)
+                except OSError:
+                    pass
+    """,
+    "replace the reward directory": """
+        import os
+        try:
+            os.rename("/tmp/rollbox-logs", "/tmp/rollbox-logs.judge")
+        except OSError:
+            pass
+        os.makedirs("/tmp/rollbox-logs/verifier", exist_ok=True)
+        with open("/tmp/rollbox-logs/verifier/reward.txt", "w") as f:
+            f.write("1")
+        os.chmod("/tmp/rollbox-logs/verifier/reward.txt", 0o444)
+    """,
+    "the descriptors of every ancestor through /proc": """
+        import os
+        pid = os.getppid()
+        while pid > 1:
+            for what in ("fd", "map_files"):
+                try:
+                    entries = os.listdir(f"/proc/{pid}/{what}")
+                except OSError:
+                    entries = []
+                for entry in entries:
+                    try:
+                        with open(f"/proc/{pid}/{what}/{entry}", "w") as f:
+                            f.write("1\\n")
+                    except OSError:
+                        pass
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    """,
+    "every descriptor it inherited": """
+        import os
+        for fd in range(0, 1024):
+            for data in (b"1\\n", b'{"file": "reward.txt", "hex": "31"}\\n'):
+                try:
+                    os.write(fd, data)
+                except OSError:
+                    pass
+            try:
+                with open(f"/proc/self/fd/{fd}", "w") as f:
+                    f.write("1\\n")
+            except OSError:
+                pass
+    """,
+    "the memory of the bash that runs test.sh": """
+        import os, re
+        pid = os.getppid()
+        with open(f"/proc/{pid}/stat") as f:
+            bash = int(f.read().rsplit(")", 1)[1].split()[1])
+        for target in (pid, bash):
+            try:
+                with open(f"/proc/{target}/mem", "r+b", 0) as mem:
+                    mem.seek(0)
+            except OSError:
+                pass
+    """,
+    "a daemon that writes after the verifier does": """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            for _ in range(200):
+                for fd_dir in ("/proc/self/fd",):
+                    try:
+                        with open("/tmp/rollbox-logs/verifier/reward.txt", "w") as f:
+                            f.write("1")
+                    except OSError:
+                        pass
+                time.sleep(0.01)
+            os._exit(0)
+    """,
+    "rewrite test.sh and the checks": """
+        import glob, os
+        for path in glob.glob("/tmp/rollbox-tests/*"):
+            try:
+                os.chmod(path, 0o666)
+                with open(path, "w") as f:
+                    f.write("echo 1 > $ROLLBOX_REWARD_DIR/reward.txt\\n" if path.endswith(".sh") else "pass\\n")
+            except OSError:
+                pass
+    """,
+}
+
+
+#: Writes a reward only when the checks pass: whatever a forger wrote before stands, unless it was never the reward.
+ON_SUCCESS = 'cd /workspace\npython3 "$ROLLBOX_TESTS/check.py" && echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"\nexit 0\n'
+
+
+@pytest.mark.parametrize("script", [TEST_SH, ON_SUCCESS], ids=["writes 0 or 1", "writes 1 on success"])
+@pytest.mark.parametrize("name", FORGERIES)
+def test_a_program_test_sh_starts_cannot_write_the_reward(tmp_path: Path, name: str, script: str) -> None:
+    code = textwrap.dedent(FORGERIES[name]) + "\n\ndef add(a, b):\n    return 0\n"
+    verdict = grade_code(make_task(tmp_path / "task", script), tmp_path / "graded", code)
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, (name, verdict)
+
+
+def test_swapping_the_tests_directory_is_tampering(tmp_path: Path) -> None:
+    # The candidate owns /tmp: it can rename the judge's read-only tests directory and put checks of its own where
+    # test.sh will look for them (and put the original back before the end).
+    swap = textwrap.dedent("""
+        import os
+        os.rename("/tmp/rollbox-tests", "/tmp/rollbox-tests.judge")
+        os.makedirs("/tmp/rollbox-tests")
+        with open("/tmp/rollbox-tests/check.py", "w") as f:
+            f.write("pass\\n")
+
+        def add(a, b):
+            return 0
+    """)
+    script = 'cd /workspace\npython3 -c "import solution"\npython3 "$ROLLBOX_TESTS/check.py" && ' + (
+        'echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"\n'
+    )
+    verdict = grade_code(make_task(tmp_path / "task", script), tmp_path / "graded", swap)
+    assert verdict.status is VerdictStatus.TAMPERED and verdict.reward is not None and verdict.reward < 0, verdict
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"',
+        'printf "%s" 1.0 > "$ROLLBOX_REWARD_DIR/reward.txt"',
+        'echo 0 > "$ROLLBOX_REWARD_DIR/reward.txt"; echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"',
+        '( echo 1 > "$ROLLBOX_REWARD_DIR//reward.txt" )',
+        'cd "$ROLLBOX_REWARD_DIR" && echo 1 > reward.txt',
+        'echo 1 | cat > "$ROLLBOX_REWARD_DIR/reward.txt"',
+        'python3 -c "print(1)" > "$ROLLBOX_REWARD_DIR/reward.txt"',
+        'cat > "$ROLLBOX_REWARD_DIR/reward.json" <<EOF\n{"reward": 1}\nEOF',
+        'echo 0 > "$ROLLBOX_REWARD_DIR/reward.json"; echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"',
+        'mkdir -p "$ROLLBOX_REWARD_DIR"; echo 1 >> "$ROLLBOX_REWARD_DIR/reward.txt"',
+    ],
+)
+def test_every_way_test_sh_itself_writes_its_reward_works(tmp_path: Path, line: str) -> None:
+    task = make_task(tmp_path / "task", f'python3 "$ROLLBOX_TESTS/check.py" && {{\n{line}\n}}\n')
+    assert grade_code(task, tmp_path / "right", CORRECT).status is VerdictStatus.PASSED
+    assert grade_code(task, tmp_path / "wrong", "def add(a, b):\n    return 0\n").status is VerdictStatus.FAILED

@@ -19,7 +19,6 @@ from rollbox.tasks import Task
 
 from ._grade import Solution, grade
 from ._verdict import Verdict, VerdictStatus
-from .runners._check_variants import MAX_VARIANTS
 
 __all__ = ["grade_batch", "pool_size"]
 
@@ -36,10 +35,9 @@ def _identity(task: Task, solution: Solution) -> Hashable:
 
 
 def pool_size(workers: int) -> int:
-    """How many warm sandboxes ``workers`` gradings at once need: room for one check-based grading's variants (each
-    in a sandbox of its own) beside the other workers, twice over (returned sandboxes are reset in the background,
-    and a check borrows its sandboxes all at once)."""
-    return 2 * (workers + MAX_VARIANTS - 1)
+    """How many warm sandboxes ``workers`` gradings at once need: one each, twice over (returned sandboxes are reset
+    in the background, and a check prefers one that has not run it before)."""
+    return 2 * workers
 
 
 async def grade_batch(

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.judge import Solution, grade
-from rollbox.judge.runners._check_variants import MAX_VARIANTS
-from rollbox.tasks import FunctionGrading, Task, TaskFormatError, load_task
+from rollbox.tasks import Task, TaskFormatError, load_task
 
 from ._errors import PayloadError
 from ._kinds import JobContext, Outcome
@@ -49,9 +48,8 @@ def load_payload_task(payload: Mapping[str, Any]) -> Task:
 
 
 def task_requirements(task: Task) -> Requirements:
-    """What grading ``task`` holds at once: a check-based function task borrows a sandbox for each variant."""
-    boxes = MAX_VARIANTS if isinstance(task.grading, FunctionGrading) and task.grading.check else 1
-    return Requirements(memory_bytes=task.limits.memory_bytes * boxes, pool=pool_key(task.limits, task.network))
+    """What grading ``task`` holds at once: one sandbox of its limits."""
+    return Requirements(memory_bytes=task.limits.memory_bytes, pool=pool_key(task.limits, task.network))
 
 
 def _solution(task: Task, payload: Mapping[str, Any]) -> Solution:

@@ -91,8 +91,8 @@ class FunctionGrading:
     #: ``true`` or ``false``) or ``"close"`` with ``"tolerance"``. ``None``: no cases, only ``check``.
     cases: str | None = "cases.jsonl"
     #: A Python file in tests/ defining ``check(candidate)``, for assertions that cannot be written as cases. It
-    #: runs inside the candidate's process, so the judge sanitizes every value the candidate returns and runs
-    #: must-fail canaries beside it.
+    #: runs in a process of its own that the candidate's process cannot read, calling the candidate across a pipe
+    #: with plain values (arguments and results), so its expectations never enter the candidate's process.
     check: str | None = None
 
 

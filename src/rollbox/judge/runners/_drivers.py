@@ -17,7 +17,7 @@ from importlib import resources
 
 from rollbox.sandbox import Sandbox, SandboxError
 
-__all__ = ["driver_command", "install_driver"]
+__all__ = ["compiled", "driver_command", "install_driver", "sandbox_python"]
 
 
 _COMPILE = (
@@ -28,44 +28,54 @@ _COMPILE = (
 
 
 def _pyc(package: str, name: str, python: str | None) -> bytes:
-    """A sourceless .pyc of ``package/name`` (magic, flags 0, no source mtime or size to check), compiled by the
-    interpreter ``python`` (None: this one).
+    """A sourceless .pyc of ``package/name``, compiled by the interpreter ``python`` (None: this one)."""
+    return compiled(resources.files(package).joinpath(name).read_text(encoding="utf-8"), name, python)
+
+
+def compiled(source: str, filename: str, python: str | None) -> bytes:
+    """``source`` as a sourceless .pyc (magic, flags 0, no source mtime or size to check; the code object's file
+    name ``filename``), compiled by the interpreter ``python`` (None: this one).
 
     Raises:
         SandboxError: that interpreter could not compile it.
     """
-    source = resources.files(package).joinpath(name).read_text(encoding="utf-8")
     if python is None:
-        code = compile(source, name, "exec", dont_inherit=True)
+        code = compile(source, filename, "exec", dont_inherit=True)
         return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)
-    argv = [python, "-I", "-S", "-c", _COMPILE, name]
+    argv = [python, "-I", "-S", "-W", "ignore", "-c", _COMPILE, filename]
     done = subprocess.run(argv, input=source.encode(), capture_output=True, check=False)
     if done.returncode != 0:
-        raise SandboxError(f"{python} could not compile the judge's {name}: {done.stderr.decode(errors='replace')}")
+        raise SandboxError(f"{python} could not compile {filename}: {done.stderr.decode(errors='replace')[-2000:]}")
     return done.stdout
 
 
 @functools.cache
-def _files(driver: str, python: str | None) -> tuple[tuple[str, bytes], ...]:
+def _files(driver: str, name: str, python: str | None) -> tuple[tuple[str, bytes], ...]:
     return (
-        ("driver.pyc", _pyc("rollbox.judge.runners", driver, python)),
+        (name, _pyc("rollbox.judge.runners", driver, python)),
         ("_values.pyc", _pyc("rollbox.tasks", "_values.py", python)),
     )
 
 
-async def install_driver(sb: Sandbox, directory: str, driver: str) -> str:
-    """Write the judge's ``driver`` (a module file of ``rollbox.judge.runners``) and the value codec into ``directory``
-    of ``sb``, read-only to the program, and return the driver's path there.
+async def install_driver(sb: Sandbox, directory: str, driver: str, *, name: str = "driver.pyc") -> str:
+    """Write the judge's ``driver`` (a module file of ``rollbox.judge.runners``) as ``name``, and the value codec,
+    into ``directory`` of ``sb``, read-only to the program, and return the driver's path there.
 
     Raises:
         OSError: the files could not be written (the disk limit is reached).
         SandboxError: the sandbox's Python could not compile them.
     """
+    for file, data in _files(driver, name, sandbox_python(sb)):
+        await sb.write_file(f"{directory}/{file}", data, read_only=True)
+    return f"{directory}/{name}"
+
+
+def sandbox_python(sb: Sandbox) -> str | None:
+    """The interpreter that must compile bytecode for ``sb``: its runtime layer's, where that runs another Python
+    version than this one; else None (this one)."""
     layer = sb.runtime.python if sb.runtime is not None else None
     other = layer is not None and layer.minor != f"{sys.version_info.major}.{sys.version_info.minor}"
-    for name, data in _files(driver, str(layer.executable) if layer is not None and other else None):
-        await sb.write_file(f"{directory}/{name}", data, read_only=True)
-    return f"{directory}/driver.pyc"
+    return str(layer.executable) if layer is not None and other else None
 
 
 def driver_command(sb: Sandbox, driver: str, *args: str) -> tuple[list[str], bool]:

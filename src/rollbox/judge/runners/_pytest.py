@@ -1,36 +1,55 @@
-"""The ``pytest`` runner: the task's hidden tests, with canaries, run by a pytest the candidate cannot configure.
+"""The ``pytest`` runner: the task's hidden tests, sealed, with canaries, run by a pytest the candidate cannot
+configure.
 
-In the grading sandbox, /workspace holds the pristine task plus the candidate's allowed changes; the judge
-writes its own directory beside it::
+In the grading sandbox, /workspace holds the pristine task plus the candidate's allowed changes. The hidden tests
+go to one of two places::
 
-    /tmp/.rollbox-judge/pytest.ini          rootdir and configuration: pythonpath = /workspace, nothing else
-    /tmp/.rollbox-judge/tests/...           the task's tests/ (hidden until now), canaries appended to modules
-    /tmp/.rollbox-judge/plugin/...          the judge's plugin, loaded with -p; plugin autoload is off
+    /tmp/.rollbox-judge/pytest.ini        (by default) rootdir and configuration: pythonpath = /workspace
+    /tmp/.rollbox-judge/tests/...         the task's tests/; ids read ``tests/test_x.py::test_a``
 
-Results come from the plugin's channel, are cross-checked against the tests the judge expects (every expected
-id present and exactly ``passed``), and any passing canary, unknown or repeated report means ``tampered``.
-What the tests print, and pytest's exit code, decide nothing.
+    /workspace/...                        (tests_in_workspace) tests/ laid over the workspace at the same paths,
+                                          run with /workspace as the root and its pristine configuration; ids
+                                          read as the repository names them (SWE-bench's)
 
-What it cannot guarantee: the tests run in the candidate's process, so its code can read them, and can tell the
-canaries from the real tests (see ``integrity._canary``). The expected tests are also read from the modules themselves,
-so that dropping a test, or a case of a literal ``parametrize`` list, from collection leaves it missing; a case
-of a computed list is known only from collection.
+    /tmp/.rollbox-judge/plugin/...        the judge's plugin, loaded with -p; plugin autoload is off
+    /tmp/.rollbox-judge/sealed/...        the test modules' code (below)
+
+The oracle stays out of the candidate's process: every test module that runs is sealed
+(``integrity._seal``: its plain expectations taken out, kept by the judge and compared after the run with the
+values the tests report), must-fail canaries are added, and it is shipped as bytecode only, as every other Python
+module of tests/ is (sealed too, but a conftest.py); the file at its path is empty, and the plugin gives that path
+its module from the code, which it read before any of the candidate's code ran. So the tests' source is
+nowhere in the sandbox, and neither are their plain expected values: not in a frame, a local, a constant, the
+bytecode or a test id. Results come from the plugin's channel, are cross-checked against the tests the judge
+expects (every expected id present and exactly ``passed``, its sealed expectations met), and any passing canary,
+unknown or repeated report means ``tampered``. What the tests print, and pytest's exit code, decide nothing.
+
+What it cannot guarantee: the tests run in the candidate's process, so what is not sealed can be read (an
+expectation the test computes, an object built from the code under test, what a fixture or a helper holds), and
+code written against the canaries can tell them apart and rewrite the reporting of tests that hold no sealed
+expectation. The expected tests are also read from the modules themselves, so that dropping a test, or a case of
+a literal ``parametrize`` list, from collection leaves it missing; a case of a computed list is known only from
+collection.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-from importlib import resources
+import re
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.judge.integrity._canary import add_canaries
-from rollbox.sandbox import FreshSandboxes, SandboxSource, Status
+from rollbox.judge.integrity._seal import SealedModule, seal_module
+from rollbox.sandbox import FreshSandboxes, Sandbox, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
 
-from ._channel import GRADING_ENV, ForgedChannel, read_records
+from ._channel import GRADING_ENV
+from ._drivers import compiled, install_driver, sandbox_python
+from ._pytest_results import PytestRun, Sealed
 from ._report import RunnerReport
 
 _FRESH = FreshSandboxes()
@@ -40,7 +59,29 @@ __all__ = ["run_pytest"]
 _JUDGE = "/tmp/.rollbox-judge"
 _INI = "[pytest]\npythonpath = /workspace\nxfail_strict = false\n"
 _PLUGIN = "rollbox_judge_plugin"
-READ_ONLY = True
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the hidden tests go and how pytest runs them."""
+
+    #: Where tests/ is laid (its files keep their paths below it), and pytest's root.
+    root: str
+    #: What a file of tests/ is named in test ids: ``tests/`` + its path, or its path alone.
+    prefix: str
+    options: tuple[str, ...]
+
+    @staticmethod
+    def of(grading: PytestGrading) -> _Layout:
+        if grading.tests_in_workspace:
+            return _Layout(root="/workspace", prefix="", options=("--rootdir=/workspace",))
+        return _Layout(
+            root=f"{_JUDGE}/tests", prefix="tests/", options=("-c", f"{_JUDGE}/pytest.ini", f"--rootdir={_JUDGE}")
+        )
+
+    def path(self, relative: str) -> str:
+        """Where a file of tests/ (its path there) lies in the sandbox."""
+        return f"{self.root}/{relative}"
 
 
 def _static_ids(relative: str, source: str) -> dict[str, int]:
@@ -92,93 +133,134 @@ def _matches(static_id: str, reported: str) -> bool:
     return reported == static_id or reported.startswith((static_id + "[", static_id + "::"))
 
 
-class _Channel:
-    """The plugin's records, checked as they are read: anything malformed or repeated is a forgery."""
+def _run_files(task: Task, grading: PytestGrading, layout: _Layout) -> list[str]:
+    """The files pytest runs, as test ids name them: the task's test modules, or, for repository tests graded by
+    id, the files the ids name (some of which may be the workspace's own)."""
+    modules = [f"{layout.prefix}{p.relative_to(task.tests).as_posix()}" for p in task.test_modules]
+    if grading.tests_in_workspace and grading.fail_to_pass is not None:
+        named = [i.partition("::")[0] for i in (*grading.fail_to_pass, *grading.pass_to_pass)]
+        return list(dict.fromkeys(named))
+    return modules
 
-    def __init__(self, stdout: str, *, truncated: bool) -> None:
-        self.collected: list[str] | None = None
-        self.outcomes: dict[str, Outcome] = {}
-        self.forged: str | None = None
+
+@dataclass(frozen=True)
+class _Module:
+    """One hidden test module as this grading runs it: sealed, with canaries."""
+
+    relative: str  # its path in test ids
+    sealed: SealedModule
+    source: str  # the sealed module with its canaries
+    canaries: tuple[str, ...]
+
+
+def _prepare(task: Task, layout: _Layout, files: list[str]) -> list[_Module]:
+    """Every Python module of tests/, as the sandbox gets it: sealed (once per process; a test module that runs with
+    canaries, drawn for each grading), but a conftest.py as it is (pytest loads it before any test; its fixtures
+    are no expectations of a test). A module that does not parse is left out: it is shipped as it is, and pytest
+    reports the error."""
+    running = {relative.removeprefix(layout.prefix) for relative in files}
+    sources = {p: p.read_text() for p in sorted(task.tests.rglob("*.py")) if p.is_file()}
+    words = {p: frozenset(re.findall(r"\w+", text)) for p, text in sources.items()}
+    modules: list[_Module] = []
+    for path, source in sources.items():
+        inside = path.relative_to(task.tests).as_posix()
+        # A constant another module of tests/ may import stays where it is.
+        keep = frozenset().union(*(w for p, w in words.items() if p != path))
         try:
-            records = read_records(stdout, truncated=truncated)
-        except ForgedChannel as exc:
-            self.forged = str(exc)
-            return
-        for record in records:
-            self._read(record)
-            if self.forged:
-                return
-
-    def _read(self, record: dict[str, Any]) -> None:
-        if "collected" in record and self.collected is None and isinstance(record["collected"], list):
-            self.collected = [str(i) for i in record["collected"]]
-        elif "collect_error" in record:
-            pass
-        elif isinstance(record.get("id"), str) and record["id"] not in self.outcomes:
-            try:
-                self.outcomes[record["id"]] = Outcome(record.get("outcome"))
-            except ValueError:
-                self.forged = f"the result channel carried an unknown outcome for {record['id']!r}"
+            sealed = (
+                seal_module(source, keep=keep) if path.name != "conftest.py" else SealedModule(source, {}, {}, {}, {})
+            )
+        except SyntaxError:
+            continue
+        if inside in running:
+            with_canaries = add_canaries(sealed.source)
+            modules.append(_Module(layout.prefix + inside, sealed, with_canaries.source, with_canaries.names))
         else:
-            self.forged = f"the result channel carried a forged or repeated report: {json.dumps(record)[:200]}"
+            modules.append(_Module(layout.prefix + inside, sealed, sealed.source, ()))
+    return modules
+
+
+async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Module]) -> None:
+    """The hidden tests (each Python module an empty file, its code apart: the plugin holds it all before any of
+    the candidate's code runs, so a directory the candidate renames and replaces changes no module), the plugin and
+    the configuration."""
+    # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
+    await sb.write_tree(task.tests, layout.root if layout.prefix else ".", read_only=True)
+    manifest = {}
+    python = sandbox_python(sb)
+    for index, module in enumerate(modules):
+        stub = layout.path(module.relative.removeprefix(layout.prefix))
+        with warnings.catch_warnings():  # what the tests' source warns about when compiled is theirs to show
+            warnings.simplefilter("ignore")
+            code = compiled(module.source, stub, python)
+        await sb.write_file(stub, b"", read_only=True)
+        await sb.write_file(f"{_JUDGE}/sealed/{index}.pyc", code, read_only=True)
+        manifest[stub] = f"{index}.pyc"
+    await sb.write_file(f"{_JUDGE}/sealed/sealed.json", json.dumps(manifest), read_only=True)
+    await install_driver(sb, f"{_JUDGE}/plugin", "_pytest_plugin.py", name=f"{_PLUGIN}.pyc")
+    if layout.prefix:
+        await sb.write_file(f"{_JUDGE}/pytest.ini", _INI, read_only=True)
 
 
 async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
     """Grade the candidate's tree against the task's hidden pytest tests in a fresh sandbox."""
+    layout = _Layout.of(grading)
+    files = _run_files(task, grading, layout)
     static: dict[str, int] = {}
-    canaries: list[str] = []  # each canary test, whose pass means tampering
-    judges: list[str] = []  # what holds them (a canary class may hold inherited tests too): none is a real test
-    package = resources.files("rollbox.judge.runners")
+    with warnings.catch_warnings():  # what the tests' source warns about when compiled is theirs to show, not ours
+        warnings.simplefilter("ignore")
+        modules = _prepare(task, layout, files)
+        for relative in files:
+            path = task.tests / relative.removeprefix(layout.prefix)
+            if path.is_file() and path.suffix == ".py":
+                static.update(_static_ids(relative, path.read_text()))
+    sealed = Sealed({m.relative: m.sealed for m in modules})
+    canaries = [f"{m.relative}::{name}" for m in modules for name in m.canaries]
+    # What holds a canary (a canary class may hold inherited tests too): none of it is a real test.
+    judges = [f"{m.relative}::{name.split('::')[0]}" for m in modules for name in m.canaries]
     async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
         await sb.write_tree(tree)
-        # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
-        await sb.write_tree(task.tests, f"{_JUDGE}/tests", read_only=True)
-        for module in task.test_modules:
-            relative = f"tests/{module.relative_to(task.tests).as_posix()}"
-            source = module.read_text()
-            static.update(_static_ids(relative, source))
-            with_canaries = add_canaries(source)
-            canaries += [f"{relative}::{name}" for name in with_canaries.names]
-            judges += [f"{relative}::{name.split('::')[0]}" for name in with_canaries.names]
-            await sb.write_file(f"{_JUDGE}/{relative}", with_canaries.source, read_only=True)
-        await sb.write_file(f"{_JUDGE}/pytest.ini", _INI, read_only=True)
-        plugin = package.joinpath("_pytest_plugin.py").read_bytes()
-        await sb.write_file(f"{_JUDGE}/plugin/{_PLUGIN}.py", plugin, read_only=True)
+        await _install(sb, task, layout, modules)
         result = await sb.exec(
             [
                 "python3",
                 "-s",
                 "-m",
                 "pytest",
-                "-c",
-                f"{_JUDGE}/pytest.ini",
-                f"--rootdir={_JUDGE}",
+                *layout.options,
                 "-p",
                 _PLUGIN,
                 "-p",
                 "no:cacheprovider",
                 "-q",
-                f"{_JUDGE}/tests",
+                *(layout.path(f.removeprefix(layout.prefix)) for f in files),
             ],
-            env={**GRADING_ENV, "PYTHONPATH": f"{_JUDGE}/plugin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-            cwd=_JUDGE,
+            env={
+                **GRADING_ENV,
+                "PYTHONPATH": f"{_JUDGE}/plugin",
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                "ROLLBOX_SEALED": f"{_JUDGE}/sealed",
+            },
+            cwd=_JUDGE if layout.prefix else "/workspace",
         )
     if result.status is Status.INFRA_ERROR:
         expected = list(grading.fail_to_pass or static) + list(grading.pass_to_pass)
         return RunnerReport(
             tests=tuple(GradedTest(i, Outcome.MISSING) for i in expected), run_status=result.status, detail=result.error
         )
-    channel = _Channel(result.stdout_text, truncated=result.stdout_truncated)
-    tampered = channel.forged
+    run = PytestRun.read(result.stdout_text, truncated=result.stdout_truncated, sealed=sealed)
+    tampered = run.forged
     for canary in canaries:
-        if any(_matches(canary, i) and o in (Outcome.PASSED, Outcome.XPASSED) for i, o in channel.outcomes.items()):
+        if any(_matches(canary, i) and o in (Outcome.PASSED, Outcome.XPASSED) for i, o in run.outcomes.items()):
             tampered = tampered or f"the must-fail canary {canary} passed"
-    real = {i: o for i, o in channel.outcomes.items() if not any(_matches(j, i) for j in judges)}
+    real = [i for i in run.outcomes if not any(_matches(j, i) for j in judges)]
     if grading.fail_to_pass is not None:
         expected = [*grading.fail_to_pass, *grading.pass_to_pass]
     else:
-        expected = _expected([i for i in channel.collected or [] if not any(_matches(j, i) for j in judges)], static)
-    tests = tuple(GradedTest(i, real.get(i, Outcome.MISSING)) for i in dict.fromkeys(expected))
+        expected = _expected([i for i in run.collected or [] if not any(_matches(j, i) for j in judges)], static)
+    tests = tuple(
+        GradedTest(i, run.outcome(i, sealed) if i in real else Outcome.MISSING) for i in dict.fromkeys(expected)
+    )
     return RunnerReport(
         tests=tests,
         run_status=result.status,
@@ -188,4 +270,5 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
         fail_to_pass=tuple(grading.fail_to_pass or ()),
         cpu_s=result.cpu_s,
         peak_memory_bytes=result.peak_memory_bytes or 0,
+        flags=run.flags(),
     )

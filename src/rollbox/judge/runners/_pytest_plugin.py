@@ -1,26 +1,119 @@
-"""The judge's pytest plugin: runs inside the grading sandbox, loaded with ``-p`` before any test module.
+"""The judge's pytest plugin: runs inside the grading sandbox, loaded with ``-p`` before any test module and
+before any conftest, so before any of the candidate's code.
 
-It reports one JSON object a line on a duplicate of the original stdout, taken at import, before the candidate's
-code is imported; everything else written to stdout goes to stderr. Records::
+It reports one JSON object a line on a duplicate of the original stdout, taken at import; everything else
+written to stdout goes to stderr. Records::
 
     {"collected": ["tests/test_x.py::test_a", ...]}
     {"collect_error": "tests/test_x.py"}
     {"id": "tests/test_x.py::test_a", "outcome": "passed"|"failed"|"error"|"skipped"|"xfailed"|"xpassed"}
+    {"seal": SEAL_ID, "test": NODEID, "value": PLAIN_VALUE[, "token": TOKEN]}      a sealed expectation's value
+    {"seal": SEAL_ID, "test": NODEID, "unsealable": TYPE_NAME[, "token": TOKEN]}   a value that is not plain
+
+The hidden test modules (and every other Python module of the task's tests/) come sealed
+(``rollbox.judge.integrity._seal``) and as bytecode only: the files at their paths are empty, and
+``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code. The plugin reads all of it at import; a finder
+first on ``sys.meta_path`` then gives each such path its module from that code, whatever is at the path by then. A
+sealed assertion calls ``__rollbox_seal__``, which reports the value the test computed, converted to a plain
+value (``numpy`` scalars and arrays through ``tolist``, integers of other libraries through ``__index__``, other
+real numbers through ``float``) and encoded by the judge's codec (loaded privately), and lets the test go on.
 
 Only the standard library and pytest's public hooks.
 """
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import json
+import marshal
+import numbers
+import operator
 import os
+import sys
 
 _channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
 os.dup2(2, 1)
 _outcomes: dict = {}
+_current: list = [None]
+_here = os.path.dirname(os.path.abspath(__file__))
+_codec = {"__name__": "_rollbox_values"}
+with open(os.path.join(_here, "_values.pyc"), "rb") as _file:
+    exec(marshal.loads(_file.read()[16:]), _codec)  # the judge's bytecode: magic, flags, 8 unused bytes
+_encode = _codec["encode"]
+_sealed: dict = {}
+_directory = os.environ.get("ROLLBOX_SEALED")
+if _directory:
+    with open(os.path.join(_directory, "sealed.json"), encoding="utf-8") as _file:
+        for _path, _blob in json.load(_file).items():
+            with open(os.path.join(_directory, _blob), "rb") as _code:
+                _sealed[_path] = _code.read()
+# A package's modules are looked up by the package's name (its __init__.py), the others by their own.
+_names = {
+    os.path.basename(os.path.dirname(p)) if p.endswith("/__init__.py") else os.path.basename(p)[:-3] for p in _sealed
+}
 
 
 def _emit(record: dict) -> None:
     _channel.write(json.dumps(record) + "\n")
     _channel.flush()
+
+
+def _plain(value):
+    """The value as a plain one, where another library's value stands for one."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and type(value).__module__.partition(".")[0] == "numpy":
+        return tolist()
+    if not isinstance(value, int | float | complex) and hasattr(type(value), "__index__"):
+        return operator.index(value)
+    if not isinstance(value, float) and isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
+def __rollbox_seal__(seal_id, value, token=None):
+    """Report the value a sealed assertion holds; the judge compares it with the expectation, after the run."""
+    record = {"seal": seal_id, "test": _current[0]}
+    if token is not None:
+        record["token"] = str(token)
+    try:
+        record["value"] = _encode(_plain(value))
+    except Exception:  # not a plain value, nested too deeply, or its conversion failed
+        kind = type(value)
+        record["unsealable"] = f"{kind.__module__}.{kind.__qualname__}"[:200]
+    _emit(record)
+
+
+class _SealedLoader(importlib.abc.Loader):
+    def __init__(self, path):
+        self.path = path
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__dict__["__rollbox_seal__"] = __rollbox_seal__
+        exec(marshal.loads(_sealed[self.path][16:]), module.__dict__)  # a sourceless .pyc: its header first
+
+
+class _SealedFinder:
+    """Gives a sealed module's path its module from the judge's code, whatever the file there holds."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.rpartition(".")[2] not in _names:
+            return None
+        found = importlib.machinery.PathFinder.find_spec(fullname, path)
+        origin = os.path.abspath(found.origin) if found is not None and found.origin else None
+        if origin not in _sealed:
+            return None
+        package = [os.path.dirname(origin)] if os.path.basename(origin) == "__init__.py" else None
+        return importlib.util.spec_from_file_location(
+            fullname, origin, loader=_SealedLoader(origin), submodule_search_locations=package
+        )
+
+
+if _sealed:
+    sys.meta_path.insert(0, _SealedFinder)
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -30,6 +123,10 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 def pytest_collectreport(report) -> None:
     if report.failed:
         _emit({"collect_error": report.nodeid})
+
+
+def pytest_runtest_logstart(nodeid, location) -> None:
+    _current[0] = nodeid
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -48,3 +145,4 @@ def pytest_runtest_logreport(report) -> None:
 
 def pytest_runtest_logfinish(nodeid, location) -> None:
     _emit({"id": nodeid, "outcome": _outcomes.pop(nodeid, "error")})
+    _current[0] = None

@@ -1,36 +1,38 @@
 """The ``script`` runner: a Harbor-style ``tests/test.sh``, run by the judge in a fresh sandbox.
 
-In the sandbox, the grading tree is /workspace; the task's whole tests/ directory is /tmp/rollbox-tests, written by
-the judge after the workspace; and /tmp/rollbox-logs/verifier is an empty reward directory, made fresh by the judge
-(anything already there deleted). The judge runs ``bash /tmp/rollbox-tests/SCRIPT`` with cwd /workspace and
-``ROLLBOX_TESTS=/tmp/rollbox-tests``, ``ROLLBOX_REWARD_DIR=/tmp/rollbox-logs/verifier``. The script reports by writing
-``reward.txt`` (one float) or ``reward.json`` (``{"reward": float}``) there; reward.txt wins when both exist.
+In the sandbox, the grading tree is /workspace; the task's whole tests/ directory is /tmp/rollbox-tests, read-only;
+and /tmp/rollbox-logs/verifier is the reward directory, read-only too. The judge runs ``bash
+/tmp/rollbox-tests/SCRIPT`` with cwd /workspace and ``ROLLBOX_TESTS=/tmp/rollbox-tests``,
+``ROLLBOX_REWARD_DIR=/tmp/rollbox-logs/verifier``. The script reports by writing ``reward.txt`` (one float) or
+``reward.json`` (``{"reward": float}``) there; reward.txt wins when both are written.
 
 The rule: there is one graded test, ``script``. It passes when the script ended by exiting (with any exit code: the
-exit code alone never decides) and left a reward of at least 1.0, in a file last modified during the run. A lower
-reward, no reward file, or one modified outside the run fails it; an unreadable or malformed reward file (not a
-finite number, a link, not a regular file) or a script killed by a signal is an error; a limit hit fails it, and
+exit code alone never decides) and wrote a reward of at least 1.0. A lower reward, or none, fails it; a malformed
+reward (not a finite number, over 4096 bytes) or a script killed by a signal is an error; a limit hit fails it, and
 ``run_status`` says which.
 
-What this runner guarantees:
+Only test.sh's own bash can write the reward. A program it starts runs as the same user, so no file could be kept
+from it; the reward files are therefore not files (see ``_reward_shim.c``, loaded into that bash alone): when the
+bash (or a subshell of it) opens exactly ``$ROLLBOX_REWARD_DIR/reward.txt`` or ``reward.json``, it gets a memfd no
+other process holds, and it reports what it wrote, when it exits, on a stdout of its own. The bash is not
+dumpable, so no program reaches its memory or descriptors through /proc; any other process that opens the path
+finds the judge's read-only directory. ``echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"`` and ``cmd >
+"$ROLLBOX_REWARD_DIR/reward.txt"`` (test.sh's redirection of a command's output) work; a program that opens the path
+itself (``python3 -c "open(...).write('1')"``) writes nothing the judge reads, whoever wrote it, so a verifier must
+write its reward from test.sh. A script that ``exec``s away from its bash, or is killed, reports no reward.
 
-- the tests and the script are the task's pristine ones, written by the judge, never taken from the candidate;
-- no reward from before the run counts: the directory is made fresh, and a file modified outside the run is ignored;
-- the judge never follows a link, or opens a FIFO, planted in the reward directory.
+The tests are the task's pristine ones, written by the judge, read-only. The candidate owns /tmp and could rename
+the judge's tests directory and put its own in its place for test.sh to run; the bash watches the directory and a
+move of it during the run is ``tampered``.
 
-What it cannot guarantee: that the reward was written by the script. The script runs the candidate's code in the same
-sandbox, as the same user, so that code could write the reward directory, or edit /tmp/rollbox-tests before the
-script reads them. Two checks narrow this, and neither closes it:
-
-- a scan of the candidate's changed files for the names of the grading channel (``rollbox-logs``, ``rollbox-tests``,
-  ``reward.txt``, ``reward.json``, ``ROLLBOX_REWARD_DIR``, ``ROLLBOX_TESTS``, in any case): a hit marks the report
-  ``tampered``. A name assembled at run time escapes it; a legitimate file that mentions one is penalized.
-- a must-fail canary: when the candidate passes, the same script also runs on the pristine (unsolved) workspace. If
-  that passes too, the task's verifier proves nothing; a ``verifier_proves_nothing`` flag says so, and the
-  candidate's result stands. The canary's finding is remembered per task content for the life of the process.
-
-A task that needs a result channel the candidate cannot forge should use the ``pytest``, ``function`` or ``stdio``
-runner.
+What this runner cannot guarantee: what test.sh itself does with what the candidate controls. A verifier that
+hands its reward path to a program (an argument, an ``export``), that runs the candidate's code in the process
+whose exit status decides the reward, or that believes a file the candidate can write, is only as strong as that.
+A must-fail canary reports verifiers that prove nothing: when the candidate passes, the same script also runs on
+the pristine (unsolved) workspace; if that passes too, a ``verifier_proves_nothing`` flag says so, and the
+candidate's result stands. The canary's finding is remembered per task content for the life of the process. A
+scan of the candidate's changed files for the names of the reward channel flags them (``reward_channel_probe``);
+it penalizes nothing.
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ import hashlib
 import json
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rollbox.judge._verdict import GradedTest, Outcome
-from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status
+from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import ScriptGrading, Task
 
-from ._channel import GRADING_ENV
+from ._channel import GRADING_ENV, ForgedChannel, read_records
+from ._native import reward_shim
 from ._report import RunnerReport
 
 _FRESH = FreshSandboxes()
@@ -67,19 +69,20 @@ _CHANNEL_NAMES = (
     b"rollbox_reward_dir",
     b"rollbox_tests",
 )
-#: Slack for the kernel's coarse file-timestamp clock, which may lag the judge's clock by a tick.
-_CLOCK_SLACK_S = 0.1
+_SHIM = "/tmp/.rollbox-judge/reward.so"
 #: Must-fail canary findings, by the content digest of (script, workspace, tests): a message, or None when it failed.
 _CANARIES: dict[str, str | None] = {}
 
 
 @dataclass(frozen=True)
 class _Run:
-    """One run of the script: how it ended, the test outcome it earned, and the reward it left."""
+    """One run of the script: how it ended, the test outcome it earned, the reward it wrote, and why the run was
+    subverted, if it was."""
 
     result: ExecResult
     outcome: Outcome
     reward: float | None = None
+    tampered: str | None = None
 
 
 def parse_reward(name: str, data: bytes) -> float:
@@ -138,54 +141,59 @@ def scan_reward_channel(pristine: Path, tree: Path) -> str | None:
     return None
 
 
-async def _read_reward(sb: Sandbox, started: float, ended: float) -> tuple[Outcome, float | None, ExecResult | None]:
-    """The outcome and reward from the reward directory, or the infrastructure failure that kept it unread."""
-    # Every process of the script is dead by now, so what stat prints is the judge's own observation.
-    paths = [f"{REWARD_DIR}/{name}" for name in _REWARD_FILES]
-    stat = await sb.exec(["stat", "-c", "%n %.9Y %s", "--", *paths], cwd="/tmp")
-    if stat.status is Status.INFRA_ERROR:
-        return Outcome.MISSING, None, stat
-    found: dict[str, tuple[float, int]] = {}  # name: (mtime, size)
-    for line in stat.stdout_text.splitlines():
-        path, stamp, length = line.rsplit(" ", 2)
-        found[path.rpartition("/")[2]] = (float(stamp), int(length))
+def _read_channel(stdout: str, *, truncated: bool) -> tuple[Outcome, float | None, dict[str, str]]:
+    """The outcome and reward the shim reported, and what else its channel said (``ready``, ``forged``, ``moved``)."""
+    notes: dict[str, str] = {}
+    rewards: dict[str, bytes | None] = {}  # None: too large to be a reward
+    try:
+        records = read_records(stdout, truncated=truncated)
+    except ForgedChannel as exc:
+        return Outcome.MISSING, None, {"forged": str(exc)}
+    for record in records:
+        name = record.get("file")
+        if record.get("ready") is True and "ready" not in notes:
+            notes["ready"] = ""
+        elif record.get("tests_moved") is True:
+            notes["moved"] = f"the tests directory {TESTS_DIR} was moved or deleted while the script ran"
+        elif name in _REWARD_FILES and name not in rewards and (record.get("too_large") is True or "hex" in record):
+            try:
+                rewards[name] = None if record.get("too_large") is True else bytes.fromhex(record["hex"])
+            except (TypeError, ValueError):
+                rewards[name] = None
+        else:
+            notes["forged"] = f"the reward channel carried a forged or repeated report: {json.dumps(record)[:200]}"
     for name in _REWARD_FILES:
-        if name not in found:
-            continue
-        mtime, size = found[name]
-        if not started - _CLOCK_SLACK_S <= mtime <= ended + _CLOCK_SLACK_S:
-            return Outcome.FAILED, None, None  # modified outside the run: not a reward of this run
-        if size > _MAX_REWARD_BYTES:
-            return Outcome.ERROR, None, None  # no reward is that long: not read into the judge's memory
-        try:
-            reward = parse_reward(name, await sb.read_file(f"{REWARD_DIR}/{name}", max_bytes=_MAX_REWARD_BYTES))
-        except (OSError, ValueError):
-            return Outcome.ERROR, None, None  # a link, a FIFO, a directory, or not a reward: nothing to trust
-        return (Outcome.PASSED if reward >= 1.0 else Outcome.FAILED), reward, None
-    return Outcome.FAILED, None, None
+        if name in rewards:
+            data = rewards[name]
+            try:
+                reward = parse_reward(name, data if data is not None else b"")
+            except ValueError:
+                return Outcome.ERROR, None, notes  # not a reward: nothing to trust
+            return (Outcome.PASSED if reward >= 1.0 else Outcome.FAILED), reward, notes
+    return Outcome.FAILED, None, notes
 
 
 async def _verify(task: Task, grading: ScriptGrading, tree: Path, sandboxes: SandboxSource) -> _Run:
     """Run the task's script against ``tree`` in a fresh sandbox."""
     async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
-        # The judge's own directories first, the candidate's tree last: a tree that does not fit (blocks, inodes)
-        # then fails its own write, the candidate's doing, and never the judge's preparation, which is rollbox's.
-        setup = await sb.exec(["sh", "-c", f"rm -rf /tmp/rollbox-logs && mkdir -p {REWARD_DIR}"], cwd="/tmp")
-        if not setup.ok:
-            error = setup.error or f"preparing {REWARD_DIR} failed ({setup.status.value}): {setup.stderr_text[-500:]}"
-            return _Run(ExecResult.infra_error(error), Outcome.MISSING)
-        await sb.write_tree(task.tests, TESTS_DIR)
+        # The judge's own files first, the candidate's tree last: a tree that does not fit (blocks, inodes) then
+        # fails its own write, the candidate's doing, and never the judge's preparation, which is rollbox's.
+        await sb.write_tree(task.tests, TESTS_DIR, read_only=True)
+        await sb.write_file(f"{REWARD_DIR}/.rollbox", b"", read_only=True)  # the directory, read-only to all
+        await sb.write_file(_SHIM, reward_shim(), read_only=True)
         await sb.write_tree(tree)
-        env = {**GRADING_ENV, "ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR}
-        started = time.time()
+        env = {**GRADING_ENV, "ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR, "LD_PRELOAD": _SHIM}
         result = await sb.exec(["bash", f"{TESTS_DIR}/{grading.script}"], env=env)
-        ended = time.time()
-        if result.status is Status.INFRA_ERROR:
-            return _Run(result, Outcome.MISSING)
-        if result.status not in (Status.OK, Status.NONZERO_EXIT):
-            return _Run(result, Outcome.ERROR if result.status is Status.SIGNALED else Outcome.FAILED)
-        outcome, reward, failure = await _read_reward(sb, started, ended)
-    return _Run(failure or result, outcome, reward)
+    if result.status is Status.INFRA_ERROR:
+        return _Run(result, Outcome.MISSING)
+    outcome, reward, notes = _read_channel(result.stdout_text, truncated=result.stdout_truncated)
+    if "ready" not in notes and "forged" not in notes:
+        error = f"the reward shim did not load into bash ({result.status.value}): {result.stderr_text[-500:]}"
+        return _Run(ExecResult.infra_error(error), Outcome.MISSING)
+    tampered = notes.get("forged") or notes.get("moved")
+    if result.status not in (Status.OK, Status.NONZERO_EXIT):
+        return _Run(result, Outcome.ERROR if result.status is Status.SIGNALED else Outcome.FAILED, tampered=tampered)
+    return _Run(result, outcome, reward, tampered)
 
 
 def _digest(grading: ScriptGrading, *roots: Path) -> str:
@@ -220,16 +228,21 @@ async def run_script(task: Task, grading: ScriptGrading, tree: Path, sandboxes: 
         return RunnerReport(
             tests=(GradedTest("script", Outcome.MISSING),), run_status=Status.INFRA_ERROR, detail=run.result.error
         )
-    tampered = scan_reward_channel(task.workspace, tree)
-    useless = await _canary(task, grading, sandboxes) if tampered is None and run.outcome is Outcome.PASSED else None
+    flags: list[dict[str, str]] = []
+    probe = scan_reward_channel(task.workspace, tree)
+    if probe is not None:
+        flags.append({"code": "reward_channel_probe", "path": probe.partition(" ")[0], "detail": probe})
+    useless = (
+        await _canary(task, grading, sandboxes) if run.tampered is None and run.outcome is Outcome.PASSED else None
+    )
+    if useless:
+        flags.append({"code": "verifier_proves_nothing", "path": f"tests/{grading.script}", "detail": useless})
     return RunnerReport(
         tests=(GradedTest("script", run.outcome),),
         run_status=run.result.status,
-        tampered=tampered is not None,
-        detail=tampered,
+        tampered=run.tampered is not None,
+        detail=run.tampered,
         cpu_s=run.result.cpu_s,
         peak_memory_bytes=run.result.peak_memory_bytes or 0,
-        flags=({"code": "verifier_proves_nothing", "path": f"tests/{grading.script}", "detail": useless},)
-        if useless
-        else (),
+        flags=tuple(flags),
     )
