@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -13,9 +14,12 @@ from ._states import JobState
 __all__ = ["Attempt", "Job", "JobResult", "JobSpec", "Requirements", "Transition", "canonical_json"]
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """``value`` as JSON with sorted keys and no spaces: equal values give equal text (and digests)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,9 +74,19 @@ class JobSpec:
         if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
             raise ValueError(f"JobSpec.run_id must be a plain name (no '/', no leading '.'), got {self.run_id!r}")
 
+    @functools.cached_property
+    def payload_json(self) -> str:
+        """The payload as stored: :func:`canonical_json`."""
+        return canonical_json(self.payload)
+
     def digest(self) -> str:
         """What makes two submissions of one key the same job: its kind and payload."""
-        return hashlib.sha256(canonical_json([self.kind, self.payload]).encode()).hexdigest()
+        return self._digest
+
+    @functools.cached_property
+    def _digest(self) -> str:
+        # The digest of canonical_json([kind, payload]), whose text is built from the payload's, encoded once.
+        return hashlib.sha256(f"[{canonical_json(self.kind)},{self.payload_json}]".encode()).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)
