@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -11,7 +10,7 @@ from typing import Any
 
 from ._states import JobState
 
-__all__ = ["Attempt", "Job", "JobResult", "JobSpec", "Requirements", "Transition", "canonical_json"]
+__all__ = ["Attempt", "Job", "JobResult", "JobSpec", "Requirements", "Transition", "canonical_json", "encoded"]
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -74,19 +73,16 @@ class JobSpec:
         if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
             raise ValueError(f"JobSpec.run_id must be a plain name (no '/', no leading '.'), got {self.run_id!r}")
 
-    @functools.cached_property
-    def payload_json(self) -> str:
-        """The payload as stored: :func:`canonical_json`."""
-        return canonical_json(self.payload)
-
     def digest(self) -> str:
         """What makes two submissions of one key the same job: its kind and payload."""
-        return self._digest
+        return encoded(self)[1]
 
-    @functools.cached_property
-    def _digest(self) -> str:
-        # The digest of canonical_json([kind, payload]), whose text is built from the payload's, encoded once.
-        return hashlib.sha256(f"[{canonical_json(self.kind)},{self.payload_json}]".encode()).hexdigest()
+
+def encoded(spec: JobSpec) -> tuple[str, str]:
+    """The payload as stored (:func:`canonical_json`) and the spec's digest: that of ``canonical_json([kind,
+    payload])``, whose text is built from the payload's, encoded once."""
+    payload = canonical_json(spec.payload)
+    return payload, hashlib.sha256(f"[{canonical_json(spec.kind)},{payload}]".encode()).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)

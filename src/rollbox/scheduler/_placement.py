@@ -229,7 +229,8 @@ class Placement:
             used[0] += needs.cpus
             used[1] += needs.memory_bytes
             used[2] += 1
-            self._resources[worker].update(needs.resources)
+            if needs.resources:
+                self._resources[worker].update(needs.resources)
             self._waiting[worker] -= 1
             self._started.add(job_id)
             return True
@@ -250,7 +251,8 @@ class Placement:
             used[0] -= needs.cpus
             used[1] -= needs.memory_bytes
             used[2] -= 1
-            self._resources[worker].subtract(needs.resources)
+            if needs.resources:
+                self._resources[worker].subtract(needs.resources)
 
     def reserved(self, worker: str) -> tuple[float, int, int]:
         """(CPUs, memory bytes, jobs) reserved on ``worker`` now."""

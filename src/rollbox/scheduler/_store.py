@@ -11,7 +11,6 @@ leased, many attempts ended at once), so that a busy scheduler spends little on 
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -21,7 +20,7 @@ from typing import Any
 
 from ._db import JOB_COLUMNS, Database, job_from_row, requirements_from_row
 from ._errors import IdempotencyConflict, QueueFull
-from ._model import Job, JobSpec, Requirements, Transition, canonical_json
+from ._model import Job, JobSpec, Requirements, Transition, canonical_json, encoded
 from ._reads import StoreReads
 from ._reclaim import StoreReclaim
 from ._states import JobState, check_transition
@@ -78,9 +77,10 @@ class JobStore(StoreReads, StoreReclaim):
             QueueFull: more than ``max_queued`` jobs would be pending (nothing is added).
         """
         now = time.time()
+        texts = [encoded(spec) for spec, _ in specs]
         with self.db.write() as db:
             known = self._known_keys(db, [spec.key for spec, _ in specs if spec.key is not None])
-            fresh, same = _new_specs(specs, known)
+            fresh, same = _new_specs(specs, texts, known)
             if max_queued is not None and fresh:
                 (pending,) = db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'").fetchone()
                 if pending + len(fresh) > max_queued:
@@ -93,7 +93,7 @@ class JobStore(StoreReads, StoreReclaim):
                 "INSERT INTO jobs (id, run_id, key, kind, payload, digest, state, priority, tenant, requirements, "
                 "pool, max_attempts, deadline, submitted_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-                [_row(job, specs[index][0]) for index, job in made.items()],
+                [_row(job, *texts[index]) for index, job in made.items()],
             )
             moves = [Transition(job.id, 0, None, JobState.PENDING, now, "submitted") for job in made.values()]
             write_moves(db, moves)
@@ -243,7 +243,7 @@ class JobStore(StoreReads, StoreReclaim):
                     continue
                 source = JobState(row[0])
                 check_transition(move.job_id, source, move.target)
-                done.append(dataclasses.replace(move, source=source))
+                done.append(Transition(move.job_id, move.attempt, source, move.target, move.at, move.reason))
                 row[0], moved[move.job_id] = move.target.value, move
             for end in endings:
                 row = held.pop(end.job_id, None)  # a second ending of the same job finds it held no more
@@ -300,7 +300,7 @@ class JobStore(StoreReads, StoreReclaim):
 
 
 def _new_specs(
-    specs: Sequence[tuple[JobSpec, Requirements]], known: dict[str, tuple[int, str]]
+    specs: Sequence[tuple[JobSpec, Requirements]], texts: list[tuple[str, str]], known: dict[str, tuple[int, str]]
 ) -> tuple[list[int], dict[int, int]]:
     """Which specs make new jobs (their indexes), and which repeat a key an earlier spec of the same batch makes
     (index: that spec's index); the others name known jobs.
@@ -315,7 +315,7 @@ def _new_specs(
         if spec.key is None:
             fresh.append(index)
             continue
-        digest = spec.digest()
+        digest = texts[index][1]
         found = known.get(spec.key)
         earlier = first.get(spec.key)
         if (found is not None and found[1] != digest) or (earlier is not None and earlier[1] != digest):
@@ -353,10 +353,10 @@ def _new_job(number: int, spec: JobSpec, needs: Requirements, now: float) -> Job
     )
 
 
-def _row(job: Job, spec: JobSpec) -> tuple[Any, ...]:
+def _row(job: Job, payload: str, digest: str) -> tuple[Any, ...]:
     """The ``jobs`` row of a new job."""
     needs = job.requirements
     return (
-        job.id, job.run_id, job.key, job.kind, spec.payload_json, spec.digest(), job.priority, job.tenant,
+        job.id, job.run_id, job.key, job.kind, payload, digest, job.priority, job.tenant,
         needs_json(needs), needs.pool, job.max_attempts, job.deadline, job.submitted_at, job.updated_at,
     )  # fmt: skip
