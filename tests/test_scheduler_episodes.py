@@ -190,11 +190,11 @@ async def test_an_episode_whose_sandbox_is_killed_from_outside_is_retried(
     shutil.copytree(tasks / "calc", task)
     if where == "judge":
         with (task / "tests" / "test_hidden.py").open("a") as hidden:
-            hidden.write("\n\ndef test_slowly():\n    import subprocess\n\n    subprocess.run(['sleep', '2'])\n")
+            hidden.write("\n\ndef test_slowly():\n    import subprocess\n\n    subprocess.run(['sleep', '4'])\n")
     fix = (task / "solution" / "calc.py").read_text()
     actions = [
         {"name": "write_file", "arguments": {"path": "calc.py", "content": fix}},
-        {"name": "bash", "arguments": {"command": "sleep 2; echo slept" if where == "agent" else "echo slept"}},
+        {"name": "bash", "arguments": {"command": "sleep 4; echo slept" if where == "agent" else "echo slept"}},
         {"name": "submit", "arguments": {}},
     ]
     replay = _replay_file(tmp_path / "slow.jsonl", "calc", actions)
@@ -204,9 +204,11 @@ async def test_an_episode_whose_sandbox_is_killed_from_outside_is_retried(
     async with Scheduler(store, workers=[worker], home=tmp_path, retry=retry) as s:
         (job,) = s.submit(JobSpec(kind="episode", payload=episode_payload(task, f"replay:{replay}")))
         running = asyncio.create_task(s.run())
-        await wait_for(lambda: sandboxed(b"sleep"), 60)
+        sleeping: list[int] = []
+        await wait_for(lambda: sleeping.extend(sandboxed(b"sleep")) or sleeping, 60)
+        launcher = _launcher_of(sleeping[0])
         assert store.job(job.id).state is (JobState.RUNNING if where == "agent" else JobState.GRADING)
-        os.kill(_launcher_of(sandboxed(b"sleep")[0]), signal.SIGKILL)
+        os.kill(launcher, signal.SIGKILL)
         await asyncio.wait_for(running, 120)
     result = store.result(job.id)
     assert result is not None and (result.state, result.status, result.reward) == (JobState.COMPLETED, "passed", 1.0)
