@@ -104,6 +104,8 @@ def test_tasks_and_judge_exports() -> None:
             "compute_reward",
             "grade",
             "grade_batch",
+            "runtime_spec",
+            "task_sandboxes",
         ]
     )
     for module in (rollbox.tasks, rollbox.judge):
