@@ -27,6 +27,7 @@ from typing import Any
 
 from rollbox.env import Budget, OpenAIPolicy, Policy, PolicyError, make, policy_from_name, run_episode
 from rollbox.sandbox import Limits, Network, Sandbox, SandboxSource
+from rollbox.sandbox.runtime import Layer
 from rollbox.tasks import Task, TaskFormatError
 
 from ._errors import PayloadError
@@ -114,15 +115,33 @@ class _Judging:
             self._said = True
             self._began()
 
-    def sandbox(self, *, limits: Limits, network: Network) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+    def sandbox(
+        self,
+        *,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         self._begin()
-        return self._source.sandbox(limits=limits, network=network)
+        return self._source.sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
 
     def sandboxes(
-        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
+        self,
+        count: int,
+        *,
+        limits: Limits,
+        network: Network,
+        avoid: str | None = None,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
         self._begin()
-        return self._source.sandboxes(count, limits=limits, network=network, avoid=avoid)
+        return self._source.sandboxes(
+            count, limits=limits, network=network, avoid=avoid, runtime=runtime, workspace=workspace, env=env
+        )
 
 
 class EpisodeKind:
