@@ -2,6 +2,9 @@
 child adds nothing) and runs them to the end.
 
     python tests/scheduler_child.py HOME RUN_ID JOBS [LEASE_S] [COMMAND]
+    python tests/scheduler_child.py HOME RUN_ID JOBS LEASE_S --episodes TASK_DIR...
+
+Episode jobs go round the tasks, with the reference and noop policies in turn.
 """
 
 from __future__ import annotations
@@ -10,7 +13,20 @@ import asyncio
 import sys
 from pathlib import Path
 
-from rollbox.scheduler import Capacity, JobSpec, JobStore, LocalWorker, Scheduler, exec_payload
+from rollbox.scheduler import Capacity, JobSpec, JobStore, LocalWorker, Scheduler, episode_payload, exec_payload
+
+
+def episodes(run_id: str, count: int, tasks: list[str]) -> list[JobSpec]:
+    """The run's episode jobs."""
+    return [
+        JobSpec(
+            kind="episode",
+            payload={**episode_payload(tasks[i % len(tasks)], ("reference", "noop")[i // len(tasks) % 2]), "i": i},
+            key=f"{run_id}/{i}",
+            run_id=run_id,
+        )
+        for i in range(count)
+    ]
 
 
 def specs(run_id: str, count: int, command: str) -> list[JobSpec]:
@@ -26,15 +42,18 @@ def specs(run_id: str, count: int, command: str) -> list[JobSpec]:
     ]
 
 
-async def main(home: Path, run_id: str, count: int, lease_s: float, command: str) -> None:
+async def main(home: Path, run_id: str, jobs: list[JobSpec], lease_s: float) -> None:
     worker = LocalWorker(capacity=Capacity(cpus=2, memory_bytes=4 * 2**30), grace_s=5)
     async with Scheduler(JobStore(home / "jobs.db"), workers=[worker], home=home, lease_s=lease_s, runs=[run_id]) as s:
-        s.submit(specs(run_id, count, command))
+        s.submit(jobs)
         await s.run()
 
 
 if __name__ == "__main__":
     home, run_id, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     lease_s = float(sys.argv[4]) if len(sys.argv) > 4 else 30.0
-    command = sys.argv[5] if len(sys.argv) > 5 else "echo $(({i} * {i})); echo job {i} >&2"
-    asyncio.run(main(home, run_id, count, lease_s, command))
+    if sys.argv[5:6] == ["--episodes"]:
+        jobs = episodes(run_id, count, sys.argv[6:])
+    else:
+        jobs = specs(run_id, count, sys.argv[5] if len(sys.argv) > 5 else "echo $(({i} * {i})); echo job {i} >&2")
+    asyncio.run(main(home, run_id, jobs, lease_s))

@@ -1,17 +1,37 @@
-"""What the scheduler's tests share: running async tests, waiting for a condition, finding sandbox processes."""
+"""What the scheduler's tests share: running async tests, waiting for a condition, finding sandbox processes, real
+tasks."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import shutil
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from conftest import own_sandbox_processes
+from rollbox.tasks import humaneval_tasks
+from test_env_tasks import write_calc_task
 
 T = TypeVar("T")
+
+HUMANEVAL = ("HumanEval/0", "HumanEval/1", "HumanEval/2")
+
+
+def real_tasks(factory: pytest.TempPathFactory, *, calc: bool = True) -> Path:
+    """A folder of real tasks: three HumanEval problems, and (``calc``) a repository task with visible pytest
+    tests in its workspace."""
+    imported = humaneval_tasks(factory.getbasetemp() / "humaneval")  # made once a session, then reused
+    root = factory.mktemp("tasks")
+    for task_id in HUMANEVAL:
+        shutil.copytree(imported[task_id], root / task_id.replace("/", "_"))
+    if calc:
+        write_calc_task(root / "calc")
+    return root
 
 
 def sync(test: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:

@@ -118,12 +118,12 @@ def test_scheduler_exports() -> None:
 
     assert sorted(rollbox.scheduler.__all__) == sorted(
         [
-            "TERMINAL", "TRANSITIONS", "Attempt", "Capacity", "ElasticSandboxes", "IdempotencyConflict",
-            "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult", "JobSpec", "JobState",
-            "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements", "RetryPolicy",
-            "Scheduler", "SchedulerError", "Transition", "Unplaceable", "Worker", "WorkerLost", "exec_payload",
-            "get_kind", "kind_names", "machine_capacity", "pool_key", "register_kind", "rollbox_home", "run_dir",
-            "store_path",
+            "API_KEY_VARIABLE", "TERMINAL", "TRANSITIONS", "Attempt", "Capacity", "ElasticSandboxes",
+            "IdempotencyConflict", "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult",
+            "JobSpec", "JobState", "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements",
+            "RetryPolicy", "Scheduler", "SchedulerError", "Transition", "Unplaceable", "Worker", "WorkerLost",
+            "episode_payload", "exec_payload", "get_kind", "kind_names", "machine_capacity", "pool_key",
+            "register_kind", "rollbox_home", "run_dir", "store_path",
         ]
     )  # fmt: skip
     for name in rollbox.scheduler.__all__:

@@ -66,8 +66,8 @@ def test_run_writes_one_result_per_task_and_sample_and_a_rerun_redoes_nothing(tm
     assert runs.stdout.startswith("r1") and "4 jobs" in runs.stdout and "completed 4" in runs.stdout
     events = (home / "runs" / "r1" / "events.jsonl").read_text().splitlines()
     assert sum(json.loads(e)["kind"] == "job.transition" for e in events) == 4 * 5
-    refused = rollbox(home, "run", str(tmp_path / "tasks"), "--policy", "noop")
-    assert refused.returncode == 2 and "needs episodes" in refused.stderr
+    refused = rollbox(home, "run", str(tmp_path / "tasks"), "--policy", "telepathy")
+    assert refused.returncode == 2 and "unknown policy 'telepathy'" in refused.stderr
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import secrets
 import sys
 import time
@@ -13,7 +14,9 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
+from rollbox.env import policy_from_name
 from rollbox.scheduler import (
+    API_KEY_VARIABLE,
     IdempotencyConflict,
     JobSpec,
     JobStore,
@@ -22,6 +25,7 @@ from rollbox.scheduler import (
     Scheduler,
     SchedulerError,
     Worker,
+    episode_payload,
     machine_capacity,
     rollbox_home,
     run_dir,
@@ -32,27 +36,31 @@ from rollbox.tasks import Task, TaskFormatError, load_task
 
 _EPILOG = """\
 TASKS are task directories (with a task.toml) or folders of them. Each (task, sample) is one durable job in
-$ROLLBOX_HOME/jobs.db (default ~/.rollbox): the policy acts in the task's environment, then the judge grades
-what it left. Jobs whose infrastructure failed are retried with backoff; after the last attempt they complete
-as infra_error (reward null: mask them, never learn from them).
+$ROLLBOX_HOME/jobs.db (default ~/.rollbox): an episode in which the policy acts in the task's sandbox through
+the tools, then the judge grades the workspace it left in a fresh one. Episodes whose infrastructure failed are
+retried with backoff; after the last attempt they complete as infra_error (reward null: mask them, never learn
+from them). Whatever the agent did is a result, never retried; a policy that cannot act at all (a replay
+without the task, a server refusing its requests) ends the job failed, with no reward.
 
 Results: $ROLLBOX_HOME/runs/RUN_ID/results.jsonl, one line per (task, sample): task_id, sample, job_id, state,
-status, reward, error, attempts, trajectory (a file beside it, under trajectories/). Every job transition is in
-events.jsonl there too.
+status, reward, error, attempts, trajectory (its file, relative to the run's directory: trajectories/JOB.json,
+read with rollbox.env.read_trajectories). Every job transition is in events.jsonl there too.
 
 Resume: run the same command with --run-id RUN_ID (printed at the start): finished jobs are not run again, jobs
 that were under way when the run stopped (Ctrl-C, a crash, kill -9) run again, and the results file is made
 whole from the store.
 
-policies: reference (the task's own solution/, graded). Episodes with other policies (noop, replay:FILE, a
-model) come with rollbox.env.
+policies: reference (the task's solution/ through the tools), noop (submit at once), replay:FILE (the actions of
+the trajectory of each task recorded in FILE), openai:MODEL (a chat-completions server at --base-url; the key
+from --api-key or $ROLLBOX_API_KEY, never written to the job store).
 
 exit status: 0 when every job completed (whatever the model did), 1 when any job ended in infra_error, failed,
 timed out or was cancelled, 2 for invalid arguments or tasks, 130 when interrupted (resume with --run-id).
 
 examples:
   rollbox run tasks/ --policy reference --samples 4
-  rollbox run tasks/add tasks/sort --policy reference --run-id nightly --workers 8
+  rollbox run tasks/ --policy openai:qwen --base-url http://127.0.0.1:8000/v1 --samples 8 --workers 32
+  rollbox run tasks/add tasks/sort --policy replay:runs.jsonl --run-id nightly
   rollbox run tasks/ --policy reference --ray auto          (every node of the Ray cluster this machine is in)
   rollbox jobs --run nightly --state failed
 """
@@ -69,11 +77,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("tasks", nargs="+", type=Path, metavar="TASKS", help="task directories, or folders of them")
-    p.add_argument("--policy", default="reference", metavar="P", help="who acts in each episode (default reference)")
+    policies = "reference, noop, replay:FILE or openai:MODEL (default: reference)"
+    p.add_argument("--policy", default="reference", metavar="P", help=policies)
     p.add_argument("--samples", type=int, default=1, metavar="K", help="samples per task (default 1)")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="jobs at once (default: the CPUs)")
     p.add_argument("--run-id", default=None, metavar="ID", help="name the run, or resume it (default: a new id)")
     p.add_argument("--max-attempts", type=int, default=3, metavar="N", help="attempts per job (default 3)")
+    p.add_argument("--max-turns", type=int, metavar="N", help="override each task's turn budget")
+    p.add_argument("--wall-time", type=float, metavar="S", help="override each episode's wall-time budget")
+    p.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: the server's API root")
+    p.add_argument("--api-key", default=None, help="openai: a bearer token (default: $ROLLBOX_API_KEY)")
     p.add_argument(
         "--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster (its address, or 'auto'; see docs)"
     )
@@ -104,18 +117,26 @@ def _find_tasks(roots: list[Path]) -> list[Task]:
 
 
 def _specs(tasks: list[Task], args: argparse.Namespace, run_id: str) -> list[JobSpec]:
-    if args.policy != "reference":
-        raise _Usage(
-            f"policy {args.policy!r} needs episodes (rollbox.env), which this build does not have; "
-            "'--policy reference' grades each task's own solution/"
-        )
-    missing = [t.id for t in tasks if t.solution is None]
-    if missing:
+    try:
+        policy_from_name(args.policy)  # a name it does not know, or a replay file that is not there
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
+    if args.policy == "reference" and (missing := [t.id for t in tasks if t.solution is None]):
         raise _Usage(f"--policy reference needs solution/ in every task; missing in {', '.join(missing[:5])}")
+    budget = {"max_turns": args.max_turns, "wall_s": args.wall_time}
     return [
         JobSpec(
-            kind="grade",
-            payload={"task": str(task.path), "task_id": task.id, "sample": sample, "reference": True},
+            kind="episode",
+            payload={
+                **episode_payload(
+                    task.path,
+                    args.policy,
+                    base_url=args.base_url,
+                    budget={k: v for k, v in budget.items() if v is not None},
+                ),
+                "task_id": task.id,
+                "sample": sample,
+            },
             key=f"{run_id}/{task.id}/{sample}",
             run_id=run_id,
             max_attempts=args.max_attempts,
@@ -180,6 +201,8 @@ async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress
             except IdempotencyConflict as exc:
                 raise _Usage(f"run {run_id} was started with other tasks or settings: {exc}") from None
             meta = {"tasks": [str(t.path) for t in tasks], "policy": args.policy, "samples": args.samples}
+            if args.policy.startswith("openai:"):
+                meta["base_url"] = args.base_url
             store.set_run_meta(run_id, meta)
             results.rewrite()
             for _, result in store.results(run_id=run_id):
@@ -200,9 +223,17 @@ async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress
 
 
 def _main(args: argparse.Namespace) -> int:
-    if args.samples < 1 or (args.workers is not None and args.workers < 1) or args.max_attempts < 1:
-        print("rollbox run: --samples, --workers and --max-attempts must be at least 1", file=sys.stderr)
+    if min(args.samples, args.workers or 1, args.max_attempts, args.max_turns or 1) < 1 or (
+        args.wall_time is not None and not args.wall_time > 0
+    ):
+        print(
+            "rollbox run: --samples, --workers, --max-attempts and --max-turns must be at least 1, --wall-time "
+            "positive",
+            file=sys.stderr,
+        )
         return 2
+    if args.api_key:  # for the episodes run here; a Ray cluster's nodes get it with their actors
+        os.environ[API_KEY_VARIABLE] = args.api_key
     run_id = args.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     try:
         tasks = _find_tasks(args.tasks)

@@ -6,6 +6,7 @@ scheduler killed at any moment loses nothing and, started again, records every r
 ``rollbox.curate``).
 """
 
+from ._episode_kind import API_KEY_VARIABLE, episode_payload
 from ._errors import (
     IdempotencyConflict,
     IllegalTransition,
@@ -28,6 +29,7 @@ from ._store import JobStore
 from ._workers import LocalWorker, Worker, WorkerLost
 
 __all__ = [
+    "API_KEY_VARIABLE",
     "TERMINAL",
     "TRANSITIONS",
     "Attempt",
@@ -55,6 +57,7 @@ __all__ = [
     "Unplaceable",
     "Worker",
     "WorkerLost",
+    "episode_payload",
     "exec_payload",
     "get_kind",
     "kind_names",

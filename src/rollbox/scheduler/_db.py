@@ -13,7 +13,7 @@ from typing import Any
 from ._model import Job, JobResult, Requirements
 from ._states import JobState
 
-__all__ = ["Database", "job_from_row", "result_from_row"]
+__all__ = ["Database", "job_from_row", "requirements_from_row", "result_from_row"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -96,10 +96,26 @@ JOB_COLUMNS = (
 RESULT_COLUMNS = "job_id, state, status, reward, output, error, at, seq"
 
 
+_requirements: dict[tuple[str, str], Requirements] = {}
+
+
+def requirements_from_row(text: str, pool: str) -> Requirements:
+    """The :class:`Requirements` stored as ``text`` (``requirements`` column) and ``pool``; parsed once for each
+    distinct value (the jobs of a run mostly share a few), as leasing reads them for every job it offers."""
+    found = _requirements.get((text, pool))
+    if found is None:
+        if len(_requirements) >= 4096:
+            _requirements.clear()
+        needs = json.loads(text)
+        found = _requirements[(text, pool)] = Requirements(
+            cpus=needs["cpus"], memory_bytes=needs["memory_bytes"], resources=needs["resources"], pool=pool
+        )
+    return found
+
+
 def job_from_row(row: tuple[Any, ...]) -> Job:
     """A :class:`Job` from a row of :data:`JOB_COLUMNS`."""
     (id_, run_id, key, kind, payload, state, priority, tenant, req, pool, attempts, max_attempts) = row[:12]
-    needs = json.loads(req)
     return Job(
         id=id_,
         run_id=run_id,
@@ -109,9 +125,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         state=JobState(state),
         priority=priority,
         tenant=tenant,
-        requirements=Requirements(
-            cpus=needs["cpus"], memory_bytes=needs["memory_bytes"], resources=needs["resources"], pool=pool
-        ),
+        requirements=requirements_from_row(req, pool),
         attempts=attempts,
         max_attempts=max_attempts,
         submitted_at=row[12],

@@ -10,12 +10,15 @@ from typing import Any
 
 from ._states import JobState
 
-__all__ = ["Attempt", "Job", "JobResult", "JobSpec", "Requirements", "Transition", "canonical_json"]
+__all__ = ["Attempt", "Job", "JobResult", "JobSpec", "Requirements", "Transition", "canonical_json", "encoded"]
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_json(value: Any) -> str:
     """``value`` as JSON with sorted keys and no spaces: equal values give equal text (and digests)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +75,14 @@ class JobSpec:
 
     def digest(self) -> str:
         """What makes two submissions of one key the same job: its kind and payload."""
-        return hashlib.sha256(canonical_json([self.kind, self.payload]).encode()).hexdigest()
+        return encoded(self)[1]
+
+
+def encoded(spec: JobSpec) -> tuple[str, str]:
+    """The payload as stored (:func:`canonical_json`) and the spec's digest: that of ``canonical_json([kind,
+    payload])``, whose text is built from the payload's, encoded once."""
+    payload = canonical_json(spec.payload)
+    return payload, hashlib.sha256(f"[{canonical_json(spec.kind)},{payload}]".encode()).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,7 +82,7 @@ def _fits(needs: Requirements, capacity: Capacity) -> bool:
         (capacity.max_jobs is None or capacity.max_jobs >= 1)
         and needs.cpus <= capacity.cpus
         and needs.memory_bytes <= capacity.memory_bytes
-        and all(capacity.resources.get(name, 0.0) >= amount for name, amount in needs.resources.items())
+        and (not needs.resources or all(capacity.resources.get(k, 0.0) >= v for k, v in needs.resources.items()))
     )
 
 
@@ -171,14 +171,24 @@ class Placement:
         with self._lock:
             return any(self._waiting[name] < self._depth(name) for name in self.workers)
 
-    def _free(self, name: str) -> Capacity:
-        capacity, used = self.workers[name], self._used[name]
-        return Capacity(
-            cpus=capacity.cpus - used[0] + 1e-9,
-            memory_bytes=capacity.memory_bytes - int(used[1]),
-            resources={k: v - self._resources[name][k] for k, v in capacity.resources.items()},
-            max_jobs=None if capacity.max_jobs is None else capacity.max_jobs - int(used[2]),
+    def _fits_now(self, needs: Requirements, name: str) -> bool:
+        """Whether ``needs`` fits what ``name`` has free now (asked for every job placed or started: no copies)."""
+        capacity, used, taken = self.workers[name], self._used[name], self._resources[name]
+        return (
+            (capacity.max_jobs is None or used[2] < capacity.max_jobs)
+            and needs.cpus <= capacity.cpus - used[0] + 1e-9
+            and needs.memory_bytes <= capacity.memory_bytes - used[1]
+            and (
+                not needs.resources
+                or all(capacity.resources.get(k, 0.0) - taken[k] >= v for k, v in needs.resources.items())
+            )
         )
+
+    def full(self, name: str) -> bool:
+        """Whether ``name`` runs as many jobs as it may at once (none more can start there now)."""
+        with self._lock:
+            capacity = self.workers.get(name)
+            return capacity is None or (capacity.max_jobs is not None and self._used[name][2] >= capacity.max_jobs)
 
     def pick(self, offered: list[Candidate]) -> list[tuple[int, str]]:
         """Assign what can be, in the order offered (highest priority first): each job to the worker that has room
@@ -197,7 +207,7 @@ class Placement:
                 ]
                 if not able:
                     continue
-                now = [n for n in able if _fits(job.requirements, self._free(n))]
+                now = [n for n in able if self._fits_now(job.requirements, n)]
                 worker = (
                     min(now, key=lambda n: self._used[n][0] / max(self.workers[n].cpus, 1e-9))
                     if now
@@ -213,13 +223,14 @@ class Placement:
         """Reserve what an assigned job needs on its worker, if it fits there now; returns whether it did."""
         with self._lock:
             _, worker, needs = self._assigned[job_id]
-            if worker not in self.workers or not _fits(needs, self._free(worker)):
+            if worker not in self.workers or not self._fits_now(needs, worker):
                 return False
             used = self._used[worker]
             used[0] += needs.cpus
             used[1] += needs.memory_bytes
             used[2] += 1
-            self._resources[worker].update(needs.resources)
+            if needs.resources:
+                self._resources[worker].update(needs.resources)
             self._waiting[worker] -= 1
             self._started.add(job_id)
             return True
@@ -240,7 +251,8 @@ class Placement:
             used[0] -= needs.cpus
             used[1] -= needs.memory_bytes
             used[2] -= 1
-            self._resources[worker].subtract(needs.resources)
+            if needs.resources:
+                self._resources[worker].subtract(needs.resources)
 
     def reserved(self, worker: str) -> tuple[float, int, int]:
         """(CPUs, memory bytes, jobs) reserved on ``worker`` now."""

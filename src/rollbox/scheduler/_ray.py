@@ -14,6 +14,7 @@ from typing import Any
 
 from rollbox import telemetry
 
+from ._episode_kind import API_KEY_VARIABLE
 from ._errors import PayloadError, SchedulerError
 from ._kinds import JobContext, Outcome, get_kind
 from ._model import Job
@@ -153,6 +154,9 @@ def ray_workers(address: str, *, grace_s: float = 30.0) -> list[RayWorker]:
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     actor_class = ray.remote(NodeActor)
+    # An openai: policy's key travels to the actors in their environment, never in a job's payload.
+    key = os.environ.get(API_KEY_VARIABLE)
+    options: dict[str, Any] = {"runtime_env": {"env_vars": {API_KEY_VARIABLE: key}}} if key else {}
     workers = []
     for node in ray.nodes():  # type: ignore[no-untyped-call]
         resources = node["Resources"]
@@ -167,6 +171,7 @@ def ray_workers(address: str, *, grace_s: float = 30.0) -> list[RayWorker]:
             num_cpus=0,
             max_concurrency=10_000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            **options,
         ).remote(2 * max(1, int(capacity.cpus)), grace_s)
         workers.append(RayWorker(f"ray:{node['NodeID'][:12]}", capacity, actor))
     if not workers:

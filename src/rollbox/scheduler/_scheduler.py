@@ -176,6 +176,7 @@ class Scheduler:
         needed = [(spec, self.requirements(spec)) for spec in batch]
         with telemetry.recording(self._events):
             added = self.store.submit(needed, max_queued=self.max_queued)
+        self._events.flush()
         self._wake.set()
         return [job for job, _ in added]
 
@@ -185,6 +186,7 @@ class Scheduler:
             cancelled = self.store.cancel(job_ids)
         for job_id in cancelled:
             self._abandon(job_id)
+        self._events.flush()
         return cancelled
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -196,17 +198,20 @@ class Scheduler:
             raise RuntimeError("open the scheduler first: 'async with Scheduler(...) as scheduler:'")
         with telemetry.recording(self._events), contextlib.ExitStack() as stack:
             stack.callback(self._nothing_queued)
-            beat_at = 0.0
+            beat_at = renew_at = 0.0
             while True:
                 await self._flush()
                 if time.monotonic() >= beat_at:
-                    await self._beat()
+                    renew = time.monotonic() >= renew_at  # a lease is renewed when a third of it has passed
+                    await self._beat(renew=renew)
                     beat_at = time.monotonic() + min(self.lease_s / 3, 1.0)
+                    renew_at = time.monotonic() + self.lease_s / 3 if renew else renew_at
                 leased = await self._fill()
                 busy = self._running or self._endings or any(self._ready.values())
                 idle = until_idle and not busy and not leased
                 if idle and await self._call(self.store.unfinished, self.runs) == 0:
                     return
+                self._events.flush()
                 if not leased:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), tick_s)
@@ -253,12 +258,18 @@ class Scheduler:
         """Start the jobs waiting for ``worker`` that fit there now, in order (smaller ones may pass one that does
         not fit yet)."""
         ready = self._ready[worker]
-        for job in list(ready):
-            if self.placement.start(job.id):
-                ready.remove(job)
-                task = asyncio.create_task(self._attempt(job), name=f"rollbox-job-{job.id}")
-                self._running[job.id] = _Running(job, task)
-                task.add_done_callback(functools.partial(self._done, job.id))
+        waiting: list[Job] = []
+        for index, job in enumerate(ready):
+            if self.placement.full(worker):  # as each job ends, this is asked: never go through the rest for nothing
+                waiting.extend(ready[index:])
+                break
+            if not self.placement.start(job.id):
+                waiting.append(job)
+                continue
+            task = asyncio.create_task(self._attempt(job))
+            self._running[job.id] = _Running(job, task)
+            task.add_done_callback(functools.partial(self._done, job.id))
+        ready[:] = waiting
 
     async def _attempt(self, job: Job) -> Ending:
         """Run one attempt on its worker, and say how it ended."""
@@ -386,13 +397,15 @@ class Scheduler:
         for job_id in lost:
             self._abandon(job_id)
 
-    async def _beat(self) -> None:
-        """Renew our leases, and return to the queue the jobs of those that died or whose deadline passed."""
-        alive = {name for name, worker in self.workers.items() if worker.alive()}
-        held = [job.id for name in alive for job in self._ready[name]]
-        held += [job_id for job_id, r in self._running.items() if r.job.worker in alive]
-        for job_id in await self._call(self.store.renew, self.owner, held, self.lease_s):
-            self._abandon(job_id)
+    async def _beat(self, *, renew: bool) -> None:
+        """Renew our leases (``renew``: each renewal is a write, made when a third of the lease has passed), and
+        return to the queue the jobs of those that died or whose deadline passed (every second)."""
+        if renew:
+            alive = {name for name, worker in self.workers.items() if worker.alive()}
+            held = [job.id for name in alive for job in self._ready[name]]
+            held += [job_id for job_id, r in self._running.items() if r.job.worker in alive]
+            for job_id in await self._call(self.store.renew, self.owner, held, self.lease_s):
+                self._abandon(job_id)
         await self._reap()
         now = time.time()
         for running in list(self._running.values()):

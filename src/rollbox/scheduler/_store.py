@@ -5,31 +5,28 @@ only by the holder of that lease (the lease is the owner and the attempt number 
 a scheduler that died before this commit is simply never written, the lease expires, and the job runs again;
 a result from a lease that expired meanwhile is refused. The ``results`` table holds at most one row per job.
 Every move of a job is checked against the state machine, written with its time, and reported as a
-``job.transition`` event once committed.
+``job.transition`` event once committed. A transaction handles its whole batch with a few statements (many jobs
+leased, many attempts ended at once), so that a busy scheduler spends little on each job.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollbox import telemetry
-
-from ._db import JOB_COLUMNS, Database, job_from_row
-from ._errors import IdempotencyConflict, JobNotFound, QueueFull
-from ._model import Job, JobSpec, Requirements, Transition, canonical_json
+from ._db import JOB_COLUMNS, Database, job_from_row, requirements_from_row
+from ._errors import IdempotencyConflict, QueueFull
+from ._model import Job, JobSpec, Requirements, Transition, canonical_json, encoded
 from ._reads import StoreReads
-from ._states import ACTIVE, TERMINAL, JobState, check_transition
+from ._reclaim import StoreReclaim
+from ._states import JobState, check_transition
+from ._writes import Ending, announce, end_jobs, give_up, needs_json, write_moves
 
 __all__ = ["Candidate", "Ending", "JobStore"]
-
-_LEASED = tuple(s.value for s in ACTIVE)
 
 
 @dataclass(frozen=True)
@@ -42,25 +39,16 @@ class Candidate:
     requirements: Requirements
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ending:
-    """How one attempt ended, as its lease holder reports it: a final state with the job's result, or
-    ``pending`` (an infrastructure failure, retried no sooner than ``not_before``)."""
-
-    job_id: int
-    attempt: int
-    target: JobState
-    status: str | None = None
-    reward: float | None = None
-    output: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    #: How the attempt ended (see :attr:`Attempt.outcome`).
-    outcome: str = "ok"
-    not_before: float = 0.0
-    at: float = 0.0
+def _chunks(values: Sequence[Any], size: int = 500) -> list[Sequence[Any]]:
+    """``values`` in pieces small enough for one statement's parameters."""
+    return [values[start : start + size] for start in range(0, len(values), size)]
 
 
-class JobStore(StoreReads):
+def _marks(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+class JobStore(StoreReads, StoreReclaim):
     """Jobs in SQLite (WAL) at ``path``; safe to share between threads and between processes.
 
     Args:
@@ -74,43 +62,6 @@ class JobStore(StoreReads):
     def close(self) -> None:
         """Close the database (idempotent)."""
         self.db.close()
-
-    # -- moves ------------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _record(db: sqlite3.Connection, moves: list[Transition], move: Transition) -> None:
-        check_transition(move.job_id, move.source, move.target)
-        moves.append(move)
-
-    @staticmethod
-    def _write_moves(db: sqlite3.Connection, moves: Sequence[Transition]) -> None:
-        db.executemany(
-            "INSERT INTO transitions (job_id, attempt, source, target, at, reason) VALUES (?, ?, ?, ?, ?, ?)",
-            [(m.job_id, m.attempt, m.source and m.source.value, m.target.value, m.at, m.reason) for m in moves],
-        )
-
-    @staticmethod
-    def _announce(moves: Sequence[Transition], runs: dict[int, str]) -> None:
-        for m in moves:
-            telemetry.emit(
-                "job.transition",
-                job_id=m.job_id,
-                run_id=runs.get(m.job_id),
-                attempt=m.attempt,
-                source=m.source and m.source.value,
-                target=m.target.value,
-                transition_at=m.at,
-                reason=m.reason,
-            )
-
-    def _runs_of(self, db: sqlite3.Connection, ids: Collection[int]) -> dict[int, str]:
-        found: dict[int, str] = {}
-        listed = list(ids)
-        for start in range(0, len(listed), 500):
-            chunk = listed[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            found.update(db.execute(f"SELECT id, run_id FROM jobs WHERE id IN ({marks})", chunk).fetchall())
-        return found
 
     # -- submission -------------------------------------------------------------------------------------------
 
@@ -126,72 +77,54 @@ class JobStore(StoreReads):
             QueueFull: more than ``max_queued`` jobs would be pending (nothing is added).
         """
         now = time.time()
-        moves: list[Transition] = []
-        out: list[tuple[Job, bool] | None] = [None] * len(specs)
+        texts = [encoded(spec) for spec, _ in specs]
         with self.db.write() as db:
-            keyed: dict[str, tuple[int, str]] = {}
-            keys = [spec.key for spec, _ in specs if spec.key is not None]
-            for start in range(0, len(keys), 500):
-                chunk = keys[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                for key, id_, digest in db.execute(f"SELECT key, id, digest FROM jobs WHERE key IN ({marks})", chunk):
-                    keyed[key] = (id_, digest)
-            fresh: list[int] = []
-            for index, (spec, _) in enumerate(specs):
-                known = keyed.get(spec.key) if spec.key is not None else None
-                if known is None:
-                    fresh.append(index)
-                    if spec.key is not None:
-                        keyed[spec.key] = (-1 - index, spec.digest())  # a later copy in this batch is this one
-                elif known[1] != spec.digest():
-                    raise IdempotencyConflict(
-                        f"idempotency key {spec.key!r} already names job {known[0]} with another kind or payload; "
-                        "a key names one job forever: use a new key for new work"
-                    )
+            known = self._known_keys(db, [spec.key for spec, _ in specs if spec.key is not None])
+            fresh, same = _new_specs(specs, texts, known)
             if max_queued is not None and fresh:
                 (pending,) = db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'").fetchone()
                 if pending + len(fresh) > max_queued:
                     raise self._full(db, pending, len(fresh), max_queued, now)
-            created: dict[int, int] = {}
-            for index in fresh:
-                spec, needs = specs[index]
-                cursor = db.execute(
-                    "INSERT INTO jobs (run_id, key, kind, payload, digest, state, priority, tenant, requirements, "
-                    "pool, max_attempts, deadline, submitted_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        spec.run_id,
-                        spec.key,
-                        spec.kind,
-                        canonical_json(spec.payload),
-                        spec.digest(),
-                        spec.priority,
-                        spec.tenant,
-                        canonical_json(needs.to_json()),
-                        needs.pool,
-                        spec.max_attempts,
-                        None if spec.deadline_s is None else now + spec.deadline_s,
-                        now,
-                        now,
-                    ),
-                )
-                assert cursor.lastrowid is not None
-                created[index] = cursor.lastrowid
-                self._record(db, moves, Transition(cursor.lastrowid, 0, None, JobState.PENDING, now, "submitted"))
-            self._write_moves(db, moves)
+            # Ids are given here, under the write lock (the next ones after the largest): the new jobs are made by
+            # one statement and need no reading back.
+            (largest,) = db.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()
+            made = {index: _new_job(number, *specs[index], now) for number, index in enumerate(fresh, largest + 1)}
+            db.executemany(
+                "INSERT INTO jobs (id, run_id, key, kind, payload, digest, state, priority, tenant, requirements, "
+                "pool, max_attempts, deadline, submitted_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_row(job, *texts[index]) for index, job in made.items()],
+            )
+            moves = [Transition(job.id, 0, None, JobState.PENDING, now, "submitted") for job in made.values()]
+            write_moves(db, moves)
             db.executemany(
                 "INSERT OR IGNORE INTO runs (id, created_at) VALUES (?, ?)", {(spec.run_id, now) for spec, _ in specs}
             )
-            for index, (spec, _) in enumerate(specs):
-                id_ = created.get(index)
-                if id_ is None:
-                    assert spec.key is not None
-                    id_ = keyed[spec.key][0]
-                    id_ = created[-1 - id_] if id_ < 0 else id_
-                row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (id_,)).fetchone()
-                out[index] = (job_from_row(row), index in created)
-        self._announce(moves, {id_: specs[index][0].run_id for index, id_ in created.items()})
-        return [item for item in out if item is not None]
+            stored: dict[int, Job] = {}
+            for chunk in _chunks(sorted({id_ for id_, _ in known.values()})):
+                for row in db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({_marks(chunk)})", chunk):
+                    stored[row[0]] = job_from_row(row)
+        announce(moves, {job.id: job.run_id for job in made.values()})
+        out: list[tuple[Job, bool]] = []
+        for index, (spec, _) in enumerate(specs):
+            if index in made:
+                out.append((made[index], True))
+            elif index in same:
+                out.append((made[same[index]], False))
+            else:
+                out.append((stored[known[str(spec.key)][0]], False))
+        return out
+
+    @staticmethod
+    def _known_keys(db: sqlite3.Connection, keys: list[str]) -> dict[str, tuple[int, str]]:
+        """The job id and digest of each of these keys that names a job already."""
+        known: dict[str, tuple[int, str]] = {}
+        for chunk in _chunks(keys):
+            for key, id_, digest in db.execute(
+                f"SELECT key, id, digest FROM jobs WHERE key IN ({_marks(chunk)})", chunk
+            ):
+                known[key] = (id_, digest)
+        return known
 
     @staticmethod
     def _full(db: sqlite3.Connection, pending: int, adding: int, bound: int, now: float) -> QueueFull:
@@ -234,43 +167,47 @@ class JobStore(StoreReads):
         where = ["state = 'pending'", "not_before <= ?"]
         args: list[Any] = [now]
         if runs is not None:
-            where.append(f"run_id IN ({','.join('?' * len(runs))})")
+            where.append(f"run_id IN ({_marks(list(runs))})")
             args.extend(runs)
         if skip_tenants:
-            where.append(f"tenant NOT IN ({','.join('?' * len(skip_tenants))})")
+            where.append(f"tenant NOT IN ({_marks(list(skip_tenants))})")
             args.extend(skip_tenants)
-        moves: list[Transition] = []
+        queue = f"FROM jobs INDEXED BY jobs_queue WHERE {' AND '.join(where)}"
+        # An idle scheduler asks at every turn of its loop: "nothing to lease" comes from a read, without taking the
+        # write lock from the other processes that share the database.
+        with self.db.read() as db:
+            if db.execute(f"SELECT 1 {queue} LIMIT 1", args).fetchone() is None:
+                return []
+        leased: list[Job] = []
         with self.db.write() as db:
             rows = db.execute(
-                "SELECT id, tenant, priority, requirements, pool FROM jobs INDEXED BY jobs_queue "
-                f"WHERE {' AND '.join(where)} ORDER BY priority DESC, id LIMIT ?",
+                f"SELECT id, tenant, priority, requirements, pool {queue} ORDER BY priority DESC, id LIMIT ?",
                 (*args, window),
             ).fetchall()
-            if not rows:
-                return []
             offered = [
-                Candidate(id_, tenant, priority, _requirements(req, pool)) for id_, tenant, priority, req, pool in rows
+                Candidate(id_, tenant, prio, requirements_from_row(req, pool)) for id_, tenant, prio, req, pool in rows
             ]
-            placed = pick(offered)
-            if not placed:
+            by_worker: dict[str, list[int]] = {}
+            for job_id, worker in pick(offered) if offered else []:
+                by_worker.setdefault(worker, []).append(job_id)
+            for worker, placed in by_worker.items():
+                for chunk in _chunks(placed):
+                    update = (
+                        "UPDATE jobs SET state = 'scheduled', lease_owner = ?, lease_expires = ?, "
+                        f"attempts = attempts + 1, worker = ?, updated_at = ? WHERE id IN ({_marks(chunk)}) "
+                        f"AND state = 'pending' RETURNING {JOB_COLUMNS}"
+                    )
+                    leased.extend(map(job_from_row, db.execute(update, (owner, now + lease_s, worker, now, *chunk))))
+            if not leased:
                 return []
-            leased: list[Job] = []
-            for job_id, worker in placed:
-                row = db.execute(
-                    "UPDATE jobs SET state = 'scheduled', lease_owner = ?, lease_expires = ?, attempts = attempts + 1, "
-                    "worker = ?, updated_at = ? WHERE id = ? AND state = 'pending' "
-                    f"RETURNING {JOB_COLUMNS}",
-                    (owner, now + lease_s, worker, now, job_id),
-                ).fetchone()
-                job = job_from_row(row)
-                leased.append(job)
-                self._record(db, moves, Transition(job.id, job.attempts, JobState.PENDING, JobState.SCHEDULED, now))
+            leased.sort(key=lambda job: job.id)
             db.executemany(
                 "INSERT INTO attempts (job_id, number, owner, worker, started_at) VALUES (?, ?, ?, ?, ?)",
                 [(job.id, job.attempts, owner, job.worker, now) for job in leased],
             )
-            self._write_moves(db, moves)
-        self._announce(moves, {job.id: job.run_id for job in leased})
+            moves = [Transition(job.id, job.attempts, JobState.PENDING, JobState.SCHEDULED, now) for job in leased]
+            write_moves(db, moves)
+        announce(moves, {job.id: job.run_id for job in leased})
         return leased
 
     def advance(self, owner: str, moves: Sequence[Transition]) -> list[int]:
@@ -293,63 +230,60 @@ class JobStore(StoreReads):
         """
         lost: list[int] = []
         done: list[Transition] = []
-        held = "SELECT state, failures, max_attempts FROM jobs WHERE id = ? AND lease_owner = ? AND attempts = ?"
+        ends: list[Ending] = []
+        unheld: list[tuple[float, int, int]] = []
         with self.db.write() as db:
+            held = self._held(db, owner, list({m.job_id for m in moves} | {e.job_id for e in endings}))
+            runs = {id_: row[4] for id_, row in held.items()}
+            moved: dict[int, Transition] = {}
             for move in moves:
-                row = db.execute(held, (move.job_id, owner, move.attempt)).fetchone()
-                if row is None:
+                row = held.get(move.job_id)
+                if row is None or row[3] != move.attempt:
                     lost.append(move.job_id)
                     continue
-                self._record(db, done, dataclasses.replace(move, source=JobState(row[0])))
-                db.execute(
-                    "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?", (move.target.value, move.at, move.job_id)
-                )
+                source = JobState(row[0])
+                check_transition(move.job_id, source, move.target)
+                done.append(Transition(move.job_id, move.attempt, source, move.target, move.at, move.reason))
+                row[0], moved[move.job_id] = move.target.value, move
             for end in endings:
-                row = db.execute(held, (end.job_id, owner, end.attempt)).fetchone()
-                if row is None:
+                row = held.pop(end.job_id, None)  # a second ending of the same job finds it held no more
+                if row is None or row[3] != end.attempt:
                     lost.append(end.job_id)
-                    db.execute(
-                        "UPDATE attempts SET ended_at = ?, outcome = 'lost' WHERE job_id = ? AND number = ? "
-                        "AND ended_at IS NULL",
-                        (end.at, end.job_id, end.attempt),
-                    )
+                    unheld.append((end.at, end.job_id, end.attempt))
                     continue
                 source, failures, max_attempts = JobState(row[0]), row[1], row[2]
                 spent = end.outcome == "infra_error" and end.target is JobState.PENDING and failures + 1 >= max_attempts
-                final = _give_up(end) if spent else end
-                self._record(db, done, Transition(end.job_id, end.attempt, source, final.target, end.at, end.error))
-                self._end(db, final)
-            self._write_moves(db, done)
-            runs = self._runs_of(db, {m.job_id for m in done})
-        self._announce(done, runs)
+                final = give_up(end) if spent else end
+                check_transition(end.job_id, source, final.target)
+                done.append(Transition(end.job_id, end.attempt, source, final.target, end.at, end.error))
+                ends.append(final)
+                moved.pop(end.job_id, None)  # its ending writes its state
+            db.executemany(
+                "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
+                [(m.target.value, m.at, id_) for id_, m in moved.items()],
+            )
+            db.executemany(
+                "UPDATE attempts SET ended_at = ?, outcome = 'lost' WHERE job_id = ? AND number = ? "
+                "AND ended_at IS NULL",
+                unheld,
+            )
+            end_jobs(db, ends)
+            write_moves(db, done)
+        announce(done, runs)
         return sorted(set(lost))
 
     @staticmethod
-    def _end(db: sqlite3.Connection, end: Ending) -> None:
-        """Write one ending (its move already checked)."""
-        failed = end.outcome in ("infra_error", "lease_expired")
-        db.execute(
-            "UPDATE jobs SET state = ?, lease_owner = NULL, lease_expires = NULL, not_before = ?, "
-            "failures = failures + ?, updated_at = ? WHERE id = ?",
-            (end.target.value, end.not_before, int(failed), end.at, end.job_id),
-        )
-        db.execute(
-            "UPDATE attempts SET ended_at = ?, outcome = ?, error = ? WHERE job_id = ? AND number = ?",
-            (end.at, end.outcome, end.error, end.job_id, end.attempt),
-        )
-        if end.target in TERMINAL:
-            db.execute(
-                "INSERT INTO results (job_id, state, status, reward, output, error, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    end.job_id,
-                    end.target.value,
-                    end.status,
-                    end.reward,
-                    json.dumps(end.output, separators=(",", ":")),
-                    end.error,
-                    end.at,
-                ),
-            )
+    def _held(db: sqlite3.Connection, owner: str, ids: list[int]) -> dict[int, list[Any]]:
+        """Those of these jobs whose lease ``owner`` holds: ``[state, failures, max_attempts, attempt, run]``."""
+        held: dict[int, list[Any]] = {}
+        for chunk in _chunks(ids):
+            for id_, *row in db.execute(
+                "SELECT id, state, failures, max_attempts, attempts, run_id FROM jobs "
+                f"WHERE lease_owner = ? AND id IN ({_marks(chunk)})",
+                (owner, *chunk),
+            ):
+                held[id_] = row
+        return held
 
     def renew(self, owner: str, job_ids: Collection[int], lease_s: float) -> list[int]:
         """Extend ``owner``'s leases of these jobs (its heartbeat); returns the ids whose lease it no longer holds."""
@@ -364,125 +298,65 @@ class JobStore(StoreReads):
             }
         return [id_ for id_ in job_ids if id_ not in held]
 
-    def expire(self, *, owners: Collection[str] = ()) -> list[int]:
-        """Return to the queue every job whose lease expired, or is held by one of ``owners`` (known dead): it is
-        retried at once, or, when its attempts are spent, completed as ``infra_error``. Returns their ids."""
-        now = time.time()
-        marks = ",".join("?" * len(owners))
-        dead = f" OR lease_owner IN ({marks})" if owners else ""
-        moves: list[Transition] = []
-        with self.db.write() as db:
-            rows = db.execute(
-                "SELECT id, attempts, failures, max_attempts, lease_owner FROM jobs INDEXED BY jobs_leased "
-                f"WHERE lease_owner IS NOT NULL AND (lease_expires < ?{dead})",
-                (now, *owners),
-            ).fetchall()
-            for id_, attempt, failures, max_attempts, holder in rows:
-                (state,) = db.execute("SELECT state FROM jobs WHERE id = ?", (id_,)).fetchone()
-                why = (
-                    f"the process of {holder}, which held its lease, is gone"
-                    if holder in owners
-                    else f"the lease of {holder} expired: its scheduler or worker stopped answering"
-                )
-                end = Ending(job_id=id_, attempt=attempt, target=JobState.PENDING, error=why, at=now)
-                end = _give_up(end) if failures + 1 >= max_attempts else end
-                end = dataclasses.replace(end, outcome="lease_expired")
-                self._record(db, moves, Transition(id_, attempt, JobState(state), end.target, now, why))
-                self._end(db, end)
-            self._write_moves(db, moves)
-            runs = self._runs_of(db, {m.job_id for m in moves})
-        self._announce(moves, runs)
-        return [row[0] for row in rows]
 
-    def expire_deadlines(self) -> list[int]:
-        """End as ``timed_out`` every pending job whose deadline passed; returns their ids. (A leased job past its
-        deadline is ended by its lease holder, which stops its work first.)"""
-        now = time.time()
-        moves: list[Transition] = []
-        with self.db.write() as db:
-            rows = db.execute(
-                "SELECT id, attempts FROM jobs WHERE deadline IS NOT NULL AND state = 'pending' AND deadline < ?",
-                (now,),
-            ).fetchall()
-            for id_, attempt in rows:
-                why = "its deadline passed while it was queued"
-                self._record(db, moves, Transition(id_, attempt, JobState.PENDING, JobState.TIMED_OUT, now, why))
-                self._end(db, Ending(job_id=id_, attempt=attempt, target=JobState.TIMED_OUT, error=why, at=now))
-            self._write_moves(db, moves)
-            runs = self._runs_of(db, {m.job_id for m in moves})
-        self._announce(moves, runs)
-        return [row[0] for row in rows]
+def _new_specs(
+    specs: Sequence[tuple[JobSpec, Requirements]], texts: list[tuple[str, str]], known: dict[str, tuple[int, str]]
+) -> tuple[list[int], dict[int, int]]:
+    """Which specs make new jobs (their indexes), and which repeat a key an earlier spec of the same batch makes
+    (index: that spec's index); the others name known jobs.
 
-    def release(self, owner: str) -> list[int]:
-        """Return every job ``owner`` holds to the queue at once, its attempt not counted against it (its scheduler
-        is stopping cleanly); returns their ids."""
-        now = time.time()
-        moves: list[Transition] = []
-        with self.db.write() as db:
-            rows = db.execute("SELECT id, attempts, state FROM jobs WHERE lease_owner = ?", (owner,)).fetchall()
-            for id_, attempt, state in rows:
-                why = "its scheduler stopped"
-                self._record(db, moves, Transition(id_, attempt, JobState(state), JobState.PENDING, now, why))
-                end = Ending(job_id=id_, attempt=attempt, target=JobState.PENDING, outcome="released", at=now)
-                self._end(db, end)
-            self._write_moves(db, moves)
-            runs = self._runs_of(db, {m.job_id for m in moves})
-        self._announce(moves, runs)
-        return [row[0] for row in rows]
-
-    def cancel(self, job_ids: Iterable[int], *, reason: str = "cancelled") -> list[int]:
-        """Cancel these jobs, whatever holds them (a holder's later result is refused); returns the ids cancelled
-        (those already final are left as they are)."""
-        now = time.time()
-        moves: list[Transition] = []
-        with self.db.write() as db:
-            for id_ in job_ids:
-                row = db.execute("SELECT state, attempts FROM jobs WHERE id = ?", (id_,)).fetchone()
-                if row is None:
-                    raise JobNotFound(f"no job {id_} in {self.path}; list them with 'rollbox jobs'")
-                if JobState(row[0]) in TERMINAL:
-                    continue
-                self._record(db, moves, Transition(id_, row[1], JobState(row[0]), JobState.CANCELLED, now, reason))
-                self._end(db, Ending(job_id=id_, attempt=row[1], target=JobState.CANCELLED, error=reason, at=now))
-            self._write_moves(db, moves)
-            runs = self._runs_of(db, {m.job_id for m in moves})
-        self._announce(moves, runs)
-        return [m.job_id for m in moves]
-
-    # -- owners -----------------------------------------------------------------------------------------------
-
-    def register_owner(self, owner: str, host: str, pid: int, started: str) -> None:
-        """Record a scheduler process, so that its successor can tell it died."""
-        with self.db.write() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO owners (id, host, pid, started, at) VALUES (?, ?, ?, ?, ?)",
-                (owner, host, pid, started, time.time()),
+    Raises:
+        IdempotencyConflict: a key names a job, or an earlier spec, with another kind or payload.
+    """
+    fresh: list[int] = []
+    same: dict[int, int] = {}
+    first: dict[str, tuple[int, str]] = {}
+    for index, (spec, _) in enumerate(specs):
+        if spec.key is None:
+            fresh.append(index)
+            continue
+        digest = texts[index][1]
+        found = known.get(spec.key)
+        earlier = first.get(spec.key)
+        if (found is not None and found[1] != digest) or (earlier is not None and earlier[1] != digest):
+            where = f"job {found[0]}" if found is not None else "an earlier job of the same submission"
+            raise IdempotencyConflict(
+                f"idempotency key {spec.key!r} already names {where} with another kind or payload; "
+                "a key names one job forever: use a new key for new work"
             )
-
-    def owners(self, host: str) -> list[tuple[str, int, str]]:
-        """The ``(owner, pid, start time)`` of every scheduler process registered on ``host``."""
-        with self.db.read() as db:
-            return [tuple(row) for row in db.execute("SELECT id, pid, started FROM owners WHERE host = ?", (host,))]
-
-    def forget_owners(self, owners: Collection[str]) -> None:
-        """Remove owners (dead, their leases returned, or stopped cleanly)."""
-        with self.db.write() as db:
-            db.executemany("DELETE FROM owners WHERE id = ?", [(o,) for o in owners])
+        if found is not None:
+            continue
+        if earlier is not None:
+            same[index] = earlier[0]
+            continue
+        first[spec.key] = (index, digest)
+        fresh.append(index)
+    return fresh, same
 
 
-def _give_up(end: Ending) -> Ending:
-    """``end`` (an infrastructure failure) for a job whose attempts are spent: completed, its result
-    ``infra_error`` with no reward, never the model's failure."""
-    return dataclasses.replace(
-        end,
-        target=JobState.COMPLETED,
-        status="infra_error",
-        reward=None,
-        output={},
-        error=f"gave up after attempt {end.attempt}: {end.error}",
+def _new_job(number: int, spec: JobSpec, needs: Requirements, now: float) -> Job:
+    return Job(
+        id=number,
+        run_id=spec.run_id,
+        key=spec.key,
+        kind=spec.kind,
+        payload=dict(spec.payload),
+        state=JobState.PENDING,
+        priority=spec.priority,
+        tenant=spec.tenant,
+        requirements=needs,
+        attempts=0,
+        max_attempts=spec.max_attempts,
+        submitted_at=now,
+        updated_at=now,
+        deadline=None if spec.deadline_s is None else now + spec.deadline_s,
     )
 
 
-def _requirements(text: str, pool: str) -> Requirements:
-    needs = json.loads(text)
-    return Requirements(cpus=needs["cpus"], memory_bytes=needs["memory_bytes"], resources=needs["resources"], pool=pool)
+def _row(job: Job, payload: str, digest: str) -> tuple[Any, ...]:
+    """The ``jobs`` row of a new job."""
+    needs = job.requirements
+    return (
+        job.id, job.run_id, job.key, job.kind, payload, digest, job.priority, job.tenant,
+        needs_json(needs), needs.pool, job.max_attempts, job.deadline, job.submitted_at, job.updated_at,
+    )  # fmt: skip

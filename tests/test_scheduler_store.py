@@ -1,0 +1,115 @@
+"""The job store's batches: many jobs moved and ended in one transaction, each exactly as alone; what an idle
+scheduler asks never takes the write lock; digests stay those of earlier stores; events lines are the events."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from rollbox.scheduler import JobSpec, JobState, JobStore, Requirements
+from rollbox.scheduler._events import RunEvents
+from rollbox.scheduler._model import Transition, canonical_json
+from rollbox.scheduler._store import Ending
+from rollbox.telemetry import Event
+
+
+def _leased(store: JobStore, count: int) -> list[tuple[int, int]]:
+    specs = [
+        (JobSpec(kind="exec", payload={"argv": ["true"], "i": i}, key=f"k{i}"), Requirements()) for i in range(count)
+    ]
+    store.submit(specs)
+    leased = store.lease("me", lambda offered: [(c.id, "w") for c in offered], window=count, lease_s=60)
+    return [(job.id, job.attempts) for job in leased]
+
+
+def test_moves_and_endings_of_many_jobs_in_one_batch(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.db")
+    (a, n), (b, _), (c, _), (d, _), (e, _) = _leased(store, 5)
+    moves = [Transition(job, n, None, JobState.RUNNING, 1.0) for job in (a, b, c, d)]
+    moves.append(Transition(b, n, None, JobState.GRADING, 2.0))
+    moves.append(Transition(e, n + 1, None, JobState.RUNNING, 1.0))  # another attempt's: not held
+    endings = [
+        Ending(job_id=a, attempt=n, target=JobState.COMPLETED, status="ok", reward=1.0, output={"x": 1}, at=3.0),
+        Ending(job_id=b, attempt=n, target=JobState.COMPLETED, status="failed", reward=0.0, at=3.0),
+        Ending(job_id=b, attempt=n, target=JobState.COMPLETED, status="passed", reward=1.0, at=4.0),  # twice: lost
+        Ending(job_id=c, attempt=n, target=JobState.PENDING, status="infra_error", outcome="infra_error", at=3.0),
+    ]
+    assert store.finish("me", endings, moves) == [b, e]
+    moved = {job: [(t.source, t.target) for t in store.transitions(job)][2:] for job in (a, b, c, d, e)}
+    assert moved == {
+        a: [(JobState.SCHEDULED, JobState.RUNNING), (JobState.RUNNING, JobState.COMPLETED)],
+        b: [(JobState.SCHEDULED, JobState.RUNNING), (JobState.RUNNING, JobState.GRADING),
+            (JobState.GRADING, JobState.COMPLETED)],
+        c: [(JobState.SCHEDULED, JobState.RUNNING), (JobState.RUNNING, JobState.PENDING)],
+        d: [(JobState.SCHEDULED, JobState.RUNNING)],
+        e: [],
+    }  # fmt: skip
+    states = {job: store.job(job) for job in (a, b, c, d, e)}
+    assert {job: s.state for job, s in states.items()} == {
+        a: JobState.COMPLETED, b: JobState.COMPLETED, c: JobState.PENDING, d: JobState.RUNNING, e: JobState.SCHEDULED,
+    }  # fmt: skip
+    assert [states[job].lease_owner for job in (a, b, c, d, e)] == [None, None, None, "me", "me"]
+    first = store.result(b)
+    assert first is not None and (first.status, first.reward) == ("failed", 0.0)  # the first ending is the result
+    result = store.result(a)
+    assert result is not None and (result.reward, result.output) == (1.0, {"x": 1})
+    assert store.result(c) is None and [x.outcome for x in store.attempts(c)] == ["infra_error"]
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT failures, updated_at FROM jobs WHERE id = ?", (c,)).fetchone() == (1, 3.0)
+        assert db.execute("SELECT updated_at FROM jobs WHERE id = ?", (d,)).fetchone() == (1.0,)
+    store.close()
+
+
+def _returns_while_locked(path: Path, call: Callable[[], object]) -> object:
+    """``call()`` while another connection holds the database's write lock (it would wait for it for a minute)."""
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    got: list[object] = []
+    try:
+        worker = threading.Thread(target=lambda: got.append(call()))
+        worker.start()
+        worker.join(timeout=20)
+        assert got, "it waited for the write lock"
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        worker.join()
+    return got[0]
+
+
+def test_an_idle_schedulers_checks_never_wait_for_the_write_lock(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.db")
+    _leased(store, 1)  # one job, leased: nothing pending, nothing expired, no deadline
+    pick = lambda offered: [(c.id, "w") for c in offered]  # noqa: E731
+    assert _returns_while_locked(store.path, lambda: store.lease("me", pick, window=8, lease_s=60)) == []
+    assert _returns_while_locked(store.path, lambda: store.expire(owners=["nobody"])) == []
+    assert _returns_while_locked(store.path, store.expire_deadlines) == []
+    store.close()
+
+
+def test_a_digest_is_that_of_the_canonical_kind_and_payload() -> None:
+    """Stores written before payloads were encoded once keep their keys: the same spec has the same digest."""
+    spec = JobSpec(kind='ex"é', payload={"b": [1, 2.5, None, {"z": 1, "a": "ü\n"}], "a": True})
+    expected = hashlib.sha256(canonical_json([spec.kind, spec.payload]).encode()).hexdigest()
+    assert spec.digest() == expected
+
+
+def test_event_lines_are_the_events(tmp_path: Path) -> None:
+    events = RunEvents(tmp_path)
+    sent = [
+        Event("job.transition", 1796337506.2891345, {"job_id": 3, "run_id": "r", "attempt": 1, "source": None,
+              "target": "pending", "transition_at": 1.25, "reason": 'why "x" é\n'}),
+        Event("job.transition", 2.5, {"job_id": 4, "run_id": "r", "attempt": 2, "source": "pending",
+              "target": "scheduled", "transition_at": 1796337506.139129, "reason": None}),
+        Event("pool.resize", 3.0, {"run_id": "r", "pool": '{"limits":{}}', "size": 2, "extra": [1, {"a": None}]}),
+    ]  # fmt: skip
+    for event in sent:
+        events.write(event)
+    events.flush()
+    lines = (tmp_path / "runs" / "r" / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [event.to_json() for event in sent]
+    events.close()
