@@ -5,6 +5,7 @@ warm pool) never see each other's writes."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,25 @@ def test_episodes_on_one_task_never_see_each_others_writes(tmp_path: Path) -> No
     assert again.startswith("2\ncalc.py\ntest_calc.py\n"), again  # pristine: no mine.txt, calc.py as it was
     assert "other_only.txt" in elsewhere and "mine.txt" not in elsewhere
     assert (task.workspace / "calc.py").read_text() == BUGGY and not (task.workspace / "mine.txt").exists()
+
+
+def test_the_first_observation_lists_the_workspace_as_it_is_now(tmp_path: Path) -> None:
+    task = write_calc_task(tmp_path / "calc")
+    (task.workspace / "pkg" / "sub").mkdir(parents=True)
+    time.sleep(2.1)  # old enough for its walk to be kept and reused (a directory changed just now never is)
+
+    async def first() -> str:
+        async with rollbox.make(task) as env:
+            return (await env.reset()).text
+
+    def listed(text: str) -> list[str]:
+        return text.split("/workspace:\n")[1].split("\n\n", maxsplit=1)[0].splitlines()
+
+    assert listed(asyncio.run(first())) == ["calc.py", "pkg/", "pkg/sub/", "test_calc.py"]
+    assert listed(asyncio.run(first())) == ["calc.py", "pkg/", "pkg/sub/", "test_calc.py"]  # the walk reused
+    (task.workspace / "pkg" / "sub" / "test_deep.py").write_text("def test_deep():\n    pass\n")
+    text = asyncio.run(first())
+    assert listed(text) == ["calc.py", "pkg/", "pkg/sub/", "pkg/sub/test_deep.py", "test_calc.py"]
+    assert "pkg/sub/test_deep.py" in text.split("The visible tests (")[1].split(")")[0]
+    (task.workspace / "pkg" / "sub").rename(task.workspace / "pkg" / "moved")
+    assert listed(asyncio.run(first())) == ["calc.py", "pkg/", "pkg/moved/", "pkg/moved/test_deep.py", "test_calc.py"]

@@ -1,5 +1,5 @@
-"""The task's workspace as an episode sees it: scanned once (its listing, its visible tests, its size), and the
-agent's workspace handed to the judge at the end.
+"""The task's workspace as an episode sees it (its listing, its visible tests: one walk, reused while none of its
+directories changes), and the agent's workspace handed to the judge at the end.
 
 The agent's /workspace itself is the sandbox's: a copy-on-write overlay of the task's workspace/ (or a copy, where
 the kernel cannot overlay it), which the sandbox lays in as it starts (``workspace=`` of a sandbox source).
@@ -7,11 +7,14 @@ the kernel cannot overlay it), which the sandbox lays in as it starts (``workspa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import functools
 import os
 import stat
 import tempfile
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,24 +22,29 @@ from pathlib import Path
 from rollbox.sandbox import Limits, Sandbox
 from rollbox.tasks import Task
 
-__all__ = ["WorkspaceScan", "final_workspace", "scan_workspace"]
+__all__ = ["WorkspaceScan", "final_workspace", "scan_workspace", "tree_size"]
 
-#: Left out of the listing and of the search for visible tests (never out of the sizes).
+#: Left out of the listing and of the search for visible tests.
 _IGNORED = frozenset({"__pycache__", ".git"})
+#: A directory changed this recently is not trusted to show its next change in its times (a change in the same
+#: tick of the file system's clock keeps them): a walk that met one is not kept.
+_RACY_NS = 2_000_000_000
+#: How many workspaces' walks a process keeps.
+_KEPT_SCANS = 64
 #: How many entries the agent may add to its workspace beyond the task's, for the export at the end.
 _MAX_NEW_FILES = 20_000
 
 
 @dataclass(frozen=True)
 class WorkspaceScan:
-    """What one walk of a task's workspace/ finds."""
+    """What one walk of a task's workspace/ finds: its paths, and what says whether they changed since."""
 
     #: Workspace-relative paths, sorted; directories end in ``/``; nothing under ``.git`` or ``__pycache__``.
     paths: tuple[str, ...]
-    #: Every entry (directories, files, links), ``.git`` included: what a copy of the tree holds.
-    entries: int
-    #: The bytes of all its regular files.
-    bytes: int
+    #: Each directory walked (relative; ``""``: the root) and its (inode, mtime, ctime) before it was read.
+    directories: tuple[tuple[str, tuple[int, int, int]], ...]
+    #: Whether a directory changed so recently (within 2 s of the walk) that a later change could keep its times.
+    racy: bool
 
     def listing(self, *, limit: int = 200) -> str:
         """The workspace as the agent first sees it: one path a line, at most ``limit`` of them."""
@@ -58,67 +66,113 @@ class WorkspaceScan:
         ]
         return tests, support
 
+    def unchanged(self, root: str) -> bool:
+        """Whether ``root``'s directories are as this walk found them, so that its paths are too: a name added,
+        removed or renamed changes its directory's ctime, which no program can set back."""
+        for rel, signature in self.directories:
+            try:
+                if _signature(os.stat(os.path.join(root, rel), follow_symlinks=False)) != signature:
+                    return False
+            except OSError:
+                return False
+        return True
+
 
 def _is_test(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
-def _walk(root: Path) -> WorkspaceScan:
+def _signature(info: os.stat_result) -> tuple[int, int, int]:
+    return info.st_ino, info.st_mtime_ns, info.st_ctime_ns
+
+
+def _walk(root: str) -> WorkspaceScan:
     paths: list[str] = []
-    entries = size = 0
-    stack: list[tuple[str, bool]] = [("", True)]  # (directory, listed: outside .git and __pycache__)
+    directories: list[tuple[str, tuple[int, int, int]]] = []
+    racy = False
+    stack = [""]
     while stack:
-        rel, listed = stack.pop()
-        with os.scandir(root / rel if rel else root) as found:
-            for entry in found:
+        rel = stack.pop()
+        where = os.path.join(root, rel)
+        info = os.stat(where, follow_symlinks=False)  # before reading it: a change meanwhile shows next time
+        directories.append((rel, _signature(info)))
+        racy = racy or info.st_ctime_ns > time.time_ns() - _RACY_NS
+        with os.scandir(where) as entries:
+            for entry in entries:
+                if entry.name in _IGNORED:
+                    continue
                 child = f"{rel}/{entry.name}" if rel else entry.name
-                shown = listed and entry.name not in _IGNORED
-                info = entry.stat(follow_symlinks=False)
-                entries += 1
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append((child, shown))
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(child)
                     child += "/"
-                elif stat.S_ISREG(info.st_mode):
-                    size += info.st_size
-                if shown:
-                    paths.append(child)
-    return WorkspaceScan(paths=tuple(sorted(paths)), entries=entries, bytes=size)
+                paths.append(child)
+    return WorkspaceScan(paths=tuple(sorted(paths)), directories=tuple(directories), racy=racy)
 
 
-@functools.lru_cache(maxsize=64)
-def _recorded(root: str, sha256: str) -> WorkspaceScan:
-    return _walk(Path(root))
+_scans: OrderedDict[str, WorkspaceScan] = OrderedDict()
+_scans_lock = threading.Lock()
 
 
 def scan_workspace(task: Task) -> WorkspaceScan:
-    """Walk ``task``'s workspace/. A task that records its workspace's sha256 (which :func:`rollbox.tasks.load_task`
-    checked) is walked once per process; any other, at every call.
+    """Walk ``task``'s workspace/, or reuse the last walk of it in this process when none of its directories
+    changed since (a check of one ``stat`` a directory: the start of an episode on a repository of 10,000 files
+    need not walk them all).
 
     Raises:
         OSError: the workspace cannot be read.
     """
-    if task.workspace_sha256 is not None:
-        return _recorded(os.path.realpath(task.workspace), task.workspace_sha256)
-    return _walk(task.workspace)
+    root = os.path.realpath(task.workspace)
+    with _scans_lock:
+        known = _scans.get(root)
+    if known is not None and known.unchanged(root):
+        return known
+    scan = _walk(root)
+    if not scan.racy:
+        with _scans_lock:
+            _scans[root] = scan
+            _scans.move_to_end(root)
+            while len(_scans) > _KEPT_SCANS:
+                _scans.popitem(last=False)
+    return scan
+
+
+def tree_size(root: Path) -> tuple[int, int]:
+    """The entries (directories, files, links) and the bytes of the regular files of the tree at ``root``: what
+    a copy of it holds.
+
+    Raises:
+        OSError: the tree cannot be read.
+    """
+    entries = size = 0
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as found:
+            for entry in found:
+                info = entry.stat(follow_symlinks=False)
+                entries += 1
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(entry.path)
+                elif stat.S_ISREG(info.st_mode):
+                    size += info.st_size
+    return entries, size
 
 
 @contextlib.asynccontextmanager
-async def final_workspace(sandbox: Sandbox, limits: Limits, task: WorkspaceScan) -> AsyncIterator[Path]:
+async def final_workspace(sandbox: Sandbox, limits: Limits, task: Task) -> AsyncIterator[Path]:
     """The agent's workspace copied out to a host directory for the judge, while the block runs.
 
-    The copy never follows a link and takes at most what the sandbox can hold: the task's workspace (``task``,
-    overlaid or copied in, which the disk limit does not count) and what the sandbox's disk could hold besides,
-    in at most 20,000 entries more than the task's.
+    The copy never follows a link and takes at most what the sandbox can hold: ``task``'s workspace (overlaid or
+    copied in, which the disk limit does not count) and what the sandbox's disk could hold besides, in at most
+    20,000 entries more than the task's.
 
     Raises:
         TreeTooLarge: the agent's workspace holds more than that (the agent's doing).
         OSError: the copy failed on the host.
     """
+    entries, size = await asyncio.to_thread(tree_size, task.workspace)
     root = os.environ.get("ROLLBOX_SCRATCH_DIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None)
     with tempfile.TemporaryDirectory(prefix="rollbox-episode-", dir=root) as scratch:
         workspace = Path(scratch) / "workspace"
-        await sandbox.read_tree(
-            workspace, max_bytes=task.bytes + limits.disk_bytes, max_files=task.entries + _MAX_NEW_FILES
-        )
+        await sandbox.read_tree(workspace, max_bytes=size + limits.disk_bytes, max_files=entries + _MAX_NEW_FILES)
         yield workspace
