@@ -36,7 +36,7 @@ class VisibleTests:
 
     def __init__(self, task: Task, scan: WorkspaceScan) -> None:
         self.task = task
-        self.tests, self.support = scan.visible_tests()
+        self.tests, self.support = scan.tests, scan.support
         self._graded: tuple[Task, tempfile.TemporaryDirectory[str]] | None = None
 
     def __bool__(self) -> bool:

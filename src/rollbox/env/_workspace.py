@@ -41,6 +41,10 @@ class WorkspaceScan:
 
     #: Workspace-relative paths, sorted; directories end in ``/``; nothing under ``.git`` or ``__pycache__``.
     paths: tuple[str, ...]
+    #: The visible tests: files named ``test_*.py`` or ``*_test.py``, as the judge names them.
+    tests: tuple[str, ...]
+    #: The files they need beside them: the ``conftest.py`` and ``__init__.py`` of their directories and those above.
+    support: tuple[str, ...]
     #: Each directory walked (relative; ``""``: the root) and its (inode, mtime, ctime) before it was read.
     directories: tuple[tuple[str, tuple[int, int, int]], ...]
     #: Whether a directory changed so recently (within 2 s of the walk) that a later change could keep its times.
@@ -51,20 +55,6 @@ class WorkspaceScan:
         shown = self.paths[:limit]
         more = f"\n... and {len(self.paths) - limit} more" if len(self.paths) > limit else ""
         return "\n".join(shown) + more if shown else "(the workspace is empty)"
-
-    def visible_tests(self) -> tuple[list[str], list[str]]:
-        """The visible tests (files named ``test_*.py`` or ``*_test.py``, as the judge names them) and the files
-        they need beside them: the ``conftest.py`` and ``__init__.py`` files of their directories and those above.
-        Paths are workspace-relative."""
-        files = [p for p in self.paths if not p.endswith("/")]
-        tests = [p for p in files if _is_test(p)]
-        folders = {""} | {"/".join(t.split("/")[:i]) for t in tests for i in range(1, t.count("/") + 1)}
-        support = [
-            p
-            for p in files
-            if p.rsplit("/", 1)[-1] in ("conftest.py", "__init__.py") and (p.rpartition("/")[0] in folders)
-        ]
-        return tests, support
 
     def unchanged(self, root: str) -> bool:
         """Whether ``root``'s directories are as this walk found them, so that its paths are too: a name added,
@@ -81,6 +71,16 @@ class WorkspaceScan:
 def _is_test(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def _visible(paths: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    files = [p for p in paths if not p.endswith("/")]
+    tests = [p for p in files if _is_test(p)]
+    folders = {""} | {"/".join(t.split("/")[:i]) for t in tests for i in range(1, t.count("/") + 1)}
+    support = [
+        p for p in files if p.rsplit("/", 1)[-1] in ("conftest.py", "__init__.py") and (p.rpartition("/")[0] in folders)
+    ]
+    return tuple(tests), tuple(support)
 
 
 def _signature(info: os.stat_result) -> tuple[int, int, int]:
@@ -107,7 +107,9 @@ def _walk(root: str) -> WorkspaceScan:
                     stack.append(child)
                     child += "/"
                 paths.append(child)
-    return WorkspaceScan(paths=tuple(sorted(paths)), directories=tuple(directories), racy=racy)
+    paths.sort()
+    tests, support = _visible(paths)
+    return WorkspaceScan(paths=tuple(paths), tests=tests, support=support, directories=tuple(directories), racy=racy)
 
 
 _scans: OrderedDict[str, WorkspaceScan] = OrderedDict()
