@@ -272,7 +272,7 @@ class FailingSandboxes:
     """A sandbox source on a host that cannot make sandboxes any more (what the judge sees when the host fails)."""
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+    async def sandbox(self, *, limits: Limits, network: Network, **kw: Any) -> AsyncIterator[Sandbox]:
         raise SandboxError("cannot start a sandbox: the host is out of memory")
         yield  # pragma: no cover
 

@@ -13,6 +13,7 @@ sandbox of its own, from the pristine task plus the agent's allowed changes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from rollbox import telemetry
-from rollbox.judge import Verdict, VerdictStatus, grade
+from rollbox.judge import Verdict, VerdictStatus, grade, task_sandboxes
 from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status, TreeTooLarge
+from rollbox.sandbox.runtime import LayerBuildError, PythonNotFound
 from rollbox.tasks import Task, load_task
 
 from ._budget import Budget
@@ -36,7 +38,7 @@ from ._tools import TOOLS, ActionError, ToolCall, parse_action
 from ._trajectory import Trajectory, Turn
 from ._types import EndReason, EpisodeState, Observation, StepInfo, StepResult
 from ._visible import VisibleTests
-from ._workspace import final_workspace, listing, seed_workspace
+from ._workspace import WorkspaceScan, final_workspace, scan_workspace
 
 __all__ = ["Episode", "make"]
 
@@ -55,7 +57,8 @@ def make(
 
     Args:
         sandboxes: Where the agent's sandbox comes from (default: a fresh one; or warm pools,
-            :class:`rollbox.sandbox.WarmSandboxes`).
+            :class:`rollbox.sandbox.WarmSandboxes`, which keep a pool per runtime layer and workspace). It is asked
+            for one with the task's runtime layer, variables and workspace.
         judge_sandboxes: Where the judge's sandboxes come from (default: fresh ones).
         shaped_rewards: Give each ``run_tests`` step the change in the visible tests' pass rate, graded by the
             judge, as its reward (off by default: the reward is 0.0 until the last step's verdict).
@@ -83,9 +86,10 @@ def make(
 class Episode:
     """One episode of a task: a single-use async context manager (see :func:`rollbox.make`).
 
-    :meth:`reset` opens the agent's sandbox and seeds /workspace; :meth:`step` runs one tool call; the episode
-    ends when the agent submits or a budget runs out, and is judged then. Its :attr:`trajectory` records every
-    turn. :meth:`close` (idempotent) releases the sandbox.
+    :meth:`reset` opens the agent's sandbox: the task's runtime layer (built on first use, as the judge builds it)
+    and variables, over a copy-on-write /workspace of the task's workspace/. :meth:`step` runs one tool call; the
+    episode ends when the agent submits or a budget runs out, and is judged then. Its :attr:`trajectory` records
+    every turn. :meth:`close` (idempotent) releases the sandbox.
     """
 
     def __init__(
@@ -108,7 +112,10 @@ class Episode:
         self._limits = dataclasses.replace(task.limits, timeout_s=budget.command_timeout_s or task.limits.timeout_s)
         self._stack = contextlib.AsyncExitStack()
         self._toolbox: Toolbox | None = None
-        self._visible = VisibleTests(task)
+        self._scan: WorkspaceScan | None = None
+        self._visible: VisibleTests | None = None
+        #: Why the episode cannot run (the task's runtime could not be had), once reset found out.
+        self._broken: str | None = None
         self._started = 0.0
         self._output = 0
         self._pass_rate: float | None = None
@@ -129,7 +136,20 @@ class Episode:
     @property
     def visible_tests(self) -> list[str]:
         """The task's visible tests (workspace paths), which ``run_tests`` runs."""
-        return list(self._visible.tests)
+        return list(self._visible_tests().tests)
+
+    def _visible_tests(self) -> VisibleTests:
+        if self._visible is None:
+            self._scan = self._scan or scan_workspace(self.task)
+            self._visible = VisibleTests(self.task, self._scan)
+        return self._visible
+
+    @property
+    def workspace_mode(self) -> str | None:
+        """How the agent's /workspace holds the task's workspace while the episode runs: ``"overlay"`` (copy-on-write
+        over the task's directory, which is never written) or ``"copy"`` (copied in, where the kernel cannot
+        overlay it); None before reset or without a sandbox."""
+        return self._toolbox.sandbox.workspace_mode if self._toolbox is not None else None
 
     @property
     def turns(self) -> int:
@@ -153,36 +173,69 @@ class Episode:
             raise EpisodeStateError(f"cannot {what}: this episode is {self.state.value}; {hint}")
 
     async def reset(self) -> Observation:
-        """Open the agent's sandbox, lay the task's workspace in it, and return the first observation: the
-        instruction and the workspace's listing.
+        """Open the agent's sandbox (the task's runtime, over its workspace) and return the first observation:
+        the instruction and the workspace's listing.
+
+        When the task's runtime layer cannot be had (its build failed, its Python is not installed here), the
+        observation says so with status ``infra_error``, nothing runs, and the next :meth:`step` (or
+        :meth:`end`) ends the episode with an ``infra_error`` verdict and reward ``None``: the task's or the
+        machine's failure, to be masked, never the agent's.
 
         Raises:
             EpisodeStateError: the episode was reset before (episodes are single-use).
             SandboxError, IsolationUnavailable: the sandbox could not be made (rollbox's or the host's failure).
-            OSError: the task's workspace could not be laid in it.
+            OSError: the task's workspace could not be read.
         """
         self._require(EpisodeState.NEW, "reset")
         self.state = EpisodeState.RUNNING
         try:
-            sandbox: Sandbox = await self._stack.enter_async_context(
-                self._sandboxes.sandbox(limits=self._limits, network=self.task.network)
+            # The workspace's walk (its listing, its visible tests) overlaps the sandbox's start.
+            scan, sandbox = await asyncio.gather(
+                asyncio.to_thread(scan_workspace, self.task), self._open(), return_exceptions=True
             )
-            await seed_workspace(sandbox, self.task)
-            if self.shaped_rewards and self._visible:
-                self._pass_rate = self._visible.pass_rate(
-                    await grade(self._visible.grading_task(), {}, sandboxes=self._judge_sandboxes)
-                )
+            if isinstance(sandbox, BaseException):
+                raise sandbox
+            if isinstance(scan, BaseException):
+                raise scan
+            self._scan = scan
+            visible = self._visible_tests()
+            if sandbox is not None:
+                self._toolbox = Toolbox(sandbox, visible)
+                if self.shaped_rewards and visible:
+                    self._pass_rate = visible.pass_rate(
+                        await grade(visible.grading_task(), {}, sandboxes=self._judge_sandboxes)
+                    )
         except BaseException:
             await self.close()
             raise
-        self._toolbox = Toolbox(sandbox, self._visible)
         self._started = time.monotonic()
         self.trajectory.started_at = time.time()
         observation = self._first_observation()
         self.trajectory.reset = observation
         return observation
 
+    async def _open(self) -> Sandbox | None:
+        """The agent's sandbox, from the task's sandboxes (:func:`rollbox.judge.task_sandboxes`, the judge's own
+        rule for a task's runtime), over a copy-on-write /workspace of the task's workspace/; None, with
+        ``_broken`` set, when the task's runtime cannot be had."""
+        try:
+            sandboxes = await task_sandboxes(self.task, self._sandboxes)
+        except (LayerBuildError, PythonNotFound) as exc:
+            self._broken = f"the task's runtime could not be prepared: {exc}"
+            return None
+        return await self._stack.enter_async_context(
+            sandboxes.sandbox(limits=self._limits, network=self.task.network, workspace=self.task.workspace)
+        )
+
     def _first_observation(self) -> Observation:
+        if self._broken is not None:
+            text = (
+                f"rollbox cannot run this episode: {self._broken}\n\nNothing will run; the episode ends at the next "
+                "step, unjudged (infra_error, no reward)."
+            )
+            observation = Observation(text=text, error=True, status=Status.INFRA_ERROR, full_bytes=len(text.encode()))
+            return self._cut(observation)
+        assert self._scan is not None and self._visible is not None
         tests = (
             f"The visible tests ({', '.join(self._visible.tests)}) run with run_tests(); grading uses hidden tests."
             if self._visible
@@ -190,7 +243,7 @@ class Episode:
         )
         text = (
             f"{self.task.instruction.strip() or 'Solve the task in /workspace.'}\n\n"
-            f"Your workspace, /workspace:\n{listing(self.task)}\n\n"
+            f"Your workspace, /workspace:\n{self._scan.listing()}\n\n"
             f"Tools: {', '.join(t['function']['name'] for t in TOOLS)}. {tests} Call submit() when you are done; "
             f"you have {self.budget.max_turns} turns."
         )
@@ -210,7 +263,6 @@ class Episode:
             EpisodeStateError: the episode was not reset, or has ended.
         """
         self._require(EpisodeState.RUNNING, "step")
-        assert self._toolbox is not None
         begin = time.monotonic()
         number = self.turns + 1
         end: EndReason | None = None
@@ -220,7 +272,10 @@ class Episode:
         except ActionError as exc:
             call, outcome = None, Outcome(f"Error: {exc}", error=True)
         left = self._wall_left()
-        if call is None:
+        if self._toolbox is None:
+            outcome = Outcome(f"Not carried out: {self._broken}", error=True)
+            end = EndReason.INFRA_ERROR
+        elif call is None:
             pass
         elif left <= 0:
             outcome, end = (
@@ -284,8 +339,9 @@ class Episode:
             assert self._verdict is not None
             return self._verdict
         self._require(EpisodeState.RUNNING, "end")
-        verdict = await self._finish(EndReason.STOPPED, None)
-        self._end(EndReason.STOPPED, verdict)
+        end = EndReason.STOPPED if self._toolbox is not None else EndReason.INFRA_ERROR
+        verdict = await self._finish(end, None)
+        self._end(end, verdict)
         return verdict
 
     def _budget_end(self, result: ExecResult | None, number: int) -> EndReason | None:
@@ -304,7 +360,7 @@ class Episode:
         if call is None or call.name != "run_tests" or not self._visible or self._toolbox is None:
             return 0.0
         try:
-            async with final_workspace(self._toolbox.sandbox, self._limits) as workspace:
+            async with final_workspace(self._toolbox.sandbox, self._limits, self.task) as workspace:
                 verdict = await grade(self._visible.grading_task(), workspace, sandboxes=self._judge_sandboxes)
         except (TreeTooLarge, OSError):
             return 0.0  # no grading, so no signal: the final verdict says what is wrong with the workspace
@@ -317,13 +373,17 @@ class Episode:
     async def _finish(self, end: EndReason, result: ExecResult | None) -> Verdict:
         """Judge the agent's workspace as it stands (or, when rollbox failed, an ``infra_error`` verdict), then
         release the agent's sandbox."""
-        assert self._toolbox is not None
         try:
-            if end is EndReason.INFRA_ERROR:
-                error = result.error if result and result.error else "the agent's sandbox failed"
-                return Verdict(task_id=self.task.id, status=VerdictStatus.INFRA_ERROR, reward=None, error=error)
+            if end is EndReason.INFRA_ERROR or self._toolbox is None:
+                error = self._broken or (result.error if result and result.error else None)
+                return Verdict(
+                    task_id=self.task.id,
+                    status=VerdictStatus.INFRA_ERROR,
+                    reward=None,
+                    error=error or "the agent's sandbox failed",
+                )
             try:
-                async with final_workspace(self._toolbox.sandbox, self._limits) as workspace:
+                async with final_workspace(self._toolbox.sandbox, self._limits, self.task) as workspace:
                     return await grade(self.task, workspace, sandboxes=self._judge_sandboxes)
             except TreeTooLarge as exc:  # what the agent wrote: its failure, never a masked infra_error
                 flag = {"code": "workspace_refused", "path": "", "detail": str(exc)}
@@ -346,7 +406,8 @@ class Episode:
         self.trajectory.verdict = verdict.to_json()
         self.trajectory.reward = verdict.reward
         self.trajectory.wall_s = time.monotonic() - self._started
-        self._visible.close()
+        if self._visible is not None:
+            self._visible.close()
         telemetry.emit(
             "episode.end",
             episode_id=self.trajectory.episode_id,
@@ -404,7 +465,8 @@ class Episode:
         try:
             await self._stack.aclose()
         finally:
-            self._visible.close()
+            if self._visible is not None:
+                self._visible.close()
             self.state = EpisodeState.CLOSED
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rollbox.sandbox import Status
+
 from ._episode import Episode
 from ._errors import PolicyError
 from ._trajectory import Trajectory, Turn, read_trajectories
@@ -149,7 +151,8 @@ def policy_from_name(name: str, **options: Any) -> Policy:
 async def run_episode(episode: Episode, policy: Policy, *, on_turn: Callable[[Turn], None] | None = None) -> Trajectory:
     """Run ``episode`` (new: it is reset here) with ``policy`` to its end, then close it; returns its trajectory.
 
-    ``on_turn`` is called after each turn, as it happens.
+    ``on_turn`` is called after each turn, as it happens. An episode whose task's runtime cannot be had ends
+    at once, ``infra_error`` and unjudged, without asking the policy.
 
     Raises:
         PolicyError: the policy could not act; the episode is closed unjudged.
@@ -159,6 +162,9 @@ async def run_episode(episode: Episode, policy: Policy, *, on_turn: Callable[[Tu
         if episode.trajectory.policy is None:
             episode.trajectory.policy = policy.name
         observation = await episode.reset()
+        if observation.status is Status.INFRA_ERROR:  # nothing can run (the task's runtime): no policy is asked
+            await episode.end()
+            return episode.trajectory
         agent = policy.start(episode)
         done = False
         while not done:

@@ -40,7 +40,8 @@ class EndReason(str, enum.Enum):
     OUTPUT = "output"
     #: The caller ended it (:meth:`Episode.end`: a trainer's own turn limit came first).
     STOPPED = "stopped"
-    #: rollbox or the host failed (the agent's sandbox, or exporting its workspace): no reward, mask it.
+    #: rollbox or the host failed (the task's runtime layer, the agent's sandbox, or exporting its workspace): no
+    #: reward, mask it.
     INFRA_ERROR = "infra_error"
 
 
@@ -53,7 +54,8 @@ class Observation:
     tool: str | None = None
     #: The action was malformed or could not be carried out (an error observation); it still counted a turn.
     error: bool = False
-    #: How the tool's command ended, for tools that run one (``bash``, ``run_tests``, writes).
+    #: How the tool's command ended, for tools that run one (``bash``, ``run_tests``, writes). At reset,
+    #: ``infra_error`` when the episode cannot run (the task's runtime could not be had): the next step ends it.
     status: Status | None = None
     exit_code: int | None = None
     #: The text was cut (to ``Budget.observation_bytes``, or to what ``Budget.output_bytes`` left).

@@ -22,7 +22,7 @@ from rollbox.judge import Verdict, VerdictStatus
 from rollbox.sandbox import ExecResult, Sandbox
 from rollbox.tasks import PytestGrading, RewardKind, RewardSpec, Task
 
-from ._workspace import visible_tests
+from ._workspace import WorkspaceScan
 
 __all__ = ["VisibleTests"]
 
@@ -31,11 +31,12 @@ _INI = "[pytest]\npythonpath = /workspace\n"
 
 
 class VisibleTests:
-    """The visible tests of one task, for one episode. :meth:`close` removes the host files it made."""
+    """The visible tests of one task (found in ``scan``, its workspace's), for one episode. :meth:`close` removes
+    the host files it made."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, scan: WorkspaceScan) -> None:
         self.task = task
-        self.tests, self.support = visible_tests(task)
+        self.tests, self.support = scan.tests, scan.support
         self._graded: tuple[Task, tempfile.TemporaryDirectory[str]] | None = None
 
     def __bool__(self) -> bool:
@@ -57,7 +58,10 @@ class VisibleTests:
             "--",
             *(f"{_DIR}/{t}" for t in self.tests),
         ]
-        return await sandbox.exec(argv, timeout_s=timeout_s, env={"PYTHONDONTWRITEBYTECODE": "1"}, cwd=_DIR)
+        # Plugins are not loaded from the environment's entry points, as the judge does not load them: the feedback
+        # is what grading sees, and a runtime's stray plugins cost nothing.
+        variables = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        return await sandbox.exec(argv, timeout_s=timeout_s, env=variables, cwd=_DIR)
 
     def grading_task(self) -> Task:
         """The task the judge grades for shaped rewards: the visible tests as hidden ones, reward ``pass_rate``."""

@@ -35,7 +35,7 @@ from pydantic import Field
 
 from rollbox.env import Episode, OpenAIPolicy, make
 from rollbox.judge import Verdict, VerdictStatus
-from rollbox.sandbox import RollboxError, SandboxSource, WarmSandboxes
+from rollbox.sandbox import RollboxError, SandboxSource, Status, WarmSandboxes
 
 from ._common import task_of
 
@@ -193,7 +193,7 @@ class RollboxHarness(vf.Harness[RollboxHarnessConfig]):  # type: ignore[misc,unu
         """Play one rollout: a new episode of the row's task, acted in until it ends (the reward judges it).
 
         Raises:
-            vf.SandboxError: the episode's sandbox could not be made.
+            vf.SandboxError: the episode's sandbox, or the task's runtime layer, could not be made.
             ValueError: the row names no rollbox task.
         """
         where = getattr(data, "task", None)
@@ -213,6 +213,8 @@ class RollboxHarness(vf.Harness[RollboxHarnessConfig]):  # type: ignore[misc,unu
             observation = await episode.reset()
         except RollboxError as exc:  # rollbox's or the host's failure, never the model's
             raise vf.SandboxError(f"rollbox could not start the episode's sandbox: {exc}") from exc
+        if observation.status is Status.INFRA_ERROR:  # the task's runtime could not be had: no model call is spent
+            raise vf.SandboxError(f"rollbox could not start the episode: {observation.text}")
         policy = OpenAIPolicy(
             ctx.model,
             base_url=endpoint,
