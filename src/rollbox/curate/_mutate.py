@@ -162,7 +162,8 @@ class _Sites(ast.NodeVisitor):
         outer = (self.function, self.active)
         self.function = qualname
         self.active = self.within is None or qualname in self.within
-        self._sites(node)
+        if self.active:
+            self._sites(node)
         super().generic_visit(node)
         self.function, self.active = outer
 
