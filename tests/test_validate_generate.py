@@ -13,7 +13,10 @@ from rollbox.tasks import load_task
 
 pytestmark = pytest.mark.slow
 
-CLAMP = "def clamp(x: int, lo: int, hi: int) -> int:\n    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n    return x\n"
+CLAMP = (
+    "def clamp(x: int, lo: int, hi: int) -> int:\n"
+    "    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n    return x\n"
+)
 #: Only values inside the range: every mutant of the two bounds' handling survives.
 WEAK_CASES = '{"args": [5, 0, 10], "expected": 5}\n{"args": [3, 0, 10], "expected": 3}\n'
 
@@ -24,7 +27,7 @@ def weak_task(root: Path) -> Path:
         "workspace/sol.py": "def clamp(x, lo, hi):\n    raise NotImplementedError\n",
         "solution/sol.py": CLAMP,
         "tests/cases.jsonl": WEAK_CASES,
-        "task.toml": '[grading]\nrunner = "function"\nmodule = "sol.py"\nentry_point = "clamp"\n\n[limits]\ntimeout = "5s"\n',
+        "task.toml": '[grading]\nrunner = "function"\nmodule = "sol.py"\nentry_point = "clamp"\n',
     }.items():
         (path / relative).parent.mkdir(parents=True, exist_ok=True)
         (path / relative).write_text(text)
