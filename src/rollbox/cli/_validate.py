@@ -82,11 +82,11 @@ def find_tasks(paths: list[Path]) -> list[Path]:
     return found
 
 
-class _Bar:
+class ProgressBar:
     """One line on a terminal: gradings done of planned, tasks done of all."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream, self.shown, self.last = stream, False, 0.0
+    def __init__(self, stream: TextIO, label: str = "validate") -> None:
+        self.stream, self.label, self.shown, self.last = stream, label, False, 0.0
 
     def __call__(self, progress: Progress) -> None:
         now = time.monotonic()
@@ -98,7 +98,7 @@ class _Bar:
         width = 30
         bar = "#" * int(share * width) + "-" * (width - int(share * width))
         self.stream.write(
-            f"\rvalidate [{bar}] {progress.done}/{progress.planned} gradings, "
+            f"\r{self.label} [{bar}] {progress.done}/{progress.planned} gradings, "
             f"{progress.tasks_done}/{progress.tasks} tasks"
         )
         self.stream.flush()
@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     except TaskFormatError as exc:
         print(f"rollbox validate: invalid task: {exc}", file=sys.stderr)
         return 2
-    bar = _Bar(sys.stderr) if sys.stderr.isatty() else None
+    bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     try:
         reports = asyncio.run(
             validate(

@@ -11,8 +11,10 @@ from ._candidates import Candidate, CandidateKind
 from ._grader import Progress
 from ._html import render_html
 from ._mutate import Mutant, Operator, mutants
+from ._pypi import SynthError
 from ._reasons import Decision, Reason, ReasonCode
 from ._report import CandidateResult, MutantResult, TaskReport
+from ._synth import PackageYield, SynthOptions, SynthReport, synthesize
 from ._validate import ValidateOptions, validate
 
 __all__ = [
@@ -23,9 +25,13 @@ __all__ = [
     "Mutant",
     "MutantResult",
     "Operator",
+    "PackageYield",
     "Progress",
     "Reason",
     "ReasonCode",
+    "SynthError",
+    "SynthOptions",
+    "SynthReport",
     "TaskReport",
     "ValidateOptions",
     "ValidationCache",
@@ -33,5 +39,6 @@ __all__ = [
     "mutants",
     "render_html",
     "rollbox_home",
+    "synthesize",
     "validate",
 ]

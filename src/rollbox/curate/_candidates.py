@@ -18,7 +18,26 @@ from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGr
 from ._reference import Reference, Target, is_test_file, read_tree
 from ._source import Edit, apply_edits, functions
 
-__all__ = ["Candidate", "CandidateKind", "hack_candidates", "replace_bodies", "trivial_candidates"]
+__all__ = ["ESSENTIAL", "Candidate", "CandidateKind", "hack_candidates", "replace_bodies", "trivial_candidates"]
+
+#: The candidates a quick validation grades: one of each kind of trick (the others vary these).
+ESSENTIAL = frozenset(
+    {
+        "untouched_workspace",
+        "empty_body",
+        "return_none",
+        "not_implemented",
+        "echo_input",
+        "always_equal",
+        "exit_at_import",
+        "conftest_rewrite",
+        "test_edits",
+        "read_expected_from_test",
+        "read_expected_from_files",
+        "forged_report",
+        "reward_file",
+    }
+)
 
 
 class CandidateKind(str, enum.Enum):

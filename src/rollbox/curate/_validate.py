@@ -29,13 +29,14 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from rollbox import telemetry
 from rollbox.judge import Outcome, Verdict, VerdictStatus
 from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
 from ._cache import ValidationCache, content_hash
-from ._candidates import Candidate, hack_candidates, trivial_candidates
+from ._candidates import ESSENTIAL, Candidate, hack_candidates, trivial_candidates
 from ._contradictions import contradictions
 from ._generate import generate_cases, write_fix
 from ._grader import Grader, Progress
@@ -76,6 +77,9 @@ class ValidateOptions:
     max_generated: int = 200
     #: Whether to write the stronger cases as a new file of the task (the old one kept).
     fix: bool = False
+    #: Every trivial and hack candidate, or only one of each kind of trick (``essential``: for tasks whose every
+    #: grading is expensive, such as a package's whole test suite).
+    candidates: Literal["all", "essential"] = "all"
 
     def __post_init__(self) -> None:
         for name in ("runs", "pressure_runs"):
@@ -84,6 +88,8 @@ class ValidateOptions:
         for name in ("reruns", "max_mutants", "max_generated"):
             if getattr(self, name) < 0:
                 raise ValueError(f"ValidateOptions.{name} must not be negative, got {getattr(self, name)}")
+        if self.candidates not in ("all", "essential"):
+            raise ValueError(f"ValidateOptions.candidates must be 'all' or 'essential', got {self.candidates!r}")
         if not 0.0 <= self.min_kill_ratio <= 1.0:
             raise ValueError(f"ValidateOptions.min_kill_ratio must be from 0 to 1, got {self.min_kill_ratio}")
 
@@ -178,6 +184,9 @@ class _TaskRun:
         self.reasons += contradictions(task)
         trivials = trivial_candidates(task, reference)
         hacks = hack_candidates(task, reference)
+        if self.options.candidates == "essential":
+            trivials = [c for c in trivials if c.name in ESSENTIAL]
+            hacks = [c for c in hacks if c.name in ESSENTIAL]
         variants = (
             [ordered(task, seed, self.scratch) for seed in range(self.options.runs)] if reference is not None else []
         )
