@@ -137,13 +137,21 @@ def split_tree(layout: Layout, workspace: Path, tests: Path, environment: Enviro
         else:
             shutil.copy2(source, tests / source.name)
             source.unlink()
+    shim = "import sys\n" + "".join(f"sys.path.insert(0, {p!r})\n" for p in environment.python_path)
     conftest = tests / "conftest.py"
     root_conftest = workspace / "conftest.py"
-    shim = "".join(f"sys.path.insert(0, {p!r})\n" for p in environment.python_path)
-    parts = [f"import sys\n\n{shim}\n"]
+    text = conftest.read_text(encoding="utf-8", errors="replace") if conftest.is_file() else ""
     if root_conftest.is_file():
-        parts.append(root_conftest.read_text(encoding="utf-8", errors="replace") + "\n")
+        text = root_conftest.read_text(encoding="utf-8", errors="replace") + "\n" + text
         root_conftest.unlink()
-    if conftest.is_file():
-        parts.append(conftest.read_text(encoding="utf-8", errors="replace"))
-    conftest.write_text("".join(parts), encoding="utf-8")
+    conftest.write_text(_with_shim(text, shim), encoding="utf-8")
+    package = tests / "__init__.py"  # a package's __init__ runs before its conftest: it needs the path too
+    if package.is_file():
+        package.write_text(_with_shim(package.read_text(encoding="utf-8", errors="replace"), shim), encoding="utf-8")
+
+
+def _with_shim(text: str, shim: str) -> str:
+    """``text`` (a module) with ``shim`` as its first statements, after any ``from __future__`` imports."""
+    lines = text.splitlines(keepends=True)
+    after = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
+    return "".join(lines[:after]) + shim + "\n" + "".join(lines[after:])
