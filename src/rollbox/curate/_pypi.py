@@ -53,12 +53,20 @@ def fetch_sdist(spec: str, *, cache: Path | None = None) -> Sdist:
             match the index's digest.
     """
     name, _, version = spec.partition("==")
-    url = f"{INDEX}/{name}/{version}/json" if version else f"{INDEX}/{name}/json"
+    url = f"{INDEX}/{name}/json"
     try:
         info = json.loads(_get(url))
     except ValueError:
-        raise SynthError(f"the index's answer for {spec!r} is not JSON") from None
-    sdists = [u for u in info.get("urls", []) if u.get("packagetype") == "sdist"]
+        raise SynthError(f"the index's answer for {name!r} is not JSON") from None
+    files = info.get("urls", [])
+    if version and info.get("info", {}).get("version") != version:
+        # The project's page lists every release's files (some mirrors serve no per-version page).
+        if version not in info.get("releases", {}):
+            known = ", ".join(list(info.get("releases", {}))[-5:])
+            raise SynthError(f"{name} has no release {version} on the index (the latest: {known})")
+        files = info["releases"][version]
+        info["info"]["version"] = version
+    sdists = [u for u in files if u.get("packagetype") == "sdist"]
     if not sdists:
         raise SynthError(f"{spec} has no source distribution on the index; pick another release or package")
     chosen = sdists[0]
