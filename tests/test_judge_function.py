@@ -295,7 +295,7 @@ def test_drivers_fork_a_zygote_only_where_one_runs_or_is_starting() -> None:
     """A fresh sandbox runs the driver in one plain interpreter (starting a zygote for a single command costs
     more); a warm-Python sandbox forks its zygote (warm pools make them by default), and so does one whose zygote
     an earlier command started."""
-    from rollbox.judge._drivers import driver_command
+    from rollbox.judge.runners._drivers import driver_command
     from rollbox.sandbox import FreshSandboxes, Limits, Network, WarmSandboxes
 
     async def main() -> list[tuple[list[str], bool]]:

@@ -280,7 +280,7 @@ def test_a_parametrized_case_the_candidate_drops_from_collection_is_missing(task
 
 
 def test_the_cases_a_module_lists_are_counted_where_the_lists_are_literal() -> None:
-    from rollbox.judge._pytest import _expected, _static_ids
+    from rollbox.judge.runners._pytest import _expected, _static_ids
 
     source = textwrap.dedent("""
         import pytest

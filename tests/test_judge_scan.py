@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.judge._scan import scan_changes
+from rollbox.judge.integrity._scan import scan_changes
 
 
 def scan(tmp_path: Path, source: str, name: str = "solution.py") -> set[str]:

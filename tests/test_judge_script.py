@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
-from rollbox.judge._report import RunnerReport
-from rollbox.judge._script import parse_reward, run_script
+from rollbox.judge.runners._report import RunnerReport
+from rollbox.judge.runners._script import parse_reward, run_script
 from rollbox.sandbox import Status
 from rollbox.tasks import ScriptGrading, Task, load_task
 

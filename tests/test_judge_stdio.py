@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
-from rollbox.judge._stdio import outputs_match, run_stdio
+from rollbox.judge.runners._stdio import outputs_match, run_stdio
 from rollbox.sandbox import Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError, load_task
 from rollbox.tasks._cases import load_stdio_cases

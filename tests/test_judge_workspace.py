@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.judge._workspace import (
+from rollbox.judge.integrity._workspace import (
     Changes,
     Flag,
     WorkspaceError,

@@ -134,7 +134,7 @@ TOUCHING = (RENICE_AGENT, PIN_AGENT)
 
 @pytest.mark.parametrize("leave", [*TOUCHING, "true", "echo x > /workspace/f; mkdir -p a/b/c; chmod 000 a"])
 def test_an_untouched_agent_is_kept_and_a_touched_one_replaced(leave: str) -> None:
-    from rollbox.sandbox._namespaces import NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
 
     if NamespaceHost.get().runtime_in_writable_tree:
         pytest.skip("the interpreter lives under /tmp here: such sandboxes always restart on reset")
@@ -480,7 +480,7 @@ def test_a_replacement_that_cannot_be_made_is_reported_to_the_next_borrower_at_o
 def test_a_tree_too_large_to_empty_in_place_is_replaced_instead() -> None:
     # Emptying runs on the event loop, which every sandbox of the process shares: past EMPTY_IN_PLACE_MAX entries the
     # sandbox restarts with a new tree instead (the old one goes with its namespaces, in the kernel).
-    from rollbox.sandbox._state import EMPTY_IN_PLACE_MAX
+    from rollbox.sandbox.namespaces._state import EMPTY_IN_PLACE_MAX
 
     roomy = Limits(timeout_s=20, cpu_time_s=10, memory_bytes=256 * 2**20, pids=32, disk_bytes=64 * 2**20)
 

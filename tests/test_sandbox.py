@@ -21,7 +21,7 @@ import pytest
 
 import rollbox
 from rollbox import ExecResult, Limits, Sandbox, SandboxStateError, Status
-from rollbox.sandbox._agent import Usage, classify
+from rollbox.sandbox.agent._protocol import Usage, classify
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
@@ -170,7 +170,7 @@ def test_close_leaves_nothing_behind() -> None:
 
 def test_a_sandbox_that_cannot_start_says_why_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import STATE_DIR
-    from rollbox.sandbox._namespaces import NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
 
     def sandbox_dirs() -> set[Path]:
         return set((STATE_DIR / "sandboxes").glob("*"))
@@ -222,7 +222,7 @@ def test_a_tree_held_by_the_spawner_serves_as_a_detached_one_and_leaves_nothing(
 
     script = textwrap.dedent("""
         import asyncio, os, re, rollbox
-        from rollbox.sandbox._spawner import Spawner
+        from rollbox.sandbox.agent._spawner import Spawner
         def held():  # trees mounted in the spawner's namespace: /tmp/<sandbox id> there
             with open(f"/proc/{Spawner.running().pid}/mountinfo") as f:
                 return sum(bool(re.fullmatch("/tmp/[0-9a-f]{12}", line.split()[4])) for line in f)
@@ -359,6 +359,51 @@ def test_write_tree_copies_files_and_links_never_following_them(tmp_path: Path) 
     assert result.stdout_text == "7\n/etc/shadow\npkg\n", result
 
 
+def test_read_tree_copies_the_workspace_out_as_written_never_following_a_link(tmp_path: Path) -> None:
+    script = (
+        "mkdir -p pkg/deep && echo 'VALUE = 7' > pkg/impl.py && echo x > pkg/deep/leaf"
+        " && printf '#!/bin/sh\\n' > run.sh && chmod +x run.sh"
+        " && ln -s /etc/passwd escape && ln -s pkg linked_dir && mkfifo pipe && echo t > /tmp/t"
+    )
+
+    async def main() -> tuple[int, int]:
+        async with Sandbox(limits=FAST) as sb:
+            assert (await sb.exec(["sh", "-c", script])).status is Status.OK
+            return await sb.read_tree(tmp_path / "out"), await sb.read_tree(tmp_path / "pkg", "pkg/deep")
+
+    count, deep = asyncio.run(main())
+    out = tmp_path / "out"
+    assert count == 7 and deep == 1  # pkg, pkg/impl.py, pkg/deep, pkg/deep/leaf, run.sh, escape, linked_dir
+    assert (out / "pkg" / "impl.py").read_text() == "VALUE = 7\n" and (tmp_path / "pkg" / "leaf").read_text() == "x\n"
+    assert os.access(out / "run.sh", os.X_OK) and not os.access(out / "pkg" / "impl.py", os.X_OK)
+    assert os.readlink(out / "escape") == "/etc/passwd" and os.readlink(out / "linked_dir") == "pkg"
+    assert not (out / "pipe").exists() and not (out / "t").exists()
+
+
+def test_read_tree_stops_at_its_limits_and_refuses_paths_outside_the_sandbox(tmp_path: Path) -> None:
+    async def main() -> list[str]:
+        errors = []
+        async with Sandbox(limits=FAST) as sb:
+            # A sparse file costs the program no disk: its size must not be what the copy trusts.
+            await sb.exec(["sh", "-c", "truncate -s 10M sparse && touch a b c"])
+            with pytest.raises(rollbox.sandbox.TreeTooLarge) as caught:
+                await sb.read_tree(tmp_path / "out", max_bytes=2**20)
+            errors.append(str(caught.value))
+            with pytest.raises(rollbox.sandbox.TreeTooLarge) as caught:
+                await sb.read_tree(tmp_path / "out", max_files=2)
+            errors.append(str(caught.value))
+            for outside in ("../etc", "/etc", "/proc/self"):
+                with pytest.raises(ValueError):
+                    await sb.read_tree(tmp_path / "out", outside)
+            await sb.exec(["sh", "-c", "rm sparse && ln -s /etc dir"])
+            with pytest.raises(OSError, match="symbolic link"):
+                await sb.read_tree(tmp_path / "out2", "dir")
+        return errors
+
+    errors = asyncio.run(main())
+    assert "more than 1048576 bytes" in errors[0] and "more than 2 entries" in errors[1]
+
+
 @pytest.mark.slow
 def test_a_command_may_run_longer_than_any_internal_wait() -> None:
     # Regression: the wait for the agent's exit report once had a fixed bound shorter than the command's limit.
@@ -380,7 +425,7 @@ def test_orphans_are_reaped_at_once_and_never_count_against_the_pids_limit() -> 
 
 
 def test_a_new_state_directory_on_disk_gets_a_tmpfs_and_one_in_use_is_never_mounted_over(tmp_path: Path) -> None:
-    from rollbox.sandbox._state import StateDir, _on_tmpfs
+    from rollbox.sandbox.namespaces._state import StateDir, _on_tmpfs
 
     if _on_tmpfs(tmp_path):
         pytest.skip(f"{tmp_path} is on a tmpfs already: nothing would be mounted")
@@ -476,7 +521,7 @@ def test_an_oom_kill_from_outside_the_sandbox_is_the_hosts_failure_not_the_progr
     """A command killed by an out-of-memory killer while no limit of the sandbox's was reached (the machine, or a
     cgroup above rollbox's, ran out) gets ``infra_error``: it did nothing wrong. Simulated with a parent cgroup
     whose memory limit is below the sandbox's; a command over its own limit there is still ``memory_limit``."""
-    from rollbox.sandbox._cgroup import CgroupTree
+    from rollbox.sandbox.namespaces._cgroup import CgroupTree
 
     tree = CgroupTree.detect()
     name = f"rollbox-test-outside-oom-{os.getpid()}"
@@ -520,8 +565,8 @@ def test_a_supervisor_killed_for_the_machines_memory_is_an_infra_error() -> None
     spawner, launchers and agents stay there), then leaves it, so that it is never the OOM killer's choice (killed,
     it could not report, and would leave its sandbox's directory behind); a process started there takes 300, and
     the agent is the OOM killer's first choice."""
-    from rollbox.sandbox._cgroup import CgroupTree
-    from rollbox.sandbox._native import agent_binary
+    from rollbox.sandbox.agent._build import agent_binary
+    from rollbox.sandbox.namespaces._cgroup import CgroupTree
 
     tree = CgroupTree.detect()
     name = f"rollbox-test-helpers-oom-{os.getpid()}"
@@ -643,7 +688,7 @@ def test_a_start_cancelled_at_any_moment_leaves_no_process() -> None:
 
 def test_a_cancelled_start_of_the_process_backend_leaves_nothing() -> None:
     from conftest import cancel_while_opening, living_children
-    from rollbox.sandbox._spawner import Spawner
+    from rollbox.sandbox.agent._spawner import Spawner
 
     def leftovers() -> set[str]:
         return {p.name for p in Path(tempfile.gettempdir()).glob("rollbox-process-*")}
@@ -799,7 +844,7 @@ def test_a_start_short_of_descriptors_says_so_and_what_it_made_is_removed_at_the
     import resource
 
     from rollbox.sandbox import SandboxError
-    from rollbox.sandbox._namespaces import NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
 
     def open_fds() -> set[str]:
         return set(os.listdir("/proc/self/fd"))

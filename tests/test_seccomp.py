@@ -22,7 +22,7 @@ import textwrap
 import pytest
 
 from rollbox.sandbox._errors import IsolationUnavailable
-from rollbox.sandbox._seccomp import DENIED_SYSCALLS, build_filter
+from rollbox.sandbox.namespaces._seccomp import DENIED_SYSCALLS, build_filter
 
 if shutil.which("bwrap") is None:
     pytest.skip("bubblewrap (`bwrap`) is not on PATH; these tests run programs under it", allow_module_level=True)

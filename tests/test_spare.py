@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import TIME_SCALE, own_sandbox_processes
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 from rollbox.sandbox import WarmSandboxes
-from rollbox.sandbox._cgroup import CgroupTree
+from rollbox.sandbox.namespaces._cgroup import CgroupTree
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 

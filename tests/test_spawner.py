@@ -12,7 +12,7 @@ import pytest
 
 from conftest import living_children
 from rollbox import Limits, Sandbox
-from rollbox.sandbox._spawner import Spawner
+from rollbox.sandbox.agent._spawner import Spawner
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 

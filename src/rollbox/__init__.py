@@ -3,6 +3,10 @@
 Isolated sandboxes, a judge whose rewards cannot be gamed, and everything between a policy and its optimizer.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .sandbox import (
     Backend,
     ExecResult,
@@ -22,6 +26,20 @@ from .sandbox import (
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from .env import Episode
+
+
+def make(task: Any, **options: Any) -> Episode:
+    """An agent episode of ``task`` (a task directory or a loaded task): see :func:`rollbox.env.make`.
+
+    rollbox.env (and the judge it uses) is imported on the first call, so that ``import rollbox`` stays light.
+    """
+    from .env import make as make_episode
+
+    return make_episode(task, **options)
+
+
 __all__ = [
     "Backend",
     "ExecResult",
@@ -37,5 +55,6 @@ __all__ = [
     "SandboxStateError",
     "Status",
     "__version__",
+    "make",
     "run",
 ]

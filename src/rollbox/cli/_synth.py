@@ -1,4 +1,4 @@
-"""``rollbox synth`` (``rollbox tasks synth`` once the ``tasks`` group lands): bug-fix tasks from real packages."""
+"""``rollbox tasks synth``: bug-fix tasks from real Python packages."""
 
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ requirements are missing there is reported and skipped.
 exit status: 0 when at least one task was made, 1 when none was, 2 on a usage error, 130 when interrupted.
 
 examples:
-  rollbox synth inflection cachetools more-itertools tasks/synth
-  rollbox synth isodate==0.7.2 tasks/synth --max-mutants 100 --json
+  rollbox tasks synth inflection iniconfig isodate tasks/synth
+  rollbox tasks synth isodate==0.7.2 tasks/synth --max-mutants 100 --json
 """
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``synth`` subcommand to ``commands`` (the ``tasks`` group's subcommands, or the top level)."""
+    """Add the ``synth`` verb to ``commands`` (the ``tasks`` group's verbs)."""
     p = commands.add_parser(
         "synth",
         help="make bug-fix tasks from real Python packages",
@@ -51,18 +51,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _run(args: argparse.Namespace) -> int:
     if len(args.packages) < 2:
-        print("rollbox synth: give at least one PACKAGE and then DEST", file=sys.stderr)
+        print("rollbox tasks synth: give at least one PACKAGE and then DEST", file=sys.stderr)
         return 2
     *packages, dest = args.packages
     if args.max_mutants < 1 or (args.workers is not None and args.workers < 1):
-        print("rollbox synth: --max-mutants and --workers must be at least 1", file=sys.stderr)
+        print("rollbox tasks synth: --max-mutants and --workers must be at least 1", file=sys.stderr)
         return 2
     options = SynthOptions(max_mutants=args.max_mutants, validate=not args.no_validate)
     bar = ProgressBar(sys.stderr, "synth") if sys.stderr.isatty() else None
     try:
         report = asyncio.run(synthesize(packages, Path(dest), options=options, workers=args.workers, on_progress=bar))
     except IsolationUnavailable as exc:
-        print(f"rollbox synth: cannot run packages' tests here: {exc}", file=sys.stderr)
+        print(f"rollbox tasks synth: cannot run packages' tests here: {exc}", file=sys.stderr)
         return 1
     finally:
         if bar is not None:

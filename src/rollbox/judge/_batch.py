@@ -14,12 +14,12 @@ import os
 from collections.abc import AsyncGenerator, Hashable, Iterable, Mapping
 
 from rollbox.sandbox import SandboxSource, WarmSandboxes
-from rollbox.sandbox._batch import as_finished
+from rollbox.sandbox.pool._batch import as_finished
 from rollbox.tasks import Task
 
-from ._check_variants import MAX_VARIANTS
 from ._grade import Solution, grade
 from ._verdict import Verdict, VerdictStatus
+from .runners._check_variants import MAX_VARIANTS
 
 __all__ = ["grade_batch", "pool_size"]
 

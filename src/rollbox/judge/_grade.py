@@ -14,14 +14,14 @@ from typing import Any
 from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
-from ._function import run_function
-from ._pytest import run_pytest
-from ._report import RunnerReport
-from ._scan import scan_changes
-from ._script import run_script
-from ._stdio import run_stdio
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
-from ._workspace import Candidate, WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
+from .integrity._scan import scan_changes
+from .integrity._workspace import Candidate, WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
+from .runners._function import run_function
+from .runners._pytest import run_pytest
+from .runners._report import RunnerReport
+from .runners._script import run_script
+from .runners._stdio import run_stdio
 
 __all__ = ["Solution", "grade"]
 

@@ -3,13 +3,14 @@
 The lowest layer of rollbox; it imports nothing else of rollbox.
 """
 
-from ._batch import Program, run_batch
-from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError
+from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError, TreeTooLarge
 from ._limits import Limits, Network, parse_duration, parse_size
-from ._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
 from ._process import InsecureBackendWarning
 from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
+from .pool._batch import Program, run_batch
+from .pool._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
+from .pool._resizable import ResizablePool
 
 __all__ = [
     "Backend",
@@ -21,6 +22,7 @@ __all__ = [
     "Network",
     "PoolExhausted",
     "Program",
+    "ResizablePool",
     "RollboxError",
     "Sandbox",
     "SandboxError",
@@ -28,6 +30,7 @@ __all__ = [
     "SandboxSource",
     "SandboxStateError",
     "Status",
+    "TreeTooLarge",
     "WarmSandboxes",
     "parse_duration",
     "parse_size",

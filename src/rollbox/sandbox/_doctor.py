@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ._cgroup import CgroupTree
 from ._errors import RollboxError
-from ._native import agent_binary
+from .agent._build import agent_binary
+from .namespaces._cgroup import CgroupTree
 
 __all__ = ["Check", "diagnose"]
 

@@ -8,7 +8,9 @@ rollbox or its host that happen before anything ran, and for misuse of the API::
     ├── IsolationUnavailable     this machine cannot give the isolation asked for (not root, no C
     │                            compiler, no user namespaces, no usable cgroup, unsupported architecture, ...)
     ├── SandboxError             the sandbox could not be built, or broke in a way that is rollbox's fault
-    └── SandboxStateError        the API was misused (exec on a closed sandbox, re-entering a sandbox)
+    ├── SandboxStateError        the API was misused (exec on a closed sandbox, re-entering a sandbox)
+    └── TreeTooLarge             a tree copied out of a sandbox held more than the caller allowed: what the
+                                 program wrote, never a fault of rollbox's
 
 Once a sandbox is running, an infrastructure fault during an ``exec`` comes back as a result with status
 ``infra_error`` and a readable ``error``, so that batch callers never lose the other results.
@@ -31,3 +33,7 @@ class SandboxError(RollboxError):
 
 class SandboxStateError(RollboxError):
     """A sandbox was used in a state that does not allow the operation (for example, after close)."""
+
+
+class TreeTooLarge(RollboxError):
+    """A sandbox tree being copied out held more files or bytes than allowed (the program's doing)."""

@@ -14,7 +14,9 @@ import os
 import stat
 import struct
 
-__all__ = ["read_beneath", "resolve_sandbox_path", "symlink_beneath", "write_beneath"]
+from ._errors import TreeTooLarge
+
+__all__ = ["copy_out_beneath", "read_beneath", "resolve_sandbox_path", "symlink_beneath", "write_beneath"]
 
 _SYS_OPENAT2 = 437  # the same number on x86_64 and on the asm-generic architectures (aarch64)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -26,11 +28,12 @@ _libc = ctypes.CDLL(None, use_errno=True)
 WRITABLE_ROOTS = {"/workspace": "workspace", "/tmp": "tmp"}
 
 
-def resolve_sandbox_path(path: str | os.PathLike[str]) -> tuple[str, str]:
+def resolve_sandbox_path(path: str | os.PathLike[str], *, directory: bool = False) -> tuple[str, str]:
     """Split a sandbox path into (writable root name, path relative to it, normalized: ``a/b``).
 
-    A relative path is relative to /workspace; an absolute one must lie in /workspace or /tmp. Plain string work
-    (every file the host writes into a sandbox passes here; ``pathlib`` took half of writing a small one).
+    A relative path is relative to /workspace; an absolute one must lie in /workspace or /tmp. With
+    ``directory``, the root itself is allowed (relative part ``""``). Plain string work (every file the host
+    writes into a sandbox passes here; ``pathlib`` took half of writing a small one).
 
     Raises:
         ValueError: the path is outside the writable roots, climbs out with ``..`` or holds a NUL.
@@ -46,7 +49,7 @@ def resolve_sandbox_path(path: str | os.PathLike[str]) -> tuple[str, str]:
     name = WRITABLE_ROOTS.get("/" + parts[0]) if parts else None
     if name is None:
         raise ValueError(f"sandbox path {text!r} is outside the writable directories ({', '.join(WRITABLE_ROOTS)})")
-    if len(parts) == 1:
+    if len(parts) == 1 and not directory:
         raise ValueError(f"sandbox path {text!r} is a directory, not a file")
     return name, "/".join(parts[1:])
 
@@ -87,6 +90,68 @@ def read_beneath(root: str, relative: str, max_bytes: int | None = None) -> byte
     if max_bytes is not None and len(data) > max_bytes:
         raise OSError(errno.EFBIG, f"{relative} holds more than {max_bytes} bytes")
     return data
+
+
+def copy_out_beneath(root: str, relative: str, dest: str, *, max_bytes: int | None, max_files: int | None) -> int:
+    """Copy the directory ``relative`` under ``root`` (``""``: root itself) to the host directory ``dest``.
+
+    Files keep their executable bit, links are copied as links (never followed), other special files are
+    skipped. Every directory is opened again from ``root`` beneath it without following links (the program may
+    swap a directory for a link meanwhile); files are read through that fd with ``O_NOFOLLOW``. Bytes are
+    counted as read, not as ``st_size`` says (a file may grow while it is copied). Returns the entry count.
+
+    Raises:
+        TreeTooLarge: more than ``max_files`` entries or ``max_bytes`` bytes (what is copied so far stays).
+    """
+    count, total = 0, 0
+    stack = [""]  # directories below ``relative``; not recursion: a tree can be thousands of levels deep
+    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        while stack:
+            directory = stack.pop()
+            dirfd = _openat2(
+                rootfd, "/".join(p for p in (relative, directory) if p) or ".", os.O_RDONLY | os.O_DIRECTORY
+            )
+            try:
+                target = os.path.join(dest, directory)
+                os.makedirs(target, exist_ok=True)
+                for name in sorted(os.listdir(dirfd)):
+                    info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+                        continue
+                    count += 1
+                    if max_files is not None and count > max_files:
+                        raise TreeTooLarge(f"the tree {relative or '.'!r} holds more than {max_files} entries")
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append(f"{directory}/{name}" if directory else name)
+                    elif stat.S_ISLNK(info.st_mode):
+                        os.symlink(os.readlink(name, dir_fd=dirfd), os.path.join(target, name))
+                    else:
+                        budget = None if max_bytes is None else max_bytes - total
+                        total += _copy_file(dirfd, name, os.path.join(target, name), info.st_mode, budget)
+                        if max_bytes is not None and total > max_bytes:
+                            raise TreeTooLarge(f"the tree {relative or '.'!r} holds more than {max_bytes} bytes")
+            finally:
+                os.close(dirfd)
+    finally:
+        os.close(rootfd)
+    return count
+
+
+def _copy_file(dirfd: int, name: str, dest: str, mode: int, budget: int | None) -> int:
+    """Copy one regular file, reading at most ``budget + 1`` bytes; the bytes read."""
+    # O_NONBLOCK: a FIFO swapped in meanwhile must not hang the host.
+    fd = _regular(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd), name)
+    copied = 0
+    with os.fdopen(fd, "rb") as source, open(dest, "wb") as out:
+        while budget is None or copied <= budget:
+            chunk = source.read(1 << 20 if budget is None else min(1 << 20, budget + 1 - copied))
+            if not chunk:
+                break
+            out.write(chunk)
+            copied += len(chunk)
+    os.chmod(dest, 0o755 if mode & 0o111 else 0o644)
+    return copied
 
 
 def _open_parent(root: str, relative: str, *, uid: int, gid: int) -> int:

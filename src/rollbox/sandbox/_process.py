@@ -16,11 +16,11 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from ._agent import AgentConnection, ExecGroup, Exited, Usage
 from ._errors import SandboxError
 from ._limits import Limits
-from ._native import agent_binary
-from ._spawner import Spawner
+from .agent._build import agent_binary
+from .agent._protocol import AgentConnection, ExecGroup, Exited, Usage
+from .agent._spawner import Spawner
 
 __all__ = ["InsecureBackendWarning", "ProcessSandbox"]
 

@@ -18,13 +18,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-from ._agent import AgentConnection, ExecGroup, ExecRequest, Spare
 from ._errors import SandboxError, SandboxStateError
-from ._files import read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
+from ._files import copy_out_beneath, read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
 from ._limits import Limits, Network
-from ._namespaces import PATH, NamespaceSandbox
 from ._process import ProcessSandbox
 from ._result import ExecResult, Status
+from .agent._protocol import AgentConnection, ExecGroup, ExecRequest, Spare
+from .namespaces._backend import PATH, NamespaceSandbox
 
 __all__ = ["Backend", "Sandbox", "run"]
 
@@ -412,6 +412,33 @@ class Sandbox:
         """
         root, relative = resolve_sandbox_path(path)
         return read_beneath(os.path.join(self._open().writable_root, root), relative, max_bytes)
+
+    async def read_tree(
+        self,
+        dest: str | os.PathLike[str],
+        path: str = ".",
+        *,
+        max_bytes: int | None = None,
+        max_files: int | None = None,
+    ) -> int:
+        """Copy the sandbox directory ``path`` (relative: under /workspace; ``"."``: all of /workspace) to the
+        host directory ``dest``, made if missing; the mirror image of :meth:`write_tree`.
+
+        Links are copied as links and never followed, other special files are skipped, and nothing the program
+        does meanwhile (swapping a directory for a link, growing a file) leads the host outside the sandbox's
+        tree. Returns the entry count. Runs in a worker thread: a large tree does not hold the event loop.
+
+        Raises:
+            ValueError: ``path`` is outside /workspace and /tmp.
+            TreeTooLarge: the tree holds more than ``max_files`` entries or ``max_bytes`` bytes of files; what
+                the program wrote, so a caller grading it treats this as the program's failure.
+            OSError: the directory is missing or passes through a symbolic link.
+        """
+        root, relative = resolve_sandbox_path(path, directory=True)
+        tree = os.path.join(self._open().writable_root, root)
+        return await asyncio.to_thread(
+            copy_out_beneath, tree, relative, os.fspath(dest), max_bytes=max_bytes, max_files=max_files
+        )
 
 
 def _done(spare: Spare) -> asyncio.Future[Spare | ExecResult]:

@@ -1,0 +1,288 @@
+"""Starting sandbox launchers from a small helper process (``agent.c spawner``) instead of from rollbox itself.
+
+A fork, even a vfork, copies the parent's table of descriptors, and the child then closes each one it must not
+keep. With a thousand sandboxes open rollbox holds a few thousand, and each launch blocked the event loop for about
+6 ms doing that. The spawner holds a handful: rollbox sends it the command and the descriptors to pass, and gets
+back the new process's pid and a pidfd, without waiting on anything but a socket.
+
+    spawner = Spawner.get()
+    launched = await spawner.spawn(argv, pass_fds=[sock, seccomp], cwd="/")
+    launched.pid, launched.stderr, launched.exited(), launched.kill(), await launched.wait(timeout_s=2)
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import os
+import select
+import signal
+import socket
+import struct
+import threading
+from collections.abc import Sequence
+
+from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox._settle import settled
+
+from ._build import agent_binary
+from ._protocol import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
+
+__all__ = ["Launched", "Spawner"]
+
+_MSG_SPAWN, _MSG_HOLD, _MSG_RELEASE = 7, 8, 9
+_SPAWN_WITH_TREE = 1
+_ANSWER = struct.Struct("<i")
+_MAX_FDS = 6  # besides the reply socket and stderr (SPAWN_FDS in agent.c)
+_ANSWER_TIMEOUT_S = 10.0
+#: An idle worker waits for work until the process exits: the spawner's parent thread.
+_LASTING_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollbox-spawner")
+_STARTING = threading.Lock()
+
+
+class Launched:
+    """A process the spawner started: its pid, a pidfd that follows it (its pid may be reused once it is gone;
+    the pidfd never refers to another process), and the read end of its stderr."""
+
+    def __init__(self, pid: int, pidfd: int, stderr: int) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+        self.stderr = stderr
+
+    def exited(self, timeout_s: float = 0.0) -> bool:
+        """Whether it has ended, waiting up to ``timeout_s`` (blocking) for it to."""
+        return self._pidfd < 0 or pidfd_ended(self._pidfd, timeout_s)
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait, without blocking the event loop, up to ``timeout_s`` for it to end; whether it did."""
+        if self.exited():
+            return True
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(self._pidfd, resolve, ended)
+        try:
+            await asyncio.wait_for(ended, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            loop.remove_reader(self._pidfd)
+
+    def kill(self) -> None:
+        """SIGKILL it (nothing when it has ended)."""
+        if self._pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def read_stderr(self) -> str:
+        """What it wrote to stderr so far (never waits)."""
+        if self.stderr < 0:
+            return ""
+        os.set_blocking(self.stderr, False)
+        chunks = []
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.stderr, 65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode(errors="replace").strip()
+
+    def close_stderr(self) -> None:
+        """Stop reading its stderr: what it writes there from now on fails (EPIPE) and is lost (idempotent)."""
+        if self.stderr >= 0:
+            os.close(self.stderr)
+            self.stderr = -1
+
+    def close(self) -> None:
+        """Release the pidfd and stderr (idempotent; the process itself is not touched)."""
+        for fd in (self._pidfd, self.stderr):
+            if fd >= 0:
+                os.close(fd)
+        self._pidfd = self.stderr = -1
+
+
+class Spawner:
+    """This process's spawner, started on first use and again if it died (with it, everything it started).
+
+    It is started from a thread of its own that lasts as long as this process: a parent-death signal fires when
+    the thread that started the child ends, and the thread that opened the first sandbox may end long before
+    sandboxes other threads opened.
+    """
+
+    _instance: Spawner | None = None
+
+    def __init__(self) -> None:
+        ours, theirs = roomy_socketpair()
+        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        actions = [
+            (os.POSIX_SPAWN_DUP2, devnull, 0),
+            (os.POSIX_SPAWN_DUP2, devnull, 1),
+            (os.POSIX_SPAWN_DUP2, theirs.fileno(), 3),
+        ]
+        agent = str(agent_binary())
+        try:
+            self.pid = _LASTING_THREAD.submit(
+                os.posix_spawn, agent, [agent, "spawner", "3"], {}, file_actions=actions
+            ).result()
+        except OSError as exc:
+            ours.close()
+            raise SandboxError(f"cannot start rollbox's spawner {agent_binary()}: {exc.strerror}") from exc
+        finally:
+            os.close(devnull)
+            theirs.close()
+        self._sock = ours
+        self._pidfd = os.pidfd_open(self.pid)
+        self._owner = os.getpid()
+        atexit.register(self.close)
+
+    @classmethod
+    def get(cls) -> Spawner:
+        """The running spawner (a new one when the last has ended, which is then reaped)."""
+        with _STARTING:  # event loops in two threads: one spawner
+            current = cls._instance
+            if current is None or not current.alive or current._owner != os.getpid():
+                if current is not None:
+                    current.close()
+                cls._instance = current = cls()
+            return current
+
+    @property
+    def alive(self) -> bool:
+        """Whether it is running (not closed, not ended)."""
+        return self._sock.fileno() >= 0 and not pidfd_ended(self._pidfd)
+
+    @classmethod
+    def running(cls) -> Spawner | None:
+        """This process's spawner, if one is running (none is started)."""
+        current = cls._instance
+        return current if current is not None and current.alive and current._owner == os.getpid() else None
+
+    async def spawn(
+        self, argv: Sequence[str], *, pass_fds: Sequence[int] = (), cwd: str = "/", tree: str | None = None
+    ) -> Launched:
+        """Start ``argv`` (a path, not looked up) in ``cwd`` with an empty environment, stdin and stdout on
+        /dev/null, stderr on a new pipe, and ``pass_fds`` as its fds 3, 4, ... in that order; with ``tree``, a
+        clone of that held tree (see :meth:`hold`) as the fd after them.
+
+        Raises:
+            SandboxError: the spawner could not start it (the program not being runnable shows later, as a
+                process that ended at once with the reason on its stderr).
+        """
+        if len(pass_fds) > _MAX_FDS:
+            raise ValueError(f"at most {_MAX_FDS} fds can be passed, got {len(pass_fds)}")
+        strings = [cwd, *argv, *([tree] if tree is not None else [])]
+        header = EXEC_HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, _SPAWN_WITH_TREE if tree else 0, 0, 0, 0)
+        message = header + b"".join(s.encode() + b"\0" for s in strings)
+        reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        stderr_r = stderr_w = -1
+        try:
+            stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)  # in the try: a host out of descriptors fails here
+            fds = array.array("i", [reply_theirs.fileno(), stderr_w, *pass_fds])
+            self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            reply_theirs.close()
+            os.close(stderr_w)
+            stderr_w = -1
+            reading = asyncio.ensure_future(_read_answer(reply))
+            if await settled(reading):
+                # The spawner may have started it already: it must not run on with nobody watching it, nor be
+                # still dying when the cancellation is through.
+                with contextlib.suppress(Exception):
+                    started = Launched(*reading.result(), -1)
+                    started.kill()
+                    started.exited(_ANSWER_TIMEOUT_S)
+                    started.close()
+                raise asyncio.CancelledError
+            answer, pidfd = reading.result()
+        except BaseException:
+            if stderr_r >= 0:
+                os.close(stderr_r)
+            raise
+        finally:
+            reply.close()
+            reply_theirs.close()
+            if stderr_w >= 0:
+                os.close(stderr_w)
+        return Launched(answer, pidfd, stderr_r)
+
+    def hold(self, tree_fd: int, name: str) -> None:
+        """Keep the detached mount ``tree_fd`` mounted under ``name`` (hexadecimal) in the spawner's own mount
+        namespace, for kernels that cannot clone a detached mount: the host's mount table stays as it is (each new
+        namespace copies it whole), and the tree goes with the spawner however rollbox ends.
+
+        Raises:
+            SandboxError: the spawner could not.
+        """
+        self._ask(_MSG_HOLD, name, [tree_fd], "hold a writable tree")
+
+    def release(self, name: str) -> None:
+        """Unmount the tree held under ``name``.
+
+        Raises:
+            SandboxError: the spawner could not (it holds no such tree).
+        """
+        self._ask(_MSG_RELEASE, name, [], "release a writable tree")
+
+    def _ask(self, kind: int, name: str, fds: list[int], what: str) -> None:
+        """One request answered at once (no fork): sent and waited for in place, within a bounded time."""
+        reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with reply, reply_theirs:
+            message = EXEC_HEADER.pack(kind, 0, 0, 0, 0, 0, 0) + name.encode() + b"\0"
+            rights = array.array("i", [reply_theirs.fileno(), *fds])
+            try:
+                self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+                reply_theirs.close()
+                poller = select.poll()
+                poller.register(reply, select.POLLIN)
+                data = reply.recv(_ANSWER.size) if poller.poll(_ANSWER_TIMEOUT_S * 1000) else b""
+            except OSError as exc:
+                raise SandboxError(f"rollbox's spawner could not {what}: {exc.strerror}") from exc
+        if len(data) != _ANSWER.size:
+            raise SandboxError(f"rollbox's spawner could not {what}: it did not answer")
+        (error,) = _ANSWER.unpack(data)
+        if error < 0:
+            raise SandboxError(f"rollbox's spawner could not {what}: {os.strerror(-error)}")
+
+    def close(self) -> None:
+        """Stop the spawner (what it started dies with it) and reap it (idempotent)."""
+        if self._sock.fileno() < 0:
+            return
+        atexit.unregister(self.close)
+        self._sock.close()
+        if os.getpid() == self._owner:  # a forked child has copies of the parent's, not a spawner of its own
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+        os.close(self._pidfd)
+
+
+async def _read_answer(reply: socket.socket) -> tuple[int, int]:
+    """The spawner's answer on ``reply``: the new process's pid and its pidfd."""
+    loop = asyncio.get_running_loop()
+    reply.setblocking(False)
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(reply.fileno(), resolve, ready)
+    try:
+        await asyncio.wait_for(ready, _ANSWER_TIMEOUT_S)
+        data, ancillary, _flags, _addr = reply.recvmsg(_ANSWER.size, socket.CMSG_SPACE(4))
+    except (TimeoutError, OSError) as exc:
+        raise SandboxError(f"rollbox's spawner did not answer: {exc or 'timed out'}") from None
+    finally:
+        loop.remove_reader(reply.fileno())
+    received = [
+        fd
+        for level, kind, payload in ancillary
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+        for fd in array.array("i", payload[: len(payload) - len(payload) % 4])
+    ]
+    if len(data) != _ANSWER.size:
+        for fd in received:
+            os.close(fd)
+        raise SandboxError("rollbox's spawner ended (it is restarted for the next sandbox)")
+    (pid,) = _ANSWER.unpack(data)
+    if pid < 0 or len(received) != 1:
+        for fd in received:
+            os.close(fd)
+        raise SandboxError(f"rollbox's spawner could not start a process: {os.strerror(-pid) if pid < 0 else pid}")
+    return pid, received[0]

@@ -1,0 +1,2 @@
+"""Reuse: warm pools of sandboxes made as good as new between uses (``_pool``), and batch execution over them
+(``_batch``)."""
