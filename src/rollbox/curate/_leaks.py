@@ -1,10 +1,9 @@
 """Answer leaks: a workspace that hands the agent the reference solution or the hidden tests' expected values.
 
-Every file of the workspace is read, and every object of every git repository in it (loose objects here; packed
-ones by ``git cat-file`` run in a sandbox, as the repository is the task's data). A leak is:
+The task layer's audit (:func:`rollbox.tasks.audit_task`) reads every file of the workspace and every object of
+its git repository, and reports a copy of a file of solution/ or tests/, or a place holding their added lines.
+Validation adds two checks of the workspace's files that a line match misses:
 
-- a copy of a file the reference writes or changes, or of a hidden test file (blank lines and trailing spaces
-  ignored);
 - a function, in Python source, whose code equals one the reference changes (its ``ast``, names included);
 - most of the hidden cases' distinctive expected values in one file (at least three, and at least 60% of them:
   a docstring's example or two is no leak).
@@ -14,13 +13,9 @@ from __future__ import annotations
 
 import ast
 import json
-import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox import Limits, Sandbox, SandboxError, Status
-from rollbox.tasks import FunctionGrading, StdioGrading, Task, TaskFormatError
+from rollbox.tasks import FunctionGrading, GitError, StdioGrading, Task, TaskFormatError, audit_task
 from rollbox.tasks._cases import load_function_cases, load_stdio_cases
 from rollbox.tasks._values import encode
 
@@ -30,96 +25,20 @@ from ._source import functions
 
 __all__ = ["find_leaks"]
 
-_MAX_BLOB_BYTES = 8 * 1024 * 1024
+_MAX_FILE_BYTES = 8 * 1024 * 1024
 _MIN_VALUES = 3
 _VALUE_SHARE = 0.6
 
 
-@dataclass(frozen=True)
-class _Blob:
-    """One file's content, and where it was found (a workspace path, or a git object)."""
-
-    where: str
-    data: bytes
-
-
-def _normal(data: bytes) -> str:
-    text = data.decode("utf-8", "replace")
-    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
-
-
-def _loose_objects(git: Path) -> Iterator[_Blob]:
-    objects = git / "objects"
-    for directory in sorted(objects.glob("[0-9a-f][0-9a-f]")):
-        for file in sorted(directory.iterdir()):
-            try:
-                raw = zlib.decompress(file.read_bytes())
-            except (OSError, zlib.error):
-                continue
-            header, _, body = raw.partition(b"\0")
-            if header.startswith(b"blob ") and len(body) <= _MAX_BLOB_BYTES:
-                yield _Blob(f"{git.name} object {directory.name}{file.name}", body)
-
-
-async def _packed_objects(git: Path, workspace: Path) -> list[_Blob]:
-    """The blobs of the repository's pack files, read by git in a sandbox."""
-    if not any((git / "objects" / "pack").glob("*.pack")):
-        return []
-    limits = Limits(timeout_s=60, cpu_time_s=60, output_bytes=256 * 1024 * 1024, disk_bytes=1024 * 1024 * 1024)
-    try:
-        async with Sandbox(limits=limits) as sb:
-            await sb.write_tree(git, "/tmp/repo.git", read_only=True)
-            result = await sb.exec(
-                [
-                    "git",
-                    "-c",
-                    "safe.directory=*",
-                    "--git-dir=/tmp/repo.git",
-                    "cat-file",
-                    "--batch-all-objects",
-                    "--batch",
-                ],
-                env={"HOME": "/tmp", "GIT_CONFIG_NOSYSTEM": "1"},
-            )
-    except (SandboxError, OSError):
-        return []
-    if result.status is not Status.OK:
-        return []
-    return list(_parse_batch(result.stdout, f"{git.relative_to(workspace).as_posix()} pack"))
-
-
-def _parse_batch(output: bytes, where: str) -> Iterator[_Blob]:
-    position = 0
-    while position < len(output):
-        end = output.find(b"\n", position)
-        if end < 0:
-            return
-        parts = output[position:end].split()
-        if len(parts) != 3:
-            return
-        size = int(parts[2])
-        body = output[end + 1 : end + 1 + size]
-        if parts[1] == b"blob":
-            yield _Blob(f"{where} object {parts[0].decode()}", body)
-        position = end + 1 + size + 1
-
-
-async def _blobs(workspace: Path) -> list[_Blob]:
-    blobs: list[_Blob] = []
+def _files(workspace: Path) -> list[tuple[str, bytes]]:
+    found = []
     for path in sorted(workspace.rglob("*")):
-        if path.is_symlink() or not path.exists():
+        relative = path.relative_to(workspace)
+        if path.is_symlink() or not path.is_file() or ".git" in relative.parts:
             continue
-        relative = path.relative_to(workspace).as_posix()
-        if path.is_dir() and path.name == ".git":
-            blobs += _loose_objects(path)
-            blobs += await _packed_objects(path, workspace)
-        elif (
-            path.is_file()
-            and ".git" not in path.relative_to(workspace).parts
-            and path.stat().st_size <= _MAX_BLOB_BYTES
-        ):
-            blobs.append(_Blob(relative, path.read_bytes()))
-    return blobs
+        if path.stat().st_size <= _MAX_FILE_BYTES:
+            found.append((relative.as_posix(), path.read_bytes()))
+    return found
 
 
 def _expected_values(task: Task) -> list[str]:
@@ -142,52 +61,41 @@ def _expected_values(task: Task) -> list[str]:
     return sorted(values)
 
 
-def _secrets(task: Task, reference: Reference | None) -> tuple[dict[str, str], dict[str, str]]:
-    """What must not be in the workspace: normalized file texts (text -> where it comes from), and function shapes
-    (``ast.dump`` -> name)."""
-    files: dict[str, str] = {}
+def _shapes(reference: Reference | None) -> dict[str, str]:
+    """The functions the reference changes, by ``ast.dump``."""
     shapes: dict[str, str] = {}
-    for test in sorted(task.tests.rglob("*")):
-        if test.is_file():
-            text = _normal(test.read_bytes())
-            if len(text) >= 20:
-                files[text] = f"the hidden test file tests/{test.relative_to(task.tests).as_posix()}"
-    if reference is not None:
-        for path, data in reference.files.items():
-            original = task.workspace / path
-            if original.is_file() and original.read_bytes() == data:
-                continue
-            text = _normal(data)
-            if len(text) >= 20:
-                files[text] = f"the reference's solution/{path}"
-        for target in reference.targets:
-            tree = ast.parse(target.source)
-            for span in functions(tree):
-                if span.qualname in target.functions:
-                    shapes[ast.dump(span.node)] = f"the reference's {span.qualname} ({target.path})"
-    return files, shapes
+    for target in reference.targets if reference is not None else ():
+        for span in functions(ast.parse(target.source)):
+            if span.qualname in target.functions:
+                shapes[ast.dump(span.node)] = f"the reference's {span.qualname} ({target.path})"
+    return shapes
 
 
 async def find_leaks(task: Task, reference: Reference | None) -> list[Reason]:
-    """Every answer leak in the task's workspace, as ``answer_leak`` reasons."""
-    files, shapes = _secrets(task, reference)
-    values = _expected_values(task)
+    """Every answer leak in the task's workspace, as ``answer_leak`` reasons (``validation_error`` when its
+    repository cannot be read)."""
     found: list[Reason] = []
-    for blob in await _blobs(task.workspace):
-        text = _normal(blob.data)
-        leaked = files.get(text)
-        if leaked is None and (blob.where.endswith(".py") or b"def " in blob.data):
-            leaked = _shape_leak(blob.data, shapes)
+    try:
+        audit = audit_task(task)
+    except GitError as exc:
+        return [Reason(ReasonCode.VALIDATION_ERROR, f"the workspace's git repository cannot be audited: {exc}")]
+    found += [Reason(ReasonCode.ANSWER_LEAK, str(finding)) for finding in audit.findings]
+    shapes = _shapes(reference)
+    values = _expected_values(task)
+    for where, data in _files(task.workspace):
+        leaked = _shape_leak(data, shapes) if where.endswith(".py") or b"def " in data else None
         if leaked is not None:
-            found.append(Reason(ReasonCode.ANSWER_LEAK, f"{blob.where} holds {leaked}"))
+            found.append(Reason(ReasonCode.ANSWER_LEAK, f"workspace/{where} holds {leaked}"))
             continue
         if len(values) >= _MIN_VALUES:
+            text = data.decode("utf-8", "replace")
             hits = sum(value in text for value in values)
             if hits >= _MIN_VALUES and hits >= _VALUE_SHARE * len(values):
                 found.append(
                     Reason(
                         ReasonCode.ANSWER_LEAK,
-                        f"{blob.where} holds {hits} of the {len(values)} hidden cases' distinctive expected values",
+                        f"workspace/{where} holds {hits} of the {len(values)} hidden cases' distinctive "
+                        "expected values",
                     )
                 )
     return found
