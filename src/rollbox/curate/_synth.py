@@ -195,13 +195,21 @@ class _Package:
             '[grading]\nrunner = "pytest"\n\n[limits]\ntimeout = "300s"\ncpu_time = "300s"\nmemory = "1G"\npids = 256\n'
         )
         probe = load_task(path)
-        first, second = await self.grader.grade_all([(probe, {}), (probe, {})])
+        # Every module broken at import: if the tests still pass, they test another copy of the package (one
+        # pytest itself imported first, say), and no bug in the workspace could ever fail them.
+        broken = {m: b"raise ImportError('rollbox synth: is this copy under test?')\n" for m in layout.modules}
+        first, second, third = await self.grader.grade_all([(probe, {}), (probe, {}), (probe, broken)])
         if VerdictStatus.INFRA_ERROR in (first.status, second.status):
             raise SynthError(f"its tests could not be run: {first.error or second.error}")
         passed = [{t.id for t in v.tests if t.outcome is Outcome.PASSED} for v in (first, second)]
         steady = sorted(passed[0] & passed[1])
         if not steady:
             raise SynthError(f"none of its tests passes before any change ({first.status.value})")
+        if {t.id for t in third.tests if t.outcome is Outcome.PASSED} >= set(steady):
+            raise SynthError(
+                "its tests pass with every module of the workspace broken: they import another copy of the package "
+                "(one the test runner itself uses?)"
+            )
         modules = {t.split("::")[0] for t in steady}
         for module in probe.test_modules:  # modules with no steady test would only slow every grading down
             relative = f"tests/{module.relative_to(probe.tests).as_posix()}"
