@@ -51,6 +51,16 @@ def test_synthesis_on_a_real_package(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert failing == set(task.grading.fail_to_pass or ())  # type: ignore[union-attr]
 
 
+def test_a_package_whose_tests_use_another_copy_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest imports iniconfig before any test runs: a bug in the workspace's copy could never fail a test."""
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
+    options = SynthOptions(max_mutants=1, validate=False)
+    report = asyncio.run(synthesize(["iniconfig==2.3.1"], tmp_path / "out", options=options, workers=2))
+    (package,) = report.packages
+    assert package.error and "another copy" in package.error
+    assert not report.tasks
+
+
 def test_a_package_without_tests_is_refused(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("X = 1\n")

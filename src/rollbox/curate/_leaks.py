@@ -1,8 +1,9 @@
 """Answer leaks: a workspace that hands the agent the reference solution or the hidden tests' expected values.
 
 The task layer's audit (:func:`rollbox.tasks.audit_task`) reads every file of the workspace and every object of
-its git repository, and reports a copy of a file of solution/ or tests/, or a place holding their added lines.
-Validation adds two checks of the workspace's files that a line match misses:
+its git repository, and reports a copy of a file of solution/ or tests/, or a place holding their added lines;
+validation counts those of solution/ files the reference changes, and exact copies of tests/ files (see
+:func:`_counts`). It adds two checks of the workspace's files that a line match misses:
 
 - a function, in Python source, whose code equals one the reference changes (its ``ast``, names included);
 - most of the hidden cases' distinctive expected values in one file (at least three, and at least 60% of them:
@@ -61,6 +62,19 @@ def _expected_values(task: Task) -> list[str]:
     return sorted(values)
 
 
+def _counts(task: Task, source: str, identical: bool) -> bool:
+    """Whether an audit finding is a leak here: a file of solution/ that the workspace already holds as it is gives
+    nothing away, and hidden tests often share helpers with the workspace (HumanEval's checks begin with the
+    prompt's own functions), so of tests/ only an exact copy counts."""
+    kind, _, path = source.partition("/")
+    if kind == "tests":
+        return identical
+    original = task.workspace / path
+    solution = task.solution / path if task.solution is not None else None
+    unchanged = solution is not None and original.is_file() and original.read_bytes() == solution.read_bytes()
+    return not unchanged
+
+
 def _shapes(reference: Reference | None) -> dict[str, str]:
     """The functions the reference changes, by ``ast.dump``."""
     shapes: dict[str, str] = {}
@@ -79,7 +93,7 @@ async def find_leaks(task: Task, reference: Reference | None) -> list[Reason]:
         audit = audit_task(task)
     except GitError as exc:
         return [Reason(ReasonCode.VALIDATION_ERROR, f"the workspace's git repository cannot be audited: {exc}")]
-    found += [Reason(ReasonCode.ANSWER_LEAK, str(finding)) for finding in audit.findings]
+    found += [Reason(ReasonCode.ANSWER_LEAK, str(f)) for f in audit.findings if _counts(task, f.source, f.identical)]
     shapes = _shapes(reference)
     values = _expected_values(task)
     for where, data in _files(task.workspace):

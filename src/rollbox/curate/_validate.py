@@ -162,7 +162,8 @@ class _TaskRun:
         self.generated = 0
         self.fixed_file: str | None = None
         self.gradings = 0
-        self.started = time.monotonic()
+        #: Seconds spent on this task (its own phases; tasks run side by side, so these overlap).
+        self.duration_s = 0.0
         #: Tests that passed on every run of the reference in the tests' own order (None: it did not pass).
         self.steady: set[str] | None = None
         self.reference_wall_s = 0.0
@@ -179,6 +180,13 @@ class _TaskRun:
         return verdicts
 
     async def run(self) -> None:
+        started = time.monotonic()
+        try:
+            await self._run()
+        finally:
+            self.duration_s += time.monotonic() - started
+
+    async def _run(self) -> None:
         task, reference = self.task, self.reference
         self.reasons += await find_leaks(task, reference)
         self.reasons += contradictions(task)
@@ -412,17 +420,24 @@ class _TaskRun:
     async def under_pressure(self) -> None:
         if self.steady is None or self.reference is None:
             return
+        started = time.monotonic()
+        try:
+            await self._under_pressure(self.steady, self.reference)
+        finally:
+            self.duration_s += time.monotonic() - started
+
+    async def _under_pressure(self, steady: set[str], reference: Reference) -> None:
         limits = self.task.limits
         slowdown = 1.0 + pressure_processes() / max(1, self.grader.workers)
         task = limited(self.task, dataclasses.replace(limits, timeout_s=limits.timeout_s * slowdown))
-        verdicts = await self.grade([(task, self.reference.files)] * self.options.pressure_runs)
+        verdicts = await self.grade([(task, reference.files)] * self.options.pressure_runs)
         failed = sorted(
             {
                 t.id
                 for v in verdicts
                 if v.status is not VerdictStatus.INFRA_ERROR
                 for t in v.tests
-                if t.outcome is not Outcome.PASSED and t.id in self.steady
+                if t.outcome is not Outcome.PASSED and t.id in steady
             }
         )
         if failed:
@@ -447,7 +462,7 @@ class _TaskRun:
             flaky_tests=tuple(self.flaky),
             candidates=tuple(self.candidates),
             gradings=self.gradings,
-            duration_s=time.monotonic() - self.started,
+            duration_s=self.duration_s,
         )
 
 
