@@ -14,7 +14,8 @@ from rollbox.curate._package import read_layout
 from rollbox.judge import VerdictStatus, grade
 from rollbox.tasks import load_task
 
-pytestmark = pytest.mark.slow
+#: Many gradings each; a loaded machine makes them slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_synthesis_on_a_real_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

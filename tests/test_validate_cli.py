@@ -13,7 +13,8 @@ import pytest
 
 from rollbox.curate import ReasonCode
 
-pytestmark = pytest.mark.slow
+#: Many gradings each; a loaded machine makes them slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SIGN = "def sign(n):\n    if n > 0:\n        return 1\n    if n < 0:\n        return -1\n    return 0\n"
 CASES = "".join(f'{{"args": [{n}], "expected": {(n > 0) - (n < 0)}}}\n' for n in (5, -5, 0, 2, -9))

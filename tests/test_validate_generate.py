@@ -11,7 +11,8 @@ import pytest
 from rollbox.curate import Decision, ReasonCode, ValidateOptions, validate
 from rollbox.tasks import load_task
 
-pytestmark = pytest.mark.slow
+#: Many gradings each; a loaded machine makes them slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CLAMP = (
     "def clamp(x: int, lo: int, hi: int) -> int:\n"

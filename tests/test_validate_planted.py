@@ -13,7 +13,8 @@ import pytest
 from rollbox.curate import Decision, ReasonCode, TaskReport, ValidateOptions, validate
 from rollbox.tasks import load_task
 
-pytestmark = pytest.mark.slow
+#: Many gradings each; a loaded machine makes them slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CLAMP_STUB = "def clamp(x, lo, hi):\n    raise NotImplementedError\n"
 CLAMP = """def clamp(x, lo, hi):
@@ -272,7 +273,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskReport]:
     root = tmp_path_factory.mktemp("planted")
     paths = [make(root) for make in (*HEALTHY, *PLANTED)]
     tasks = [load_task(path) for path in paths]
-    options = ValidateOptions(runs=4, reruns=3, pressure=False)
+    options = ValidateOptions(runs=4, reruns=3, pressure=False, max_mutants=15, generate=False)
     return {r.path.rsplit("/", 1)[-1]: r for r in asyncio.run(validate(tasks, options=options, workers=2))}
 
 

@@ -36,6 +36,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add the ``synth`` verb to ``commands`` (the ``tasks`` group's verbs)."""
     p = commands.add_parser(
         "synth",
+        usage="rollbox tasks synth [-h] [--max-mutants N] [--workers N] [--no-validate] [--json] PACKAGE... DEST",
         help="make bug-fix tasks from real Python packages",
         description="Make native pytest bug-fix tasks from PACKAGES (name or name==version) into DEST.",
         epilog=_EPILOG,

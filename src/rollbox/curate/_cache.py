@@ -50,10 +50,8 @@ def content_hash(task: Task) -> str:
 @functools.cache
 def _code_version() -> str:
     """The digest of the code that decides a validation: rollbox's judge, tasks and curate packages."""
-    import rollbox
-
     digest = hashlib.sha256()
-    root = Path(rollbox.__file__).parent
+    root = Path(__file__).resolve().parent.parent  # the rollbox package
     for package in ("judge", "tasks", "curate", "sandbox"):
         for path in sorted((root / package).rglob("*.py")):
             digest.update(path.relative_to(root).as_posix().encode())
