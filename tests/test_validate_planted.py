@@ -4,6 +4,7 @@ reason, beside healthy tasks of every runner, which are admitted."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -307,7 +308,11 @@ def test_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
     assert any("notes/old_sol.py" in r.detail for r in reports["leaks-file"].reasons)
 
 
+@pytest.mark.native_speed
 def test_timing_dependent_test_fails_only_under_cpu_pressure(tmp_path: Path) -> None:
+    # The planted test asks for 30% of a CPU: on a machine already saturated it fails on ordinary runs too.
+    if os.getloadavg()[0] > 1.5 * len(os.sched_getaffinity(0)):
+        pytest.skip(f"the machine is saturated already (load {os.getloadavg()[0]:.1f}): no CPU to take away")
     task = load_task(timing_dependent(tmp_path))
     options = ValidateOptions(runs=2, max_mutants=0, pressure_runs=2)
     (report,) = asyncio.run(validate([task], options=options, workers=1))
