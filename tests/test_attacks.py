@@ -441,6 +441,48 @@ def test_many_empty_files_exhaust_inodes_and_hit_disk_limit() -> None:
     assert result.status is Status.DISK_LIMIT, explain(result)
 
 
+#: How long each of these holds the full disk before it frees it: a few of the host's looks (every 50 ms at most).
+_HOLD_S = 0.3 * TIME_SCALE
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        sh(f"dd if=/dev/zero of=/tmp/fill bs=1M 2>/dev/null; sleep {_HOLD_S}; rm /tmp/fill"),
+        py(
+            f"""
+            import os, time
+            try:
+                with open("/dev/shm/fill", "wb") as f:
+                    while True:
+                        f.write(b"x" * (1 << 20))
+                        f.flush()
+            except OSError:
+                time.sleep({_HOLD_S})
+            os.unlink("/dev/shm/fill")
+            """
+        ),
+        py(
+            f"""
+            import os, shutil, time
+            os.mkdir("/workspace/many")
+            try:
+                for i in range(1_000_000):
+                    open(f"/workspace/many/{{i}}", "w").close()
+            except OSError:
+                time.sleep({_HOLD_S})
+            shutil.rmtree("/workspace/many")
+            """
+        ),
+    ],
+    ids=["dd-then-rm", "python-then-unlink", "inodes-then-rmtree"],
+)
+def test_a_disk_filled_then_freed_before_the_end_is_still_disk_limit(argv: list[str]) -> None:
+    # The program hit the limit and cleaned up: the limit was still hit, and the status says so (not ok).
+    result = exec_then_alive(argv, limits=limits(timeout_s=10 * TIME_SCALE, cpu_time_s=5 * TIME_SCALE))
+    assert result.status is Status.DISK_LIMIT, explain(result)
+
+
 def test_dd_beyond_file_size_limit_hits_disk_limit() -> None:
     result = exec_then_alive(
         ["dd", "if=/dev/zero", "of=/workspace/big", "bs=64K", "count=64"],
@@ -960,14 +1002,15 @@ def test_no_capabilities_no_new_privileges_and_seccomp() -> None:
 def test_the_sandbox_sees_only_its_own_mounts() -> None:
     # The host's tree went with the old root, detached after the pivot: none of its mounts is left in the
     # sandbox's namespace, hidden under another or not.
-    from rollbox.sandbox.namespaces._backend import _SYSTEM_DIRS, NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
+    from rollbox.sandbox.runtime._mounts import SYSTEM_DIRS
 
     result = exec_once(["cat", "/proc/self/mountinfo"])
     assert result.status is Status.OK, explain(result)
     points = [line.split()[4] for line in result.stdout_text.splitlines()]
     expected = {"/", "/etc", "/proc", "/proc/sys", "/dev/pts", "/workspace", "/tmp", "/dev/shm"}
-    expected |= {"/opt/rollbox/agent", "/opt/rollbox/zygote.py", *NamespaceHost.get().runtime_binds}
-    expected |= {d for d in _SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)}
+    expected |= {"/opt/rollbox/agent", "/opt/rollbox/zygote.py", *(d for _, d in NamespaceHost.get().runtime.binds)}
+    expected |= {d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)}
     assert len(points) == len(set(points)) and set(points) <= expected, points
 
 
@@ -976,8 +1019,9 @@ def _parent(pid: int) -> int:
 
 
 def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
-    # Its user namespace belongs to root, not to its host uid (whose processes would hold every capability in it);
-    # the launcher that made it waits as that uid, unprivileged; and no user namespace can be made inside.
+    # Its user namespace belongs to its host uid (so that the kernel charges the sandbox's per-user counters to that
+    # uid, never to root's), whose one process outside the sandbox, the launcher that made it, waits unprivileged
+    # and out of the program's reach; and no user namespace can be made inside.
     ns_get_owner_uid = 0xB704
 
     async def body(sb: Sandbox) -> tuple[ExecResult, int, dict[str, str], int]:
@@ -994,7 +1038,7 @@ def test_nothing_outside_has_power_over_the_sandboxs_namespaces() -> None:
 
     result, owner, launcher, uid = with_sandbox(body)
     assert result.stdout_text == "0\n", explain(result)
-    assert owner == 0
+    assert owner == uid
     assert launcher["Uid"].split() == [str(uid)] * 4 and launcher["Gid"].split() == [str(uid)] * 4
     assert int(launcher["CapEff"], 16) == 0 and int(launcher["CapPrm"], 16) == 0
 
@@ -1032,20 +1076,22 @@ def test_the_sandbox_dies_with_its_launcher(warm_python: bool) -> None:
 
 @pytest.fixture
 def runtime_in_tmp() -> Iterator[tuple[Path, Path]]:
-    """A machine whose Python lives under /tmp (a checkout there): the runtime's mount point is made inside each
-    sandbox's own /tmp, which the program owns. Yields (that runtime's parent, an empty host decoy directory)."""
+    """A runtime mounted inside each sandbox's own /tmp, which the program owns (rollbox mounts runtimes under
+    /opt/rollbox, but the launcher must stay safe whatever it is given). Yields (that runtime's parent, an empty
+    host decoy directory)."""
     from rollbox.sandbox.namespaces._backend import NamespaceHost
+    from rollbox.sandbox.runtime._mounts import RuntimeMounts
 
     base = Path(tempfile.mkdtemp(prefix="rollbox-test-runtime-", dir="/tmp"))
     (base / "rt").mkdir()
     decoy = Path(tempfile.mkdtemp(prefix="rollbox-test-decoy-", dir="/tmp"))
     host = NamespaceHost.get()
-    saved = host.runtime_binds, host.runtime_in_writable_tree
-    host.runtime_binds, host.runtime_in_writable_tree = [*saved[0], str(base / "rt")], True
+    saved = host.runtime
+    host.runtime = RuntimeMounts((*saved.binds, (str(base / "rt"), str(base / "rt"))))
     try:
         yield base, decoy
     finally:
-        host.runtime_binds, host.runtime_in_writable_tree = saved
+        host.runtime = saved
         shutil.rmtree(base)
         shutil.rmtree(decoy)
 
@@ -1059,6 +1105,7 @@ def test_a_link_planted_where_the_runtime_is_mounted_never_leads_the_launcher_ou
     plant = f"mv {base} {base}.old && ln -s {decoy} {base} && {CRIPPLE}; while true; do (true &); done"
 
     async def body(sb: Sandbox) -> tuple[ExecResult, ExecResult, int | None, int | None]:
+        await sb.reset(fresh=True)  # the mount point is made at a start (an in-place reset would empty it away)
         before = sb._impl.agent.pid  # type: ignore[union-attr]
         planted = await sb.exec(sh(plant), timeout_s=20)
         after = await sb.exec(sh(f"test -d {base}/rt && ! test -L {base} && echo remade"))

@@ -12,6 +12,7 @@ def test_top_level_exports() -> None:
     assert sorted(rollbox.__all__) == sorted(
         [
             "Backend",
+            "Client",
             "ExecResult",
             "InsecureBackendWarning",
             "IsolationUnavailable",
@@ -34,7 +35,7 @@ def test_top_level_exports() -> None:
 
 
 def test_sandbox_exports() -> None:
-    assert set(rollbox.__all__) - {"__version__", "make"} <= set(rollbox.sandbox.__all__)
+    assert set(rollbox.__all__) - {"__version__", "make", "Client"} <= set(rollbox.sandbox.__all__)
     for name in rollbox.sandbox.__all__:
         assert hasattr(rollbox.sandbox, name)
 
@@ -103,6 +104,8 @@ def test_tasks_and_judge_exports() -> None:
             "compute_reward",
             "grade",
             "grade_batch",
+            "runtime_spec",
+            "task_sandboxes",
         ]
     )
     for module in (rollbox.tasks, rollbox.judge):
@@ -140,6 +143,7 @@ def test_layers_import_only_downwards() -> None:
         "curate": {"judge", "tasks", "sandbox"},
         "env": {"judge", "tasks", "sandbox"},
         "scheduler": {"env", "curate", "judge", "tasks", "sandbox"},
+        "client": {"judge", "tasks", "sandbox"},  # data types only; never the server it talks to
     }
     allowed = {layer: may | ({"telemetry"} if layer != "telemetry" else set()) for layer, may in below.items()}
     root = Path(rollbox.__file__).parent

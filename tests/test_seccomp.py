@@ -35,13 +35,14 @@ _NR = {
         "ioctl": 16, "socket": 41, "clone": 56, "getpid": 39, "ptrace": 101, "personality": 135,
         "mount": 165, "init_module": 175, "clock_settime": 227, "kexec_load": 246, "keyctl": 250,
         "unshare": 272, "perf_event_open": 298, "setns": 308, "bpf": 321, "io_uring_setup": 425,
-        "clone3": 435, "open_tree_attr": 467, "socketpair": 53,
+        "clone3": 435, "open_tree_attr": 467, "socketpair": 53, "setrlimit": 160, "prlimit64": 302,
+        "memfd_secret": 447,
     },
     "aarch64": {
         "ioctl": 29, "socket": 198, "clone": 220, "getpid": 172, "ptrace": 117, "personality": 92,
         "mount": 40, "init_module": 105, "clock_settime": 112, "kexec_load": 104, "keyctl": 219,
         "unshare": 97, "perf_event_open": 241, "setns": 268, "bpf": 280, "io_uring_setup": 425, "clone3": 435,
-        "open_tree_attr": 467, "socketpair": 199,
+        "open_tree_attr": 467, "socketpair": 199, "setrlimit": 164, "prlimit64": 261, "memfd_secret": 447,
     },
 }  # fmt: skip
 
@@ -87,13 +88,34 @@ _REFUSED: dict[str, tuple[str, int]] = {
     "socket_af_inet6": ('"socket", 10, 1, 0', errno.EACCES),
     "socket_af_packet": ('"socket", 17, 3, 0', errno.EACCES),
     "socketpair_af_vsock": ('"socketpair", 40, 2, 0, 0', errno.EACCES),  # AF_VSOCK ignores network namespaces
+    # Netlink protocols but NETLINK_ROUTE: the kernel loads modules for them on anyone's request (SOCK_RAW).
+    "netlink_generic": ('"socket", 16, 3, 16', errno.EACCES),
+    "netlink_sock_diag": ('"socket", 16, 3, 4', errno.EACCES),
+    "netlink_unregistered": ('"socket", 16, 3, 31', errno.EACCES),
+    # Inet sockets but TCP and UDP (refused with or without allow_inet): SCTP, UDP-Lite, DCCP, MPTCP, a TCP
+    # datagram (a kind the kernel looks for a module for), SOCK_SEQPACKET.
+    "inet_sctp": ('"socket", 2, 1, 132', errno.EACCES),
+    "inet6_udplite": ('"socket", 10, 2, 136', errno.EACCES),
+    "inet_dccp": ('"socket", 2, 6, 33', errno.EACCES),
+    "inet6_mptcp": ('"socket", 10, 1, 262', errno.EACCES),
+    "inet_tcp_datagram": ('"socket", 2, 2, 6', errno.EACCES),
+    "inet_seqpacket": ('"socket", 2, 5, 0', errno.EACCES),
+    # RLIMIT_CORE stays 1 (no core_pattern helper): setting it is refused, however the pointer is spelled.
+    "setrlimit_core": ('"setrlimit", 4, 0', errno.EPERM),
+    "prlimit_core": ('"prlimit64", 0, 4, 1, 0', errno.EPERM),
+    "prlimit_core_high_pointer": (f'"prlimit64", 0, 4, {1 << 32}, 0', errno.EPERM),
+    "prlimit_other_pid_core": ('"prlimit64", 1, 4, 1, 0', errno.EPERM),
+    "memfd_secret": ('"memfd_secret", 0', errno.ENOSYS),
     # Last: without the filter it succeeds and would change what the calls after it see.
     "unshare_newuser": (f'"unshare", {CLONE_NEWUSER}', errno.EPERM),
 }
 # Where the kernel may itself answer EPERM to an unprivileged caller (depending on version and sysctls), the
 # unfiltered run cannot tell the two apart.
 _KERNEL_MAY_REFUSE = frozenset(
-    ["bpf", "kexec_load", "init_module", "io_uring_setup", "clone_newuser", "unshare_newuser", "beyond_review"]
+    [
+        *("bpf", "kexec_load", "init_module", "io_uring_setup", "clone_newuser", "unshare_newuser", "beyond_review"),
+        "memfd_secret",  # ENOSYS where the kernel keeps it off (secretmem.enable=0)
+    ]
 )  # (a kernel older than 6.15 lacks open_tree_attr)
 
 
@@ -144,6 +166,29 @@ def test_denied_list_names_the_probed_calls() -> None:
     probed = {"mount", "setns", "ptrace", "bpf", "keyctl", "kexec_load", "init_module", "clock_settime"}
     assert probed | {"perf_event_open", "io_uring_setup", "unshare"} <= set(DENIED_SYSCALLS)
     assert not {"clone", "clone3", "ioctl", "socket", "personality"} & set(DENIED_SYSCALLS)
+
+
+@pytest.mark.parametrize("allow_inet", [False, True])
+def test_sockets_that_would_load_modules_are_refused_with_or_without_inet(allow_inet: bool) -> None:
+    names = [name for name in _REFUSED if name.startswith(("netlink_", "inet"))]
+    assert _probe(names, allow_inet=allow_inet) == dict.fromkeys(names, errno.EACCES)
+
+
+def test_what_the_c_library_and_python_need_stays_allowed() -> None:
+    # NETLINK_ROUTE (getaddrinfo, if_nameindex), TCP and UDP with their type flags, reading RLIMIT_CORE.
+    nonblock_cloexec = 0o4000 | 0o2000000
+    code = f"""
+        import resource, socket
+        print(json.dumps([
+            call("socket", 16, 3, 0), call("socket", 16, 2, 0),
+            call("socket", 2, 1 | {nonblock_cloexec}, 6), call("socket", 10, 2 | {nonblock_cloexec}, 17),
+            call("socket", 2, 1, 0), call("socket", 10, 2, 0), call("prlimit64", 0, 4, 0, 0),
+            len(socket.if_nameindex()) > 0, resource.getrlimit(resource.RLIMIT_CORE) is not None,
+        ]))
+    """
+    proc = _run(code, allow_inet=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [0, 0, 0, 0, 0, 0, 0, True, True]
 
 
 @pytest.mark.parametrize("allow_inet", [False, True])

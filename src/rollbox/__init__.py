@@ -27,6 +27,7 @@ from .sandbox import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from .client import Client
     from .env import Episode
 
 
@@ -40,8 +41,18 @@ def make(task: Any, **options: Any) -> Episode:
     return make_episode(task, **options)
 
 
+def __getattr__(name: str) -> Any:
+    # The client (and httpx) is imported on first use too.
+    if name == "Client":
+        from .client import Client
+
+        return Client
+    raise AttributeError(f"module 'rollbox' has no attribute {name!r}")
+
+
 __all__ = [
     "Backend",
+    "Client",
     "ExecResult",
     "InsecureBackendWarning",
     "IsolationUnavailable",

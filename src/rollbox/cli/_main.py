@@ -8,7 +8,22 @@ import select
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _doctor, _episode, _eval, _exec, _grade, _jobs, _run, _tasks, _validate
+from . import (
+    _demo,
+    _doctor,
+    _env,
+    _episode,
+    _eval,
+    _exec,
+    _grade,
+    _jobs,
+    _report,
+    _run,
+    _serve,
+    _tasks,
+    _top,
+    _validate,
+)
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -23,9 +38,13 @@ examples:
   rollbox tasks import stdio problems.jsonl tasks/ import tasks of another format; list, show, audit them
   rollbox validate tasks/ --report report.html     check tasks before training uses them
   rollbox tasks synth inflection tasks/synth       bug-fix tasks from a real package
+  rollbox env build tasks/numpy-task               build the runtime layer a task runs in (env list, env gc)
   rollbox episode tasks/add --policy reference     run one agent episode, turn by turn
   rollbox run tasks/ --samples 4 --run-id r1       (task, sample) jobs, durable and resumable; rollbox jobs, runs
   rollbox demo                                     a tour, including a contained attack
+  rollbox serve                                    the HTTP service (SandboxFusion-compatible) and dashboard
+  rollbox report RUN_ID                            a run's HTML report
+  rollbox top                                      a service's live figures in the terminal
 """
 
 
@@ -35,7 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_exec, _grade, _eval, _tasks, _validate, _episode, _run, _jobs, _doctor, _demo):
+    for module in (
+        _exec,
+        _grade,
+        _eval,
+        _tasks,
+        _validate,
+        _env,
+        _episode,
+        _run,
+        _jobs,
+        _doctor,
+        _demo,
+        _serve,
+        _report,
+        _top,
+    ):
         module.register(commands)
     return parser
 

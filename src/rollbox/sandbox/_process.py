@@ -57,6 +57,9 @@ class _ProcessGroupExecGroup:
     def pids_limit_hits(self) -> int:
         return 0
 
+    def memory_limit_exceeded(self) -> bool:
+        return False
+
     def usage(self, exited: Exited | None) -> Usage:
         if exited is None:
             return Usage(0.0, None)

@@ -22,7 +22,8 @@ class Status(str, enum.Enum):
     TIMEOUT = "timeout"
     #: The CPU time limit ran out (summed over every process of the command).
     CPU_TIME_LIMIT = "cpu_time_limit"
-    #: The memory limit was reached and the kernel's OOM killer fired.
+    #: The memory limit was reached and the kernel's OOM killer fired (or, on cgroup v1, the command's socket
+    #: buffers went past it, which the kernel allows, and the host killed the command).
     MEMORY_LIMIT = "memory_limit"
     #: stdout or stderr went past the output limit; the command was killed.
     OUTPUT_LIMIT = "output_limit"

@@ -18,9 +18,11 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from rollbox import telemetry
 from rollbox.sandbox import Limits, Network, ResizablePool, Sandbox
+from rollbox.sandbox.runtime import Layer
 
 from ._model import canonical_json
 
@@ -130,10 +132,27 @@ class ElasticSandboxes:
 
     @contextlib.asynccontextmanager
     async def sandboxes(
-        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
+        self,
+        count: int,
+        *,
+        limits: Limits,
+        network: Network,
+        avoid: str | None = None,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[Sandbox]]:
         """``count`` distinct warm sandboxes of this configuration, borrowed together, reset when the block ends
-        (beyond ``max_size``, new ones, destroyed after)."""
+        (beyond ``max_size``, new ones, destroyed after). With a runtime layer, a workspace or variables (which
+        the elastic pools are not keyed by yet), new sandboxes, destroyed after."""
+        if runtime is not None or workspace is not None or env:
+            async with contextlib.AsyncExitStack() as stack:
+                made = (
+                    Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
+                    for _ in range(count)
+                )
+                yield [await stack.enter_async_context(sandbox) for sandbox in made]
+            return
         elastic = await self._entry(limits, network)
         pool = elastic.pool
         elastic.arrivals.append(time.monotonic())
@@ -160,9 +179,19 @@ class ElasticSandboxes:
                 elastic.waiting -= count
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+    async def sandbox(
+        self,
+        *,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[Sandbox]:
         """A warm sandbox of this configuration, reset when the block ends."""
-        async with self.sandboxes(1, limits=limits, network=network) as (sb,):
+        async with self.sandboxes(1, limits=limits, network=network, runtime=runtime, workspace=workspace, env=env) as (
+            sb,
+        ):
             yield sb
 
     def _target(self, elastic: _Elastic, now: float) -> int:

@@ -116,6 +116,10 @@ class ExecGroup(Protocol):
     def pids_limit_hits(self) -> int:
         """How many forks the pids limit refused so far."""
 
+    def memory_limit_exceeded(self) -> bool:
+        """Whether the command holds more than its memory limit where the kernel does not stop it by itself (cgroup
+        v1's socket buffers: see ``Cgroup.set_limits``)."""
+
     def usage(self, exited: Exited | None) -> Usage:
         """The final resource report (after ``kill``)."""
 
@@ -134,6 +138,25 @@ class Spare:
     started: bool = False
     #: The OOM kills counted where the helpers run when it was made (see ``AgentConnection.__init__``).
     helpers_oom_kills: int | None = None
+
+
+class _DiskWatch:
+    """Whether a command filled the disk: at any look while it ran, or at its end, even if it freed the space again
+    before it ended. A disk already full when the command started (what a command before left) counts only once the
+    command has been seen with room. The host looks between the command's other limit checks, every 50 ms at most:
+    a program that fills the disk and frees it again within one such interval is not seen (the kernel keeps no
+    record of a full tmpfs)."""
+
+    def __init__(self, disk_full: Callable[[], bool], full_before: bool) -> None:
+        self._disk_full = disk_full
+        self._had_room = not full_before
+        self.hit = False
+
+    def look(self) -> None:
+        if self._disk_full():
+            self.hit = self.hit or self._had_room
+        else:
+            self._had_room = True
 
 
 def classify(
@@ -634,7 +657,8 @@ class AgentConnection:
         exited_task = asyncio.ensure_future(self._next_exited(spare.seq))
         exited_task.add_done_callback(lambda _: resolve(done))
         timer = self._loop.call_later(request.timeout_s, stop, Status.TIMEOUT)
-        watcher = asyncio.ensure_future(self._watch(group, limits, stop))
+        disk = _DiskWatch(disk_full, full_before)
+        watcher = asyncio.ensure_future(self._watch(group, limits, stop, disk))
         try:
             await done
             wall_s = time.monotonic() - start
@@ -676,7 +700,8 @@ class AgentConnection:
                     "(this machine, or the cgroup rollbox runs in, ran out of memory); the sandbox restarts"
                 )
         usage = group.usage(exited)
-        if disk_full() and not full_before:
+        disk.look()
+        if disk.hit:
             usage = replace(usage, disk_full=True)
         status, exit_code, signo = classify(
             killed_for=killed_for[0] if killed_for else None,
@@ -703,8 +728,9 @@ class AgentConnection:
             peak_memory_bytes=usage.peak_memory_bytes,
         )
 
-    async def _watch(self, group: ExecGroup, limits: Limits, stop: Callable[[Status], None]) -> None:
-        """Poll what the kernel cannot stop by itself in time: total CPU over all processes, the pids limit."""
+    async def _watch(self, group: ExecGroup, limits: Limits, stop: Callable[[Status], None], disk: _DiskWatch) -> None:
+        """Poll what the kernel cannot stop by itself in time: total CPU over all processes, the pids limit, memory
+        it lets past the limit; and look at the disk, which a program may fill and free again before it ends."""
         delay = 0.005
         while True:
             await asyncio.sleep(delay)
@@ -714,5 +740,8 @@ class AgentConnection:
                     stop(Status.PIDS_LIMIT)
                 elif group.cpu_s() >= limits.cpu_time_s:
                     stop(Status.CPU_TIME_LIMIT)
+                elif group.memory_limit_exceeded():
+                    stop(Status.MEMORY_LIMIT)
+                disk.look()
             except (OSError, SandboxError):
                 return

@@ -16,6 +16,11 @@
  *           --devpts DEST       a new instance of devpts
  *           --symlink T DEST    a symbolic link to T
  *           --dir DEST          an empty directory (a mount point: /proc)
+ *           --overlay LOWER UPPER WORK DEST
+ *                               an overlayfs: the host directory LOWER, never written, under UPPER (WORK its
+ *                               work directory; both in the writable tree, so that only what the program
+ *                               writes counts against its size), nosuid, nodev; LOWER's owner appears as U
+ *                               and G (an idmapped mount), so that the program may change what it was given
  *       It then clones the sandbox's first process into new user, mount, pid, ipc, uts, net and cgroup
  *       namespaces, maps ID inside to U and G outside, and drops to U and G itself, an unprivileged monitor
  *       that exits as that process does. The process mounts its own /proc (its sysctls read-only, no user
@@ -40,6 +45,11 @@
  *       the sandbox's ipc namespace, between users of a reused sandbox; a ZYGOTE request starts the Python
  *       zygote (zygote.py), which serves SPARE requests on its own socket by forking itself instead of
  *       exec'ing a new interpreter.
+ *
+ *   rollbox-agent overlay-probe --stage DIR LOWER
+ *       Runs on the host, as root: whether an --overlay of LOWER can be made here (overlayfs, an idmapped mount
+ *       of LOWER's filesystem, an overlay over it), tried in a private mount namespace on a tmpfs at DIR. Exits
+ *       0 when it can; otherwise says why on stderr and exits 1.
  *
  *   rollbox-agent spawner FD
  *       Runs on the host, started once by rollbox, and starts launchers (and the process backend's agents) for
@@ -86,6 +96,7 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <linux/securebits.h>
 
 extern char **environ;
 
@@ -103,6 +114,9 @@ extern char **environ;
 #define HELD "/tmp"            /* where held trees are, in the spawner's own mount namespace */
 #define MSG_MAX (1u << 20)
 #define SPAWN_FDS 8
+/* A sandbox's ptys: the machine's pool (kernel.pty.max less kernel.pty.reserve, 3072 by default) is shared by every
+ * devpts instance, and without a maximum of its own one sandbox took it all. */
+#define PTYS "16"
 
 struct exec_header {          /* followed by cwd\0, argv[0]\0 ..., env[0]\0 ... */
     uint32_t type;
@@ -209,16 +223,118 @@ static void bind_into(struct root *r, const char *src, const char *dest, uint64_
     close(target);
 }
 
+/* A user namespace that maps FROM (a uid and a gid) to TO outside, for an idmapped mount: its fd, or -1 (errno
+ * set). Made by a child that waits in it while we write its maps, then exits. */
+static int idmap_userns(uid_t from_uid, gid_t from_gid, uid_t to_uid, gid_t to_gid) {
+    int wait[2], fd = -1, saved = 0;
+    char map[64], path[64];
+    if (pipe2(wait, O_CLOEXEC) < 0) return -1;
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_NEWUSER, 0, 0, 0, 0);
+    if (pid == 0) {
+        char c;
+        close(wait[1]);
+        _exit(read(wait[0], &c, 1) < 0);
+    }
+    close(wait[0]);
+    if (pid > 0) {
+        snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)from_uid, (unsigned)to_uid);
+        int uid_fd = open(path, O_WRONLY | O_CLOEXEC);
+        int ok = uid_fd >= 0 && write(uid_fd, map, strlen(map)) == (ssize_t)strlen(map);
+        snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)from_gid, (unsigned)to_gid);
+        int gid_fd = ok ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+        ok = ok && gid_fd >= 0 && write(gid_fd, map, strlen(map)) == (ssize_t)strlen(map);
+        snprintf(path, sizeof path, "/proc/%d/ns/user", pid);
+        if (ok) fd = open(path, O_RDONLY | O_CLOEXEC);
+        saved = errno;
+        if (uid_fd >= 0) close(uid_fd);
+        if (gid_fd >= 0) close(gid_fd);
+    } else {
+        saved = errno;
+    }
+    close(wait[1]);  /* the child exits */
+    if (pid > 0) waitpid(pid, NULL, 0);
+    errno = saved;
+    return fd;
+}
+
+/* Write PATH into BUF escaped for an overlay option (',' separates options, ':' lower layers; '\' escapes). */
+static int overlay_path(char *buf, size_t size, const char *path) {
+    size_t n = 0;
+    for (; *path; path++) {
+        if (n + 3 > size) { errno = ENAMETOOLONG; return -1; }
+        if (*path == ',' || *path == ':' || *path == '\\') buf[n++] = '\\';
+        buf[n++] = *path;
+    }
+    buf[n] = '\0';
+    return 0;
+}
+
+/* Mount at TARGET an overlay of LOWER under UPPER (WORK its work directory). LOWER is mounted first at HOLD (a
+ * directory of this private mount namespace) read-only and idmapped, its owner seen as UID and GID, and is
+ * detached from there once the overlay has taken its own reference. Returns 0, or -1 with errno set and *WHAT
+ * naming the step that failed. */
+static int mount_overlay(const char *lower, const char *upper, const char *work, const char *target,
+                         const char *hold, uid_t uid, gid_t gid, const char **what) {
+    struct stat st;
+    char options[3 * 4096 + 64], l[4096], u[4096], w[4096];
+    *what = lower;
+    if (stat(lower, &st) < 0) return -1;
+    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+    *what = "an idmapping user namespace";
+    int userns = idmap_userns(st.st_uid, st.st_gid, uid, gid);
+    if (userns < 0) return -1;
+    *what = "open_tree of the workspace";
+    int tree = (int)syscall(SYS_open_tree, AT_FDCWD, lower, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    struct open_mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                               MOUNT_ATTR_NODEV, .userns_fd = (uint64_t)userns};
+    int failed = tree < 0;
+    if (!failed) {
+        *what = "an idmapped mount of the workspace (its filesystem may not support one)";
+        failed = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0;
+    }
+    int saved = errno;
+    close(userns);
+    if (!failed) {
+        *what = hold;
+        failed = (mkdir(hold, 0700) < 0 && errno != EEXIST) ||
+                 syscall(SYS_move_mount, tree, "", AT_FDCWD, hold, MOVE_MOUNT_F_EMPTY_PATH) < 0;
+        saved = errno;
+    }
+    if (tree >= 0) close(tree);
+    errno = saved;
+    if (failed) return -1;
+    *what = "the overlay's options";
+    if (overlay_path(l, sizeof l, hold) < 0 || overlay_path(u, sizeof u, upper) < 0 ||
+        overlay_path(w, sizeof w, work) < 0) return -1;
+    snprintf(options, sizeof options, "lowerdir=%s,upperdir=%s,workdir=%s", l, u, w);
+    *what = "an overlay mount (overlayfs)";
+    failed = mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, options) < 0;
+    saved = errno;
+    umount2(hold, MNT_DETACH);  /* the overlay holds a private clone of it */
+    errno = saved;
+    return failed ? -1 : 0;
+}
+
 /* One operation of the root's: 0 when ARGV[*I] is none (its arguments consumed otherwise). */
 static int root_operation(struct root *r, int argc, char **argv, int *i) {
     const char *op = argv[*i];
-    int arity = !strcmp(op, "--ro") || !strcmp(op, "--rw") || !strcmp(op, "--symlink") ? 2
+    int arity = !strcmp(op, "--overlay") ? 4
+              : !strcmp(op, "--ro") || !strcmp(op, "--rw") || !strcmp(op, "--symlink") ? 2
               : !strcmp(op, "--dir") || !strcmp(op, "--dev") || !strcmp(op, "--devpts") ? 1 : 0;
     if (arity == 0) return 0;
     if (*i + arity >= argc) { dprintf(2, "rollbox-agent: %s needs %d values\n", op, arity); _exit(125); }
-    const char *a = argv[*i + 1], *b = arity == 2 ? argv[*i + 2] : NULL;
+    const char *a = argv[*i + 1], *b = arity >= 2 ? argv[*i + 2] : NULL;
     *i += arity;
-    if (!strcmp(op, "--ro")) {
+    if (!strcmp(op, "--overlay")) {
+        char target[8192], hold[8192];
+        const char *what;
+        close(make_path(r, argv[*i], 0));
+        snprintf(target, sizeof target, "%s%s", r->path, argv[*i]);
+        snprintf(hold, sizeof hold, "%s/../lower", r->path);
+        if (mount_overlay(a, b, argv[*i - 1], target, hold, r->uid, r->gid, &what) < 0) die(what);
+    } else if (!strcmp(op, "--ro")) {
         bind_into(r, a, b, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     } else if (!strcmp(op, "--rw")) {
         if (r->nwritable == 16) { dprintf(2, "rollbox-agent: too many --rw\n"); _exit(125); }
@@ -236,11 +352,12 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
         char target[8192];
         snprintf(target, sizeof target, "%s%s", r->path, b);
         if (symlink(a, target) < 0) die(target);
-    } else if (!strcmp(op, "--devpts")) {  /* pseudo-terminals of the sandbox's own */
+    } else if (!strcmp(op, "--devpts")) {  /* pseudo-terminals of the sandbox's own, at most PTYS of them */
         char target[8192];
         close(make_path(r, a, 0));
         snprintf(target, sizeof target, "%s%s", r->path, a);
-        if (mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+        if (mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=0620,max=" PTYS) < 0)
             die(target);
     } else {
         close(make_path(r, a, 0));
@@ -300,6 +417,42 @@ static void install_filter(int fd) {
     struct sock_fprog filter = {.len = (unsigned short)(size / sizeof program[0]), .filter = program};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("PR_SET_NO_NEW_PRIVS");
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) < 0) die("PR_SET_SECCOMP");
+}
+
+/* Every rlimit of the sandbox, whatever rollbox's own process has (a raised RTPRIO would let a program take a CPU
+ * with real-time scheduling; a raised MEMLOCK or SIGPENDING pin more kernel memory). Set by the launcher, as root,
+ * for its own namespaces, the agent and everything it starts; each command's CPU, file size and open files limits
+ * are then set by its own process (see spare). A program can only lower them, except RLIMIT_CORE: 1 means no core
+ * file, and also no core_pattern pipe helper (the kernel's convention for a crashing helper); 0 would run the
+ * host's helper, as root, for every crash inside. The syscall filter refuses to change it. */
+#define INF RLIM_INFINITY
+static const struct { int resource; rlim_t soft, hard; } sandbox_rlimits[] = {
+    {RLIMIT_CPU, INF, INF},         {RLIMIT_FSIZE, INF, INF},       {RLIMIT_DATA, INF, INF},
+    {RLIMIT_STACK, 8 << 20, INF},   {RLIMIT_CORE, 1, 1},            {RLIMIT_RSS, INF, INF},
+    {RLIMIT_NPROC, INF, INF},       {RLIMIT_MEMLOCK, 8 << 20, 8 << 20},
+    {RLIMIT_AS, INF, INF},          {RLIMIT_LOCKS, INF, INF},       {RLIMIT_SIGPENDING, 4096, 4096},
+    {RLIMIT_MSGQUEUE, 0, 0},        {RLIMIT_NICE, 0, 0},            {RLIMIT_RTPRIO, 0, 0},
+    {RLIMIT_RTTIME, INF, INF},
+    {RLIMIT_NOFILE, 1024, 0},       /* hard: fs.nr_open, so that a command's open_files can be anything */
+};
+
+static void set_sandbox_rlimits(void) {
+    char text[32] = "";
+    int fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, text, sizeof text - 1) <= 0) die("/proc/sys/fs/nr_open");
+    close(fd);
+    for (size_t k = 0; k < sizeof sandbox_rlimits / sizeof sandbox_rlimits[0]; k++) {
+        int resource = sandbox_rlimits[k].resource;
+        struct rlimit want = {sandbox_rlimits[k].soft, sandbox_rlimits[k].hard}, have;
+        if (resource == RLIMIT_NOFILE) want.rlim_max = strtoul(text, NULL, 10);
+        if (setrlimit(resource, &want) == 0) continue;
+        /* Without CAP_SYS_RESOURCE (some containers drop it) no hard limit can be raised: a limit meant to be
+         * higher than rollbox's own stays at rollbox's. Lowering always works, and every low one is lowered. */
+        if (errno != EPERM || getrlimit(resource, &have) < 0 || have.rlim_max >= want.rlim_max) die("setrlimit");
+        want.rlim_max = have.rlim_max;
+        if (want.rlim_cur > want.rlim_max) want.rlim_cur = want.rlim_max;
+        if (setrlimit(resource, &want) < 0) die("setrlimit");
+    }
 }
 
 /* The sandbox's init, in its new namespaces, once the launcher has written its uid and gid maps (a byte on
@@ -380,7 +533,7 @@ static int launch(int argc, char **argv) {
         dprintf(2, "usage: rollbox-agent launch --uid U --gid G --id ID --seccomp FD --status FD --stage DIR "
                    "[--fs FD | --fs-tree FD] [--hostname NAME] [--chdir DIR] [--net none|loopback] "
                    "[--ro SRC DEST | --rw SRC DEST | --dev NAME | --devpts DEST | --symlink TARGET DEST | "
-                   "--dir DEST]... -- CMD...\n");
+                   "--dir DEST | --overlay LOWER UPPER WORK DEST]... -- CMD...\n");
         return 125;
     }
     if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
@@ -419,8 +572,13 @@ static int launch(int argc, char **argv) {
     if (setgroups(0, NULL) < 0) die("setgroups");
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) < 0) die("pipe2");
-    /* The sandbox's namespaces, made by root (so that no policy on unprivileged user namespaces applies): the
-     * user namespace is owned by root, not by the sandbox's uid. */
+    set_sandbox_rlimits();
+    /* The sandbox's namespaces, made with root's capabilities (so that no policy on unprivileged user namespaces
+     * applies) but as the sandbox's uid: the user namespace is that uid's, and the kernel charges what the sandbox
+     * takes of the per-user counters (inotify instances and watches, queued signals, ...) to it, never to root's
+     * (one sandbox took all of root's). Its one process outside the sandbox is this monitor, unprivileged. */
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP) < 0 || setresuid((uid_t)-1, uid, (uid_t)-1) < 0)
+        die("become the sandbox's uid");
     pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
                                              CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP, 0, 0, 0, 0);
     if (pid < 0) die("clone (new namespaces)");
@@ -440,6 +598,8 @@ static int launch(int argc, char **argv) {
     snprintf(map, sizeof map, "%u %u 1\n", (unsigned)sandbox.id, (unsigned)gid);
     snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
     write_file(path, map);
+    /* From here on no capability: the uid change below clears them all, now that the fixup is on again. */
+    if (prctl(PR_SET_SECUREBITS, 0) < 0) die("PR_SET_SECUREBITS");
     if (setresgid(gid, gid, gid) < 0) die("setresgid");
     if (setresuid(uid, uid, uid) < 0) die("setresuid");
     /* Credential changes clear the parent-death signal: set it again, then see that rollbox's spawner is there. */
@@ -537,8 +697,12 @@ static void spare(int sync, const struct exec_header *limits) {
         rl.rlim_cur = rl.rlim_max = (rlim_t)limits->file_size_bytes;
         if (setrlimit(RLIMIT_FSIZE, &rl) < 0) die("RLIMIT_FSIZE");
     }
-    rl.rlim_cur = rl.rlim_max = 0;
-    setrlimit(RLIMIT_CORE, &rl);
+    /* No core dump (see sandbox_rlimits): set by the launcher where there is one (then the filter refuses to change
+     * it); the process backend's agent has rollbox's own. */
+    if (getrlimit(RLIMIT_CORE, &rl) == 0 && (rl.rlim_cur != 1 || rl.rlim_max != 1)) {
+        rl.rlim_cur = rl.rlim_max = 1;
+        setrlimit(RLIMIT_CORE, &rl);
+    }
     /* The host reads our pid from SCM_CREDENTIALS and places us in the command's cgroup before it answers. */
     if (send(3, "r", 1, 0) != 1) _exit(125);
     ssize_t n = recvmsg(3, &msg, MSG_CMSG_CLOEXEC);
@@ -890,10 +1054,36 @@ static int spawner(int sock) {
     }
 }
 
+/* Whether an --overlay of LOWER works here: tried in a private mount namespace, on a tmpfs at STAGE. */
+static int overlay_probe(int argc, char **argv) {
+    char upper[4096], work[4096], target[4096], hold[4096];
+    const char *what;
+    if (argc != 5 || strcmp(argv[2], "--stage") != 0) {
+        dprintf(2, "usage: rollbox-agent overlay-probe --stage DIR LOWER\n");
+        return 125;
+    }
+    const char *stage = argv[3];
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+    if (mount("rollbox-probe", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
+    snprintf(upper, sizeof upper, "%s/upper", stage);
+    snprintf(work, sizeof work, "%s/work", stage);
+    snprintf(target, sizeof target, "%s/merged", stage);
+    snprintf(hold, sizeof hold, "%s/lower", stage);
+    if (mkdir(upper, 0755) < 0 || mkdir(work, 0700) < 0 || mkdir(target, 0755) < 0) die(stage);
+    if (mount_overlay(argv[4], upper, work, target, hold, 65534, 65534, &what) < 0) {
+        dprintf(2, "%s: %s\n", what, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "launch")) return launch(argc, argv);
     if (argc == 3 && !strcmp(argv[1], "serve")) return serve(atoi(argv[2]));
     if (argc == 3 && !strcmp(argv[1], "spawner")) return spawner(atoi(argv[2]));
-    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD | rollbox-agent spawner FD\n");
+    if (argc >= 2 && !strcmp(argv[1], "overlay-probe")) return overlay_probe(argc, argv);
+    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD | rollbox-agent spawner FD | "
+               "rollbox-agent overlay-probe --stage DIR LOWER\n");
     return 125;
 }

@@ -81,7 +81,8 @@ def _rlimits(cpu_time_s: int, file_size_bytes: int) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_time_s, cpu_time_s + 1))
     if file_size_bytes >= 0:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_bytes, file_size_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # No core dump: the sandbox's launcher set RLIMIT_CORE for everything inside, and the syscall filter refuses to
+    # change it (see agent.c, sandbox_rlimits).
 
 
 def _exit_code(exc: SystemExit) -> int:

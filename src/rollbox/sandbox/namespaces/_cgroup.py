@@ -37,6 +37,8 @@ T = TypeVar("T")
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 _PARENT_ENV = "ROLLBOX_CGROUP_PARENT"
 _MiB = 1 << 20
+#: v1's counter of socket buffers (see :meth:`Cgroup.set_limits`).
+_V1_TCP = "memory.kmem.tcp."
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class Cgroup:
         self.paths = paths
         self._dirs = {c: f"{mounts[c]}{p}" for c, p in paths.items()}
         self._memory_limit: int | None = None
+        self._socket_limit: int | None = None  # v1's, where set
         # v2 restarts a peak only for reads through the file descriptor that asked for it (Linux 6.12+).
         self._peak_fd: int | None = None
 
@@ -266,11 +269,26 @@ class Cgroup:
 
     def set_limits(self, *, memory_bytes: int, pids: int) -> None:
         """Limit memory including swap, and processes plus threads. Out of memory, the kernel kills the process
-        that allocated, on v2 as on v1 (no ``memory.oom.group``): a parent waiting for it sees it die."""
+        that allocated, on v2 as on v1 (no ``memory.oom.group``): a parent waiting for it sees it die.
+
+        Socket buffers count too. v2 charges them to the memory counter. v1 keeps them in a counter of their own,
+        and only where it has a limit: without one, a command's own loopback connections held hundreds of MiB
+        beyond its memory limit, unseen. The same limit is set there, the report adds the two peaks, and as the
+        kernel lets each socket's first buffer past that limit (many sockets go as far past it as they like), the
+        host kills a command whose socket buffers went past it (:meth:`sockets_over_limit`). A command's memory and
+        its socket buffers together can reach twice the limit on v1.
+        """
         if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
             _write(swap, "0")
         self._set_memory_limit(memory_bytes)
+        if self.version == 1 and _has(tcp := self._file("memory", _V1_TCP + "limit_in_bytes")):
+            _write(tcp, str(memory_bytes))
+            self._socket_limit = memory_bytes
         _write(self._file("pids", "pids.max"), str(pids))
+
+    def sockets_over_limit(self) -> bool:
+        """Whether, on v1, the socket buffers charged here went past their limit (see :meth:`set_limits`)."""
+        return self._socket_limit is not None and self._v1_socket_bytes("usage_in_bytes") > self._socket_limit
 
     def _set_memory_limit(self, memory_bytes: int) -> None:
         if self.version == 2:
@@ -312,14 +330,24 @@ class Cgroup:
         if self.version == 2:
             return int(read_kernel_file(self._file("", "memory.current")))
         memsw = self._file("memory", "memory.memsw.usage_in_bytes")
-        return int(read_kernel_file(memsw if _has(memsw) else self._file("memory", "memory.usage_in_bytes")))
+        charged = int(read_kernel_file(memsw if _has(memsw) else self._file("memory", "memory.usage_in_bytes")))
+        return charged + self._v1_socket_bytes("usage_in_bytes")
+
+    def _v1_socket_bytes(self, name: str) -> int:
+        """v1's socket buffer counter's ``name`` (usage or peak); 0 where the kernel has none (see set_limits)."""
+        path = self._file("memory", _V1_TCP + name)
+        return int(read_kernel_file(path)) if _has(path) else 0
 
     def _restart_peak(self) -> bool:
         """Make the memory peak start again from what is charged now; False when the kernel cannot."""
         if self.version == 1:
-            _write(self._file("memory", "memory.max_usage_in_bytes"), "0")
-            if _has(memsw_peak := self._file("memory", "memory.memsw.max_usage_in_bytes")):
-                _write(memsw_peak, "0")
+            for name in (
+                "memory.max_usage_in_bytes",
+                "memory.memsw.max_usage_in_bytes",
+                _V1_TCP + "max_usage_in_bytes",
+            ):
+                if _has(peak_file := self._file("memory", name)):
+                    _write(peak_file, "0")
             return True
         if not _has(peak := self._file("", "memory.peak")):
             return True  # no peak is reported at all
@@ -381,6 +409,7 @@ class Cgroup:
             peak = int(
                 read_kernel_file(memsw_peak if _has(memsw_peak) else self._file("memory", "memory.max_usage_in_bytes"))
             )
+            peak += self._v1_socket_bytes("max_usage_in_bytes")
             oom = _keyed(read_kernel_file(self._file("memory", "memory.oom_control")), "oom_kill")
             limit_hits = self.memory_limit_hits()
         return CgroupStats(
@@ -447,24 +476,25 @@ class Cgroup:
 
     def _kill_member(self, pid: int) -> None:
         # A pid read from cgroup.procs may have exited and been reused by a host process; the pidfd pins the
-        # process, and the membership check runs while it is pinned.
+        # process, and the membership check runs while it is pinned. SIGKILL to the pidfd kills every thread.
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             return
         try:
-            if self._contains(pid):
+            if self._contains(pid) or self._contains_thread_of(pid):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             pass
         finally:
             os.close(pidfd)
 
-    def _contains(self, pid: int) -> bool:
+    def _contains(self, pid: int, task: str = "") -> bool:
+        """Whether process ``pid`` (or its thread ``task``, a path such as ``task/123/``) is in this cgroup."""
         controller = "" if self.version == 2 else "pids"
         mine = self.paths[controller]
         try:
-            lines = read_kernel_file(Path(f"/proc/{pid}/cgroup")).splitlines()
+            lines = read_kernel_file(f"/proc/{pid}/{task}cgroup").splitlines()
         except (FileNotFoundError, ProcessLookupError):
             return False
         for line in lines:
@@ -472,6 +502,16 @@ class Cgroup:
             if controller in controllers.split(",") or (controller == "" and controllers == ""):
                 return path == mine or path.startswith(mine + "/")
         return False
+
+    def _contains_thread_of(self, pid: int) -> bool:
+        """Whether any thread of process ``pid`` is in this cgroup. A process whose main thread exited alone (the raw
+        ``exit`` syscall) while others run on still lists under the main thread's pid, and on v1 that zombie's own
+        file names the root cgroup: without this look at its threads, nothing of it would be killed."""
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return any(self._contains(pid, f"task/{tid}/") for tid in threads if tid != str(pid))
 
     def remove(self, *, timeout_s: float = 5.0) -> None:
         """Kill what is left, then remove this cgroup and its children (deepest first); absent is fine.

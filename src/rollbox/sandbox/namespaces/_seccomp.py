@@ -21,9 +21,18 @@ before it executes the sandbox's agent, for the agent and everything it runs. Th
      nothing can, for example, switch off address-space randomisation for its children;
    - ``socket`` with a family other than ``AF_UNIX`` or ``AF_NETLINK`` (plus ``AF_INET`` and ``AF_INET6`` when
      ``allow_inet`` is true), and ``socketpair`` with any but ``AF_UNIX`` (``AF_VSOCK``, for one, ignores network
-     namespaces): ``EACCES``.
+     namespaces): ``EACCES``. Within those families only what needs no module: ``AF_NETLINK`` with
+     ``NETLINK_ROUTE`` alone (what the C library asks about interfaces and addresses; the kernel loads a module for
+     an unknown netlink protocol, a generic netlink family or a socket-diag family on anyone's request), and
+     ``AF_INET``/``AF_INET6`` as TCP or UDP streams and datagrams (another protocol or type, such as SCTP, DCCP or
+     UDP-Lite, has the kernel look for its module, running ``modprobe`` on the host);
+   - ``setrlimit`` and ``prlimit64`` setting ``RLIMIT_CORE`` (reading it is fine): ``EPERM``. The launcher sets it
+     to 1, which stops a core file and also the host's ``core_pattern`` pipe helper; a program that lowered it to 0
+     would have the kernel run that helper, as root on the host, for each of its crashes.
 
-5. Everything else is allowed.
+5. ``memfd_secret`` fails with ``ENOSYS``, as where the kernel was built without it: its pages leave the kernel's
+   direct map (splitting it slows the whole machine) and keep the host from hibernating.
+6. Everything else is allowed.
 
 Only x86_64 and aarch64 are supported; their syscall numbers are hard-coded below from the kernel's
 ``arch/x86/entry/syscalls/syscall_64.tbl`` and ``include/uapi/asm-generic/unistd.h``.
@@ -91,7 +100,8 @@ _X86_64 = _Arch(
         "process_vm_writev": 311, "kcmp": 312, "finit_module": 313, "kexec_file_load": 320, "bpf": 321,
         "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-        "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442,
+        "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442, "setrlimit": 160, "prlimit64": 302,
+        "memfd_secret": 447,
     },
 )  # fmt: skip
 
@@ -110,7 +120,8 @@ _AARCH64 = _Arch(
         "kcmp": 272, "finit_module": 273, "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
-        "pidfd_getfd": 438, "mount_setattr": 442, "mq_open": 180
+        "pidfd_getfd": 438, "mount_setattr": 442, "mq_open": 180, "setrlimit": 164, "prlimit64": 261,
+        "memfd_secret": 447,
     },
 )  # fmt: skip
 
@@ -121,6 +132,7 @@ _LD_W_ABS = 0x00 | 0x00 | 0x20
 _JEQ_K = 0x05 | 0x10
 _JSET_K = 0x05 | 0x40
 _JGE_K = 0x05 | 0x30
+_AND_K = 0x04 | 0x50  # BPF_ALU | BPF_AND | BPF_K
 _RET_K = 0x06
 _RET_KILL_PROCESS = 0x80000000
 _RET_ERRNO = 0x00050000
@@ -148,11 +160,15 @@ _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
 _PERSONALITY_QUERY = 0xFFFFFFFF
 _AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK = 1, 2, 10, 16
+_NETLINK_ROUTE = 0
+_SOCK_STREAM, _SOCK_DGRAM, _SOCK_TYPE_MASK = 1, 2, 0xF  # the type's other bits are SOCK_NONBLOCK, SOCK_CLOEXEC
+_IPPROTO_TCP, _IPPROTO_UDP = 6, 17
+_RLIMIT_CORE = 4
 
 
-def _arg(index: int) -> int:
-    """Return the seccomp_data offset of the low 32 bits of syscall argument ``index``."""
-    return 16 + 8 * index
+def _arg(index: int, *, high: bool = False) -> int:
+    """Return the seccomp_data offset of the low (or ``high``) 32 bits of syscall argument ``index``."""
+    return 16 + 8 * index + (4 if high else 0)
 
 
 @dataclass(frozen=True)
@@ -217,7 +233,22 @@ def _assemble(program: list[_Insn | _Label]) -> bytes:
 def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
     """Return the filter for ``arch`` as instructions and labels, deciding in the module docstring's order."""
     nr = arch.syscalls
-    families = [_AF_UNIX, _AF_NETLINK] + ([_AF_INET, _AF_INET6] if allow_inet else [])
+    inet_families = [_jeq(_AF_INET, jt="inet"), _jeq(_AF_INET6, jt="inet")] if allow_inet else []
+    # (family, type, protocol): a TCP stream or a UDP datagram socket, no other kind.
+    inet_kinds: list[_Insn | _Label] = [
+        _Label("inet"),
+        _load(_arg(1)),
+        _Insn(_AND_K, _SOCK_TYPE_MASK),
+        _jeq(_SOCK_STREAM, jt="stream"),
+        _jeq(_SOCK_DGRAM, jf="eacces"),
+        _load(_arg(2)),
+        _jeq(0, jt="allow"),
+        _jeq(_IPPROTO_UDP, jt="allow", jf="eacces"),
+        _Label("stream"),
+        _load(_arg(2)),
+        _jeq(0, jt="allow"),
+        _jeq(_IPPROTO_TCP, jt="allow", jf="eacces"),
+    ]
     return [
         _load(_ARCH),
         _jeq(arch.audit_arch, jf="kill"),
@@ -227,11 +258,24 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
         *(_jeq(nr[name], jt="eperm") for name in DENIED_SYSCALLS if name in nr),
         _jeq(nr["clone"], jt="clone"),
         _jeq(nr["clone3"], jt="enosys"),
+        _jeq(nr["memfd_secret"], jt="enosys"),
         _jeq(nr["ioctl"], jt="ioctl"),
         _jeq(nr["personality"], jt="personality"),
         _jeq(nr["socket"], jt="socket"),
         _jeq(nr["socketpair"], jt="socketpair"),
+        _jeq(nr["setrlimit"], jt="setrlimit"),
+        _jeq(nr["prlimit64"], jt="prlimit64"),
         _ret(_RET_ALLOW),
+        _Label("setrlimit"),
+        _load(_arg(0)),
+        _jeq(_RLIMIT_CORE, jt="eperm", jf="allow"),
+        _Label("prlimit64"),  # (pid, resource, new limit or NULL, old limit or NULL)
+        _load(_arg(1)),
+        _jeq(_RLIMIT_CORE, jf="allow"),
+        _load(_arg(2)),
+        _jeq(0, jf="eperm"),
+        _load(_arg(2, high=True)),
+        _jeq(0, jt="allow", jf="eperm"),
         _Label("clone"),
         _load(_arg(0)),
         _jset(_CLONE_REFUSED, jt="eperm", jf="allow"),
@@ -246,9 +290,16 @@ def _program(arch: _Arch, *, allow_inet: bool) -> list[_Insn | _Label]:
         _Label("socketpair"),
         _load(_arg(0)),
         _jeq(_AF_UNIX, jt="allow", jf="eacces"),
-        _Label("socket"),
+        _Label("socket"),  # (family, type, protocol)
         _load(_arg(0)),
-        *(_jeq(family, jt="allow") for family in families),
+        _jeq(_AF_UNIX, jt="allow"),
+        _jeq(_AF_NETLINK, jt="netlink"),
+        *inet_families,
+        _ret(_RET_ERRNO | errno.EACCES),
+        _Label("netlink"),
+        _load(_arg(2)),
+        _jeq(_NETLINK_ROUTE, jt="allow", jf="eacces"),
+        *(inet_kinds if allow_inet else []),
         _Label("eacces"),
         _ret(_RET_ERRNO | errno.EACCES),
         _Label("allow"),
