@@ -30,7 +30,6 @@ def test_curate_exports() -> None:
             "content_hash",
             "mutants",
             "render_html",
-            "rollbox_home",
             "synthesize",
             "validate",
         ]

@@ -6,7 +6,7 @@ under CPU pressure, trivial solutions, hacks, mutants of the reference, generate
 :mod:`rollbox.tasks` and :mod:`rollbox.sandbox`.
 """
 
-from ._cache import ValidationCache, content_hash, rollbox_home
+from ._cache import ValidationCache, content_hash
 from ._candidates import Candidate, CandidateKind
 from ._grader import Progress
 from ._html import render_html
@@ -38,7 +38,6 @@ __all__ = [
     "content_hash",
     "mutants",
     "render_html",
-    "rollbox_home",
     "synthesize",
     "validate",
 ]

@@ -15,16 +15,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from rollbox.sandbox.runtime import rollbox_home
 from rollbox.tasks import Task
 
 from ._report import TaskReport
 
-__all__ = ["ValidationCache", "content_hash", "rollbox_home"]
-
-
-def rollbox_home() -> Path:
-    """``$ROLLBOX_HOME``, or ``~/.rollbox``."""
-    return Path(os.environ.get("ROLLBOX_HOME") or Path.home() / ".rollbox")
+__all__ = ["ValidationCache", "content_hash"]
 
 
 def _digest_tree(digest: hashlib._Hash, root: Path, prefix: str) -> None:

@@ -16,7 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ._cache import rollbox_home
+from rollbox.sandbox.runtime import rollbox_home
 
 __all__ = ["Sdist", "SynthError", "fetch_sdist", "unpack_sdist"]
 
