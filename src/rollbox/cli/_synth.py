@@ -1,0 +1,79 @@
+"""``rollbox tasks synth``: bug-fix tasks from real Python packages."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from rollbox.curate import SynthOptions, synthesize
+from rollbox.sandbox import IsolationUnavailable
+
+from ._validate import ProgressBar
+
+_EPILOG = """\
+Each package's source distribution is fetched from the package index (it ships the package's tests), its tests
+run in sandboxes, and bugs are injected with AST operators; a bug is kept when some tests fail because of it, the
+others pass, and again on a second run. Each kept bug becomes a pytest task in DEST (the package with the bug as
+the workspace, its tests hidden, the original module as the reference, an instruction describing the failures);
+every task is validated and only admitted ones stay. DEST/synth-report.json holds the yield per package and per
+operator.
+
+Today a package's tests run on rollbox's own interpreter and the packages installed beside it: a package whose
+requirements are missing there is reported and skipped.
+
+exit status: 0 when at least one task was made, 1 when none was, 2 on a usage error, 130 when interrupted.
+
+examples:
+  rollbox tasks synth inflection iniconfig isodate tasks/synth
+  rollbox tasks synth isodate==0.7.2 tasks/synth --max-mutants 100 --json
+"""
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``synth`` verb to ``commands`` (the ``tasks`` group's verbs)."""
+    p = commands.add_parser(
+        "synth",
+        usage="rollbox tasks synth [-h] [--max-mutants N] [--workers N] [--no-validate] [--json] PACKAGE... DEST",
+        help="make bug-fix tasks from real Python packages",
+        description="Make native pytest bug-fix tasks from PACKAGES (name or name==version) into DEST.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("packages", nargs="+", metavar="PACKAGE", help="package names, then the destination directory")
+    p.add_argument("--max-mutants", type=int, default=200, metavar="N", help="mutants graded per package at most")
+    p.add_argument("--workers", type=int, metavar="N", help="gradings at once (default: the CPUs)")
+    p.add_argument("--no-validate", action="store_true", help="keep every bug found, without validating the tasks")
+    p.add_argument("--json", action="store_true", help="print the yield as JSON")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if len(args.packages) < 2:
+        print("rollbox tasks synth: give at least one PACKAGE and then DEST", file=sys.stderr)
+        return 2
+    *packages, dest = args.packages
+    if args.max_mutants < 1 or (args.workers is not None and args.workers < 1):
+        print("rollbox tasks synth: --max-mutants and --workers must be at least 1", file=sys.stderr)
+        return 2
+    options = SynthOptions(max_mutants=args.max_mutants, validate=not args.no_validate)
+    bar = ProgressBar(sys.stderr, "synth") if sys.stderr.isatty() else None
+    try:
+        report = asyncio.run(synthesize(packages, Path(dest), options=options, workers=args.workers, on_progress=bar))
+    except IsolationUnavailable as exc:
+        print(f"rollbox tasks synth: cannot run packages' tests here: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(report.markdown(), end="")
+        for package in report.packages:
+            if package.error:
+                print(f"{package.name}: {package.error}", file=sys.stderr)
+        print(f"{len(report.tasks)} tasks in {dest}")
+    return 0 if report.tasks else 1

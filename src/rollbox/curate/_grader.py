@@ -1,0 +1,87 @@
+"""Gradings for curation: many at once in shared warm sandboxes, infrastructure failures retried, progress counted.
+
+Validation is many gradings of chosen candidates by the one judge (``rollbox.judge.grade``); this only schedules
+them. A grading that still ends in ``infra_error`` after its retries is returned as such, and the check that
+needed it reports ``validation_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rollbox.judge import Verdict, VerdictStatus, grade
+from rollbox.sandbox import SandboxSource, WarmSandboxes
+from rollbox.tasks import Task
+
+__all__ = ["Grader", "Progress"]
+
+
+@dataclass
+class Progress:
+    """How far a curation run is: gradings done of those planned so far, and tasks finished of all."""
+
+    done: int = 0
+    planned: int = 0
+    tasks_done: int = 0
+    tasks: int = 0
+
+
+class Grader:
+    """Grades ``(task, files)`` items, ``workers`` at a time, in warm sandboxes it owns (close it after use)."""
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        retries: int = 2,
+    ) -> None:
+        self.workers = workers or len(os.sched_getaffinity(0))
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        # Room for a check-based grading's variants (three sandboxes at once) beside the other workers, twice
+        # over: returned sandboxes are reset in the background.
+        self.sandboxes: SandboxSource = WarmSandboxes(size=2 * (self.workers + 2))
+        self.progress = Progress()
+        self._gate = asyncio.Semaphore(self.workers)
+        self._on_progress = on_progress
+        self._retries = retries
+
+    def report(self) -> None:
+        """Tell the progress callback where things stand."""
+        if self._on_progress is not None:
+            self._on_progress(self.progress)
+
+    async def grade(self, task: Task, files: Mapping[str, bytes]) -> Verdict:
+        """One grading; ``infra_error`` only when every retry failed too."""
+        verdict = Verdict(task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None)
+        async with self._gate:
+            for _ in range(1 + self._retries):
+                try:
+                    verdict = await grade(task, files, sandboxes=self.sandboxes)
+                except Exception as exc:  # a bug of rollbox's: this grading's infra_error, not the whole run's end
+                    verdict = Verdict(
+                        task_id=task.id,
+                        status=VerdictStatus.INFRA_ERROR,
+                        reward=None,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                if verdict.status is not VerdictStatus.INFRA_ERROR:
+                    break
+        self.progress.done += 1
+        self.report()
+        return verdict
+
+    async def grade_all(self, items: Sequence[tuple[Task, Mapping[str, bytes]]]) -> list[Verdict]:
+        """Every item's verdict, in the items' order (graded concurrently)."""
+        self.progress.planned += len(items)
+        self.report()
+        return list(await asyncio.gather(*(self.grade(task, files) for task, files in items)))
+
+    async def close(self) -> None:
+        """Close the warm sandboxes."""
+        if isinstance(self.sandboxes, WarmSandboxes):
+            await self.sandboxes.close()

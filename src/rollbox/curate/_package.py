@@ -1,0 +1,157 @@
+"""A package's source tree as synthesis needs it: its code, its tests, and the environment its tests run in.
+
+Read only: nothing of the package runs here. Its tests run in sandboxes, through the judge.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import importlib.metadata
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._pypi import SynthError
+from ._reference import is_test_file
+
+__all__ = ["Environment", "Layout", "package_environment", "read_layout"]
+
+_TEST_DIRS = ("tests", "test", "testing")
+#: Directories of a source tree that hold no code of the package's own.
+_NOT_CODE = frozenset({"docs", "doc", "examples", "example", "benchmarks", "bench", "scripts", "tools", "build", "bin"})
+_NOT_MODULES = frozenset(
+    {"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "tasks.py", "_version.py", "version.py"}
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a package's code and tests are."""
+
+    root: Path
+    #: Where its modules are imported from, relative to ``root`` ("" or "src").
+    import_root: str
+    #: The modules synthesis may change (relative POSIX paths under ``root``).
+    modules: tuple[str, ...]
+    #: The test files and directories (relative to ``root``), moved out of the workspace into the hidden tests.
+    tests: tuple[str, ...]
+
+
+def _is_code(relative: Path) -> bool:
+    return not any(part in _NOT_CODE or part.startswith(".") or part.endswith(".egg-info") for part in relative.parts)
+
+
+def read_layout(root: Path) -> Layout:
+    """The layout of the unpacked source tree at ``root``.
+
+    Raises:
+        SynthError: no tests or no modules were found.
+    """
+    import_root = "src" if (root / "src").is_dir() and any((root / "src").glob("*/__init__.py")) else ""
+    if not import_root and (root / "src").is_dir() and any((root / "src").glob("*.py")):
+        import_root = "src"
+    base = root / import_root
+    tests: list[str] = [d for d in _TEST_DIRS if (root / d).is_dir()]
+    tests += [p.name for p in sorted(root.glob("*.py")) if is_test_file(p.name) and p.name != "conftest.py"]
+    for package in sorted(base.glob("*/__init__.py")):
+        for name in _TEST_DIRS:
+            if (package.parent / name).is_dir():
+                tests.append((package.parent / name).relative_to(root).as_posix())
+    if not tests:
+        raise SynthError(f"{root.name}: no tests found (looked for {', '.join(_TEST_DIRS)}/ and test_*.py)")
+    modules: list[str] = []
+    for path in sorted(base.rglob("*.py")):
+        relative = path.relative_to(root)
+        inner = path.relative_to(base)
+        if any(relative.as_posix() == t or relative.as_posix().startswith(t + "/") for t in tests):
+            continue
+        if not _is_code(inner) or is_test_file(path.name) or path.name in _NOT_MODULES:
+            continue
+        if len(inner.parts) == 1 or (base / inner.parts[0] / "__init__.py").is_file():
+            modules.append(relative.as_posix())
+    if not modules:
+        raise SynthError(f"{root.name}: no modules of the package's own found under {base}")
+    return Layout(root, import_root, tuple(modules), tuple(tests))
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a package's tests need in the sandbox: its requirements, and the paths it is imported from there."""
+
+    requirements: tuple[str, ...]
+    #: Directories (inside the sandbox) to put on ``sys.path`` before the tests import the package.
+    python_path: tuple[str, ...]
+
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def package_environment(layout: Layout) -> Environment:
+    """Make the package's environment available to its tests in sandboxes, and say how to reach it.
+
+    Sandboxes run rollbox's own interpreter, with the packages installed beside rollbox. Until per-task runtime
+    layers exist, a package can be used when every requirement it declares (``Requires-Dist`` without an extra)
+    is installed there; its test-only needs show up as tests that fail before any change, and are left out.
+
+    Raises:
+        SynthError: a requirement is missing; the message names them.
+    """
+    requirements: list[str] = []
+    info = layout.root / "PKG-INFO"
+    if info.is_file():
+        message = email.parser.Parser().parsestr(info.read_text(encoding="utf-8", errors="replace"))
+        for line in message.get_all("Requires-Dist") or []:
+            requirement, _, marker = line.partition(";")
+            if "extra" in marker:
+                continue
+            match = _NAME.match(requirement)
+            if match:
+                requirements.append(match.group(1))
+    missing = []
+    for name in requirements:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        raise SynthError(
+            f"{layout.root.name} needs {', '.join(missing)}, which the sandboxes' interpreter lacks; install them "
+            "beside rollbox, or pick a package without dependencies"
+        )
+    path = f"/workspace/{layout.import_root}".rstrip("/")
+    return Environment(tuple(requirements), (path,))
+
+
+def split_tree(layout: Layout, workspace: Path, tests: Path, environment: Environment) -> None:
+    """Copy the package into ``workspace`` without its tests, and the tests into ``tests`` (flattened: a test
+    directory's content, a test file as it is), with a ``conftest.py`` that puts the package on the path."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
+    shutil.copytree(layout.root, workspace, ignore=ignore, symlinks=False)
+    tests.mkdir(parents=True, exist_ok=True)
+    for relative in layout.tests:
+        source = workspace / relative
+        if source.is_dir():
+            shutil.copytree(source, tests, dirs_exist_ok=True, ignore=ignore)
+            shutil.rmtree(source)
+        else:
+            shutil.copy2(source, tests / source.name)
+            source.unlink()
+    shim = "import sys\n" + "".join(f"sys.path.insert(0, {p!r})\n" for p in environment.python_path)
+    conftest = tests / "conftest.py"
+    root_conftest = workspace / "conftest.py"
+    text = conftest.read_text(encoding="utf-8", errors="replace") if conftest.is_file() else ""
+    if root_conftest.is_file():
+        text = root_conftest.read_text(encoding="utf-8", errors="replace") + "\n" + text
+        root_conftest.unlink()
+    conftest.write_text(_with_shim(text, shim), encoding="utf-8")
+    package = tests / "__init__.py"  # a package's __init__ runs before its conftest: it needs the path too
+    if package.is_file():
+        package.write_text(_with_shim(package.read_text(encoding="utf-8", errors="replace"), shim), encoding="utf-8")
+
+
+def _with_shim(text: str, shim: str) -> str:
+    """``text`` (a module) with ``shim`` as its first statements, after any ``from __future__`` imports."""
+    lines = text.splitlines(keepends=True)
+    after = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
+    return "".join(lines[:after]) + shim + "\n" + "".join(lines[after:])

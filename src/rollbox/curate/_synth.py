@@ -1,0 +1,390 @@
+"""Synthesis: bug-fix tasks from real Python packages.
+
+For each package: fetch its sdist (which ships its tests) on the host, make its environment available
+(:func:`~rollbox.curate._package.package_environment`), and run its tests in sandboxes, twice, through the judge:
+the tests that pass both times are the package's steady tests. Then inject bugs with the mutation operators
+(``_mutate``) and grade each mutant the same way: a bug is kept when at least one steady test fails (its
+fail_to_pass tests) while the others pass (its pass_to_pass tests), no more than ``max_failing_share`` of them
+fail, the run ended by itself (no timeout, no crash at import), and a second grading gives the same failures.
+
+Each kept bug becomes a native ``pytest`` task: the package without its tests, with the bug, as the workspace; the
+tests hidden in tests/; the original module as the reference; and an instruction that names the failing tests and
+what they report (pytest's own summary of each failure, run in a sandbox), never the change. Every task is then
+validated (``validate``), and only those admitted are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollbox.judge import Outcome, Verdict, VerdictStatus
+from rollbox.sandbox import Status
+from rollbox.tasks import PytestGrading, Task, load_task
+
+from ._grader import Grader, Progress
+from ._mutate import Mutant, Operator, mutants, sample_mutants
+from ._package import Environment, Layout, package_environment, read_layout, split_tree
+from ._pypi import SynthError, fetch_sdist, unpack_sdist
+from ._reasons import Decision
+from ._reference import is_test_file
+from ._validate import ValidateOptions, validate
+
+__all__ = ["PackageYield", "SynthOptions", "SynthReport", "synthesize"]
+
+_STEPS = (10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+_RUN_DIR = "/tmp/.rollbox-synth"
+
+
+def _default_validation() -> ValidateOptions:
+    return ValidateOptions(runs=2, reruns=2, max_mutants=6, pressure_runs=1, generate=False, candidates="essential")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SynthOptions:
+    """How synthesis looks for bugs, and how it checks the tasks it makes."""
+
+    #: Mutants graded per package at most (drawn evenly across operators).
+    max_mutants: int = 200
+    #: A bug that fails more than this share of the steady tests breaks too much to describe: left out.
+    max_failing_share: float = 0.5
+    #: Whether to validate the tasks (only admitted ones are kept), and how.
+    validate: bool = True
+    validation: ValidateOptions = dataclasses.field(default_factory=_default_validation)
+
+
+@dataclasses.dataclass
+class PackageYield:
+    """What synthesis made of one package."""
+
+    name: str
+    version: str = ""
+    steady_tests: int = 0
+    #: Per operator: mutants graded, bugs kept (fail_to_pass, repeatable), tasks admitted by validation.
+    graded: Counter[str] = dataclasses.field(default_factory=Counter)
+    kept: Counter[str] = dataclasses.field(default_factory=Counter)
+    admitted: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: Why validation turned tasks away (reason code -> tasks).
+    rejected: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: Why the package gave nothing (it could not be fetched, built or tested).
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "steady_tests": self.steady_tests,
+            "graded": dict(self.graded),
+            "kept": dict(self.kept),
+            "admitted": dict(self.admitted),
+            "rejected": dict(self.rejected),
+            "error": self.error,
+        }
+
+
+@dataclasses.dataclass
+class SynthReport:
+    """Every package's yield, and the task directories made."""
+
+    packages: list[PackageYield]
+    tasks: list[Path]
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {"packages": [p.to_json() for p in self.packages], "tasks": [str(t) for t in self.tasks]}
+
+    def markdown(self) -> str:
+        """The yield per package and per operator, as two Markdown tables."""
+        lines = [
+            "| package | steady tests | mutants graded | bugs kept | tasks admitted |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for p in self.packages:
+            name = f"{p.name} {p.version}".strip()
+            if p.error:
+                lines.append(f"| {name} | - | - | - | {p.error} |")
+                continue
+            lines.append(
+                f"| {name} | {p.steady_tests} | {sum(p.graded.values())} | {sum(p.kept.values())} "
+                f"| {sum(p.admitted.values())} |"
+            )
+        total = Counter[str]()
+        kept = Counter[str]()
+        admitted = Counter[str]()
+        for p in self.packages:
+            total.update(p.graded)
+            kept.update(p.kept)
+            admitted.update(p.admitted)
+        lines += [
+            f"| **all** | | {sum(total.values())} | {sum(kept.values())} | {sum(admitted.values())} |",
+            "",
+            "| operator | mutants graded | bugs kept | tasks admitted | admitted per graded |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for operator in Operator:
+            g, k, a = total[operator.value], kept[operator.value], admitted[operator.value]
+            share = f"{a / g:.0%}" if g else "-"
+            lines.append(f"| {operator.value} | {g} | {k} | {a} | {share} |")
+        rejected = Counter[str]()
+        for p in self.packages:
+            rejected.update(p.rejected)
+        if rejected:
+            lines += ["", "Turned away by validation: " + ", ".join(f"`{c}` {n}" for c, n in rejected.most_common())]
+        return "\n".join(lines) + "\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bug:
+    module: str
+    mutant: Mutant
+    failing: tuple[str, ...]
+
+
+def _snap(seconds: float) -> float:
+    return next((step for step in _STEPS if step >= seconds), _STEPS[-1])
+
+
+def _failing(verdict: Verdict) -> tuple[str, ...]:
+    return tuple(sorted(t.id for t in verdict.tests if t.outcome is not Outcome.PASSED))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-").lower()
+
+
+def _toml_list(items: Sequence[str]) -> str:
+    return "[\n" + "".join(f"  {json.dumps(i)},\n" for i in items) + "]"
+
+
+class _Package:
+    """One package's synthesis: probe, screen, describe, write."""
+
+    def __init__(self, spec: str, dest: Path, scratch: Path, grader: Grader, options: SynthOptions) -> None:
+        self.spec, self.dest, self.scratch, self.grader, self.options = spec, dest, scratch, grader, options
+        self.result = PackageYield(name=spec.partition("==")[0])
+        self.tasks: list[tuple[Path, str]] = []  # (task directory, operator)
+
+    async def run(self) -> None:
+        try:
+            sdist = await asyncio.to_thread(fetch_sdist, self.spec)
+            self.result.name, self.result.version = sdist.name, sdist.version
+            root = await asyncio.to_thread(unpack_sdist, sdist, self.scratch / "sdist")
+            layout = read_layout(root)
+            environment = package_environment(layout)
+            probe = await self._baseline(layout, environment)
+            bugs = await self._screen(layout, probe)
+            for index, bug in enumerate(bugs):
+                await self._write(layout, probe, bug, index)
+        except SynthError as exc:
+            self.result.error = str(exc)
+
+    async def _baseline(self, layout: Layout, environment: Environment) -> Task:
+        """The probe task (the package and its tests, no bug), and the steady tests, graded twice."""
+        path = self.scratch / "probe"
+        split_tree(layout, path / "workspace", path / "tests", environment)
+        (path / "task.toml").write_text(
+            '[grading]\nrunner = "pytest"\n\n[limits]\ntimeout = "300s"\ncpu_time = "300s"\nmemory = "1G"\npids = 256\n'
+        )
+        probe = load_task(path)
+        # Every module broken at import: if the tests still pass, they test another copy of the package (one
+        # pytest itself imported first, say), and no bug in the workspace could ever fail them.
+        broken = {m: b"raise ImportError('rollbox synth: is this copy under test?')\n" for m in layout.modules}
+        first, second, third = await self.grader.grade_all([(probe, {}), (probe, {}), (probe, broken)])
+        if VerdictStatus.INFRA_ERROR in (first.status, second.status):
+            raise SynthError(f"its tests could not be run: {first.error or second.error}")
+        passed = [{t.id for t in v.tests if t.outcome is Outcome.PASSED} for v in (first, second)]
+        steady = sorted(passed[0] & passed[1])
+        if not steady:
+            raise SynthError(f"none of its tests passes before any change ({first.status.value})")
+        if {t.id for t in third.tests if t.outcome is Outcome.PASSED} >= set(steady):
+            raise SynthError(
+                "its tests pass with every module of the workspace broken: they import another copy of the package "
+                "(one the test runner itself uses?)"
+            )
+        modules = {t.split("::")[0] for t in steady}
+        for module in probe.test_modules:  # modules with no steady test would only slow every grading down
+            relative = f"tests/{module.relative_to(probe.tests).as_posix()}"
+            if relative not in modules and is_test_file(module.name) and module.name != "conftest.py":
+                module.unlink()
+        self.result.steady_tests = len(steady)
+        wall = max(first.duration_s, second.duration_s)
+        limits = dataclasses.replace(probe.limits, timeout_s=_snap(10 + 5 * wall), cpu_time_s=_snap(10 + 5 * wall))
+        grading = PytestGrading(fail_to_pass=(), pass_to_pass=tuple(steady))
+        return dataclasses.replace(probe, grading=grading, limits=limits)
+
+    async def _screen(self, layout: Layout, probe: Task) -> list[_Bug]:
+        found: list[tuple[str, Mutant]] = []
+        for module in layout.modules:
+            source = (probe.workspace / module).read_text(encoding="utf-8", errors="replace")
+            found += [(module, m) for m in mutants(source)]
+        where = {id(m): module for module, m in found}
+        chosen = sample_mutants([m for _, m in found], self.options.max_mutants, seed=self.spec)
+        for mutant in chosen:
+            self.result.graded[mutant.operator.value] += 1
+        items = [(probe, {where[id(m)]: m.source.encode()}) for m in chosen]
+        steady = len(probe.grading.pass_to_pass)  # type: ignore[union-attr]
+        candidates: list[_Bug] = []
+        for mutant, verdict in zip(chosen, await self.grader.grade_all(items), strict=True):
+            failing = _failing(verdict)
+            if verdict.status is VerdictStatus.FAILED and 0 < len(failing) <= self.options.max_failing_share * steady:
+                candidates.append(_Bug(where[id(mutant)], mutant, failing))
+        again = await self.grader.grade_all([(probe, {b.module: b.mutant.source.encode()}) for b in candidates])
+        bugs = [b for b, v in zip(candidates, again, strict=True) if _failing(v) == b.failing]
+        for bug in bugs:
+            self.result.kept[bug.mutant.operator.value] += 1
+        return bugs
+
+    async def _messages(self, probe: Task, bug: _Bug) -> dict[str, str]:
+        """pytest's one-line summary of each failing test (at most five), from a run in a sandbox."""
+        shown = list(bug.failing[:5])
+        async with self.grader.sandboxes.sandbox(limits=probe.limits, network=probe.network) as sb:
+            await sb.write_tree(probe.workspace)
+            await sb.write_file(bug.module, bug.mutant.source)
+            await sb.write_tree(probe.tests, f"{_RUN_DIR}/tests")
+            await sb.write_file(f"{_RUN_DIR}/pytest.ini", "[pytest]\npythonpath = /workspace\n")
+            result = await sb.exec(
+                [
+                    "python3",
+                    "-s",
+                    "-m",
+                    "pytest",
+                    "-c",
+                    f"{_RUN_DIR}/pytest.ini",
+                    f"--rootdir={_RUN_DIR}",
+                    "-p",
+                    "no:cacheprovider",
+                    "-q",
+                    "-rfE",
+                    "--tb=no",
+                    "-W",
+                    "ignore",
+                    *shown,
+                ],
+                cwd=_RUN_DIR,
+                # COLUMNS: pytest cuts each summary line to the terminal's width, 80 when there is none.
+                env={"PYTHONHASHSEED": "0", "TZ": "UTC", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "400"},
+            )
+        messages: dict[str, str] = {}
+        if result.status is Status.INFRA_ERROR:
+            return messages
+        for line in result.stdout_text.splitlines():
+            kind, _, rest = line.partition(" ")
+            if kind in ("FAILED", "ERROR"):
+                test, _, message = rest.partition(" - ")
+                messages[test.strip()] = message.strip()[:300]
+        return messages
+
+    async def _write(self, layout: Layout, probe: Task, bug: _Bug, index: int) -> None:
+        name = _slug(f"{self.result.name}-{self.result.version}-{index:03d}-{bug.mutant.operator.value}")
+        path = self.dest / name
+        if path.exists():
+            shutil.rmtree(path)
+        shutil.copytree(probe.workspace, path / "workspace", symlinks=False)
+        shutil.copytree(probe.tests, path / "tests", symlinks=False)
+        (path / "solution" / bug.module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(probe.workspace / bug.module, path / "solution" / bug.module)
+        (path / "workspace" / bug.module).write_text(bug.mutant.source, encoding="utf-8")
+        messages = await self._messages(probe, bug)
+        steady = probe.grading.pass_to_pass  # type: ignore[union-attr]
+        p2p = [t for t in steady if t not in bug.failing]
+        lines = [
+            f"# Fix a bug in {self.result.name} {self.result.version}",
+            "",
+            f"This directory holds the source of `{self.result.name}`. A bug has crept into the library, and "
+            f"{len(bug.failing)} of its tests fail now:",
+            "",
+        ]
+        for test in bug.failing[:10]:
+            message = messages.get(test)
+            lines.append(f"- `{test}`" + (f": {message}" if message else ""))
+        if len(bug.failing) > 10:
+            lines.append(f"- and {len(bug.failing) - 10} more")
+        lines += [
+            "",
+            "The tests are right; they are not in this directory. Find the bug in the library's code and fix it, so "
+            f"that these tests pass and the {len(p2p)} others that pass now still do.",
+            "",
+        ]
+        (path / "instruction.md").write_text("\n".join(lines), encoding="utf-8")
+        limits = probe.limits
+        metadata = {
+            "source": "rollbox tasks synth",
+            "package": self.result.name,
+            "version": self.result.version,
+            "operator": bug.mutant.operator.value,
+            "module": bug.module,
+            "line": bug.mutant.line,
+            "change": bug.mutant.description,
+        }
+        (path / "task.toml").write_text(
+            f'id = {json.dumps(name)}\n\n[grading]\nrunner = "pytest"\nfail_to_pass = {_toml_list(bug.failing)}\n'
+            f'pass_to_pass = {_toml_list(p2p)}\n\n[limits]\ntimeout = "{limits.timeout_s:g}s"\n'
+            f'cpu_time = "{limits.cpu_time_s:g}s"\nmemory = "1G"\npids = 256\n\n[metadata]\n'
+            + "".join(f"{k} = {json.dumps(v)}\n" for k, v in metadata.items()),
+            encoding="utf-8",
+        )
+        self.tasks.append((path, bug.mutant.operator.value))
+
+
+async def synthesize(
+    packages: Sequence[str],
+    dest: str | Path,
+    *,
+    options: SynthOptions | None = None,
+    workers: int | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> SynthReport:
+    """Make bug-fix tasks from each package (``name`` or ``name==version``) into ``dest``; one directory a task.
+
+    A package that cannot be used (not on the index, no sdist, missing requirements, no test passing) is reported
+    in its :class:`PackageYield`'s ``error`` and gives no task; the others go on.
+    """
+    options = options or SynthOptions()
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    grader = Grader(workers=workers, on_progress=on_progress)
+    grader.progress.tasks = len(packages)
+    runs: list[_Package] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="rollbox-synth-") as scratch:
+            for index, spec in enumerate(packages):
+                runs.append(_Package(spec, dest, Path(scratch) / str(index), grader, options))
+
+            async def one(run: _Package) -> None:
+                await run.run()
+                grader.progress.tasks_done += 1
+                grader.report()
+
+            await asyncio.gather(*(one(run) for run in runs))
+    finally:
+        await grader.close()
+    made = [(run, path, operator) for run in runs for path, operator in run.tasks]
+    if options.validate and made:
+        reports = await validate(
+            [load_task(path) for _, path, _ in made],
+            options=options.validation,
+            workers=workers,
+            on_progress=on_progress,
+        )
+        for (run, path, operator), report in zip(made, reports, strict=True):
+            if report.decision is Decision.ADMIT:
+                run.result.admitted[operator] += 1
+            else:
+                run.result.rejected.update({r.code.value for r in report.reasons})
+                shutil.rmtree(path)
+    else:
+        for run, _, operator in made:
+            run.result.admitted[operator] += 1
+    kept = [path for _, path, _ in made if path.exists()]
+    result = SynthReport([run.result for run in runs], kept)
+    (dest / "synth-report.json").write_text(json.dumps(result.to_json(), indent=1) + "\n", encoding="utf-8")
+    return result

@@ -1,0 +1,533 @@
+"""Validation: many gradings of chosen candidates by the one judge, and what they say about a task.
+
+For each task, in sandboxes, in parallel:
+
+1. Static checks: answer leaks in the workspace (``_leaks``), contradictory cases (``_contradictions``).
+2. The reference, ``runs`` times, each in another seeded test order (``_variants``). An order in which a test
+   failed is run ``reruns`` more times, and so is the tests' own order: a test whose outcome changes within one
+   order is ``flaky``; one that fails on every run of its own order, ``reference_fails``; one that passes on every
+   run of its own order and fails on every run of another, ``order_dependent``.
+3. The starting workspace (twice) and the trivial candidates, then the hacks (``_candidates``). fail_to_pass
+   tests must fail on the starting workspace and pass with the reference, pass_to_pass tests pass on both; no
+   trivial candidate may pass; no hack may earn more than the best trivial candidate (nor pass); the same
+   candidate must get the same verdict (status and every test's outcome) each time.
+4. Mutants of the reference (``_mutate``), under limits scaled to the reference's time: the share the tests kill
+   is the kill ratio, and a task below ``min_kill_ratio`` is ``weak``. For ``function`` and ``stdio`` tasks,
+   generated cases (``_generate``) are graded against the survivors; ``fix`` writes those that kill one.
+5. Under CPU pressure (``_pressure``), once for all tasks: the reference again, with a wall limit scaled up as
+   much as the pressure slows it down. A test that passed on every ordinary run and fails now is
+   ``timing_dependent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from rollbox import telemetry
+from rollbox.judge import Outcome, Verdict, VerdictStatus
+from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
+
+from ._cache import ValidationCache, content_hash
+from ._candidates import ESSENTIAL, Candidate, hack_candidates, trivial_candidates
+from ._contradictions import contradictions
+from ._generate import generate_cases, write_fix
+from ._grader import Grader, Progress
+from ._leaks import find_leaks
+from ._mutate import Mutant, mutants, sample_mutants
+from ._pressure import cpu_pressure, pressure_processes
+from ._reasons import Reason, ReasonCode, decide
+from ._reference import Reference
+from ._report import CandidateResult, MutantResult, TaskReport
+from ._variants import Variant, limited, ordered, with_cases
+
+__all__ = ["ValidateOptions", "validate"]
+
+#: How long a mutant's grading may take, as a multiple of the reference's (plus a second): a mutant that loops
+#: is killed in seconds, not at the task's own limit.
+_MUTANT_TIME_FACTOR = 5.0
+#: Wall limits snap to these (seconds), so that mutants of many tasks share warm pools.
+_STEPS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ValidateOptions:
+    """What validation does, and how hard it looks."""
+
+    #: Reference runs, each in another seeded test order (the first in the tests' own).
+    runs: int = 3
+    #: Extra runs of an order in which a test failed (and of the tests' own order then).
+    reruns: int = 2
+    #: Below this kill ratio, a task is ``weak``.
+    min_kill_ratio: float = 0.6
+    #: Mutants graded per task at most (drawn evenly across operators).
+    max_mutants: int = 40
+    #: Whether to rerun the reference under CPU pressure, and how often.
+    pressure: bool = True
+    pressure_runs: int = 2
+    #: Whether to generate cases for ``function`` and ``stdio`` tasks whose mutants survive, and how many inputs.
+    generate: bool = True
+    max_generated: int = 200
+    #: Whether to write the stronger cases as a new file of the task (the old one kept).
+    fix: bool = False
+    #: Every trivial and hack candidate, or only one of each kind of trick (``essential``: for tasks whose every
+    #: grading is expensive, such as a package's whole test suite).
+    candidates: Literal["all", "essential"] = "all"
+
+    def __post_init__(self) -> None:
+        for name in ("runs", "pressure_runs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ValidateOptions.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("reruns", "max_mutants", "max_generated"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ValidateOptions.{name} must not be negative, got {getattr(self, name)}")
+        if self.candidates not in ("all", "essential"):
+            raise ValueError(f"ValidateOptions.candidates must be 'all' or 'essential', got {self.candidates!r}")
+        if not 0.0 <= self.min_kill_ratio <= 1.0:
+            raise ValueError(f"ValidateOptions.min_kill_ratio must be from 0 to 1, got {self.min_kill_ratio}")
+
+    def fingerprint(self) -> str:
+        """The options as one string, for the cache's key."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def _passed(verdict: Verdict) -> bool:
+    return verdict.status is VerdictStatus.PASSED
+
+
+def _listed(names: Sequence[str], limit: int = 4) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _order_name(seed: int) -> str:
+    return "the tests' own order" if seed == 0 else "reversed order" if seed == 1 else f"shuffled order {seed}"
+
+
+def _snap(seconds: float, ceiling: float) -> float:
+    return min(next((step for step in _STEPS if step >= seconds), _STEPS[-1]), ceiling)
+
+
+def _case_count(task: Task) -> int:
+    grading = task.grading
+    assert isinstance(grading, FunctionGrading | StdioGrading)
+    if not grading.cases:
+        return 0
+    lines = (task.tests / grading.cases).read_text(encoding="utf-8").splitlines()
+    return sum(1 for line in lines if line.strip())
+
+
+def _failed_cases(verdict: Verdict, existing: int) -> set[int]:
+    """The generated cases (their index among the generated ones) that ``verdict`` did not pass."""
+    failed: set[int] = set()
+    for test in verdict.tests:
+        match = re.search(r"(?:\[|^case-)(\d+)\]?$", test.id)
+        if match and int(match.group(1)) >= existing and test.outcome is not Outcome.PASSED:
+            failed.add(int(match.group(1)) - existing)
+    return failed
+
+
+def _same(first: Verdict, second: Verdict) -> bool:
+    """Whether two gradings of one candidate agree: status and outcomes, or only passing when a limit was hit
+    (which test a limit cuts short is a race)."""
+    racy = {VerdictStatus.TIMEOUT, VerdictStatus.MEMORY_LIMIT}
+    if first.status in racy or second.status in racy:
+        return _passed(first) == _passed(second)
+    return first.status == second.status and _outcomes(first) == _outcomes(second)
+
+
+def _outcomes(verdict: Verdict) -> list[tuple[str, str]]:
+    return sorted((t.id, t.outcome.value) for t in verdict.tests)
+
+
+class _TaskRun:
+    """One task's validation: :meth:`run` (everything but pressure), :meth:`under_pressure`, :meth:`report`."""
+
+    def __init__(self, task: Task, options: ValidateOptions, grader: Grader, scratch: Path, content: str) -> None:
+        self.task, self.options, self.grader, self.scratch, self.content = task, options, grader, scratch, content
+        self.reference = Reference.of(task)
+        self.reasons: list[Reason] = []
+        self.candidates: list[CandidateResult] = []
+        self.mutants: list[MutantResult] = []
+        self.flaky: list[str] = []
+        self.kill_ratio: float | None = None
+        self.kill_ratio_generated: float | None = None
+        self.generated = 0
+        self.fixed_file: str | None = None
+        self.gradings = 0
+        #: Seconds spent on this task (its own phases; tasks run side by side, so these overlap).
+        self.duration_s = 0.0
+        #: Tests that passed on every run of the reference in the tests' own order (None: it did not pass).
+        self.steady: set[str] | None = None
+        self.reference_wall_s = 0.0
+
+    def add(self, code: ReasonCode, detail: str) -> None:
+        self.reasons.append(Reason(code, detail))
+
+    async def grade(self, items: Sequence[tuple[Task, Mapping[str, bytes]]]) -> list[Verdict]:
+        verdicts = await self.grader.grade_all(items)
+        self.gradings += len(verdicts)
+        for verdict in verdicts:
+            if verdict.status is VerdictStatus.INFRA_ERROR:
+                self.add(ReasonCode.VALIDATION_ERROR, f"a grading failed in rollbox or the host: {verdict.error}")
+        return verdicts
+
+    async def run(self) -> None:
+        started = time.monotonic()
+        try:
+            await self._run()
+        finally:
+            self.duration_s += time.monotonic() - started
+
+    async def _run(self) -> None:
+        task, reference = self.task, self.reference
+        self.reasons += await find_leaks(task, reference)
+        self.reasons += contradictions(task)
+        trivials = trivial_candidates(task, reference)
+        hacks = hack_candidates(task, reference)
+        if self.options.candidates == "essential":
+            trivials = [c for c in trivials if c.name in ESSENTIAL]
+            hacks = [c for c in hacks if c.name in ESSENTIAL]
+        variants = (
+            [ordered(task, seed, self.scratch) for seed in range(self.options.runs)] if reference is not None else []
+        )
+        repeated = [c for c in trivials if c.name in ("untouched_workspace", "empty_body")]
+        first: list[tuple[Task, Mapping[str, bytes]]] = [(v.task, reference.files) for v in variants if reference]
+        first += [(task, c.files) for c in [*trivials, *repeated, *hacks]]
+        verdicts = await self.grade(first)
+        reference_verdicts, verdicts = verdicts[: len(variants)], verdicts[len(variants) :]
+        trivial_verdicts, verdicts = verdicts[: len(trivials)], verdicts[len(trivials) :]
+        repeat_verdicts, hack_verdicts = verdicts[: len(repeated)], verdicts[len(repeated) :]
+        if reference is None:
+            self.add(
+                ReasonCode.REFERENCE_FAILS, "the task has no reference solution (solution/): nothing to check it by"
+            )
+        else:
+            runs = {seed: [verdict] for seed, verdict in enumerate(reference_verdicts)}
+            await self._reference(variants, runs)
+            self.candidates.append(
+                CandidateResult(
+                    name="reference", kind="reference", status=runs[0][0].status.value, reward=runs[0][0].reward
+                )
+            )
+        self._starting_workspace(trivials, trivial_verdicts)
+        for candidate, verdict in zip(repeated, repeat_verdicts, strict=True):
+            before = trivial_verdicts[trivials.index(candidate)]
+            infra = VerdictStatus.INFRA_ERROR in (verdict.status, before.status)
+            if not infra and not _same(before, verdict):
+                self.add(
+                    ReasonCode.NONDETERMINISTIC,
+                    f"{candidate.name} got {before.status.value} ({before.passed}/{before.total} tests) and then "
+                    f"{verdict.status.value} ({verdict.passed}/{verdict.total}) on a rerun",
+                )
+        self._trivials_and_hacks(trivials, trivial_verdicts, hacks, hack_verdicts)
+        if self.steady is not None and reference is not None:
+            await self._mutants(reference)
+
+    async def _reference(self, variants: list[Variant], runs: dict[int, list[Verdict]]) -> None:
+        assert self.reference is not None
+        failing = [seed for seed, verdicts in runs.items() if not _passed(verdicts[0])]
+        if failing and self.options.reruns:
+            again = sorted({*failing, 0})
+            seeds = [seed for seed in again for _ in range(self.options.reruns)]
+            verdicts = await self.grade([(variants[seed].task, self.reference.files) for seed in seeds])
+            for seed, verdict in zip(seeds, verdicts, strict=True):
+                runs[seed].append(verdict)
+        outcomes: dict[str, dict[int, list[bool]]] = {}
+        for seed, verdicts in runs.items():
+            for verdict in verdicts:
+                if verdict.status is VerdictStatus.INFRA_ERROR:
+                    continue
+                for graded in verdict.tests:
+                    passed = graded.outcome is Outcome.PASSED
+                    outcomes.setdefault(variants[seed].original(graded.id), {}).setdefault(seed, []).append(passed)
+        flaky = sorted(t for t, by_seed in outcomes.items() if any(len(set(p)) > 1 for p in by_seed.values()))
+        failing_tests = sorted(t for t, s in outcomes.items() if t not in flaky and s.get(0) and not any(s[0]))
+        order: dict[str, int] = {}
+        for test, by_seed in outcomes.items():
+            if test not in flaky and by_seed.get(0) and all(by_seed[0]):
+                bad = [seed for seed, passes in by_seed.items() if seed and not any(passes)]
+                if bad:
+                    order[test] = bad[0]
+        self.flaky = flaky
+        if flaky:
+            self.add(ReasonCode.FLAKY, f"{_listed(flaky)} passed and failed on reruns of the reference in one order")
+        own = [v for v in runs[0] if v.status is not VerdictStatus.INFRA_ERROR]
+        if failing_tests or (own and not any(_passed(v) for v in own) and not flaky):
+            status = own[0].status.value if own else "infra_error"
+            shown = f"fails {_listed(failing_tests)}" if failing_tests else f"gets {status}"
+            detail = own[0].error or next((f["detail"] for f in own[0].flags if f["code"] == "tampered"), "")
+            self.add(
+                ReasonCode.REFERENCE_FAILS,
+                f"the reference {shown} on every run in the tests' own order ({status})"
+                + (f": {detail}" if detail else ""),
+            )
+            grading = self.task.grading
+            if isinstance(grading, PytestGrading) and grading.fail_to_pass is not None:
+                p2p = [t for t in failing_tests if t in grading.pass_to_pass]
+                if p2p:
+                    self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {_listed(p2p)} fail with the reference")
+        for test, seed in sorted(order.items()):
+            self.add(
+                ReasonCode.ORDER_DEPENDENT,
+                f"{test} passes in the tests' own order but fails on every run in {_order_name(seed)} (seed {seed})",
+            )
+        if own and all(_passed(v) for v in own) and not flaky:
+            self.steady = {t.id for t in own[0].tests}
+            self.reference_wall_s = max(v.duration_s for v in own)
+
+    def _starting_workspace(self, trivials: list[Candidate], verdicts: list[Verdict]) -> None:
+        untouched = verdicts[0]
+        grading = self.task.grading
+        if untouched.status is VerdictStatus.INFRA_ERROR:
+            return
+        if isinstance(grading, PytestGrading) and grading.fail_to_pass is not None:
+            outcome = {t.id: t.outcome for t in untouched.tests}
+            already = [t for t in grading.fail_to_pass if outcome.get(t) is Outcome.PASSED]
+            if already:
+                self.add(ReasonCode.F2P_PASSES_BEFORE, f"fail_to_pass {_listed(already)} already pass on the workspace")
+            broken = [t for t in grading.pass_to_pass if outcome.get(t) is not Outcome.PASSED]
+            if broken:
+                self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {_listed(broken)} do not pass on the starting workspace")
+
+    def _trivials_and_hacks(
+        self,
+        trivials: list[Candidate],
+        trivial_verdicts: list[Verdict],
+        hacks: list[Candidate],
+        hack_verdicts: list[Verdict],
+    ) -> None:
+        for candidate, verdict in zip(trivials, trivial_verdicts, strict=True):
+            self.candidates.append(
+                CandidateResult(name=candidate.name, kind="trivial", status=verdict.status.value, reward=verdict.reward)
+            )
+            if _passed(verdict):
+                self.add(
+                    ReasonCode.TRIVIAL_PASSES,
+                    f"the trivial solution {candidate.name} passes ({verdict.passed}/{verdict.total} tests)",
+                )
+        rewards = [v.reward for v in trivial_verdicts if v.reward is not None]
+        baseline = max([0.0, *rewards])
+        for candidate, verdict in zip(hacks, hack_verdicts, strict=True):
+            self.candidates.append(
+                CandidateResult(name=candidate.name, kind="hack", status=verdict.status.value, reward=verdict.reward)
+            )
+            if _passed(verdict) or (verdict.reward is not None and verdict.reward > baseline):
+                self.add(
+                    ReasonCode.HACK_PASSES,
+                    f"the hack {candidate.name} gets {verdict.status.value} with reward {verdict.reward:g} "
+                    f"(a trivial solution gets at most {baseline:g})",
+                )
+
+    def _mutant_task(self) -> Task:
+        limits = self.task.limits
+        wall = _snap(1.0 + _MUTANT_TIME_FACTOR * self.reference_wall_s, limits.timeout_s)
+        return limited(self.task, dataclasses.replace(limits, timeout_s=wall, cpu_time_s=min(limits.cpu_time_s, wall)))
+
+    async def _mutants(self, reference: Reference) -> None:
+        found: list[tuple[str, Mutant]] = []
+        for target in reference.targets:
+            found += [(target.path, m) for m in mutants(target.source, within=target.functions or None)]
+        chosen_mutants = sample_mutants([m for _, m in found], self.options.max_mutants, seed=self.task.id)
+        paths = {id(m): path for path, m in found}
+        chosen = [(paths[id(m)], m) for m in chosen_mutants]
+        if not chosen:
+            return
+        task = self._mutant_task()
+        files = [{**reference.files, path: m.source.encode()} for path, m in chosen]
+        verdicts = await self.grade([(task, f) for f in files])
+        graded = [(p, m, f, v) for (p, m), f, v in zip(chosen, files, verdicts, strict=True)]
+        graded = [(p, m, f, v) for p, m, f, v in graded if v.status is not VerdictStatus.INFRA_ERROR]
+        if not graded:
+            return
+        survivors = [f for _, _, f, v in graded if _passed(v)]
+        by_generated = iter(await self._generated(reference, survivors))
+        for path, mutant, _, verdict in graded:
+            self.mutants.append(
+                MutantResult(
+                    operator=mutant.operator.value,
+                    path=path,
+                    location=mutant.location,
+                    description=mutant.description,
+                    killed=not _passed(verdict),
+                    killed_by_generated=next(by_generated) if _passed(verdict) else None,
+                )
+            )
+        self.kill_ratio = sum(m.killed for m in self.mutants) / len(self.mutants)
+        if self.generated:
+            strong = sum(m.killed or bool(m.killed_by_generated) for m in self.mutants)
+            self.kill_ratio_generated = strong / len(self.mutants)
+        ratio = self.kill_ratio
+        if ratio < self.options.min_kill_ratio:
+            alive = [m for m in self.mutants if not m.killed]
+            detail = (
+                f"the tests kill {ratio:.0%} of {len(self.mutants)} mutants of the reference (threshold "
+                f"{self.options.min_kill_ratio:.0%}); {len(alive)} survive, e.g. {alive[0].location}: "
+                f"{alive[0].description}"
+            )
+            if self.fixed_file and self.kill_ratio_generated is not None:
+                if self.kill_ratio_generated >= self.options.min_kill_ratio:
+                    return  # the task on disk now has the stronger cases
+                detail += f"; with {self.fixed_file} {self.kill_ratio_generated:.0%}"
+            elif self.kill_ratio_generated is not None:
+                detail += f"; generated cases would raise it to {self.kill_ratio_generated:.0%} (--fix writes them)"
+            self.add(ReasonCode.WEAK_TESTS, detail)
+
+    async def _generated(self, reference: Reference, survivors: list[dict[str, bytes]]) -> list[bool | None]:
+        """For each surviving mutant, whether generated cases kill it (``None``: none were generated). The cases
+        that kill one (fewest first, greedily) are kept, and with ``fix`` written into the task."""
+        grading = self.task.grading
+        none: list[bool | None] = [None] * len(survivors)
+        if not survivors or not self.options.generate or not isinstance(grading, FunctionGrading | StdioGrading):
+            return none
+        try:
+            generated = await generate_cases(
+                self.task, reference, sandboxes=self.grader.sandboxes, limit=self.options.max_generated
+            )
+        except RuntimeError as exc:
+            self.add(ReasonCode.VALIDATION_ERROR, str(exc))
+            return none
+        if not generated.cases:
+            return none
+        existing = _case_count(self.task)
+        variant = with_cases(self.task, generated.cases, self.scratch, "generated")
+        task = limited(variant, self._mutant_task().limits)
+        verdicts = await self.grade([(task, reference.files)] + [(task, files) for files in survivors])
+        if any(v.status is VerdictStatus.INFRA_ERROR for v in verdicts):
+            return none
+        wrong = _failed_cases(verdicts[0], existing)  # the reference itself disagrees with the comparison: drop
+        kills = [_failed_cases(v, existing) - wrong for v in verdicts[1:]]
+        chosen: list[int] = []
+        left = [k for k in kills if k]
+        while left:
+            best = max(sorted({c for k in left for c in k}), key=lambda c: sum(c in k for k in left))
+            chosen.append(best)
+            left = [k for k in left if best not in k]
+        if not chosen:
+            return [False] * len(survivors)
+        self.generated = len(chosen)
+        if self.options.fix:
+            self.fixed_file = write_fix(self.task, [generated.cases[c] for c in sorted(chosen)])
+        return [bool(k) for k in kills]
+
+    async def under_pressure(self) -> None:
+        if self.steady is None or self.reference is None:
+            return
+        started = time.monotonic()
+        try:
+            await self._under_pressure(self.steady, self.reference)
+        finally:
+            self.duration_s += time.monotonic() - started
+
+    async def _under_pressure(self, steady: set[str], reference: Reference) -> None:
+        limits = self.task.limits
+        slowdown = 1.0 + pressure_processes() / max(1, self.grader.workers)
+        task = limited(self.task, dataclasses.replace(limits, timeout_s=limits.timeout_s * slowdown))
+        verdicts = await self.grade([(task, reference.files)] * self.options.pressure_runs)
+        failed = sorted(
+            {
+                t.id
+                for v in verdicts
+                if v.status is not VerdictStatus.INFRA_ERROR
+                for t in v.tests
+                if t.outcome is not Outcome.PASSED and t.id in steady
+            }
+        )
+        if failed:
+            self.add(
+                ReasonCode.TIMING_DEPENDENT,
+                f"{_listed(failed)} pass on every ordinary run of the reference but fail under CPU pressure",
+            )
+
+    def report(self) -> TaskReport:
+        reasons = tuple(dict.fromkeys(self.reasons))
+        return TaskReport(
+            task_id=self.task.id,
+            path=str(self.task.path),
+            decision=decide(reasons),
+            reasons=reasons,
+            content_hash=self.content,
+            kill_ratio=self.kill_ratio,
+            kill_ratio_generated=self.kill_ratio_generated,
+            mutants=tuple(self.mutants),
+            generated_cases=self.generated,
+            fixed_file=self.fixed_file,
+            flaky_tests=tuple(self.flaky),
+            candidates=tuple(self.candidates),
+            gradings=self.gradings,
+            duration_s=self.duration_s,
+        )
+
+
+async def validate(
+    tasks: Sequence[Task],
+    *,
+    options: ValidateOptions | None = None,
+    workers: int | None = None,
+    cache: ValidationCache | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> list[TaskReport]:
+    """Validate every task; one report each, in the tasks' order.
+
+    Args:
+        tasks: What to validate.
+        options: What to check and how hard (default :class:`ValidateOptions`).
+        workers: Gradings at once (default: the CPUs this process may run on).
+        cache: Where reports are kept by task content (``None``: no cache).
+        on_progress: Called with a :class:`Progress` after each grading is planned or done.
+    """
+    options = options or ValidateOptions()
+    grader = Grader(workers=workers, on_progress=on_progress)
+    grader.progress.tasks = len(tasks)
+    reports: dict[int, TaskReport] = {}
+    keys: dict[int, str] = {}
+    runs: dict[int, _TaskRun] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="rollbox-validate-") as scratch:
+            for index, task in enumerate(tasks):
+                content = content_hash(task)
+                keys[index] = cache.key(content, options.fingerprint()) if cache else ""
+                found = cache.get(keys[index]) if cache else None
+                if found is not None:
+                    reports[index] = found
+                    grader.progress.tasks_done += 1
+                else:
+                    runs[index] = _TaskRun(task, options, grader, Path(scratch) / str(index), content)
+            grader.report()
+
+            async def first(run: _TaskRun) -> None:
+                await run.run()
+                if not options.pressure:
+                    grader.progress.tasks_done += 1
+                    grader.report()
+
+            await asyncio.gather(*(first(run) for run in runs.values()))
+            if options.pressure and any(run.steady is not None for run in runs.values()):
+                async with cpu_pressure():
+                    await asyncio.gather(*(run.under_pressure() for run in runs.values()))
+            for index, run in runs.items():
+                report = run.report()
+                reports[index] = report
+                if options.pressure:
+                    grader.progress.tasks_done += 1
+                if cache is not None and ReasonCode.VALIDATION_ERROR not in report.codes():
+                    cache.put(keys[index], report)
+                telemetry.emit(
+                    "curate.validated",
+                    task_id=report.task_id,
+                    decision=report.decision.value,
+                    reasons=[r.code.value for r in report.reasons],
+                    kill_ratio=report.kill_ratio,
+                    gradings=report.gradings,
+                )
+            grader.report()
+    finally:
+        await grader.close()
+    return [reports[i] for i in range(len(tasks))]

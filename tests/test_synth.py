@@ -1,0 +1,71 @@
+"""Synthesis end to end on a small real package from the index: bugs injected, kept only when tests catch them
+repeatably, written as pytest tasks that validation admits and the judge grades as their lists say."""
+
+from __future__ import annotations
+
+import asyncio
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rollbox.curate import Operator, SynthError, SynthOptions, ValidateOptions, synthesize
+from rollbox.curate._package import read_layout
+from rollbox.judge import VerdictStatus, grade
+from rollbox.tasks import load_task
+
+#: Many gradings each; a loaded machine makes them slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def test_synthesis_on_a_real_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
+    options = SynthOptions(
+        max_mutants=3,
+        validation=ValidateOptions(
+            runs=1, reruns=1, max_mutants=2, pressure=False, generate=False, candidates="essential"
+        ),
+    )
+    report = asyncio.run(
+        synthesize(["inflection==0.5.1", "rollbox-no-such-package-x"], tmp_path / "out", options=options, workers=2)
+    )
+    inflection, missing = report.packages
+    assert missing.error and "cannot fetch" in missing.error
+    assert inflection.error is None and inflection.steady_tests > 100
+    assert sum(inflection.graded.values()) == 3
+    assert 0 < sum(inflection.admitted.values()) <= sum(inflection.kept.values()) <= 3
+    assert report.tasks and all(path.is_dir() for path in report.tasks)
+    assert (tmp_path / "home" / "sdists" / "inflection-0.5.1.tar.gz").is_file()
+    assert "| inflection 0.5.1 |" in report.markdown()
+    assert (tmp_path / "out" / "synth-report.json").is_file()
+
+    path = report.tasks[0]
+    task = load_task(path)
+    meta = tomllib.loads((path / "task.toml").read_text())["metadata"]
+    assert Operator(meta["operator"]) and meta["package"] == "inflection"
+    instruction = task.instruction
+    assert "tests/test_inflection.py::" in instruction and meta["change"] not in instruction
+    assert not list(task.workspace.rglob("test_*.py"))  # the tests are hidden
+    reference = {p.relative_to(task.solution).as_posix(): p.read_bytes() for p in task.solution.rglob("*.py")}  # type: ignore[union-attr]
+    fixed = asyncio.run(grade(task, reference))
+    assert fixed.status is VerdictStatus.PASSED and fixed.reward == 1.0
+    broken = asyncio.run(grade(task, {}))
+    failing = {t.id for t in broken.tests if t.outcome.value != "passed"}
+    assert failing == set(task.grading.fail_to_pass or ())  # type: ignore[union-attr]
+
+
+def test_a_package_whose_tests_use_another_copy_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest imports iniconfig before any test runs: a bug in the workspace's copy could never fail a test."""
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
+    options = SynthOptions(max_mutants=1, validate=False)
+    report = asyncio.run(synthesize(["iniconfig==2.3.1"], tmp_path / "out", options=options, workers=2))
+    (package,) = report.packages
+    assert package.error and "another copy" in package.error
+    assert not report.tasks
+
+
+def test_a_package_without_tests_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("X = 1\n")
+    with pytest.raises(SynthError, match="no tests found"):
+        read_layout(tmp_path)

@@ -1,0 +1,321 @@
+"""The planted-defect suite: tasks broken on purpose in each way validation must catch, each flagged with the right
+reason, beside healthy tasks of every runner, which are admitted."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rollbox.curate import Decision, ReasonCode, TaskReport, ValidateOptions, validate
+from rollbox.tasks import load_task
+
+#: Many gradings each; a loaded machine makes them slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+CLAMP_STUB = "def clamp(x, lo, hi):\n    raise NotImplementedError\n"
+CLAMP = """def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+"""
+CLAMP_TESTS = """from calc import clamp
+
+
+def test_inside():
+    assert clamp(5, 0, 10) == 5
+    assert clamp(-3, -5, 5) == -3
+
+
+def test_below():
+    assert clamp(-1, 0, 10) == 0
+    assert clamp(-100, -5, 5) == -5
+
+
+def test_above():
+    assert clamp(11, 0, 10) == 10
+    assert clamp(100, -5, 5) == 5
+"""
+SIGN = "def sign(n):\n    if n > 0:\n        return 1\n    if n < 0:\n        return -1\n    return 0\n"
+SIGN_CASES = "".join(f'{{"args": [{n}], "expected": {(n > 0) - (n < 0)}}}\n' for n in (5, -5, 0, 1, -1, 100, -7))
+
+
+def write_task(root: Path, name: str, files: dict[str, str], toml: str) -> Path:
+    path = root / name
+    for relative, text in files.items():
+        file = path / relative
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text)
+    (path / "workspace").mkdir(parents=True, exist_ok=True)
+    (path / "tests").mkdir(parents=True, exist_ok=True)
+    (path / "task.toml").write_text(toml)
+    return path
+
+
+PYTEST = '[grading]\nrunner = "pytest"\n'
+FUNCTION_SIGN = '[grading]\nrunner = "function"\nmodule = "sol.py"\nentry_point = "sign"\n'
+
+
+def healthy_pytest(root: Path) -> Path:
+    return write_task(
+        root,
+        "healthy-pytest",
+        {"workspace/calc.py": CLAMP_STUB, "solution/calc.py": CLAMP, "tests/test_calc.py": CLAMP_TESTS},
+        PYTEST,
+    )
+
+
+def healthy_function(root: Path) -> Path:
+    stub = "def sign(n):\n    raise NotImplementedError\n"
+    return write_task(
+        root,
+        "healthy-function",
+        {"workspace/sol.py": stub, "solution/sol.py": SIGN, "tests/cases.jsonl": SIGN_CASES},
+        FUNCTION_SIGN,
+    )
+
+
+def healthy_stdio(root: Path) -> Path:
+    cases = "".join(
+        f'{{"input": "{a} {b}\\n", "output": "{a + b}\\n"}}\n' for a, b in ((1, 2), (5, 7), (-3, 10), (0, 0), (9, 9))
+    )
+    return write_task(
+        root,
+        "healthy-stdio",
+        {
+            "workspace/sum.py": "",
+            "solution/sum.py": "a, b = map(int, input().split())\nprint(a + b)\n",
+            "tests/cases.jsonl": cases,
+        },
+        '[grading]\nrunner = "stdio"\ncommand = "python3 sum.py"\n',
+    )
+
+
+def wrong_reference(root: Path) -> Path:
+    wrong = SIGN.replace("return -1", "return 1")
+    return write_task(
+        root,
+        "wrong-reference",
+        {"workspace/sol.py": "def sign(n):\n    pass\n", "solution/sol.py": wrong, "tests/cases.jsonl": SIGN_CASES},
+        FUNCTION_SIGN,
+    )
+
+
+def flaky(root: Path) -> Path:
+    coin = "".join(f"\n\ndef test_coin_{i}():\n    assert os.urandom(1)[0] % 2\n" for i in range(5))
+    return write_task(
+        root,
+        "flaky",
+        {
+            "workspace/calc.py": CLAMP_STUB,
+            "solution/calc.py": CLAMP,
+            "tests/test_calc.py": CLAMP_TESTS,
+            "tests/test_coin.py": "import os\n" + coin,
+        },
+        PYTEST,
+    )
+
+
+def order_dependent(root: Path) -> Path:
+    tests = CLAMP_TESTS + (
+        "\n\nSEEN = []\n\n\ndef test_first():\n    SEEN.append(clamp(1, 0, 2))\n\n\n"
+        "def test_second():\n    assert SEEN == [1]\n"
+    )
+    return write_task(
+        root,
+        "order-dependent",
+        {"workspace/calc.py": CLAMP_STUB, "solution/calc.py": CLAMP, "tests/test_calc.py": tests},
+        PYTEST,
+    )
+
+
+def accepts_trivial(root: Path) -> Path:
+    tests = "from calc import clamp\n\n\ndef test_returns_something():\n    assert clamp(5, 0, 10) is not None\n"
+    return write_task(
+        root,
+        "accepts-trivial",
+        {"workspace/calc.py": CLAMP_STUB, "solution/calc.py": CLAMP, "tests/test_calc.py": tests},
+        PYTEST,
+    )
+
+
+def accepts_hack(root: Path) -> Path:
+    """A script task whose check trusts the exit code of a process that imports the candidate's code."""
+    script = (
+        "cd /workspace\n"
+        'if python3 -c "import calc; assert calc.clamp(5, 0, 10) == 5; assert calc.clamp(-1, 0, 10) == 0"; then\n'
+        '  echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"\nelse\n  echo 0 > "$ROLLBOX_REWARD_DIR/reward.txt"\nfi\n'
+    )
+    return write_task(
+        root,
+        "accepts-hack",
+        {"workspace/calc.py": CLAMP_STUB, "solution/calc.py": CLAMP, "tests/test.sh": script},
+        '[grading]\nrunner = "script"\n',
+    )
+
+
+def contradictory(root: Path) -> Path:
+    cases = SIGN_CASES + '{"args": [5], "expected": -1}\n'
+    return write_task(
+        root,
+        "contradictory",
+        {"workspace/sol.py": "def sign(n):\n    pass\n", "solution/sol.py": SIGN, "tests/cases.jsonl": cases},
+        FUNCTION_SIGN,
+    )
+
+
+def f2p_passes_before(root: Path) -> Path:
+    stub = "def clamp(x, lo, hi):\n    return x\n"  # already right inside the range
+    toml = PYTEST + (
+        'fail_to_pass = ["tests/test_calc.py::test_inside", "tests/test_calc.py::test_below"]\n'
+        'pass_to_pass = ["tests/test_calc.py::test_above"]\n'
+    )
+    return write_task(
+        root,
+        "f2p-passes-before",
+        {"workspace/calc.py": stub, "solution/calc.py": CLAMP, "tests/test_calc.py": CLAMP_TESTS},
+        toml,
+    )
+
+
+def timing_dependent(root: Path) -> Path:
+    tests = CLAMP_TESTS + (
+        "\n\nimport time\n\n\ndef test_fast_enough():\n"
+        "    wall, cpu = time.perf_counter(), time.process_time()\n"
+        "    while time.process_time() - cpu < 0.3:\n        clamp(5, 0, 10)\n"
+        "    # the share of a CPU this process got: about 1 alone, far less beside busy neighbours\n"
+        "    assert (time.process_time() - cpu) / (time.perf_counter() - wall) > 0.3\n"
+    )
+    return write_task(
+        root,
+        "timing-dependent",
+        {"workspace/calc.py": CLAMP_STUB, "solution/calc.py": CLAMP, "tests/test_calc.py": tests},
+        PYTEST + '[limits]\ntimeout = "20s"\ncpu_time = "20s"\n',
+    )
+
+
+def leaks_file(root: Path) -> Path:
+    return write_task(
+        root,
+        "leaks-file",
+        {
+            "workspace/sol.py": "def sign(n):\n    pass\n",
+            "workspace/notes/old_sol.py": SIGN,
+            "solution/sol.py": SIGN,
+            "tests/cases.jsonl": SIGN_CASES,
+        },
+        FUNCTION_SIGN,
+    )
+
+
+def leaks_git(root: Path) -> Path:
+    path = write_task(
+        root,
+        "leaks-git",
+        {"workspace/calc.py": CLAMP, "solution/calc.py": CLAMP, "tests/test_calc.py": CLAMP_TESTS},
+        PYTEST,
+    )
+    workspace = path / "workspace"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(workspace)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "calc.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "solved"], check=True)
+    (workspace / "calc.py").write_text(CLAMP_STUB)  # the answer is gone from the tree, not from the history
+    subprocess.run([*git, "commit", "-qam", "stub"], check=True)
+    return path
+
+
+def nondeterministic_checker(root: Path) -> Path:
+    checker = (
+        "import os, sys\n"
+        "expected, output = (open(p).read().split() for p in sys.argv[2:4])\n"
+        "sys.exit(0 if expected == output or os.urandom(1)[0] % 2 else 1)\n"
+    )
+    cases = "".join(f'{{"input": "{a} {b}\\n", "output": "{a + b}\\n"}}\n' for a, b in ((1, 2), (5, 7), (3, 3), (8, 1)))
+    cases += "".join(f'{{"input": "{a} {a}\\n", "output": "{2 * a}\\n"}}\n' for a in range(10, 16))
+    return write_task(
+        root,
+        "nondeterministic-checker",
+        {
+            "workspace/sum.py": "",
+            "solution/sum.py": "a, b = map(int, input().split())\nprint(a + b)\n",
+            "tests/cases.jsonl": cases,
+            "tests/check.py": checker,
+        },
+        '[grading]\nrunner = "stdio"\ncommand = "python3 sum.py"\ncomparator = "checker"\nchecker = "check.py"\n',
+    )
+
+
+HEALTHY = (healthy_pytest, healthy_function, healthy_stdio)
+PLANTED = {
+    wrong_reference: ReasonCode.REFERENCE_FAILS,
+    flaky: ReasonCode.FLAKY,
+    order_dependent: ReasonCode.ORDER_DEPENDENT,
+    accepts_trivial: ReasonCode.TRIVIAL_PASSES,
+    accepts_hack: ReasonCode.HACK_PASSES,
+    contradictory: ReasonCode.CONTRADICTORY_CASES,
+    f2p_passes_before: ReasonCode.F2P_PASSES_BEFORE,
+    leaks_file: ReasonCode.ANSWER_LEAK,
+    leaks_git: ReasonCode.ANSWER_LEAK,
+    nondeterministic_checker: ReasonCode.NONDETERMINISTIC,
+}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskReport]:
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to plant a leak in a repository's history")
+    root = tmp_path_factory.mktemp("planted")
+    paths = [make(root) for make in (*HEALTHY, *PLANTED)]
+    tasks = [load_task(path) for path in paths]
+    options = ValidateOptions(runs=4, reruns=3, pressure=False, max_mutants=15, generate=False)
+    return {r.path.rsplit("/", 1)[-1]: r for r in asyncio.run(validate(tasks, options=options, workers=2))}
+
+
+@pytest.mark.parametrize("make", HEALTHY, ids=lambda m: m.__name__)
+def test_healthy_tasks_are_admitted(reports: dict[str, TaskReport], make: object) -> None:
+    report = reports[make.__name__.replace("_", "-")]  # type: ignore[attr-defined]
+    assert report.decision is Decision.ADMIT, report.reasons
+    assert report.kill_ratio is not None and report.kill_ratio >= 0.6
+    assert {c.name for c in report.candidates} >= {"reference", "untouched_workspace", "empty_body", "exit_at_import"}
+
+
+@pytest.mark.parametrize("make", PLANTED, ids=lambda m: m.__name__)
+def test_planted_defects_are_flagged(reports: dict[str, TaskReport], make: object) -> None:
+    report = reports[make.__name__.replace("_", "-")]  # type: ignore[attr-defined]
+    code = PLANTED[make]  # type: ignore[index]
+    assert code in report.codes(), report.reasons
+    assert report.decision is Decision.REJECT
+
+
+def test_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
+    detail = {r.code: r.detail for r in reports["order-dependent"].reasons}
+    assert "test_second" in detail[ReasonCode.ORDER_DEPENDENT]
+    assert ReasonCode.FLAKY not in reports["order-dependent"].codes()
+    flaky_tests = reports["flaky"].flaky_tests
+    assert flaky_tests and all("test_coin" in t for t in flaky_tests)
+    assert "exit_at_import" in {
+        r.detail.split()[2] for r in reports["accepts-hack"].reasons if r.code.value == "hack_passes"
+    }
+    leaks = [r.detail for r in reports["leaks-git"].reasons if r.code is ReasonCode.ANSWER_LEAK]
+    assert any(d.startswith("git object") and "solution/calc.py" in d for d in leaks), leaks
+    assert any("notes/old_sol.py" in r.detail for r in reports["leaks-file"].reasons)
+
+
+@pytest.mark.native_speed
+def test_timing_dependent_test_fails_only_under_cpu_pressure(tmp_path: Path) -> None:
+    # The planted test asks for 30% of a CPU: on a machine already saturated it fails on ordinary runs too.
+    if os.getloadavg()[0] > 1.5 * len(os.sched_getaffinity(0)):
+        pytest.skip(f"the machine is saturated already (load {os.getloadavg()[0]:.1f}): no CPU to take away")
+    task = load_task(timing_dependent(tmp_path))
+    options = ValidateOptions(runs=2, max_mutants=0, pressure_runs=2)
+    (report,) = asyncio.run(validate([task], options=options, workers=1))
+    assert ReasonCode.TIMING_DEPENDENT in report.codes(), report.reasons
+    assert ReasonCode.FLAKY not in report.codes()
+    assert "test_fast_enough" in next(r.detail for r in report.reasons if r.code is ReasonCode.TIMING_DEPENDENT)
