@@ -13,12 +13,12 @@
  *           --rw SRC DEST       the same, writable (directories made below it belong to the sandbox's uid)
  *           --dev NAME          a node for the host's character device /dev/NAME, mode 0666 (the root is
  *                               the one filesystem of the sandbox without nodev, and it is read-only)
- *           --devpts DEST       a new instance of devpts
+ *           --devpts DEST       a new instance of devpts, with at most PTYS ptys
  *           --symlink T DEST    a symbolic link to T
  *           --dir DEST          an empty directory (a mount point: /proc)
- *       It then clones the sandbox's first process into new user, mount, pid, ipc, uts, net and cgroup
- *       namespaces, maps ID inside to U and G outside, and drops to U and G itself, an unprivileged monitor
- *       that exits as that process does. The process mounts its own /proc (its sysctls read-only, no user
+ *       It then sets every rlimit of the sandbox's (sandbox_rlimits), clones the sandbox's first process into
+ *       new user (U's), mount, pid, ipc, uts, net and cgroup namespaces, maps ID inside to U and G outside, and
+ *       drops to U and G itself, an unprivileged monitor that exits as that process does. The process mounts its own /proc (its sysctls read-only, no user
  *       namespace allowed), pivots into the root (the host's tree detached), sets the hostname, brings the
  *       loopback up with --net loopback, starts a session, drops every capability, installs the syscall
  *       filter read from FD, and executes CMD as pid 1 with an empty environment, in --chdir. It and the
