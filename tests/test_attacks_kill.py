@@ -114,7 +114,7 @@ def test_a_c_program_whose_main_thread_exits_alone_ends_with_its_own_status(
     c_program: bytes, argv: list[str], status: Status
 ) -> None:
     # A spinning thread gets its CPU second within the time limit even on a busy machine.
-    lim = limits(timeout_s=(2 if status is Status.TIMEOUT else 10) * TIME_SCALE, cpu_time_s=1)
+    lim = limits(timeout_s=(2 if status is Status.TIMEOUT else 10) * TIME_SCALE, cpu_time_s=1 * TIME_SCALE)
 
     async def body(sb: Sandbox) -> tuple[ExecResult, list[str]]:
         await sb.write_file("leader", c_program, mode=0o755)
