@@ -12,6 +12,7 @@ import os
 import resource
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,6 +21,10 @@ import pytest
 
 STATE_DIR = Path(f"/run/rollbox-test-{os.getpid()}")
 os.environ["ROLLBOX_STATE_DIR"] = str(STATE_DIR)
+#: Every piece of rollbox's durable state (caches, layers, jobs, runs) lives under ROLLBOX_HOME: a session of its
+#: own, so that tests never read or write the user's ~/.rollbox, and removed at the end.
+HOME_DIR = Path(tempfile.mkdtemp(prefix="rollbox-test-home-"))
+os.environ["ROLLBOX_HOME"] = str(HOME_DIR)
 
 from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes  # noqa: E402
 from rollbox.sandbox.namespaces._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
@@ -128,6 +133,7 @@ def no_leaks() -> Iterator[None]:
     cgroups_before = CgroupTree.detect().sandbox_names()
     processes_before = sandbox_processes()
     yield
+    shutil.rmtree(HOME_DIR, ignore_errors=True)
     leaked_cgroups = CgroupTree.detect().sandbox_names() - cgroups_before
     leaked_processes = sandbox_processes() - processes_before
     mounts = rollbox_mounts()

@@ -1002,14 +1002,15 @@ def test_no_capabilities_no_new_privileges_and_seccomp() -> None:
 def test_the_sandbox_sees_only_its_own_mounts() -> None:
     # The host's tree went with the old root, detached after the pivot: none of its mounts is left in the
     # sandbox's namespace, hidden under another or not.
-    from rollbox.sandbox.namespaces._backend import _SYSTEM_DIRS, NamespaceHost
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
+    from rollbox.sandbox.runtime._mounts import SYSTEM_DIRS
 
     result = exec_once(["cat", "/proc/self/mountinfo"])
     assert result.status is Status.OK, explain(result)
     points = [line.split()[4] for line in result.stdout_text.splitlines()]
     expected = {"/", "/etc", "/proc", "/proc/sys", "/dev/pts", "/workspace", "/tmp", "/dev/shm"}
-    expected |= {"/opt/rollbox/agent", "/opt/rollbox/zygote.py", *NamespaceHost.get().runtime_binds}
-    expected |= {d for d in _SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)}
+    expected |= {"/opt/rollbox/agent", "/opt/rollbox/zygote.py", *(d for _, d in NamespaceHost.get().runtime.binds)}
+    expected |= {d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)}
     assert len(points) == len(set(points)) and set(points) <= expected, points
 
 
@@ -1075,20 +1076,22 @@ def test_the_sandbox_dies_with_its_launcher(warm_python: bool) -> None:
 
 @pytest.fixture
 def runtime_in_tmp() -> Iterator[tuple[Path, Path]]:
-    """A machine whose Python lives under /tmp (a checkout there): the runtime's mount point is made inside each
-    sandbox's own /tmp, which the program owns. Yields (that runtime's parent, an empty host decoy directory)."""
+    """A runtime mounted inside each sandbox's own /tmp, which the program owns (rollbox mounts runtimes under
+    /opt/rollbox, but the launcher must stay safe whatever it is given). Yields (that runtime's parent, an empty
+    host decoy directory)."""
     from rollbox.sandbox.namespaces._backend import NamespaceHost
+    from rollbox.sandbox.runtime._mounts import RuntimeMounts
 
     base = Path(tempfile.mkdtemp(prefix="rollbox-test-runtime-", dir="/tmp"))
     (base / "rt").mkdir()
     decoy = Path(tempfile.mkdtemp(prefix="rollbox-test-decoy-", dir="/tmp"))
     host = NamespaceHost.get()
-    saved = host.runtime_binds, host.runtime_in_writable_tree
-    host.runtime_binds, host.runtime_in_writable_tree = [*saved[0], str(base / "rt")], True
+    saved = host.runtime
+    host.runtime = RuntimeMounts((*saved.binds, (str(base / "rt"), str(base / "rt"))))
     try:
         yield base, decoy
     finally:
-        host.runtime_binds, host.runtime_in_writable_tree = saved
+        host.runtime = saved
         shutil.rmtree(base)
         shutil.rmtree(decoy)
 
@@ -1102,6 +1105,7 @@ def test_a_link_planted_where_the_runtime_is_mounted_never_leads_the_launcher_ou
     plant = f"mv {base} {base}.old && ln -s {decoy} {base} && {CRIPPLE}; while true; do (true &); done"
 
     async def body(sb: Sandbox) -> tuple[ExecResult, ExecResult, int | None, int | None]:
+        await sb.reset(fresh=True)  # the mount point is made at a start (an in-place reset would empty it away)
         before = sb._impl.agent.pid  # type: ignore[union-attr]
         planted = await sb.exec(sh(plant), timeout_s=20)
         after = await sb.exec(sh(f"test -d {base}/rt && ! test -L {base} && echo remade"))

@@ -12,6 +12,7 @@ def test_top_level_exports() -> None:
     assert sorted(rollbox.__all__) == sorted(
         [
             "Backend",
+            "Client",
             "ExecResult",
             "InsecureBackendWarning",
             "IsolationUnavailable",
@@ -25,6 +26,7 @@ def test_top_level_exports() -> None:
             "SandboxStateError",
             "Status",
             "__version__",
+            "make",
             "run",
         ]
     )
@@ -33,7 +35,7 @@ def test_top_level_exports() -> None:
 
 
 def test_sandbox_exports() -> None:
-    assert set(rollbox.__all__) - {"__version__"} <= set(rollbox.sandbox.__all__)
+    assert set(rollbox.__all__) - {"__version__", "make", "Client"} <= set(rollbox.sandbox.__all__)
     for name in rollbox.sandbox.__all__:
         assert hasattr(rollbox.sandbox, name)
 
@@ -56,18 +58,40 @@ def test_status_taxonomy_is_closed() -> None:
 def test_tasks_and_judge_exports() -> None:
     assert sorted(rollbox.tasks.__all__) == sorted(
         [
+            "AuditFinding",
+            "AuditReport",
             "Comparator",
+            "Environment",
+            "FORMATS",
+            "Files",
             "FunctionGrading",
+            "GitError",
             "Grading",
+            "ImportRefused",
+            "ImportReport",
+            "ImportSourceError",
+            "ImportedTask",
             "PytestGrading",
+            "Refusal",
             "RewardKind",
             "RewardSpec",
             "ScriptGrading",
+            "ScrubError",
+            "ScrubReport",
             "StdioGrading",
             "Task",
             "TaskFormatError",
+            "TaskSummary",
+            "WorkspaceChangedError",
+            "audit_task",
             "humaneval_tasks",
+            "import_tasks",
             "load_task",
+            "rehash_task",
+            "scrub_repository",
+            "summarize_task",
+            "workspace_sha256",
+            "write_task",
         ]
     )
     assert sorted(rollbox.judge.__all__) == sorted(
@@ -80,11 +104,30 @@ def test_tasks_and_judge_exports() -> None:
             "compute_reward",
             "grade",
             "grade_batch",
+            "runtime_spec",
+            "task_sandboxes",
         ]
     )
     for module in (rollbox.tasks, rollbox.judge):
         for name in module.__all__:
             assert hasattr(module, name)
+
+
+def test_scheduler_exports() -> None:
+    import rollbox.scheduler
+
+    assert sorted(rollbox.scheduler.__all__) == sorted(
+        [
+            "TERMINAL", "TRANSITIONS", "Attempt", "Capacity", "ElasticSandboxes", "IdempotencyConflict",
+            "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult", "JobSpec", "JobState",
+            "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements", "RetryPolicy",
+            "Scheduler", "SchedulerError", "Transition", "Unplaceable", "Worker", "WorkerLost", "exec_payload",
+            "get_kind", "kind_names", "machine_capacity", "pool_key", "register_kind", "rollbox_home", "run_dir",
+            "store_path",
+        ]
+    )  # fmt: skip
+    for name in rollbox.scheduler.__all__:
+        assert hasattr(rollbox.scheduler, name)
 
 
 def test_layers_import_only_downwards() -> None:
@@ -100,6 +143,7 @@ def test_layers_import_only_downwards() -> None:
         "curate": {"judge", "tasks", "sandbox"},
         "env": {"judge", "tasks", "sandbox"},
         "scheduler": {"env", "curate", "judge", "tasks", "sandbox"},
+        "client": {"judge", "tasks", "sandbox"},  # data types only; never the server it talks to
     }
     allowed = {layer: may | ({"telemetry"} if layer != "telemetry" else set()) for layer, may in below.items()}
     root = Path(rollbox.__file__).parent

@@ -65,10 +65,11 @@ def test_environment_is_scrubbed_and_explicit() -> None:
     assert "HOME=/workspace" in r.stdout_text
 
 
-def test_python3_is_the_interpreter_rollbox_runs_on() -> None:
-    code = "import sys; print(sys.version_info[:3], sys.prefix)"
+def test_python3_is_the_interpreter_rollbox_runs_on_mounted_under_opt_rollbox() -> None:
+    # Its installed packages too (pytest is one), wherever the host keeps them: never under /tmp or /workspace.
+    code = "import sys, pytest; print(sys.version_info[:3], sys.prefix, pytest.__file__.startswith(sys.prefix))"
     r = asyncio.run(rollbox.run(["python3", "-c", code], limits=FAST))
-    assert r.stdout_text.strip() == f"{tuple(sys.version_info[:3])} {sys.prefix}"
+    assert r.stdout_text.strip() == f"{tuple(sys.version_info[:3])} /opt/rollbox/env True", r
 
 
 def test_stdin_is_empty_unless_given() -> None:
@@ -171,13 +172,14 @@ def test_close_leaves_nothing_behind() -> None:
 def test_a_sandbox_that_cannot_start_says_why_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import STATE_DIR
     from rollbox.sandbox.namespaces._backend import NamespaceHost
+    from rollbox.sandbox.runtime._mounts import RuntimeMounts
 
     def sandbox_dirs() -> set[Path]:
         return set((STATE_DIR / "sandboxes").glob("*"))
 
     before = sandbox_dirs()
     # An interpreter prefix that vanished: the launcher cannot bind it into the root.
-    monkeypatch.setattr(NamespaceHost.get(), "runtime_binds", ["/nonexistent/runtime"])
+    monkeypatch.setattr(NamespaceHost.get(), "runtime", RuntimeMounts((("/nonexistent/runtime", "/opt/rollbox/x"),)))
 
     async def main() -> None:
         async with Sandbox(limits=FAST):

@@ -62,3 +62,23 @@ def test_jsonl_sink_writes_one_flushed_line_per_event(tmp_path: Path) -> None:
     assert lines[1]["kind"] == "job.transition" and lines[1]["extra"] == "/x" and lines[0]["at"] <= lines[1]["at"]
     sink.write(Event("late", 0.0))  # after close: dropped, not an error
     assert len(path.read_text().splitlines()) == 2
+
+
+def test_bound_fields_reach_every_event_inside_and_yield_to_the_events_own() -> None:
+    scoped = Collect()
+
+    async def below() -> None:  # a layer that knows nothing of tenants
+        await asyncio.sleep(0)
+        telemetry.emit("episode.turn", turn=1)
+
+    async def main() -> None:
+        with telemetry.recording(scoped), telemetry.bound(tenant="a", run="r1"):
+            await asyncio.create_task(below())
+            telemetry.emit("sandbox.exec", run="own")
+        telemetry.emit("outside")
+
+    asyncio.run(main())
+    assert [dict(e.fields) for e in scoped.events] == [
+        {"tenant": "a", "run": "r1", "turn": 1},
+        {"tenant": "a", "run": "own"},
+    ]

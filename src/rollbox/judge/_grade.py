@@ -14,6 +14,7 @@ from typing import Any
 from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
+from ._runtime import task_sandboxes
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
 from .integrity._scan import scan_changes
 from .integrity._workspace import Candidate, WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
@@ -123,6 +124,7 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
     start = time.monotonic()
     runner = _RUNNERS[type(task.grading)]
     try:
+        source = await task_sandboxes(task, source)  # the task's runtime layer (built on first use), its variables
         guard = isinstance(task.grading, PytestGrading | ScriptGrading)  # a test framework runs over the tree
         # surrogatepass: text with a lone surrogate is no valid source, and fails as Python would say.
         candidate: Candidate = (

@@ -10,6 +10,7 @@ from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
 from .pool._batch import Program, run_batch
 from .pool._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
+from .pool._resizable import ResizablePool
 
 __all__ = [
     "Backend",
@@ -21,6 +22,7 @@ __all__ = [
     "Network",
     "PoolExhausted",
     "Program",
+    "ResizablePool",
     "RollboxError",
     "Sandbox",
     "SandboxError",

@@ -16,7 +16,10 @@ import contextlib
 import enum
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Literal, Protocol
+
+from rollbox import telemetry
 
 from ._errors import SandboxError, SandboxStateError
 from ._files import copy_out_beneath, read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
@@ -25,11 +28,14 @@ from ._process import ProcessSandbox
 from ._result import ExecResult, Status
 from .agent._protocol import AgentConnection, ExecGroup, ExecRequest, Spare
 from .namespaces._backend import PATH, NamespaceSandbox
+from .runtime._store import Layer
 
 __all__ = ["Backend", "Sandbox", "run"]
 
 #: How a sandbox isolates: ``"namespaces"`` (the real boundary) or ``"process"`` (rlimits only; no boundary).
 Backend = Literal["namespaces", "process"]
+#: How a sandbox's /workspace holds the host directory it was given (``Sandbox(workspace=...)``).
+WorkspaceMode = Literal["overlay", "copy"]
 _RENAMED_BACKENDS: dict[str, Backend] = {"bwrap": "namespaces"}  # rollbox makes the namespaces itself now
 
 
@@ -86,6 +92,8 @@ class Sandbox:
         backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
         warm_python: bool = False,
+        runtime: Layer | None = None,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> None:
         self.limits = limits or Limits()
         try:
@@ -98,7 +106,15 @@ class Sandbox:
             raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'{hint}")
         if backend == "process" and self.network is not Network.NONE:
             raise ValueError("the process backend cannot give a private loopback: use backend='namespaces'")
+        if backend == "process" and runtime is not None:
+            raise ValueError("the process backend runs the host's own Python and cannot mount a runtime layer")
         self.backend: Backend = backend
+        self.runtime = runtime
+        self.workspace = None if workspace is None else Path(workspace).resolve()
+        if self.workspace is not None and not self.workspace.is_dir():
+            raise ValueError(f"workspace {str(self.workspace)!r} is not a directory; give a directory to start from")
+        #: ``"overlay"`` or ``"copy"`` once open with a ``workspace`` (see above); None without one.
+        self.workspace_mode: WorkspaceMode | None = None
         self._extra_env = dict(env or {})
         self._impl: _Backend | None = None
         self._state = _State.NEW
@@ -115,13 +131,38 @@ class Sandbox:
         if self._state is not _State.NEW:
             raise SandboxStateError(f"this sandbox is {self._state.value}; a Sandbox can be entered only once")
         impl: _Backend = (
-            NamespaceSandbox(self.limits, self.network) if self.backend == "namespaces" else ProcessSandbox(self.limits)
+            NamespaceSandbox(self.limits, self.network, self.runtime, self.workspace)
+            if self.backend == "namespaces"
+            else ProcessSandbox(self.limits)
         )
         await impl.start()
         self._impl = impl
         self._state = _State.OPEN
+        try:
+            await self._fill_workspace(impl)
+        except BaseException:
+            await self.close()
+            raise
         self._prepare_spare(impl, self.warm_python)  # with warm_python, this starts the zygote
         return self
+
+    async def _fill_workspace(self, impl: _Backend) -> None:
+        """Copy the workspace in where it is not overlaid (this kernel or its filesystem cannot), saying so.
+
+        Raises:
+            SandboxError: the copy failed (the workspace does not fit the disk limit, say).
+        """
+        if self.workspace is None:
+            return
+        reason = impl.overlay_unavailable if isinstance(impl, NamespaceSandbox) else "the process backend"
+        self.workspace_mode = "copy" if reason else "overlay"
+        if reason is None:
+            return
+        telemetry.emit("sandbox.workspace_copied", workspace=str(self.workspace), reason=reason)
+        try:
+            await self.write_tree(self.workspace)
+        except OSError as exc:
+            raise SandboxError(f"cannot copy the workspace {self.workspace} into the sandbox: {exc}") from exc
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -164,6 +205,8 @@ class Sandbox:
             try:
                 if await impl.reset(fresh=fresh):
                     self.history.clear()
+                if self.workspace_mode == "copy":
+                    await self._fill_workspace(impl)
             except OSError as exc:
                 raise SandboxError(f"cannot reset the sandbox: {exc}") from exc
             finally:
@@ -348,7 +391,7 @@ class Sandbox:
         payload = data.encode() if isinstance(data, str) else data
         owner = 0 if read_only and self.backend == "namespaces" else impl.uid
         write_beneath(
-            os.path.join(impl.writable_root, root),
+            _tree(impl, root),
             relative,
             payload,
             uid=owner,
@@ -399,7 +442,7 @@ class Sandbox:
         """
         root, relative = resolve_sandbox_path(path)
         impl = self._open()
-        symlink_beneath(os.path.join(impl.writable_root, root), relative, target, uid=impl.uid, gid=impl.uid)
+        symlink_beneath(_tree(impl, root), relative, target, uid=impl.uid, gid=impl.uid)
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Read a file from /workspace (relative paths) or /tmp, whole or, with ``max_bytes``, only when it holds no
@@ -411,7 +454,7 @@ class Sandbox:
                 ``max_bytes`` (EFBIG).
         """
         root, relative = resolve_sandbox_path(path)
-        return read_beneath(os.path.join(self._open().writable_root, root), relative, max_bytes)
+        return read_beneath(_tree(self._open(), root), relative, max_bytes)
 
     async def read_tree(
         self,
@@ -435,10 +478,17 @@ class Sandbox:
             OSError: the directory is missing or passes through a symbolic link.
         """
         root, relative = resolve_sandbox_path(path, directory=True)
-        tree = os.path.join(self._open().writable_root, root)
+        tree = _tree(self._open(), root)
         return await asyncio.to_thread(
             copy_out_beneath, tree, relative, os.fspath(dest), max_bytes=max_bytes, max_files=max_files
         )
+
+
+def _tree(impl: _Backend, root: str) -> str:
+    """Where the host reaches the writable root ``root`` (``"workspace"``, ``"tmp"``): an overlaid workspace
+    through its merged view, anything else in the writable tree."""
+    view = impl.workspace_view if isinstance(impl, NamespaceSandbox) and root == "workspace" else None
+    return view or os.path.join(impl.writable_root, root)
 
 
 def _done(spare: Spare) -> asyncio.Future[Spare | ExecResult]:

@@ -1,10 +1,18 @@
-"""rollbox.tasks: the task model as data, and the loader of the native task format. Runs nothing.
+"""rollbox.tasks: the task model as data, the loader and writer of the native task format, importers from other
+formats, and the workspace's integrity (its hash, scrubbed repositories, the audit for answers).
 
-Imports only :mod:`rollbox.sandbox` (for limit types).
+Runs no candidate's code: the Harbor importer runs a task's own reference (solve.sh) in a sandbox, and the
+repository tools run git. Imports only :mod:`rollbox.sandbox`.
 """
 
+from ._audit import AuditFinding, AuditReport, audit_task
+from ._digest import WorkspaceChangedError, workspace_sha256
+from ._environment import Environment
 from ._errors import TaskFormatError
+from ._git import GitError
 from ._humaneval import humaneval_tasks
+from ._import import FORMATS, import_tasks
+from ._importing import ImportedTask, ImportRefused, ImportReport, ImportSourceError, Refusal
 from ._load import load_task
 from ._model import (
     Comparator,
@@ -17,18 +25,43 @@ from ._model import (
     StdioGrading,
     Task,
 )
+from ._scrub import ScrubError, ScrubReport, scrub_repository
+from ._summary import TaskSummary, summarize_task
+from ._write import Files, rehash_task, write_task
 
 __all__ = [
+    "FORMATS",
+    "AuditFinding",
+    "AuditReport",
     "Comparator",
+    "Environment",
+    "Files",
     "FunctionGrading",
+    "GitError",
     "Grading",
+    "ImportRefused",
+    "ImportReport",
+    "ImportSourceError",
+    "ImportedTask",
     "PytestGrading",
+    "Refusal",
     "RewardKind",
     "RewardSpec",
     "ScriptGrading",
+    "ScrubError",
+    "ScrubReport",
     "StdioGrading",
     "Task",
     "TaskFormatError",
+    "TaskSummary",
+    "WorkspaceChangedError",
+    "audit_task",
     "humaneval_tasks",
+    "import_tasks",
     "load_task",
+    "rehash_task",
+    "scrub_repository",
+    "summarize_task",
+    "workspace_sha256",
+    "write_task",
 ]

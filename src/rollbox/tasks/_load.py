@@ -6,6 +6,7 @@ import contextlib
 import difflib
 import math
 import os
+import re
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping
@@ -15,6 +16,8 @@ from typing import Any, TypeVar
 from rollbox.sandbox import Limits, Network, parse_duration, parse_size
 
 from ._cases import load_function_cases, load_stdio_cases
+from ._digest import verify_workspace
+from ._environment import parse_environment
 from ._errors import TaskFormatError
 from ._model import (
     Comparator,
@@ -32,9 +35,9 @@ __all__ = ["TaskFormatError", "load_task"]
 
 T = TypeVar("T")
 
-_TOP_KEYS = {"id", "grading", "limits", "environment", "metadata"}
+_TOP_KEYS = {"id", "grading", "limits", "environment", "workspace", "metadata"}
 _GRADING_KEYS = {
-    "pytest": {"fail_to_pass", "pass_to_pass"},
+    "pytest": {"fail_to_pass", "pass_to_pass", "tests_in_workspace"},
     "function": {"module", "entry_point", "cases", "check"},
     "stdio": {"command", "cases", "comparator", "float_tolerance", "checker"},
     "script": {"script"},
@@ -147,6 +150,9 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
         grading = PytestGrading(
             fail_to_pass=_test_ids(file, "fail_to_pass", data.get("fail_to_pass")),
             pass_to_pass=_test_ids(file, "pass_to_pass", data.get("pass_to_pass")) or (),
+            tests_in_workspace=bool(
+                _get(file, "[grading]", data, "tests_in_workspace", bool, expected="true or false")
+            ),
         )
     elif runner == "function":
         module = _get(file, "[grading]", data, "module", str, expected="a workspace file name such as 'solution.py'")
@@ -230,11 +236,14 @@ def _check_test_file(file: Path, tests: Path, key: str, name: str, read: _Read) 
 
 def _check_grading_files(file: Path, task: Task) -> None:
     files = _grading_files(task)
-    if isinstance(task.grading, PytestGrading) and not files:
+    grading = task.grading
+    # Repository tests named by id (SWE-bench's tests/.../tests.py) need no test_*.py name: the ids say what runs.
+    named = isinstance(grading, PytestGrading) and grading.tests_in_workspace and grading.fail_to_pass is not None
+    if isinstance(grading, PytestGrading) and not files and not named:
         raise TaskFormatError(
             file,
             "[grading] runner 'pytest': tests/ has no test module, so every candidate would fail; add a "
-            "tests/test_*.py or tests/*_test.py",
+            "tests/test_*.py or tests/*_test.py (or, for repository tests, set tests_in_workspace and fail_to_pass)",
         )
     for key, name, read in files:
         _check_test_file(file, task.tests, key, name, read)
@@ -261,10 +270,30 @@ def _limits(file: Path, data: Mapping[str, Any]) -> tuple[Limits, Network]:
         raise TaskFormatError(file, f"[limits]: {exc}") from None
 
 
-def load_task(path: str | Path) -> Task:
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _workspace_sha256(file: Path, data: Mapping[str, Any]) -> str | None:
+    _check_keys(file, "[workspace]", data, {"sha256"})
+    value = data.get("sha256")
+    if value is not None and not (isinstance(value, str) and _SHA256.match(value)):
+        raise TaskFormatError(
+            file,
+            f"[workspace] sha256: expected 64 lowercase hex digits, got {value!r}; record it with "
+            f"'rollbox tasks rehash {file.parent}'",
+        )
+    return value
+
+
+def load_task(path: str | os.PathLike[str], *, verify: bool = True) -> Task:
     """Load and validate the task directory at ``path``.
 
+    When task.toml records the workspace's hash (``[workspace] sha256``), the workspace is checked against it
+    (cheaply: see :mod:`rollbox.tasks._digest`), unless ``verify`` is false (for tools that report on a task
+    rather than run it).
+
     Raises:
+        WorkspaceChangedError: the workspace no longer matches its recorded hash.
         TaskFormatError: the directory is not a valid task; the message says which file and key, and why.
     """
     root = Path(path).resolve()
@@ -281,7 +310,7 @@ def load_task(path: str | Path) -> Task:
     except RecursionError:
         raise TaskFormatError(file, "not valid TOML: nested too deeply; flatten its arrays and tables") from None
     _check_keys(file, "the top level", data, _TOP_KEYS)
-    for table in ("grading", "limits", "environment"):
+    for table in ("grading", "limits", "environment", "workspace", "metadata"):
         if table in data and not isinstance(data[table], dict):
             raise TaskFormatError(file, f"{table}: expected a table [{table}], got {data[table]!r}")
     if "grading" not in data:
@@ -294,6 +323,9 @@ def load_task(path: str | Path) -> Task:
     limits, network = _limits(file, data.get("limits", {}))
     instruction_file = root / "instruction.md"
     instruction = _read_text(instruction_file, "save it as UTF-8") if instruction_file.is_file() else ""
+    requirements = root / "environment" / "requirements.txt"
+    environment = parse_environment(file, data.get("environment", {}), requirements if requirements.is_file() else None)
+    recorded = _workspace_sha256(file, data.get("workspace", {}))
     task = Task(
         id=task_id,
         path=root,
@@ -302,6 +334,11 @@ def load_task(path: str | Path) -> Task:
         reward=reward,
         limits=limits,
         network=network,
+        environment=environment,
+        workspace_sha256=recorded,
+        metadata=data.get("metadata", {}),
     )
     _check_grading_files(file, task)
+    if verify and recorded is not None:
+        verify_workspace(task.id, root, recorded)
     return task

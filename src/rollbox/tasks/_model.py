@@ -3,7 +3,7 @@
 A task directory, rollbox's native task format::
 
     my-task/
-      task.toml         id, [grading], [limits], [environment]
+      task.toml         id, [grading], [limits], [environment], [workspace], [metadata]
       instruction.md    what the agent is asked to do (optional)
       workspace/        the files the agent starts with; they become /workspace
       tests/            hidden verifier files; never visible while solving
@@ -14,13 +14,18 @@ A task directory, rollbox's native task format::
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rollbox.sandbox import Limits, Network
 
+from ._environment import Environment
+
 __all__ = [
     "Comparator",
+    "Environment",
     "FunctionGrading",
     "Grading",
     "PytestGrading",
@@ -64,6 +69,12 @@ class PytestGrading:
     fail_to_pass: tuple[str, ...] | None = None
     #: Test ids that must keep passing.
     pass_to_pass: tuple[str, ...] = ()
+    #: Repository tests (``[grading] tests_in_workspace = true``): the files of tests/ are laid over /workspace at
+    #: the same relative paths and pytest runs with /workspace as its root, with the workspace's pristine
+    #: configuration (its conftest.py, pytest.ini, pyproject.toml: the candidate's edits to them are still
+    #: dropped). Test ids are then pytest node ids relative to the workspace root, as SWE-bench writes them.
+    #: ``False``: tests/ stays apart, in the judge's own root, with /workspace on the path.
+    tests_in_workspace: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +150,13 @@ class Task:
     #: Limits for grading runs and for the agent's commands while solving.
     limits: Limits
     network: Network = Network.NONE
+    #: The runtime the task's commands run in: Python version, pip requirements, environment variables.
+    environment: Environment = field(default_factory=Environment)
+    #: The sha256 of workspace/ recorded in task.toml (``[workspace] sha256``), which :func:`load_task` checked
+    #: the directory against; ``None`` when the task records none.
+    workspace_sha256: str | None = None
+    #: ``[metadata]``: free-form facts about the task (its source, difficulty, ...); nothing grades by them.
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def workspace(self) -> Path:
@@ -163,6 +181,7 @@ class Task:
 
     @property
     def requirements(self) -> Path | None:
-        """The runtime layer's requirements, when the task has any."""
+        """environment/requirements.txt, when the task has one (its lines are already in
+        ``environment.requirements``)."""
         path = self.path / "environment" / "requirements.txt"
         return path if path.is_file() else None

@@ -16,12 +16,13 @@ import contextvars
 import json
 import threading
 import time
+import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-__all__ = ["Event", "JsonlSink", "Sink", "add_sink", "emit", "recording", "remove_sink"]
+__all__ = ["Event", "JsonlSink", "Sink", "add_sink", "bound", "emit", "recording", "remove_sink"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,9 @@ class Sink(Protocol):
 
 _process_sinks: list[Sink] = []
 _context_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar("rollbox_sinks", default=())
+_context_fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "rollbox_fields", default=types.MappingProxyType({})
+)
 
 
 def emit(kind: str, /, **fields: Any) -> None:
@@ -52,7 +56,8 @@ def emit(kind: str, /, **fields: Any) -> None:
     sinks = _context_sinks.get()
     if not sinks and not _process_sinks:
         return
-    event = Event(kind, time.time(), fields)
+    bound_fields = _context_fields.get()
+    event = Event(kind, time.time(), {**bound_fields, **fields} if bound_fields else fields)
     for sink in (*_process_sinks, *sinks):
         sink.write(event)
 
@@ -76,6 +81,18 @@ def recording(sink: Sink) -> Iterator[Sink]:
         yield sink
     finally:
         _context_sinks.reset(token)
+
+
+@contextlib.contextmanager
+def bound(**fields: Any) -> Iterator[None]:
+    """Add ``fields`` to every event emitted inside this block (and in the tasks it starts), under the event's own
+    fields: the service binds ``tenant`` and ``run`` around a request, so that what the layers below report (an
+    episode's turns, a job's transitions) says whose work it was without those layers knowing."""
+    token = _context_fields.set({**_context_fields.get(), **fields})
+    try:
+        yield
+    finally:
+        _context_fields.reset(token)
 
 
 class JsonlSink:

@@ -16,14 +16,20 @@
  *           --devpts DEST       a new instance of devpts, with at most PTYS ptys
  *           --symlink T DEST    a symbolic link to T
  *           --dir DEST          an empty directory (a mount point: /proc)
+ *           --overlay LOWER UPPER WORK DEST
+ *                               an overlayfs: the host directory LOWER, never written, under UPPER (WORK its
+ *                               work directory; both in the writable tree, so that only what the program
+ *                               writes counts against its size), nosuid, nodev; LOWER's owner appears as U
+ *                               and G (an idmapped mount), so that the program may change what it was given
  *       It then sets every rlimit of the sandbox's (sandbox_rlimits), clones the sandbox's first process into
  *       new user (U's), mount, pid, ipc, uts, net and cgroup namespaces, maps ID inside to U and G outside, and
- *       drops to U and G itself, an unprivileged monitor that exits as that process does. The process mounts its own /proc (its sysctls read-only, no user
- *       namespace allowed), pivots into the root (the host's tree detached), sets the hostname, brings the
- *       loopback up with --net loopback, starts a session, drops every capability, installs the syscall
- *       filter read from FD, and executes CMD as pid 1 with an empty environment, in --chdir. It and the
- *       monitor die with their parents; when it ends, the monitor writes its wait status (an int32) on
- *       --status, which nothing in the sandbox holds. Nothing the launcher mounts is visible to the host.
+ *       drops to U and G itself, an unprivileged monitor that exits as that process does. The process mounts its
+ *       own /proc (its sysctls read-only, no user namespace allowed), pivots into the root (the host's tree
+ *       detached), sets the hostname, brings the loopback up with --net loopback, starts a session, drops every
+ *       capability, installs the syscall filter read from FD, and executes CMD as pid 1 with an empty
+ *       environment, in --chdir. It and the monitor die with their parents; when it ends, the monitor writes its
+ *       wait status (an int32) on --status, which nothing in the sandbox holds. Nothing the launcher mounts is
+ *       visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command the launcher starts. FD is a SOCK_SEQPACKET socket to the
@@ -40,6 +46,11 @@
  *       the sandbox's ipc namespace, between users of a reused sandbox; a ZYGOTE request starts the Python
  *       zygote (zygote.py), which serves SPARE requests on its own socket by forking itself instead of
  *       exec'ing a new interpreter.
+ *
+ *   rollbox-agent overlay-probe --stage DIR LOWER
+ *       Runs on the host, as root: whether an --overlay of LOWER can be made here (overlayfs, an idmapped mount
+ *       of LOWER's filesystem, an overlay over it), tried in a private mount namespace on a tmpfs at DIR. Exits
+ *       0 when it can; otherwise says why on stderr and exits 1.
  *
  *   rollbox-agent spawner FD
  *       Runs on the host, started once by rollbox, and starts launchers (and the process backend's agents) for
@@ -213,16 +224,118 @@ static void bind_into(struct root *r, const char *src, const char *dest, uint64_
     close(target);
 }
 
+/* A user namespace that maps FROM (a uid and a gid) to TO outside, for an idmapped mount: its fd, or -1 (errno
+ * set). Made by a child that waits in it while we write its maps, then exits. */
+static int idmap_userns(uid_t from_uid, gid_t from_gid, uid_t to_uid, gid_t to_gid) {
+    int wait[2], fd = -1, saved = 0;
+    char map[64], path[64];
+    if (pipe2(wait, O_CLOEXEC) < 0) return -1;
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_NEWUSER, 0, 0, 0, 0);
+    if (pid == 0) {
+        char c;
+        close(wait[1]);
+        _exit(read(wait[0], &c, 1) < 0);
+    }
+    close(wait[0]);
+    if (pid > 0) {
+        snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)from_uid, (unsigned)to_uid);
+        int uid_fd = open(path, O_WRONLY | O_CLOEXEC);
+        int ok = uid_fd >= 0 && write(uid_fd, map, strlen(map)) == (ssize_t)strlen(map);
+        snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)from_gid, (unsigned)to_gid);
+        int gid_fd = ok ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+        ok = ok && gid_fd >= 0 && write(gid_fd, map, strlen(map)) == (ssize_t)strlen(map);
+        snprintf(path, sizeof path, "/proc/%d/ns/user", pid);
+        if (ok) fd = open(path, O_RDONLY | O_CLOEXEC);
+        saved = errno;
+        if (uid_fd >= 0) close(uid_fd);
+        if (gid_fd >= 0) close(gid_fd);
+    } else {
+        saved = errno;
+    }
+    close(wait[1]);  /* the child exits */
+    if (pid > 0) waitpid(pid, NULL, 0);
+    errno = saved;
+    return fd;
+}
+
+/* Write PATH into BUF escaped for an overlay option (',' separates options, ':' lower layers; '\' escapes). */
+static int overlay_path(char *buf, size_t size, const char *path) {
+    size_t n = 0;
+    for (; *path; path++) {
+        if (n + 3 > size) { errno = ENAMETOOLONG; return -1; }
+        if (*path == ',' || *path == ':' || *path == '\\') buf[n++] = '\\';
+        buf[n++] = *path;
+    }
+    buf[n] = '\0';
+    return 0;
+}
+
+/* Mount at TARGET an overlay of LOWER under UPPER (WORK its work directory). LOWER is mounted first at HOLD (a
+ * directory of this private mount namespace) read-only and idmapped, its owner seen as UID and GID, and is
+ * detached from there once the overlay has taken its own reference. Returns 0, or -1 with errno set and *WHAT
+ * naming the step that failed. */
+static int mount_overlay(const char *lower, const char *upper, const char *work, const char *target,
+                         const char *hold, uid_t uid, gid_t gid, const char **what) {
+    struct stat st;
+    char options[3 * 4096 + 64], l[4096], u[4096], w[4096];
+    *what = lower;
+    if (stat(lower, &st) < 0) return -1;
+    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+    *what = "an idmapping user namespace";
+    int userns = idmap_userns(st.st_uid, st.st_gid, uid, gid);
+    if (userns < 0) return -1;
+    *what = "open_tree of the workspace";
+    int tree = (int)syscall(SYS_open_tree, AT_FDCWD, lower, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    struct open_mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                               MOUNT_ATTR_NODEV, .userns_fd = (uint64_t)userns};
+    int failed = tree < 0;
+    if (!failed) {
+        *what = "an idmapped mount of the workspace (its filesystem may not support one)";
+        failed = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0;
+    }
+    int saved = errno;
+    close(userns);
+    if (!failed) {
+        *what = hold;
+        failed = (mkdir(hold, 0700) < 0 && errno != EEXIST) ||
+                 syscall(SYS_move_mount, tree, "", AT_FDCWD, hold, MOVE_MOUNT_F_EMPTY_PATH) < 0;
+        saved = errno;
+    }
+    if (tree >= 0) close(tree);
+    errno = saved;
+    if (failed) return -1;
+    *what = "the overlay's options";
+    if (overlay_path(l, sizeof l, hold) < 0 || overlay_path(u, sizeof u, upper) < 0 ||
+        overlay_path(w, sizeof w, work) < 0) return -1;
+    snprintf(options, sizeof options, "lowerdir=%s,upperdir=%s,workdir=%s", l, u, w);
+    *what = "an overlay mount (overlayfs)";
+    failed = mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, options) < 0;
+    saved = errno;
+    umount2(hold, MNT_DETACH);  /* the overlay holds a private clone of it */
+    errno = saved;
+    return failed ? -1 : 0;
+}
+
 /* One operation of the root's: 0 when ARGV[*I] is none (its arguments consumed otherwise). */
 static int root_operation(struct root *r, int argc, char **argv, int *i) {
     const char *op = argv[*i];
-    int arity = !strcmp(op, "--ro") || !strcmp(op, "--rw") || !strcmp(op, "--symlink") ? 2
+    int arity = !strcmp(op, "--overlay") ? 4
+              : !strcmp(op, "--ro") || !strcmp(op, "--rw") || !strcmp(op, "--symlink") ? 2
               : !strcmp(op, "--dir") || !strcmp(op, "--dev") || !strcmp(op, "--devpts") ? 1 : 0;
     if (arity == 0) return 0;
     if (*i + arity >= argc) { dprintf(2, "rollbox-agent: %s needs %d values\n", op, arity); _exit(125); }
-    const char *a = argv[*i + 1], *b = arity == 2 ? argv[*i + 2] : NULL;
+    const char *a = argv[*i + 1], *b = arity >= 2 ? argv[*i + 2] : NULL;
     *i += arity;
-    if (!strcmp(op, "--ro")) {
+    if (!strcmp(op, "--overlay")) {
+        char target[8192], hold[8192];
+        const char *what;
+        close(make_path(r, argv[*i], 0));
+        snprintf(target, sizeof target, "%s%s", r->path, argv[*i]);
+        snprintf(hold, sizeof hold, "%s/../lower", r->path);
+        if (mount_overlay(a, b, argv[*i - 1], target, hold, r->uid, r->gid, &what) < 0) die(what);
+    } else if (!strcmp(op, "--ro")) {
         bind_into(r, a, b, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     } else if (!strcmp(op, "--rw")) {
         if (r->nwritable == 16) { dprintf(2, "rollbox-agent: too many --rw\n"); _exit(125); }
@@ -421,7 +534,7 @@ static int launch(int argc, char **argv) {
         dprintf(2, "usage: rollbox-agent launch --uid U --gid G --id ID --seccomp FD --status FD --stage DIR "
                    "[--fs FD | --fs-tree FD] [--hostname NAME] [--chdir DIR] [--net none|loopback] "
                    "[--ro SRC DEST | --rw SRC DEST | --dev NAME | --devpts DEST | --symlink TARGET DEST | "
-                   "--dir DEST]... -- CMD...\n");
+                   "--dir DEST | --overlay LOWER UPPER WORK DEST]... -- CMD...\n");
         return 125;
     }
     if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
@@ -942,10 +1055,36 @@ static int spawner(int sock) {
     }
 }
 
+/* Whether an --overlay of LOWER works here: tried in a private mount namespace, on a tmpfs at STAGE. */
+static int overlay_probe(int argc, char **argv) {
+    char upper[4096], work[4096], target[4096], hold[4096];
+    const char *what;
+    if (argc != 5 || strcmp(argv[2], "--stage") != 0) {
+        dprintf(2, "usage: rollbox-agent overlay-probe --stage DIR LOWER\n");
+        return 125;
+    }
+    const char *stage = argv[3];
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+    if (mount("rollbox-probe", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
+    snprintf(upper, sizeof upper, "%s/upper", stage);
+    snprintf(work, sizeof work, "%s/work", stage);
+    snprintf(target, sizeof target, "%s/merged", stage);
+    snprintf(hold, sizeof hold, "%s/lower", stage);
+    if (mkdir(upper, 0755) < 0 || mkdir(work, 0700) < 0 || mkdir(target, 0755) < 0) die(stage);
+    if (mount_overlay(argv[4], upper, work, target, hold, 65534, 65534, &what) < 0) {
+        dprintf(2, "%s: %s\n", what, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "launch")) return launch(argc, argv);
     if (argc == 3 && !strcmp(argv[1], "serve")) return serve(atoi(argv[2]));
     if (argc == 3 && !strcmp(argv[1], "spawner")) return spawner(atoi(argv[2]));
-    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD | rollbox-agent spawner FD\n");
+    if (argc >= 2 && !strcmp(argv[1], "overlay-probe")) return overlay_probe(argc, argv);
+    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD | rollbox-agent spawner FD | "
+               "rollbox-agent overlay-probe --stage DIR LOWER\n");
     return 125;
 }

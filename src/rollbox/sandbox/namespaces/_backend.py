@@ -1,8 +1,9 @@
 """The ``namespaces`` backend: Linux namespaces, cgroups, a syscall filter and an unprivileged uid.
 
-What the program inside sees: a read-only root with the system directories and the Python rollbox runs on
-(``python3`` on PATH), a size-limited writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net,
-cgroup, mount and user namespaces, no capabilities, no_new_privs, and a host uid of its own.
+What the program inside sees: a read-only root with the system directories and its Python under /opt/rollbox
+(``python3`` on PATH: the one rollbox runs on, or a runtime layer's; see ``runtime._mounts``), a size-limited
+writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net, cgroup, mount and user namespaces, no
+capabilities, no_new_privs, and a host uid of its own.
 
 Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``) → launcher
 (``agent.c launch``: builds the root, makes the namespaces, writes the uid maps, then waits as the sandbox's
@@ -27,7 +28,6 @@ import os
 import resource
 import secrets
 import socket
-import sys
 import threading
 from importlib import resources
 from pathlib import Path
@@ -39,14 +39,16 @@ from rollbox.sandbox._settle import settled
 from rollbox.sandbox.agent._build import agent_binary
 from rollbox.sandbox.agent._protocol import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
 from rollbox.sandbox.agent._spawner import Launched, Spawner
+from rollbox.sandbox.runtime._mounts import PATH, SYSTEM_DIRS, RuntimeMounts, host_mounts
+from rollbox.sandbox.runtime._store import Layer
 
 from ._cgroup import Cgroup, CgroupStats, CgroupTree
+from ._overlay import OverlayProbe, UpperState, open_merged
 from ._seccomp import build_filter
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
-__all__ = ["NamespaceHost", "NamespaceSandbox"]
+__all__ = ["PATH", "NamespaceHost", "NamespaceSandbox"]
 
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _DEVICE_LINKS = (
     ("fd", "/proc/self/fd"),
@@ -62,9 +64,6 @@ _ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox.agent").joinpath("zygote.p
 # it (kernel objects, some freed only after an RCU grace period, and cache: a few hundred KiB after most commands,
 # a few MiB after a burst of forks); the next command's limit is raised by as much.
 _MOST_LEFT_SHARE = 1 / 32
-# The interpreter's own directory comes first, so that ``python3`` is the interpreter rollbox runs on, found
-# where a virtual environment's pyvenv.cfg makes its installed packages visible.
-PATH = ":".join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]))
 
 
 class NamespaceHost:
@@ -84,17 +83,27 @@ class NamespaceHost:
         self.state = StateDir()
         self.state.ensure()
         self.state.reap(self.cgroups)
-        self.runtime_binds = _runtime_binds()
+        #: The Python rollbox runs on, as every sandbox without a runtime layer mounts it.
+        self.runtime = host_mounts(self.state.runtime)
+        self._layer_mounts: dict[str, RuntimeMounts] = {}
+        #: Whether a workspace's filesystem can be overlaid here (see ``_overlay``).
+        self.overlays = OverlayProbe(self.agent, self.state.stage)
         #: Sandboxes whose close failed part-way for want of descriptors or memory: closed again at the next start.
         #: (Other failures, such as processes that survive SIGKILL, are left to the next process's ``reap``.)
         self.unclosed: list[NamespaceSandbox] = []
         self._unclosed_lock = threading.Lock()  # sandboxes may be opened from several threads
-        #: True when the interpreter lives under /tmp or /workspace (say, a checkout in /tmp).
-        self.runtime_in_writable_tree = any(
-            path == root or path.startswith(root + "/")
-            for path in self.runtime_binds
-            for root in ("/tmp", "/workspace", "/dev/shm")
-        )
+
+    def mounts(self, layer: Layer | None) -> RuntimeMounts:
+        """What a sandbox mounts for ``layer`` (the host's own Python for None), worked out once per layer.
+
+        Raises:
+            SandboxError: the layer's interpreter cannot be mounted (see ``runtime._mounts``).
+        """
+        if layer is None:
+            return self.runtime
+        if layer.key not in self._layer_mounts:
+            self._layer_mounts[layer.key] = layer.mounts(self.state.runtime)
+        return self._layer_mounts[layer.key]
 
     def close_later(self, sandbox: NamespaceSandbox) -> None:
         """Have the next start close ``sandbox`` again."""
@@ -139,13 +148,6 @@ def _raise_open_files_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if 0 <= soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def _runtime_binds() -> list[str]:
-    """Directories outside /usr that the Python interpreter needs (its prefixes), deduplicated."""
-    prefixes = {sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix}
-    binds = sorted(p for p in prefixes if not p.startswith("/usr/"))
-    return [p for p in binds if not any(p != q and p.startswith(q + "/") for q in binds)]
 
 
 def _largest_file(root: Path, budget: int = 10_000) -> int:
@@ -243,10 +245,23 @@ class _CgroupExecGroup:
 class NamespaceSandbox:
     """One sandbox of this backend: its directory, uid, cgroup, and (while started) its agent."""
 
-    def __init__(self, limits: Limits, network: Network) -> None:
+    def __init__(
+        self, limits: Limits, network: Network, layer: Layer | None = None, workspace: Path | None = None
+    ) -> None:
         self.limits = limits
         self.network = network
         self.host = NamespaceHost.get()
+        self.layer = layer
+        #: What the sandbox mounts for its Python: the layer's, or the host's.
+        self.runtime = self.host.mounts(layer)
+        self._layer_lock: int | None = None
+        #: Why ``workspace`` cannot be overlaid here (the caller copies it then), or None.
+        self.overlay_unavailable = self.host.overlays.unavailable(workspace) if workspace is not None else None
+        #: The host directory overlaid at /workspace, or None (an empty /workspace of the writable tree's).
+        self.workspace = workspace if self.overlay_unavailable is None else None
+        self._merged: int | None = None  # the overlay's merged view, while the agent runs
+        self._pristine: UpperState | None = None
+        self._launcher: Launched | None = None
         self.id = secrets.token_hex(6)
         self.uid = -1
         self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}", sockets=network is Network.LOOPBACK)
@@ -262,6 +277,11 @@ class NamespaceSandbox:
         assert self._dir is not None
         return self._dir.fs
 
+    @property
+    def workspace_view(self) -> str | None:
+        """Where the host reaches /workspace when it is an overlay (the merged view), else None."""
+        return None if self._merged is None else f"/proc/self/fd/{self._merged}"
+
     async def start(self) -> None:
         """Build the sandbox and start its agent.
 
@@ -273,13 +293,16 @@ class NamespaceSandbox:
         self.host.close_unclosed()
         made: asyncio.Future[None] | None = None
         try:
+            self._hold_layer()
             self.uid, self._uid_lock = self.host.state.allocate_uid()
             self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
             self._dir.record_cgroup(self._cgroup)
             # The agent is in no cgroup of rollbox's: the sandbox's cgroup is made in a thread (see ``in_thread``)
             # while the launcher starts, and is there before the first command's cgroup is made inside it.
             made = asyncio.ensure_future(in_thread(self._make_cgroup))
-            self._dir.make_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
+            self._dir.make_writable_tree(
+                size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid, overlay=self.workspace is not None
+            )
             await self._start_agent()
             await made
         except BaseException as exc:
@@ -294,6 +317,18 @@ class NamespaceSandbox:
             if isinstance(exc, OSError):
                 raise SandboxError(f"cannot start a sandbox: {exc}") from exc
             raise
+
+    def _hold_layer(self) -> None:
+        """Take the layer's shared lock for as long as the sandbox lives, so that no ``gc`` removes it meanwhile."""
+        if self.layer is None:
+            return
+        try:
+            self._layer_lock = self.layer.hold()
+        except OSError as exc:
+            raise SandboxError(
+                f"the runtime layer {self.layer.key[:12]} ({self.layer.path}) is gone or being removed ({exc}); "
+                "build it again with LayerStore().ensure(spec) or 'rollbox env build TASK'"
+            ) from exc
 
     def _make_cgroup(self) -> None:
         self._cgroup.create(delegate=True)
@@ -347,15 +382,34 @@ class NamespaceSandbox:
             self._agent = AgentConnection(
                 host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
             )
+            self._launcher = process
             kept.pop_all()
         if cancelled:
             raise asyncio.CancelledError
         await self._agent.wait_ready()
+        if self.workspace is not None:
+            self._open_merged()
+
+    def _open_merged(self) -> None:
+        """Open the overlay's merged view; over a new tree, note how its upper directory looks: pristine."""
+        assert self._launcher is not None and self._dir is not None and self._dir.fs_fd is not None
+        merged = open_merged(self._launcher.pid, self.host.state.stage)
+        if self._launcher.exited():
+            os.close(merged)
+            raise SandboxError("the sandbox's launcher ended while its workspace overlay was being opened")
+        self._merged = merged
+        if self._pristine is None:  # a restart that kept the tree keeps what it was at first
+            self._pristine = UpperState.of(self._dir.fs_fd)
+
+    def _close_merged(self) -> None:
+        if self._merged is not None:
+            os.close(self._merged)
+            self._merged = None
 
     def _root(self) -> list[str]:
         """The launcher's operations that build the sandbox's root (see ``agent.c``), which it pivots into."""
         ops: list[str] = []
-        for path in _SYSTEM_DIRS:
+        for path in SYSTEM_DIRS:
             if os.path.islink(path):
                 ops += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
@@ -367,10 +421,13 @@ class NamespaceSandbox:
             ops += ["--symlink", target, f"/dev/{name}"]
         ops += ["--devpts", "/dev/pts"]
         fs = f"{self.host.state.stage}/fs"  # where the launcher attaches the writable tree, in its own namespace
-        ops += ["--rw", f"{fs}/workspace", "/workspace", "--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
-        # The runtime after the writable tree: a Python installed under /tmp (a checkout there) stays visible.
-        for source in self.host.runtime_binds:
-            ops += ["--ro", source, source]
+        if self.workspace is None:
+            ops += ["--rw", f"{fs}/workspace", "/workspace"]
+        else:
+            ops += ["--overlay", str(self.workspace), f"{fs}/workspace", f"{fs}/.work", "/workspace"]
+        ops += ["--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
+        for source, dest in self.runtime.binds:
+            ops += ["--ro", source, dest]
         ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
         return ops
 
@@ -389,18 +446,18 @@ class NamespaceSandbox:
         """
         assert self._dir is not None
         helpers = [self._agent, *([self._zygote] if self._zygote is not None else [])]
-        # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters), and a runtime
-        # mounted inside the writable tree has its mount points there: neither is ever emptied in place.
-        reusable = (
-            not fresh
-            and self.network is Network.NONE
-            and not self.host.runtime_in_writable_tree
-            and all(h is not None and h.unchanged for h in helpers)
+        # A loopback network namespace keeps what its sockets did (TIME_WAIT ports, counters): never emptied in place.
+        reusable = not fresh and self.network is Network.NONE and all(h is not None and h.unchanged for h in helpers)
+        # An overlaid workspace is pristine again only by a new overlay, unless nothing in it changed.
+        overlay_pristine = self.workspace is None or (
+            self._merged is not None
+            and self._dir.fs_fd is not None
+            and UpperState.of(self._dir.fs_fd) == self._pristine
         )
-        if reusable and self._agent is not None:
+        if reusable and overlay_pristine and self._agent is not None:
             try:
                 await self._agent.remove_ipc_objects()
-                self._dir.empty_writable_tree(uid=self.uid, gid=self.uid)
+                self._dir.empty_writable_tree(uid=self.uid, gid=self.uid, keep_workspace=self.workspace is not None)
                 return False
             except (SandboxError, OSError):
                 pass
@@ -413,11 +470,15 @@ class NamespaceSandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        self._close_merged()  # it holds the old overlay, and so the old tree, alive
         if self._agent is not None:
             await self._agent.aclose()
             self._agent = None
         if new_tree:
-            self._dir.replace_writable_tree(size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid)
+            self._pristine = None
+            self._dir.replace_writable_tree(
+                size_bytes=self.limits.disk_bytes, uid=self.uid, gid=self.uid, overlay=self.workspace is not None
+            )
         await self._start_agent()
 
     def disk_full(self) -> bool:
@@ -498,6 +559,7 @@ class NamespaceSandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        self._close_merged()
         if self._agent is not None:
             self._agent.shutdown()
         try:
@@ -514,3 +576,6 @@ class NamespaceSandbox:
         if self._uid_lock is not None:
             os.close(self._uid_lock)
             self._uid_lock = None
+        if self._layer_lock is not None:
+            os.close(self._layer_lock)
+            self._layer_lock = None

@@ -8,6 +8,8 @@ Layout (``ROLLBOX_STATE_DIR``, default ``/run/rollbox``)::
                             the host's dynamic-linker files and alternatives (one bind mount instead of many;
                             a new directory whenever they change, so that running sandboxes never see a swap)
     uids/<n>.lock           held (flock) by the sandbox that runs as uid UID_BASE + n
+    runtime/                the host-side pieces of sandboxes' Pythons: the view of the host's environment,
+                            interpreter binaries with a relocatable run path (see ``runtime._mounts``)
     sandboxes/<id>/lock     held (flock) by the process that owns sandbox <id>; free means its owner died
     sandboxes/<id>/cgroup   the sandbox's cgroup path per hierarchy, for the reaper
 
@@ -191,6 +193,8 @@ class StateDir:
         self.etc = self.root / "etc"  # replaced by ensure() with the current etc-<hash> directory
         self.sandboxes = self.root / "sandboxes"
         self.uids = self.root / "uids"
+        #: The host-side pieces of sandboxes' runtimes (see ``runtime._mounts``).
+        self.runtime = self.root / "runtime"
 
     def ensure(self) -> None:
         """Create the layout (idempotent, safe to race with other processes).
@@ -343,8 +347,9 @@ class SandboxDir:
         """The name the spawner holds the writable tree under (see :func:`trees_held`), or None."""
         return self.path.name if self._held else None
 
-    def make_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
-        """Make the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid.
+    def make_writable_tree(self, *, size_bytes: int, uid: int, gid: int, overlay: bool = False) -> None:
+        """Make the size-limited tmpfs with workspace/, tmp/ and shm/ owned by the sandbox uid; with ``overlay``,
+        also .work/ (root's, 0700), the work directory of an overlay whose upper directory is workspace/.
 
         Raises:
             SandboxError: the tmpfs could not be made, or (where trees are held) the spawner could not hold it.
@@ -357,9 +362,12 @@ class SandboxDir:
             d = self.fs / name
             d.mkdir(mode=0o755)
             os.chown(d, uid, gid)
+        if overlay:
+            (self.fs / ".work").mkdir(mode=0o700)
 
-    def empty_writable_tree(self, *, uid: int, gid: int) -> None:
-        """Empty workspace/, tmp/ and shm/ in place, and give them back to ``uid`` with mode 0755.
+    def empty_writable_tree(self, *, uid: int, gid: int, keep_workspace: bool = False) -> None:
+        """Empty workspace/ (unless ``keep_workspace``: an overlay's upper directory, never changed while it is
+        mounted), tmp/ and shm/ in place, and give them back to ``uid`` with mode 0755.
 
         Runs as root, so what the program made unreadable (mode 000) goes too; links are removed, never followed.
         Iterative, one open directory per level. It runs on the caller's thread (the event loop's, in a reset), so
@@ -371,7 +379,7 @@ class SandboxDir:
         """
         assert self.fs_fd is not None
         budget = EMPTY_IN_PLACE_MAX
-        for name in ("workspace", "tmp", "shm"):
+        for name in ("tmp", "shm") if keep_workspace else ("workspace", "tmp", "shm"):
             directory = os.open(name, _DIRECTORY, dir_fd=self.fs_fd)  # by fd: no /proc path to resolve each time
             try:
                 budget = _empty(directory, budget)
@@ -385,10 +393,10 @@ class SandboxDir:
             finally:
                 os.close(directory)
 
-    def replace_writable_tree(self, *, size_bytes: int, uid: int, gid: int) -> None:
+    def replace_writable_tree(self, *, size_bytes: int, uid: int, gid: int, overlay: bool = False) -> None:
         """Drop the writable tree (its tmpfs goes with the last reference) and make a new, empty one."""
         self._drop_writable_tree()
-        self.make_writable_tree(size_bytes=size_bytes, uid=uid, gid=gid)
+        self.make_writable_tree(size_bytes=size_bytes, uid=uid, gid=gid, overlay=overlay)
 
     def _drop_writable_tree(self) -> None:
         if self.fs_fd is not None:

@@ -8,7 +8,9 @@ Before a sandbox serves again every process of the previous use is dead (none ou
 writable tree is emptied and its SysV IPC objects removed (see :meth:`Sandbox.reset`). Its agent and namespaces
 are kept only when nothing about them changed; otherwise it restarts with new ones and a new tree. An in-place
 reset leaves only how much ran before (pid numbers, IPC ids and inode numbers continue); ``reset(fresh=True)``
-always restarts. A sandbox that cannot be reset is destroyed and replaced.
+always restarts. A sandbox that cannot be reset is destroyed and replaced. A pool of sandboxes on a workspace
+(``workspace=``) gives each one back with the pristine workspace: in place when nothing in it changed, else by a
+restart over a new overlay.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ import asyncio
 import contextlib
 import enum
 import functools
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from rollbox.sandbox._errors import RollboxError, SandboxError, SandboxStateError
 from rollbox.sandbox._limits import Limits, Network
 from rollbox.sandbox._sandbox import Backend, Sandbox
 from rollbox.sandbox._settle import settled
+from rollbox.sandbox.runtime._store import Layer
 
 __all__ = ["FreshSandboxes", "PoolExhausted", "SandboxPool", "SandboxSource", "WarmSandboxes"]
 
@@ -44,7 +49,8 @@ class SandboxPool:
 
     Args:
         size: How many sandboxes the pool holds, all made when it opens.
-        limits, network, backend, env, warm_python: As for :class:`Sandbox`; every sandbox of the pool has them.
+        limits, network, backend, env, warm_python, runtime, workspace: As for :class:`Sandbox`; every sandbox of
+            the pool has them.
 
     Raises:
         IsolationUnavailable, SandboxError: on entry, as for :class:`Sandbox`.
@@ -59,12 +65,21 @@ class SandboxPool:
         backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
         warm_python: bool = False,
+        runtime: Layer | None = None,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one sandbox, got size={size}")
         self.size = size
         self._make = functools.partial(
-            Sandbox, limits=limits, network=network, backend=backend, env=env, warm_python=warm_python
+            Sandbox,
+            limits=limits,
+            network=network,
+            backend=backend,
+            env=env,
+            warm_python=warm_python,
+            runtime=runtime,
+            workspace=workspace,
         )
         self._make()  # validate the configuration now
         self._idle: deque[Sandbox] = deque()
@@ -264,14 +279,34 @@ async def close_all(closeables: Sequence[Sandbox | SandboxPool]) -> None:
 
 
 class SandboxSource(Protocol):
-    """Where code that needs a sandbox for a while gets one: fresh each time, or warm from pools."""
+    """Where code that needs a sandbox for a while gets one: fresh each time, or warm from pools.
 
-    def sandbox(self, *, limits: Limits, network: Network) -> contextlib.AbstractAsyncContextManager[Sandbox]:
-        """A sandbox with these limits and network for the duration of an ``async with`` block."""
+    ``runtime``, ``workspace`` and ``env`` are as for :class:`Sandbox` (None: the host's Python, an empty
+    /workspace, no extra variables).
+    """
+
+    def sandbox(
+        self,
+        *,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        """A sandbox of this configuration for the duration of an ``async with`` block."""
         ...
 
     def sandboxes(
-        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
+        self,
+        count: int,
+        *,
+        limits: Limits,
+        network: Network,
+        avoid: str | None = None,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
         """``count`` distinct sandboxes, borrowed together, for the duration of an ``async with`` block; those
         whose :attr:`Sandbox.history` lacks the label ``avoid`` are preferred."""
@@ -282,22 +317,40 @@ class FreshSandboxes:
     """A new sandbox for every use, destroyed after it: the default."""
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+    async def sandbox(
+        self,
+        *,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[Sandbox]:
         """A new sandbox, destroyed when the block ends."""
-        async with Sandbox(limits=limits, network=network) as sb:
+        async with Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env) as sb:
             yield sb
 
     @contextlib.asynccontextmanager
     async def sandboxes(
-        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
+        self,
+        count: int,
+        *,
+        limits: Limits,
+        network: Network,
+        avoid: str | None = None,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[Sandbox]]:
         """``count`` new sandboxes (with an empty history), destroyed when the block ends."""
+        make = functools.partial(Sandbox, limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
         async with contextlib.AsyncExitStack() as stack:
-            yield [await stack.enter_async_context(Sandbox(limits=limits, network=network)) for _ in range(count)]
+            yield [await stack.enter_async_context(make()) for _ in range(count)]
 
 
 class WarmSandboxes:
-    """One warm :class:`SandboxPool` per configuration (limits and network), made on first use.
+    """One warm :class:`SandboxPool` per configuration (limits, network, runtime layer, workspace and extra
+    environment), made on first use.
 
     async with WarmSandboxes(size=4) as sandboxes:
         verdict = await grade(task, workspace, sandboxes=sandboxes)
@@ -313,7 +366,7 @@ class WarmSandboxes:
     def __init__(self, *, size: int, warm_python: bool = True) -> None:
         self.size = size
         self.warm_python = warm_python
-        self._pools: dict[tuple[Limits, Network], SandboxPool] = {}
+        self._pools: dict[tuple[object, ...], SandboxPool] = {}
         self._opening = asyncio.Lock()
 
     async def __aenter__(self) -> WarmSandboxes:
@@ -327,31 +380,64 @@ class WarmSandboxes:
         pools, self._pools = list(self._pools.values()), {}
         await close_all(pools)
 
-    async def _pool(self, limits: Limits, network: Network) -> SandboxPool:
-        key = (limits, Network(network))
+    async def _pool(
+        self,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None,
+        workspace: Path | None,
+        env: Mapping[str, str] | None,
+    ) -> SandboxPool:
+        variables = tuple(sorted((env or {}).items()))
+        key = (limits, Network(network), runtime.key if runtime else None, workspace, variables)
         async with self._opening:
             if key not in self._pools:
-                pool = SandboxPool(size=self.size, limits=limits, network=network, warm_python=self.warm_python)
+                pool = SandboxPool(
+                    size=self.size,
+                    limits=limits,
+                    network=network,
+                    warm_python=self.warm_python,
+                    runtime=runtime,
+                    workspace=workspace,
+                    env=dict(variables),
+                )
                 await pool.__aenter__()
                 self._pools[key] = pool
         return self._pools[key]
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+    async def sandbox(
+        self,
+        *,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[Sandbox]:
         """A warm sandbox of this configuration, reset when the block ends."""
-        async with (await self._pool(limits, network)).sandbox() as sb:
+        async with (await self._pool(limits, network, runtime, workspace, env)).sandbox() as sb:
             yield sb
 
     @contextlib.asynccontextmanager
     async def sandboxes(
-        self, count: int, *, limits: Limits, network: Network, avoid: str | None = None
+        self,
+        count: int,
+        *,
+        limits: Limits,
+        network: Network,
+        avoid: str | None = None,
+        runtime: Layer | None = None,
+        workspace: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[Sandbox]]:
         """``count`` distinct warm sandboxes of this configuration, borrowed together (as
         :meth:`SandboxPool.sandboxes`), reset when the block ends; beyond ``size``, the rest are new ones,
         destroyed when the block ends."""
-        pool = await self._pool(limits, network)
+        pool = await self._pool(limits, network, runtime, workspace, env)
+        make = functools.partial(Sandbox, limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
         async with contextlib.AsyncExitStack() as stack:
             boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.size), avoid=avoid)))
             for _ in range(count - len(boxes)):
-                boxes.append(await stack.enter_async_context(Sandbox(limits=limits, network=network)))
+                boxes.append(await stack.enter_async_context(make()))
             yield boxes

@@ -1,0 +1,71 @@
+"""``rollbox report RUN_ID``: a run's self-contained HTML report, from its archived (or JSONL) events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rollbox.telemetry import Event, render_report
+
+_HELP = """\
+Write the HTML report of a run: reward over time, verdict and status mix, latency distributions, the slowest
+and the failed work with their logs. One file, no scripts, nothing fetched: mail it, archive it.
+
+The events come from the archive (default $ROLLBOX_HOME/archive, where 'rollbox serve' archives), or from a
+JSONL file of events (--events, e.g. $ROLLBOX_HOME/runs/RUN_ID/events.jsonl).
+
+examples:
+  rollbox report serve-20250101-120000
+  rollbox report run-7 --archive s3://bucket/rollbox -o run-7.html
+  rollbox report run-7 --events run-7/events.jsonl
+"""
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``report`` to the command line."""
+    parser = commands.add_parser(
+        "report",
+        help="write a run's HTML report",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("--archive", help="the archive's fsspec URL (default $ROLLBOX_HOME/archive)")
+    parser.add_argument("--events", type=Path, help="read the events from this JSONL file instead")
+    parser.add_argument("-o", "--output", type=Path, help="the HTML file (default RUN_ID.html)")
+    parser.set_defaults(run=_report)
+
+
+def _events(args: argparse.Namespace) -> list[Event]:
+    if args.events is not None:
+        events = []
+        for line in args.events.read_text().splitlines():
+            if line.strip():
+                data = json.loads(line)
+                run = data.get("run") or data.get("run_id")
+                if run is None or run == args.run_id:
+                    events.append(Event(data.pop("kind"), data.pop("at"), data))
+        return events
+    from rollbox.telemetry import read_archive, rollbox_home
+
+    return read_archive(args.archive or str(rollbox_home() / "archive"), run=args.run_id)
+
+
+def _report(args: argparse.Namespace) -> int:
+    try:
+        events = _events(args)
+    except (OSError, ValueError) as exc:
+        print(f"rollbox report: cannot read the events: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"rollbox report needs the archive extra: pip install 'rollbox[archive]' ({exc})", file=sys.stderr)
+        return 2
+    if not events:
+        print(f"rollbox report: no events of run {args.run_id!r} were found", file=sys.stderr)
+        return 1
+    output = args.output or Path(f"{args.run_id}.html")
+    output.write_text(render_report(args.run_id, events), encoding="utf-8")
+    print(f"wrote {output} ({len(events)} events)")
+    return 0

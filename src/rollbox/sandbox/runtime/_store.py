@@ -1,0 +1,324 @@
+"""The layer store: each runtime layer built once, under the key of its resolved spec, shared read-only.
+
+Layout (``$ROLLBOX_HOME/layers``; ``ROLLBOX_HOME`` defaults to ``~/.rollbox``)::
+
+    <key>/                  a layer, whole: it appears under its name only once built (a rename)
+        env/                what sandboxes mount at /opt/rollbox/env (see ``_build``)
+        requirements.txt    the requirements asked for
+        requirements.lock   what was installed, exact versions (``uv pip freeze``)
+        build.log           what uv printed
+        layer.json          the spec, the interpreter, the packages, when it was built
+    <key>.lock              flock: exclusive while the layer is built or removed, shared while a sandbox uses it
+                            (and while a caller checks it is there); its mtime is the layer's last use
+    .build-<key>-*/         a build under way, or left by a builder that died (``gc`` removes it)
+    .failed/<key>.log       the log of the last failed build of <key>
+
+Concurrent requests for one layer, from any number of processes, build it once: the first takes the exclusive
+lock and builds, the others wait for the lock and find it built. A failed build leaves nothing under the
+layer's name. ``gc`` removes what no sandbox uses and nothing used for ``keep_days``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._build import build_into
+from ._errors import LayerBuildError
+from ._mounts import RuntimeMounts, layer_mounts
+from ._python import Interpreter, find_python
+from ._spec import RuntimeSpec
+
+__all__ = ["Layer", "LayerStore", "rollbox_home"]
+
+_DAY_S = 86_400.0
+_ABANDONED_S = 3600.0  # a build or removal directory this old with no lock held was left by a crash
+
+
+def rollbox_home() -> Path:
+    """Where rollbox keeps what it builds to last: ``ROLLBOX_HOME``, default ``~/.rollbox``."""
+    return Path(os.environ.get("ROLLBOX_HOME") or Path.home() / ".rollbox")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A built runtime layer: give it to a sandbox as ``Sandbox(runtime=layer)``.
+
+    Attributes:
+        key: Its content key (see :meth:`RuntimeSpec.key`).
+        path: Its directory in the store.
+        spec: What it was built for.
+        python: The interpreter it runs on.
+        packages: What it holds, ``(name, version)``, as its lock file says.
+        built_at: When it was built (seconds since the epoch).
+        built: Whether the call that returned it built it (rather than finding it built).
+    """
+
+    key: str
+    path: Path
+    spec: RuntimeSpec
+    python: Interpreter
+    packages: tuple[tuple[str, str], ...]
+    built_at: float
+    built: bool = field(default=False, compare=False)
+
+    @property
+    def env(self) -> Path:
+        """The environment sandboxes mount at ``/opt/rollbox/env``."""
+        return self.path / "env"
+
+    @property
+    def lock_file(self) -> Path:
+        """The exact versions it holds, as ``uv pip freeze`` wrote them."""
+        return self.path / "requirements.lock"
+
+    def mounts(self, views: Path) -> RuntimeMounts:
+        """What a sandbox mounts for it (see ``_mounts``), with host-side pieces made under ``views``."""
+        return layer_mounts(self.env, self.python, views)
+
+    def hold(self) -> int:
+        """A descriptor holding the layer's shared lock, so that ``gc`` leaves it alone while it is open.
+
+        Raises:
+            FileNotFoundError: the layer was removed meanwhile (build it again: :meth:`LayerStore.ensure`).
+            BlockingIOError: it is being removed right now.
+        """
+        fd = os.open(self.path.parent / f"{self.key}.lock", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            if not (self.env / "pyvenv.cfg").exists():
+                raise FileNotFoundError(errno.ENOENT, "the layer was removed", str(self.path))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @classmethod
+    def read(cls, path: Path) -> Layer:
+        """The layer in ``path``, from its layer.json.
+
+        Raises:
+            OSError, ValueError, KeyError: ``path`` holds no layer.
+        """
+        facts = json.loads((path / "layer.json").read_text())
+        spec, python = facts["spec"], facts["python"]
+        return cls(
+            key=facts["key"],
+            path=path,
+            spec=RuntimeSpec(
+                python=spec["python"], requirements=tuple(spec["requirements"]), allow_sdists=spec["allow_sdists"]
+            ),
+            python=Interpreter(
+                version=python["version"],
+                executable=Path(python["executable"]),
+                prefix=Path(python["prefix"]),
+                lib=python["lib"],
+            ),
+            packages=tuple((name, version) for name, version in facts["packages"]),
+            built_at=facts["built_at"],
+        )
+
+
+class LayerStore:
+    """The runtime layers of this machine, each built once and shared read-only by every sandbox that uses it.
+
+    Args:
+        root: Where layers live (default ``$ROLLBOX_HOME/layers``).
+        build_timeout_s: How long one step of a build (resolving and installing) may take before it fails.
+    """
+
+    def __init__(self, root: Path | None = None, *, build_timeout_s: float = 900.0) -> None:
+        self.root = root or rollbox_home() / "layers"
+        self.build_timeout_s = build_timeout_s
+
+    def _lock_path(self, key: str) -> Path:
+        return self.root / f"{key}.lock"
+
+    def _open_lock(self, key: str) -> int:
+        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        return os.open(self._lock_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def get(self, key: str) -> Layer | None:
+        """The built layer ``key`` (or a prefix of it, as ``rollbox env list`` shows), or None."""
+        if not key or any(c not in "0123456789abcdef" for c in key):
+            return None
+        if len(key) < 64:
+            matches = [p for p in self.root.glob(f"{key}*") if p.is_dir() and len(p.name) == 64]
+            if len(matches) != 1:
+                return None
+            key = matches[0].name
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            return Layer.read(self.root / key)
+        return None
+
+    def layers(self) -> list[Layer]:
+        """Every built layer, most recently used first."""
+        layers = [layer for p in self._layer_dirs() if (layer := self.get(p.name)) is not None]
+        return sorted(layers, key=lambda layer: -self.last_used(layer.key))
+
+    def _layer_dirs(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return [p for p in self.root.iterdir() if p.is_dir() and len(p.name) == 64 and not p.name.startswith(".")]
+
+    def last_used(self, key: str) -> float:
+        """When the layer was last handed out (seconds since the epoch), or built."""
+        with contextlib.suppress(OSError):
+            return self._lock_path(key).stat().st_mtime
+        return 0.0
+
+    async def ensure(self, spec: RuntimeSpec) -> Layer:
+        """The layer of ``spec``, built now if it is not yet (by one caller, however many ask at once).
+
+        Raises:
+            PythonNotFound: the spec's Python is not installed here.
+            LayerBuildError: the build failed; its log is in the error and in ``.failed/<key>.log``.
+        """
+        interpreter = find_python(spec.python)
+        key = spec.key(interpreter)
+        fd = self._open_lock(key)
+        try:
+            with contextlib.suppress(BlockingIOError):  # taken: a build (or a removal) is under way
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                if (found := self._found(key)) is not None:
+                    return found
+                fcntl.flock(fd, fcntl.LOCK_UN)  # before waiting for the exclusive one: two waiters never deadlock
+            await _exclusive(fd)
+            if (found := self._found(key)) is not None:
+                return found
+            return await self._build(key, spec, interpreter)
+        finally:
+            os.close(fd)
+
+    def _found(self, key: str) -> Layer | None:
+        """The built layer ``key`` (its use recorded), with its lock held by the caller."""
+        layer = self.get(key)
+        if layer is not None:
+            os.utime(self._lock_path(key))
+        return layer
+
+    async def _build(self, key: str, spec: RuntimeSpec, interpreter: Interpreter) -> Layer:
+        directory = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=self.root))
+        try:
+            try:
+                packages, log = await build_into(
+                    directory, spec, interpreter, cache=rollbox_home() / "cache" / "uv", timeout_s=self.build_timeout_s
+                )
+            except LayerBuildError as exc:
+                failed = self.root / ".failed" / f"{key}.log"
+                failed.parent.mkdir(exist_ok=True)
+                failed.write_text(exc.log)
+                raise LayerBuildError(
+                    f"cannot build the runtime layer for Python {interpreter.version} with "
+                    f"{list(spec.requirements) or 'no packages'}: {exc}\n(whole log: {failed})",
+                    log=exc.log,
+                    log_path=failed,
+                ) from None
+            (directory / "build.log").write_text(log)
+            built_at = time.time()
+            facts = {
+                "key": key,
+                "spec": {
+                    "python": spec.python,
+                    "requirements": list(spec.requirements),
+                    "allow_sdists": spec.allow_sdists,
+                },
+                "python": {
+                    "version": interpreter.version,
+                    "executable": str(interpreter.executable),
+                    "prefix": str(interpreter.prefix),
+                    "lib": interpreter.lib,
+                },
+                "packages": [list(p) for p in packages],
+                "built_at": built_at,
+            }
+            (directory / "layer.json").write_text(json.dumps(facts, indent=2) + "\n")
+            directory.chmod(0o755)
+            directory.rename(self.root / key)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        os.utime(self._lock_path(key))
+        (self.root / ".failed" / f"{key}.log").unlink(missing_ok=True)
+        return Layer(
+            key=key,
+            path=self.root / key,
+            spec=spec,
+            python=interpreter,
+            packages=packages,
+            built_at=built_at,
+            built=True,
+        )
+
+    def gc(self, *, keep_days: float = 30.0) -> list[str]:
+        """Remove every layer no sandbox holds and none used for ``keep_days`` days, and what dead builds left.
+        Returns the keys removed.
+
+        Raises:
+            ValueError: ``keep_days`` is negative.
+        """
+        if keep_days < 0:
+            raise ValueError(f"keep_days must be >= 0, got {keep_days}")
+        removed: list[str] = []
+        horizon = time.time() - keep_days * _DAY_S
+        for directory in self._layer_dirs():
+            with self._unheld(directory.name) as free:
+                # Looked at again under the lock: a caller that found the layer meanwhile has used it now.
+                if free and self.last_used(directory.name) < horizon:
+                    _remove(directory, self.root)
+                    removed.append(directory.name)
+        for leftover in self.root.glob(".build-*") if self.root.is_dir() else []:
+            key = leftover.name.removeprefix(".build-").split("-", 1)[0]
+            with self._unheld(key) as free:
+                if free and time.time() - leftover.stat().st_mtime > _ABANDONED_S:
+                    shutil.rmtree(leftover, ignore_errors=True)
+        for stale in [*self.root.glob(".trash-*"), *self.root.glob(".failed/*.log")] if self.root.is_dir() else []:
+            if stale.stat().st_mtime >= min(horizon, time.time() - _ABANDONED_S):
+                continue
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+        return removed
+
+    @contextlib.contextmanager
+    def _unheld(self, key: str) -> Iterator[bool]:
+        """Whether the layer ``key`` could be locked exclusively now (no build, no user), held for the block."""
+        fd = self._open_lock(key)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+
+def _remove(directory: Path, root: Path) -> None:
+    """Take the layer out of its name at once (a rename), then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=f".trash-{directory.name}-", dir=root))
+    directory.rename(trash / "layer")
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+async def _exclusive(fd: int) -> None:
+    """Take the exclusive lock on ``fd``, waiting without holding the event loop (cancellable meanwhile)."""
+    delay = 0.02
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)

@@ -1,0 +1,67 @@
+"""rollbox.scheduler: durable jobs, leases, retries, admission control, elastic warm pools, and Ray.
+
+Every job and every move of it lives in a SQLite file under ``$ROLLBOX_HOME`` (default ``~/.rollbox``); a
+scheduler killed at any moment loses nothing and, started again, records every result exactly once. Imports
+:mod:`rollbox.judge`, :mod:`rollbox.tasks` and :mod:`rollbox.sandbox` (and, for their kinds, ``rollbox.env`` and
+``rollbox.curate``).
+"""
+
+from ._errors import (
+    IdempotencyConflict,
+    IllegalTransition,
+    JobNotFound,
+    PayloadError,
+    QueueFull,
+    SchedulerError,
+    Unplaceable,
+)
+from ._exec_kind import exec_payload
+from ._home import rollbox_home, run_dir, store_path
+from ._kinds import JobContext, JobKind, Outcome, get_kind, kind_names, register_kind
+from ._model import Attempt, Job, JobResult, JobSpec, Requirements, Transition
+from ._placement import Capacity, machine_capacity
+from ._pools import ElasticSandboxes, pool_key
+from ._retry import RetryPolicy
+from ._scheduler import Scheduler
+from ._states import TERMINAL, TRANSITIONS, JobState
+from ._store import JobStore
+from ._workers import LocalWorker, Worker, WorkerLost
+
+__all__ = [
+    "TERMINAL",
+    "TRANSITIONS",
+    "Attempt",
+    "Capacity",
+    "ElasticSandboxes",
+    "IdempotencyConflict",
+    "IllegalTransition",
+    "Job",
+    "JobContext",
+    "JobKind",
+    "JobNotFound",
+    "JobResult",
+    "JobSpec",
+    "JobState",
+    "JobStore",
+    "LocalWorker",
+    "Outcome",
+    "PayloadError",
+    "QueueFull",
+    "Requirements",
+    "RetryPolicy",
+    "Scheduler",
+    "SchedulerError",
+    "Transition",
+    "Unplaceable",
+    "Worker",
+    "WorkerLost",
+    "exec_payload",
+    "get_kind",
+    "kind_names",
+    "machine_capacity",
+    "pool_key",
+    "register_kind",
+    "rollbox_home",
+    "run_dir",
+    "store_path",
+]

@@ -1,0 +1,86 @@
+"""The ``exec`` kind: one command in a warm sandbox, its :class:`rollbox.ExecResult` as the job's result.
+
+Payload::
+
+    {"argv": ["python3", "main.py"], "files": {"main.py": "print(42)"}, "stdin": null,
+     "limits": {"timeout_s": 5, "memory_bytes": 268435456}, "network": "none", "warm_python": false}
+
+Everything but ``argv`` is optional; ``cpus`` (default 1) and ``resources`` (``{"gpu": 1}``, a Ray node's custom
+resources) say what the job needs besides its memory limit. The result's status is the command's
+(:class:`rollbox.Status`); an ``infra_error`` is retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rollbox.sandbox import Limits, Network, Program
+
+from ._errors import PayloadError
+from ._kinds import JobContext, Outcome
+from ._model import Requirements
+from ._pools import pool_key
+
+__all__ = ["ExecKind", "exec_payload"]
+
+
+def exec_payload(
+    argv: list[str],
+    *,
+    files: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    limits: Limits | None = None,
+    network: Network | str = Network.NONE,
+    warm_python: bool = False,
+) -> dict[str, Any]:
+    """The payload of an ``exec`` job, from the same arguments as :class:`rollbox.sandbox.Program`."""
+    fields = {k: getattr(limits, k) for k in Limits.__dataclass_fields__} if limits else {}
+    return {
+        "argv": list(argv),
+        "files": dict(files or {}),
+        "stdin": stdin,
+        "limits": {k: v for k, v in fields.items() if v is not None},
+        "network": Network(network).value,
+        "warm_python": warm_python,
+    }
+
+
+def _parse(payload: Mapping[str, Any]) -> tuple[Program, Limits, Network]:
+    try:
+        limits = Limits(**payload.get("limits", {}))
+        network = Network(payload.get("network", "none"))
+        files = payload.get("files") or {}
+        if not isinstance(files, Mapping) or not all(isinstance(v, str) for v in files.values()):
+            raise ValueError(f"files must map paths to text, got {files!r:.80}")
+        program = Program(
+            argv=payload["argv"], files=files, stdin=payload.get("stdin"), warm_python=payload.get("warm_python", False)
+        )
+    except KeyError as exc:
+        raise PayloadError(f"an exec job's payload needs {exc}: {{'argv': ['python3', 'main.py'], ...}}") from None
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"invalid exec payload: {exc}") from exc
+    return program, limits, network
+
+
+class ExecKind:
+    """Runs ``argv`` with ``files`` written into /workspace first."""
+
+    def requirements(self, payload: Mapping[str, Any]) -> Requirements:
+        _, limits, network = _parse(payload)
+        try:
+            cpus = float(payload.get("cpus", 1.0))
+            resources = {str(k): float(v) for k, v in dict(payload.get("resources") or {}).items()}
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"invalid exec payload: cpus and resources must be numbers: {exc}") from exc
+        return Requirements(
+            cpus=cpus, memory_bytes=limits.memory_bytes, resources=resources, pool=pool_key(limits, network)
+        )
+
+    async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
+        program, limits, network = _parse(payload)
+        async with context.sandboxes.sandbox(limits=limits, network=network) as sb:
+            for path, content in program.files.items():
+                await sb.write_file(path, content)
+            result = await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)
+        return Outcome(status=result.status.value, output=result.to_json(), error=result.error)

@@ -1,0 +1,87 @@
+"""The ``grade`` kind: the judge's verdict on one candidate, as the job's result.
+
+Payload::
+
+    {"task": "/path/to/task", "files": {"solution.py": "..."}}     the candidate's files over the task's workspace
+    {"task": "/path/to/task", "workspace": "/path/to/workspace"}   a candidate's whole workspace
+    {"task": "/path/to/task", "reference": true}                   the task's own solution/
+
+The result's status is the verdict's (:class:`rollbox.judge.VerdictStatus`), its reward the verdict's; an
+``infra_error`` verdict is retried.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rollbox.judge import Solution, grade
+from rollbox.judge.runners._check_variants import MAX_VARIANTS
+from rollbox.tasks import FunctionGrading, Task, TaskFormatError, load_task
+
+from ._errors import PayloadError
+from ._kinds import JobContext, Outcome
+from ._model import Requirements
+from ._pools import pool_key
+
+__all__ = ["GradeKind", "load_payload_task"]
+
+
+@functools.lru_cache(maxsize=4096)
+def _load(path: str) -> Task:
+    return load_task(path)
+
+
+def load_payload_task(payload: Mapping[str, Any]) -> Task:
+    """The task a payload names (loaded once per path in this process).
+
+    Raises:
+        PayloadError: no ``task``, or the task directory is invalid.
+    """
+    if not isinstance(payload.get("task"), str):
+        raise PayloadError(f"the payload needs 'task': a task directory, got {payload.get('task')!r}")
+    try:
+        return _load(str(Path(payload["task"]).resolve()))
+    except (TaskFormatError, OSError) as exc:
+        raise PayloadError(f"cannot load task {payload['task']!r}: {exc}") from exc
+
+
+def task_requirements(task: Task) -> Requirements:
+    """What grading ``task`` holds at once: a check-based function task borrows a sandbox for each variant."""
+    boxes = MAX_VARIANTS if isinstance(task.grading, FunctionGrading) and task.grading.check else 1
+    return Requirements(memory_bytes=task.limits.memory_bytes * boxes, pool=pool_key(task.limits, task.network))
+
+
+def _solution(task: Task, payload: Mapping[str, Any]) -> Solution:
+    if payload.get("reference"):
+        if task.solution is None:
+            raise PayloadError(f"task {task.id} has no solution/ to grade")
+        return {
+            str(p.relative_to(task.solution)): p.read_bytes() for p in sorted(task.solution.rglob("*")) if p.is_file()
+        }
+    if isinstance(payload.get("workspace"), str):
+        return Path(payload["workspace"])
+    files = payload.get("files")
+    if isinstance(files, Mapping) and all(isinstance(v, str) for v in files.values()):
+        return dict(files)
+    raise PayloadError("a grade job's payload needs 'files' ({path: text}), 'workspace' (a directory) or 'reference'")
+
+
+class GradeKind:
+    """Grades a candidate against a task with :func:`rollbox.judge.grade`, in the worker's warm sandboxes."""
+
+    def requirements(self, payload: Mapping[str, Any]) -> Requirements:
+        task = load_payload_task(payload)
+        _solution(task, payload)
+        return task_requirements(task)
+
+    async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
+        task = load_payload_task(payload)
+        solution = _solution(task, payload)
+        context.grading()
+        verdict = await grade(task, solution, sandboxes=context.sandboxes)
+        return Outcome(
+            status=verdict.status.value, reward=verdict.reward, output=verdict.to_json(), error=verdict.error
+        )

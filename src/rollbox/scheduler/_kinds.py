@@ -1,0 +1,123 @@
+"""Job kinds: how the payload of one kind of job runs, and how its outcome becomes the job's result.
+
+A kind is a small object with a name, :meth:`JobKind.requirements` (read from the payload when the job is
+submitted: an invalid payload is refused then, before anything is queued) and :meth:`JobKind.run`. Kinds are
+named by ``module:attribute`` so that a worker on another machine (a Ray node) finds the same kind by its name.
+``exec`` and ``grade`` are built in; ``episode`` and ``validate`` are one module each.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rollbox.sandbox import SandboxSource
+
+from ._errors import PayloadError
+from ._model import Requirements
+
+__all__ = ["JobContext", "JobKind", "Outcome", "get_kind", "kind_names", "register_kind"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What one attempt of a job produced.
+
+    A status of ``infra_error`` means rollbox or the host failed: the job is retried, and only its last failure
+    becomes its result. Any other status (the model's success or failure alike) is the job's result.
+    """
+
+    #: In the kind's own taxonomy: a :class:`rollbox.Status` or :class:`rollbox.judge.VerdictStatus` value.
+    status: str
+    reward: float | None = None
+    #: The kind's full output, plain JSON.
+    output: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    #: An episode's record (turns, actions, observations), written to the run's ``trajectories/JOB.json``.
+    trajectory: Any = None
+
+    @property
+    def infra(self) -> bool:
+        """Whether rollbox or the host failed (the job is retried)."""
+        return self.status == "infra_error"
+
+
+@dataclass(kw_only=True)
+class JobContext:
+    """What a kind gets while it runs one attempt of one job."""
+
+    job_id: int
+    attempt: int
+    run_id: str
+    #: Where its sandboxes come from: the worker's warm pools.
+    sandboxes: SandboxSource
+    #: Say that the run is over and grading begins (``running -> grading``).
+    grading: Callable[[], None] = lambda: None
+
+
+class JobKind(Protocol):
+    """How one kind of job runs."""
+
+    def requirements(self, payload: Mapping[str, Any]) -> Requirements:
+        """What a job of this payload needs (CPU, memory, its warm pool).
+
+        Raises:
+            PayloadError: the payload cannot be run; the message says which field and how to fix it.
+        """
+        ...
+
+    async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
+        """Run one attempt. Return the outcome: the model's failures are outcomes, and so are rollbox's own
+        (``infra_error``, retried).
+
+        Raises:
+            PayloadError: the payload turned out not to be runnable (the job ends ``failed``). Any other exception
+                is taken as rollbox's failure, and retried.
+        """
+        ...
+
+
+_KINDS: dict[str, str] = {
+    "exec": "rollbox.scheduler._exec_kind:ExecKind",
+    "grade": "rollbox.scheduler._grade_kind:GradeKind",
+}
+_loaded: dict[str, JobKind] = {}
+
+
+def register_kind(name: str, target: str) -> None:
+    """Add a kind (or replace one) by ``module:attribute``, a class made with no arguments or a kind object.
+
+    Every process that runs jobs (a Ray node's worker too) must be able to import ``module``.
+    """
+    if ":" not in target:
+        raise ValueError(f"a kind is named by 'module:attribute', got {target!r}")
+    _KINDS[name] = target
+    _loaded.pop(name, None)
+
+
+def kind_names() -> list[str]:
+    """The names of the kinds known here."""
+    return sorted(_KINDS)
+
+
+def get_kind(name: str) -> JobKind:
+    """The kind called ``name``.
+
+    Raises:
+        PayloadError: no kind has that name, or its module cannot be imported.
+    """
+    if name in _loaded:
+        return _loaded[name]
+    target = _KINDS.get(name)
+    if target is None:
+        raise PayloadError(f"unknown job kind {name!r}: expected one of {', '.join(kind_names())}")
+    module, _, attribute = target.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise PayloadError(f"job kind {name!r} ({target}) cannot be loaded here: {exc}") from exc
+    kind: JobKind = found() if isinstance(found, type) else found
+    _loaded[name] = kind
+    return kind

@@ -1,0 +1,183 @@
+"""The data of jobs as they cross the store's boundary: what is submitted, what is stored, what happened."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._states import JobState
+
+__all__ = ["Attempt", "Job", "JobResult", "JobSpec", "Requirements", "Transition", "canonical_json"]
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as JSON with sorted keys and no spaces: equal values give equal text (and digests)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requirements:
+    """What a job needs while it runs; placement reserves it on one worker, and never promises more than a
+    worker has."""
+
+    #: CPU cores (fractions allowed: an episode that mostly waits for its policy needs little).
+    cpus: float = 1.0
+    #: Memory its sandboxes may use together: the sum of the memory limits they promise.
+    memory_bytes: int = 0
+    #: Other resources by name (a Ray cluster's custom resources, ``{"gpu": 1}``), matched against each worker's.
+    resources: Mapping[str, float] = field(default_factory=dict)
+    #: Which warm pool serves it: jobs with the same pool key use sandboxes of the same configuration.
+    pool: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored."""
+        return {"cpus": self.cpus, "memory_bytes": self.memory_bytes, "resources": dict(self.resources)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """One job to submit.
+
+    ``kind`` names how it runs (``exec``, ``grade``, ``episode``, ``validate``); ``payload`` is that kind's plain
+    JSON input. A job with an idempotency ``key`` is submitted once: submitting the same key again returns the
+    job (and, once it has one, its result) instead of adding another.
+    """
+
+    kind: str
+    payload: Mapping[str, Any]
+    #: Names the job across submissions (``run/task/sample``); ``None``: every submission is a new job.
+    key: str | None = None
+    #: The run the job belongs to (its results file, events file and progress).
+    run_id: str = "default"
+    #: Higher runs first; jobs of equal priority run in submission order.
+    priority: int = 0
+    #: Whose job it is: per-tenant quotas bound how many of a tenant's jobs hold a worker at once.
+    tenant: str = "default"
+    #: Leases it may take before it is given up as ``infra_error``: infrastructure failures and expired leases
+    #: count, the model's failures never do (they are results).
+    max_attempts: int = 3
+    #: Seconds after submission by which it must have completed; then it ends ``timed_out``.
+    deadline_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"JobSpec.max_attempts must be at least 1, got {self.max_attempts}")
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise ValueError(f"JobSpec.deadline_s must be positive, got {self.deadline_s}")
+        if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
+            raise ValueError(f"JobSpec.run_id must be a plain name (no '/', no leading '.'), got {self.run_id!r}")
+
+    def digest(self) -> str:
+        """What makes two submissions of one key the same job: its kind and payload."""
+        return hashlib.sha256(canonical_json([self.kind, self.payload]).encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """A job as the store holds it."""
+
+    id: int
+    run_id: str
+    key: str | None
+    kind: str
+    payload: dict[str, Any]
+    state: JobState
+    priority: int
+    tenant: str
+    requirements: Requirements
+    #: Leases taken so far (each is an attempt).
+    attempts: int
+    max_attempts: int
+    submitted_at: float
+    updated_at: float
+    #: Who holds its lease now (``None`` outside the leased states).
+    lease_owner: str | None = None
+    #: The worker it was placed on by its latest lease.
+    worker: str | None = None
+    #: When (seconds since the epoch) it must have completed by, if ever.
+    deadline: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``rollbox jobs --json`` prints it."""
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "key": self.key,
+            "kind": self.kind,
+            "state": self.state.value,
+            "priority": self.priority,
+            "tenant": self.tenant,
+            "requirements": self.requirements.to_json(),
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "submitted_at": self.submitted_at,
+            "updated_at": self.updated_at,
+            "lease_owner": self.lease_owner,
+            "worker": self.worker,
+            "payload": self.payload,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResult:
+    """A job's one result: written in the transaction that ends its last lease, never twice."""
+
+    job_id: int
+    #: The final state the result was written with.
+    state: JobState
+    #: The outcome's status in its kind's taxonomy (:class:`rollbox.Status` for ``exec``,
+    #: :class:`rollbox.judge.VerdictStatus` for ``grade`` and ``episode``); ``None`` when the job never produced
+    #: an outcome (``failed``, ``timed_out``, ``cancelled``).
+    status: str | None
+    #: ``None`` whenever there is nothing a trainer should learn from (``infra_error`` included).
+    reward: float | None
+    #: The kind's full output (``ExecResult.to_json()``, ``Verdict.to_json()``, an episode's summary).
+    output: dict[str, Any]
+    error: str | None
+    at: float
+    #: Commit order of results in the store (results of a run stream out in this order).
+    seq: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored and printed."""
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "status": self.status,
+            "reward": self.reward,
+            "error": self.error,
+            "at": self.at,
+            "output": self.output,
+        }
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One move of a job, with its time and the attempt it happened in."""
+
+    job_id: int
+    attempt: int
+    source: JobState | None
+    target: JobState
+    at: float
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One lease of a job: who held it, where it ran, and how it ended (``None`` while it lasts)."""
+
+    job_id: int
+    number: int
+    owner: str
+    worker: str | None
+    started_at: float
+    ended_at: float | None
+    #: ``ok`` (a result, whatever it says), ``infra_error`` (retried), ``lease_expired``, ``released``
+    #: (its scheduler stopped cleanly), ``failed``, ``timed_out``, ``cancelled``, or ``lost`` (another owner's
+    #: result or cancellation came first).
+    outcome: str | None
+    error: str | None

@@ -1,0 +1,249 @@
+"""Admission to workers: placement of each job on a worker with room for it, and per-tenant quotas.
+
+A worker has a :class:`Capacity` (CPU cores, memory, named resources); a started job reserves its
+:class:`Requirements` there until it ends. The sum of the memory reserved on a worker never exceeds its memory:
+the memory limits that jobs' sandboxes promise are never overcommitted. Jobs are offered highest priority first;
+one that does not fit now is passed over for smaller ones behind it (backfill), and one that could never fit any
+worker is refused when it is submitted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._errors import Unplaceable
+from ._model import Requirements
+from ._store import Candidate
+
+__all__ = ["Capacity", "Placement", "machine_capacity"]
+
+#: Memory kept for rollbox itself and the host when the budget is read from the machine.
+_RESERVE_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """What a worker offers to the jobs placed on it at once."""
+
+    cpus: float
+    memory_bytes: int
+    resources: Mapping[str, float] = field(default_factory=dict)
+    #: At most this many jobs at once, whatever they need (``None``: as many as fit).
+    max_jobs: int | None = None
+
+
+def _cgroup_memory_max() -> int | None:
+    """The memory limit of this process's cgroup (v2 or v1), when it has one."""
+    try:
+        line = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for entry in line:
+        _, controllers, path = entry.split(":", 2)
+        for candidate in (
+            Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max"
+            if controllers == ""
+            else Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes",
+        ):
+            try:
+                text = candidate.read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < 2**60:
+                return int(text)
+    return None
+
+
+def machine_capacity(
+    *, cpus: float | None = None, memory_bytes: int | None = None, max_jobs: int | None = None
+) -> Capacity:
+    """This machine's budget: the CPUs this process may run on, and the memory available now (within its
+    cgroup's limit) less a reserve for rollbox and the host; either may be given instead."""
+    if memory_bytes is None:
+        available = 0
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+        limit = _cgroup_memory_max()
+        memory_bytes = max(0, min(available, limit if limit is not None else available) - _RESERVE_BYTES)
+    return Capacity(
+        cpus=float(len(os.sched_getaffinity(0))) if cpus is None else cpus, memory_bytes=memory_bytes, max_jobs=max_jobs
+    )
+
+
+def _fits(needs: Requirements, capacity: Capacity) -> bool:
+    return (
+        (capacity.max_jobs is None or capacity.max_jobs >= 1)
+        and needs.cpus <= capacity.cpus
+        and needs.memory_bytes <= capacity.memory_bytes
+        and all(capacity.resources.get(name, 0.0) >= amount for name, amount in needs.resources.items())
+    )
+
+
+class Placement:
+    """Which worker each leased job is assigned to, what every worker has reserved now, and how many jobs each
+    tenant holds. Thread-safe (the store leases on a thread of its own).
+
+    A job is *assigned* to a worker when it is leased (``scheduled``): it waits in that worker's short queue of
+    at most ``prefetch`` jobs, so that a worker never waits for the store between two jobs. It *starts* when its
+    CPU, memory and resources fit what the worker has free; they stay reserved until it ends.
+
+    Args:
+        workers: Each worker's capacity, by name.
+        quotas: The most jobs a tenant may hold (scheduled, running or grading) at once; tenants not named have
+            ``default_quota`` (``None``: unbounded).
+        prefetch: How many jobs may wait assigned to a worker, beyond those running there (default: as many as
+            its capacity runs at once, at least 2).
+    """
+
+    def __init__(
+        self,
+        workers: Mapping[str, Capacity],
+        *,
+        quotas: Mapping[str, int] | None = None,
+        default_quota: int | None = None,
+        prefetch: int | None = None,
+    ) -> None:
+        self.quotas = dict(quotas or {})
+        self.default_quota = default_quota
+        self.prefetch = prefetch
+        self.workers: dict[str, Capacity] = {}
+        self._lock = threading.RLock()
+        self._assigned: dict[int, tuple[str, str, Requirements]] = {}
+        self._started: set[int] = set()
+        self._used: dict[str, list[float]] = {}
+        self._waiting: Counter[str] = Counter()
+        self._resources: dict[str, Counter[str]] = {}
+        self._tenants: Counter[str] = Counter()
+        for name, capacity in workers.items():
+            self.add_worker(name, capacity)
+
+    def add_worker(self, name: str, capacity: Capacity) -> None:
+        """A new worker to place jobs on."""
+        with self._lock:
+            self.workers[name] = capacity
+            self._used[name] = [0.0, 0.0, 0.0]
+            self._resources[name] = Counter()
+
+    def remove_worker(self, name: str) -> list[int]:
+        """Forget a worker (it is gone); returns the jobs assigned to it, which the caller must end."""
+        with self._lock:
+            self.workers.pop(name, None)
+            return [job_id for job_id, (_, worker, _) in self._assigned.items() if worker == name]
+
+    def check(self, needs: Requirements) -> None:
+        """Refuse what no worker could ever hold.
+
+        Raises:
+            Unplaceable: no worker has that much CPU, memory or resources; the message shows the largest.
+        """
+        with self._lock:
+            capacities = list(self.workers.values())
+        if not any(_fits(needs, capacity) for capacity in capacities):
+            largest = max(capacities, key=lambda c: (c.memory_bytes, c.cpus), default=None)
+            raise Unplaceable(
+                f"a job needs {needs.cpus:g} CPUs, {needs.memory_bytes} bytes of memory and resources "
+                f"{dict(needs.resources)}, more than any worker has (the largest: {largest}); lower its limits, or "
+                "give the scheduler larger workers"
+            )
+
+    def quota(self, tenant: str) -> int | None:
+        """The tenant's bound on jobs held at once."""
+        return self.quotas.get(tenant, self.default_quota)
+
+    def full_tenants(self) -> set[str]:
+        """Tenants at their quota: none of their jobs can be leased now."""
+        with self._lock:
+            return {t for t, n in self._tenants.items() if (q := self.quota(t)) is not None and n >= q}
+
+    def _depth(self, name: str) -> int:
+        capacity = self.workers[name]
+        return self.prefetch if self.prefetch is not None else max(2, capacity.max_jobs or math.ceil(capacity.cpus))
+
+    def has_room(self) -> bool:
+        """Whether some worker could take one more job now."""
+        with self._lock:
+            return any(self._waiting[name] < self._depth(name) for name in self.workers)
+
+    def _free(self, name: str) -> Capacity:
+        capacity, used = self.workers[name], self._used[name]
+        return Capacity(
+            cpus=capacity.cpus - used[0] + 1e-9,
+            memory_bytes=capacity.memory_bytes - int(used[1]),
+            resources={k: v - self._resources[name][k] for k, v in capacity.resources.items()},
+            max_jobs=None if capacity.max_jobs is None else capacity.max_jobs - int(used[2]),
+        )
+
+    def pick(self, offered: list[Candidate]) -> list[tuple[int, str]]:
+        """Assign what can be, in the order offered (highest priority first): each job to the worker that has room
+        for it now and is least loaded, else to the one with the shortest queue among those that could ever hold
+        it. Returns ``(job id, worker)`` for each job assigned."""
+        placed: list[tuple[int, str]] = []
+        with self._lock:
+            for job in offered:
+                quota = self.quota(job.tenant)
+                if quota is not None and self._tenants[job.tenant] >= quota:
+                    continue
+                able = [
+                    n
+                    for n, capacity in self.workers.items()
+                    if self._waiting[n] < self._depth(n) and _fits(job.requirements, capacity)
+                ]
+                if not able:
+                    continue
+                now = [n for n in able if _fits(job.requirements, self._free(n))]
+                worker = (
+                    min(now, key=lambda n: self._used[n][0] / max(self.workers[n].cpus, 1e-9))
+                    if now
+                    else min(able, key=lambda n: self._waiting[n])
+                )
+                self._assigned[job.id] = (job.tenant, worker, job.requirements)
+                self._waiting[worker] += 1
+                self._tenants[job.tenant] += 1
+                placed.append((job.id, worker))
+        return placed
+
+    def start(self, job_id: int) -> bool:
+        """Reserve what an assigned job needs on its worker, if it fits there now; returns whether it did."""
+        with self._lock:
+            _, worker, needs = self._assigned[job_id]
+            if worker not in self.workers or not _fits(needs, self._free(worker)):
+                return False
+            used = self._used[worker]
+            used[0] += needs.cpus
+            used[1] += needs.memory_bytes
+            used[2] += 1
+            self._resources[worker].update(needs.resources)
+            self._waiting[worker] -= 1
+            self._started.add(job_id)
+            return True
+
+    def release(self, job_id: int) -> None:
+        """The job ended, or left its worker: free what it held (a job not held is ignored)."""
+        with self._lock:
+            held = self._assigned.pop(job_id, None)
+            if held is None:
+                return
+            tenant, worker, needs = held
+            self._tenants[tenant] -= 1
+            if job_id not in self._started:
+                self._waiting[worker] -= 1
+                return
+            self._started.discard(job_id)
+            used = self._used[worker]
+            used[0] -= needs.cpus
+            used[1] -= needs.memory_bytes
+            used[2] -= 1
+            self._resources[worker].subtract(needs.resources)
+
+    def reserved(self, worker: str) -> tuple[float, int, int]:
+        """(CPUs, memory bytes, jobs) reserved on ``worker`` now."""
+        with self._lock:
+            used = self._used[worker]
+            return used[0], int(used[1]), int(used[2])

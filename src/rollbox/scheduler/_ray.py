@@ -1,0 +1,174 @@
+"""Workers on a Ray cluster: one actor per node owns that node's sandboxes and warm pools; the scheduler, in the
+driver, places jobs on nodes by the resources Ray reports for each (CPU, memory, custom resources), and every
+result and event comes back to its one job store.
+
+Ray is an optional extra (``pip install 'rollbox[ray]'``): nothing else of rollbox imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rollbox import telemetry
+
+from ._errors import PayloadError, SchedulerError
+from ._kinds import JobContext, Outcome, get_kind
+from ._model import Job
+from ._placement import Capacity
+from ._pools import ElasticSandboxes
+from ._states import JobState
+from ._workers import Moved, WorkerLost
+
+__all__ = ["NodeActor", "RayWorker", "ray_workers"]
+
+#: Resources Ray reports that are not for placing jobs.
+_OWN = ("CPU", "memory", "object_store_memory", "GPU")
+
+
+class _Buffer:
+    """Keeps a job's events on its node, to travel back with its outcome."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def write(self, event: telemetry.Event) -> None:
+        self.events.append(event.to_json())
+
+
+class NodeActor:
+    """Lives on one node (pinned there): runs the jobs placed on that node in its own elastic warm pools."""
+
+    def __init__(self, max_pool: int, grace_s: float) -> None:
+        self.sandboxes = ElasticSandboxes(max_size=max_pool, grace_s=grace_s)
+        self.started = False
+
+    async def ready(self) -> int:
+        """Open the pools; returns the actor's pid."""
+        if not self.started:
+            await self.sandboxes.__aenter__()
+            self.started = True
+        return os.getpid()
+
+    async def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Run one attempt; returns the outcome with the events it emitted and when grading began."""
+        buffer, graded = _Buffer(), []
+        context = JobContext(
+            job_id=job["id"],
+            attempt=job["attempt"],
+            run_id=job["run_id"],
+            sandboxes=self.sandboxes,
+            grading=lambda: graded.append(time.time()),
+        )
+        with telemetry.recording(buffer):
+            try:
+                outcome = await get_kind(job["kind"]).run(job["payload"], context)
+            except PayloadError as exc:
+                return {"payload_error": str(exc), "events": buffer.events}
+            except Exception as exc:  # rollbox's failure on this node: retried
+                outcome = Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
+        return {
+            "status": outcome.status,
+            "reward": outcome.reward,
+            "output": outcome.output,
+            "error": outcome.error,
+            "trajectory": outcome.trajectory,
+            "events": buffer.events,
+            "graded_at": graded[0] if graded else None,
+            "pid": os.getpid(),
+        }
+
+    def expect(self, queued: dict[str, int]) -> None:
+        """The driver's word on queued jobs per warm pool."""
+        self.sandboxes.expect(queued)
+
+
+class RayWorker:
+    """One node of a Ray cluster, as the scheduler sees it."""
+
+    def __init__(self, name: str, capacity: Capacity, actor: Any) -> None:
+        self.name, self.capacity, self.actor = name, capacity, actor
+        self._alive = True
+
+    async def start(self) -> None:
+        await self.actor.ready.remote()
+
+    async def close(self) -> None:
+        import ray
+
+        ray.kill(self.actor, no_restart=True)
+
+    async def run(self, job: Job, moved: Moved) -> Outcome:
+        import ray
+
+        request = {
+            "id": job.id,
+            "attempt": job.attempts,
+            "run_id": job.run_id,
+            "kind": job.kind,
+            "payload": job.payload,
+        }
+        try:
+            reply: dict[str, Any] = await self.actor.run.remote(request)
+        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError) as exc:
+            self._alive = False
+            raise WorkerLost(f"Ray node {self.name} was lost: {type(exc).__name__}") from exc
+        for event in reply.pop("events"):
+            fields = {k: v for k, v in event.items() if k not in ("kind", "at")}
+            telemetry.emit(event["kind"], node=self.name, emitted_at=event["at"], **fields)
+        if "payload_error" in reply:
+            raise PayloadError(reply["payload_error"])
+        if reply["graded_at"] is not None:
+            moved(JobState.GRADING, reply["graded_at"])
+        return Outcome(
+            status=reply["status"],
+            reward=reply["reward"],
+            output={**reply["output"], "node": self.name},
+            error=reply["error"],
+            trajectory=reply["trajectory"],
+        )
+
+    def expect(self, queued: Mapping[str, int]) -> None:
+        if self._alive:
+            self.actor.expect.remote(dict(queued))
+
+    def alive(self) -> bool:
+        return self._alive
+
+
+def ray_workers(address: str, *, grace_s: float = 30.0) -> list[RayWorker]:
+    """Connect to the Ray cluster at ``address`` (``auto``: the one this machine belongs to) and start an actor on
+    every node that offers CPUs; each becomes a worker whose capacity is what Ray reports for its node.
+
+    Raises:
+        SchedulerError: Ray is not installed, or the cluster has no node with CPUs.
+    """
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    except ImportError:
+        raise SchedulerError("running on Ray needs the ray extra: pip install 'rollbox[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    actor_class = ray.remote(NodeActor)
+    workers = []
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        resources = node["Resources"]
+        if not node["Alive"] or resources.get("CPU", 0) <= 0:
+            continue
+        capacity = Capacity(
+            cpus=float(resources["CPU"]),
+            memory_bytes=int(resources.get("memory", 0)),
+            resources={k: float(v) for k, v in resources.items() if k not in _OWN and not k.startswith("node:")},
+        )
+        actor = actor_class.options(
+            num_cpus=0,
+            max_concurrency=10_000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        ).remote(2 * max(1, int(capacity.cpus)), grace_s)
+        workers.append(RayWorker(f"ray:{node['NodeID'][:12]}", capacity, actor))
+    if not workers:
+        raise SchedulerError(f"the Ray cluster at {address} has no live node with CPUs to run jobs on")
+    return workers

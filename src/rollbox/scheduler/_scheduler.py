@@ -1,0 +1,418 @@
+"""The scheduler: leases jobs from the durable store, places them on workers, runs them, and commits each result
+in the transaction that ends its lease.
+
+    async with Scheduler(JobStore(store_path())) as scheduler:
+        scheduler.submit([JobSpec(kind="exec", payload=exec_payload(["echo", "hi"]))])
+        await scheduler.run()              # until every job is final
+
+One loop does the store's work in batches (one transaction moves many jobs), on a thread of its own, so that a
+disk's flush never holds the event loop that the sandboxes share. Its heartbeat renews the leases of the jobs it
+runs, returns to the queue the jobs of schedulers that died (at once for those on this machine, whose process is
+gone; when their leases expire for the others), and ends jobs whose deadline passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import os
+import random
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rollbox import telemetry
+
+from ._errors import PayloadError
+from ._events import RunEvents, working_on
+from ._home import rollbox_home, run_dir, store_path
+from ._kinds import Outcome, get_kind
+from ._model import Job, JobSpec, Requirements, Transition, canonical_json
+from ._owners import Identity, dead_owners
+from ._placement import Placement
+from ._retry import RetryPolicy
+from ._states import JobState
+from ._store import Ending, JobStore
+from ._workers import LocalWorker, Worker, WorkerLost
+
+__all__ = ["Scheduler"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Running:
+    job: Job
+    task: asyncio.Task[Ending]
+    #: Set when the attempt is dropped without an ending of ours (its lease is lost, or we are stopping).
+    abandoned: bool = False
+    #: Set when its deadline passed: it ends ``timed_out``.
+    overdue: bool = False
+
+
+class Scheduler:
+    """Runs the jobs of a :class:`JobStore` on workers.
+
+    Args:
+        store: The job store (default: ``$ROLLBOX_HOME/jobs.db``).
+        workers: Where jobs run (default: one :class:`LocalWorker` with this machine's budget).
+        quotas: The most jobs each tenant may hold at once; ``default_quota`` for the others.
+        max_queued: The bound of the queue: a submission that would leave more jobs pending is refused with
+            :class:`QueueFull`.
+        lease_s: How long a lease lasts without a heartbeat (heartbeats come every third of it).
+        retry: Backoff between the attempts of a job whose infrastructure failed.
+        runs: Lease only jobs of these runs (default: any job).
+        home: Where run directories (events, trajectories) go (default: ``$ROLLBOX_HOME``).
+    """
+
+    def __init__(
+        self,
+        store: JobStore | None = None,
+        *,
+        workers: Sequence[Worker] | None = None,
+        quotas: Mapping[str, int] | None = None,
+        default_quota: int | None = None,
+        max_queued: int = 100_000,
+        lease_s: float = 30.0,
+        retry: RetryPolicy | None = None,
+        runs: Collection[str] | None = None,
+        home: Path | None = None,
+    ) -> None:
+        if lease_s <= 0:
+            raise ValueError(f"lease_s must be positive, got {lease_s}")
+        self.home = home or rollbox_home()
+        self.store = store or JobStore(store_path(self.home))
+        self.workers = {w.name: w for w in (workers or [LocalWorker()])}
+        self.placement = Placement(
+            {name: w.capacity for name, w in self.workers.items()}, quotas=quotas, default_quota=default_quota
+        )
+        self.max_queued, self.lease_s = max_queued, lease_s
+        self.retry = retry or RetryPolicy()
+        self.runs = None if runs is None else sorted(runs)
+        self.identity = Identity()
+        self._running: dict[int, _Running] = {}
+        #: Jobs leased and assigned to each worker, waiting for room there (highest priority, then oldest, first).
+        self._ready: dict[str, list[Job]] = {name: [] for name in self.workers}
+        self._moves: list[Transition] = []
+        self._endings: list[Ending] = []
+        self._wake = asyncio.Event()
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollbox-store")
+        self._events = RunEvents(self.home)
+        self._rng = random.Random()
+        self._open = False
+
+    @property
+    def owner(self) -> str:
+        """This scheduler's name on its leases."""
+        return self.identity.owner
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` on the store's thread (one at a time, in order), with this context's event sinks."""
+        work = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+
+    async def __aenter__(self) -> Scheduler:
+        for worker in self.workers.values():
+            await worker.start()
+        me = self.identity
+        await self._call(self.store.register_owner, me.owner, me.host, me.pid, me.started)
+        self._open = True
+        with telemetry.recording(self._events):
+            await self._reap()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop: attempts under way are abandoned and their jobs returned to the queue at once, not counted as
+        failures (a result computed meanwhile is not recorded; the job runs again). Idempotent."""
+        if not self._open:
+            return
+        self._open = False
+        with telemetry.recording(self._events):
+            for running in self._running.values():
+                running.abandoned = True
+                running.task.cancel()
+            await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
+            self._running.clear()
+            with contextlib.suppress(Exception):  # a store that cannot be written: the leases expire instead
+                await self._call(self.store.release, self.owner)
+                await self._call(self.store.forget_owners, [self.owner])
+        for worker in self.workers.values():
+            with contextlib.suppress(Exception):
+                await worker.close()
+        self._thread.shutdown(wait=True)
+        self._events.close()
+
+    # -- submission -------------------------------------------------------------------------------------------
+
+    def requirements(self, spec: JobSpec) -> Requirements:
+        """What ``spec`` needs, checked against the workers.
+
+        Raises:
+            PayloadError: its kind or payload is invalid.
+            Unplaceable: no worker could ever hold it.
+        """
+        needs = get_kind(spec.kind).requirements(spec.payload)
+        self.placement.check(needs)
+        return needs
+
+    def submit(self, specs: JobSpec | Sequence[JobSpec]) -> list[Job]:
+        """Add jobs to the store, durably, all or none; returns them (for an idempotency key already known, its
+        existing job).
+
+        Raises:
+            PayloadError, Unplaceable: a job could never run (nothing is added).
+            QueueFull: the queue is at its bound (nothing is added); its ``retry_after_s`` says when to come back.
+            IdempotencyConflict: a key names another job (nothing is added).
+        """
+        batch = [specs] if isinstance(specs, JobSpec) else list(specs)
+        needed = [(spec, self.requirements(spec)) for spec in batch]
+        with telemetry.recording(self._events):
+            added = self.store.submit(needed, max_queued=self.max_queued)
+        self._wake.set()
+        return [job for job, _ in added]
+
+    def cancel(self, job_ids: Collection[int]) -> list[int]:
+        """Cancel jobs (those already final stay as they are); returns those cancelled."""
+        with telemetry.recording(self._events):
+            cancelled = self.store.cancel(job_ids)
+        for job_id in cancelled:
+            self._abandon(job_id)
+        return cancelled
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+
+    async def run(self, *, until_idle: bool = True, tick_s: float = 0.05) -> None:
+        """Run jobs: until no job (of :attr:`runs`) is left unfinished, or, with ``until_idle=False``, until
+        cancelled (the jobs under way then go back to the queue when the scheduler is closed)."""
+        if not self._open:
+            raise RuntimeError("open the scheduler first: 'async with Scheduler(...) as scheduler:'")
+        with telemetry.recording(self._events), contextlib.ExitStack() as stack:
+            stack.callback(self._nothing_queued)
+            beat_at = 0.0
+            while True:
+                await self._flush()
+                if time.monotonic() >= beat_at:
+                    await self._beat()
+                    beat_at = time.monotonic() + min(self.lease_s / 3, 1.0)
+                leased = await self._fill()
+                busy = self._running or self._endings or any(self._ready.values())
+                idle = until_idle and not busy and not leased
+                if idle and await self._call(self.store.unfinished, self.runs) == 0:
+                    return
+                if not leased:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), tick_s)
+                self._wake.clear()
+
+    def _nothing_queued(self) -> None:
+        for worker in self.workers.values():
+            worker.expect({})
+
+    async def _fill(self) -> int:
+        """Lease as many jobs as the workers have room for, and start them."""
+        if not self.placement.has_room():
+            return 0
+        reserved: list[int] = []
+
+        def pick(offered: Any) -> list[tuple[int, str]]:
+            placed = self.placement.pick(offered)
+            reserved.extend(job_id for job_id, _ in placed)
+            return placed
+
+        try:
+            leased = await self._call(
+                self.store.lease,
+                self.owner,
+                pick,
+                window=256,
+                lease_s=self.lease_s,
+                runs=self.runs,
+                skip_tenants=self.placement.full_tenants(),
+            )
+        except BaseException:
+            for job_id in reserved:  # nothing was leased: free what placement reserved
+                self.placement.release(job_id)
+            raise
+        for job in leased:
+            assert job.worker is not None
+            self._ready[job.worker].append(job)
+        for worker in {job.worker for job in leased if job.worker is not None}:
+            self._ready[worker].sort(key=lambda job: (-job.priority, job.id))
+            self._dispatch(worker)
+        return len(leased)
+
+    def _dispatch(self, worker: str) -> None:
+        """Start the jobs waiting for ``worker`` that fit there now, in order (smaller ones may pass one that does
+        not fit yet)."""
+        ready = self._ready[worker]
+        for job in list(ready):
+            if self.placement.start(job.id):
+                ready.remove(job)
+                task = asyncio.create_task(self._attempt(job), name=f"rollbox-job-{job.id}")
+                self._running[job.id] = _Running(job, task)
+                task.add_done_callback(functools.partial(self._done, job.id))
+
+    async def _attempt(self, job: Job) -> Ending:
+        """Run one attempt on its worker, and say how it ended."""
+
+        def moved(state: JobState, at: float) -> None:
+            self._moves.append(Transition(job.id, job.attempts, None, state, at))
+            self._wake.set()
+
+        assert job.worker is not None
+        moved(JobState.RUNNING, time.time())
+        with working_on(job.run_id):
+            try:
+                outcome = await self.workers[job.worker].run(job, moved)
+            except PayloadError as exc:
+                return Ending(
+                    job_id=job.id, attempt=job.attempts, target=JobState.FAILED, error=str(exc), outcome="failed"
+                )
+            except WorkerLost as exc:  # retried elsewhere; the jobs waiting for that worker go back to the queue
+                self._lose(job.worker)
+                outcome = Outcome(status="infra_error", error=str(exc))
+            except Exception as exc:  # the worker's or rollbox's failure, never the model's: retried
+                outcome = Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
+        return await self._ending(job, outcome)
+
+    async def _ending(self, job: Job, outcome: Outcome) -> Ending:
+        now = time.time()
+        if outcome.infra:
+            delay = self.retry.delay_s(job.attempts, self._rng)
+            return Ending(
+                job_id=job.id,
+                attempt=job.attempts,
+                target=JobState.PENDING,
+                status="infra_error",
+                error=outcome.error or "rollbox or the host failed",
+                outcome="infra_error",
+                not_before=now + delay,
+                at=now,
+            )
+        output = dict(outcome.output)
+        if outcome.trajectory is not None:
+            output["trajectory"] = await self._call(self._write_trajectory, job, outcome.trajectory)
+        return Ending(
+            job_id=job.id,
+            attempt=job.attempts,
+            target=JobState.COMPLETED,
+            status=outcome.status,
+            reward=outcome.reward,
+            output=output,
+            error=outcome.error,
+            at=now,
+        )
+
+    def _write_trajectory(self, job: Job, trajectory: Any) -> str:
+        """Write it beside the run's results (atomically: a rerun after a crash replaces it whole)."""
+        path = run_dir(job.run_id, self.home) / "trajectories" / f"{job.id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(canonical_json(trajectory) + "\n", encoding="utf-8")
+        partial.replace(path)
+        return str(path.relative_to(run_dir(job.run_id, self.home)))
+
+    def _done(self, job_id: int, task: asyncio.Task[Ending]) -> None:
+        running = self._running.get(job_id)
+        if running is None or running.task is not task or running.abandoned:
+            return
+        del self._running[job_id]
+        self.placement.release(job_id)  # the next job may start at once; its store work waits for the next flush
+        assert running.job.worker is not None
+        self._dispatch(running.job.worker)
+        job, now = running.job, time.time()
+        if running.overdue:
+            why = "its deadline passed while it ran"
+            ending = Ending(job_id=job_id, attempt=job.attempts, target=JobState.TIMED_OUT, error=why, at=now)
+        elif task.cancelled():
+            return
+        elif (error := task.exception()) is not None:  # a bug in the attempt's own code: rollbox's failure
+            outcome = "infra_error"
+            ending = Ending(
+                job_id=job_id,
+                attempt=job.attempts,
+                target=JobState.PENDING,
+                status=outcome,
+                error=f"{type(error).__name__}: {error}",
+                outcome=outcome,
+                not_before=now + self.retry.delay_s(job.attempts, self._rng),
+                at=now,
+            )
+        else:
+            ending = task.result()
+        self._endings.append(ending)
+        self._wake.set()
+
+    def _lose(self, worker: str) -> None:
+        """A worker is gone: nothing more is placed on it, and the jobs waiting for it return to the queue at once
+        (not counted as failures: they never started)."""
+        if worker not in self.placement.workers:
+            return
+        self.placement.remove_worker(worker)
+        now = time.time()
+        for job in list(self._ready[worker]):
+            self._abandon(job.id)
+            self._endings.append(
+                Ending(job_id=job.id, attempt=job.attempts, target=JobState.PENDING, outcome="released", at=now)
+            )
+        self._wake.set()
+
+    def _abandon(self, job_id: int) -> None:
+        running = self._running.pop(job_id, None)
+        if running is not None:
+            running.abandoned = True
+            running.task.cancel()
+        for ready in self._ready.values():
+            ready[:] = [job for job in ready if job.id != job_id]
+        self.placement.release(job_id)
+        for worker in self._ready:
+            self._dispatch(worker)
+
+    async def _flush(self) -> None:
+        """Commit the moves and endings gathered since the last flush, in one transaction."""
+        if not (self._moves or self._endings):
+            return
+        moves, self._moves = self._moves, []
+        endings, self._endings = self._endings, []
+        lost = await self._call(self.store.finish, self.owner, endings, moves)
+        for job_id in lost:
+            self._abandon(job_id)
+
+    async def _beat(self) -> None:
+        """Renew our leases, and return to the queue the jobs of those that died or whose deadline passed."""
+        alive = {name for name, worker in self.workers.items() if worker.alive()}
+        held = [job.id for name in alive for job in self._ready[name]]
+        held += [job_id for job_id, r in self._running.items() if r.job.worker in alive]
+        for job_id in await self._call(self.store.renew, self.owner, held, self.lease_s):
+            self._abandon(job_id)
+        await self._reap()
+        now = time.time()
+        for running in list(self._running.values()):
+            if running.job.deadline is not None and running.job.deadline < now and not running.overdue:
+                running.overdue = True
+                running.task.cancel()
+        for ready in self._ready.values():
+            for job in [job for job in ready if job.deadline is not None and job.deadline < now]:
+                why = "its deadline passed before it started"
+                self._abandon(job.id)
+                self._endings.append(
+                    Ending(job_id=job.id, attempt=job.attempts, target=JobState.TIMED_OUT, error=why, at=now)
+                )
+        queued = await self._call(self.store.pending_by_pool, self.runs)
+        for worker in self.workers.values():
+            worker.expect(queued)
+
+    async def _reap(self) -> None:
+        dead = dead_owners(await self._call(self.store.owners, self.identity.host), self.owner)
+        await self._call(self.store.expire, owners=dead)
+        if dead:
+            await self._call(self.store.forget_owners, dead)
+        await self._call(self.store.expire_deadlines)

@@ -1,0 +1,159 @@
+"""The FastAPI application: the service's state in its lifespan, authentication, bounded bodies, and errors that
+are always a 4xx with a message for bad input (a 5xx only for rollbox's own failures)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import rollbox
+
+from ._config import ServerConfig
+from ._guard import Refused
+from ._service import Service
+from ._tenants import Tenant
+
+__all__ = ["SafeJSONResponse", "create_app", "current_tenant", "idempotent", "service_of"]
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON that any string can be written as: text with lone surrogates (which a request may carry, and an error
+    message may echo) is escaped instead of failing to encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _error(status: int, message: str, retry_after_s: float | None = None) -> SafeJSONResponse:
+    headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))} if retry_after_s is not None else None
+    return SafeJSONResponse({"detail": message}, status_code=status, headers=headers)
+
+
+class _BodyLimit:
+    """Refuses (413) a request whose body is larger than the limit, before reading it when it says its length,
+    and as soon as it passes the limit when it does not (chunked)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"the request body is larger than this server's limit of {self.limit} bytes"
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            status, message = (413, too_large) if length.isdigit() else (400, "Content-Length is not a number")
+            await _error(status, message)(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise HTTPException(413, too_large)  # answered by the application's handler, as any 4xx
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """Pydantic's errors as one line each: where, and what is wrong (the offending value is not echoed whole)."""
+    lines = []
+    for error in exc.errors()[:20]:
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        lines.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(lines) or "the request is not valid"
+
+
+def create_app(config: ServerConfig | None = None) -> FastAPI:
+    """The application for ``config``; its lifespan starts and stops the service.
+
+    Raises:
+        ValueError: auth is on and no tenant has a key (the message says how to make one).
+    """
+    from . import _routes_env, _routes_exec, _routes_jobs, _routes_ops
+
+    config = config or ServerConfig()
+    service = Service(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(
+        title="rollbox",
+        version=rollbox.__version__,
+        description="Isolated sandboxes, grading and telemetry over HTTP; SandboxFusion-compatible /run_code and "
+        "/submit. Every endpoint but /healthz, /readyz and /metrics needs an API key when auth is on.",
+        lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
+    )
+    app.state.service = service
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.retry_after_s)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail))
+
+    app.include_router(_routes_ops.router)
+    app.include_router(_routes_exec.router)
+    app.include_router(_routes_env.router)
+    app.include_router(_routes_jobs.router)
+    app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
+    return app
+
+
+def service_of(request: Request) -> Service:
+    """The service serving ``request``."""
+    service: Service = request.app.state.service
+    return service
+
+
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer KEY")
+_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="or X-API-Key: KEY")
+
+
+async def current_tenant(
+    request: Request,
+    bearer: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008 (FastAPI's idiom)
+    api_key: str | None = Depends(_api_key),
+) -> Tenant:
+    """The tenant of the request (401 without a valid key when auth is on; 429 over its rate)."""
+    key = bearer.credentials if bearer is not None else api_key
+    # SandboxFusion's clients cannot send headers: ?api_key= is taken too (it shows in access logs: prefer headers).
+    key = key or request.query_params.get("api_key")
+    return service_of(request).authenticate(key)
+
+
+async def idempotent(
+    request: Request, tenant: Tenant, call: Callable[[], Awaitable[tuple[int, Any]]]
+) -> SafeJSONResponse:
+    """Run ``call`` once per ``Idempotency-Key`` (a retry with the same key gets the first response)."""
+    key = request.headers.get("idempotency-key")
+    body = request.url.path.encode() + b"\n" + await request.body() if key is not None else b""
+    status, payload = await service_of(request).idempotency.run(tenant.name, key, body, call)
+    return SafeJSONResponse(payload, status_code=status)

@@ -1,0 +1,85 @@
+"""The service's configuration: where it listens, whom it lets in, and the bounds on everything it serves."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollbox.sandbox import Limits
+from rollbox.telemetry import AlertThresholds, rollbox_home
+
+__all__ = ["ServerConfig", "is_loopback"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address or ``localhost`` (anything else is reachable from elsewhere)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """Everything ``rollbox serve`` can be told. Sizes in bytes, times in seconds."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    #: Worker processes (uvicorn's); a sandbox of the sandboxes API lives in one, so that API needs 1.
+    workers: int = 1
+    #: Whether requests need an API key; ``None``: only when ``host`` is not a loopback address.
+    auth: bool | None = None
+    home: Path = field(default_factory=rollbox_home)
+    #: The tenants file (default ``home/tenants.json``).
+    tenants_file: Path | None = None
+    #: A directory of task directories served by ``/v1/tasks``, ``/v1/grade`` and ``/submit``.
+    tasks_dir: Path | None = None
+    #: Where events are archived (default ``home/archive``); ``""`` turns the archive off.
+    archive_url: str | None = None
+    archive_options: dict[str, Any] = field(default_factory=dict)
+    #: The run that work without a run of its own belongs to (default: ``serve-`` and the start time).
+    run: str = field(default_factory=lambda: time.strftime("serve-%Y%m%d-%H%M%S"))
+    #: Limits of sandboxes made without any, and the most a request may ask for.
+    default_limits: Limits = field(default_factory=Limits)
+    max_timeout_s: float = 60.0
+    max_memory_bytes: int = 4 * 2**30
+    max_output_bytes: int = 8 * 2**20
+    max_disk_bytes: int = 2 * 2**30
+    max_pids: int = 1024
+    #: The largest request body, and the largest file read back (``fetch_files``, ``GET .../files``).
+    max_body_bytes: int = 32 * 2**20
+    max_file_bytes: int = 16 * 2**20
+    #: Warm sandboxes per configuration for ``/run_code`` and grading (default: twice the CPUs), and how many
+    #: configurations are kept warm (others get a fresh sandbox per request).
+    pool_size: int = field(default_factory=lambda: 2 * len(os.sched_getaffinity(0)))
+    warm_configs: int = 4
+    #: Executions waiting for a sandbox, over every tenant, beyond which requests get 429.
+    max_queue: int = 2048
+    #: A sandbox of the sandboxes API unused for this long is closed.
+    idle_timeout_s: float = 300.0
+    alerts: AlertThresholds = field(default_factory=AlertThresholds)
+    #: How often alerts are evaluated and gauges refreshed.
+    tick_s: float = 1.0
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether requests need an API key."""
+        return self.auth if self.auth is not None else not is_loopback(self.host)
+
+    @property
+    def tenants_path(self) -> Path:
+        """The tenants file."""
+        return self.tenants_file or self.home / "tenants.json"
+
+    @property
+    def archive(self) -> str | None:
+        """The archive's URL, or ``None`` when it is off."""
+        if self.archive_url == "":
+            return None
+        return self.archive_url or str(self.home / "archive")

@@ -1,0 +1,262 @@
+"""One-shot executions (SandboxFusion's ``/run_code``): a warm sandbox per request, the program's files, an optional
+compile, the run, and the files fetched back; reported as one ``sandbox.exec`` event."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from rollbox import telemetry
+from rollbox.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxPool, Status
+
+from ._config import ServerConfig
+from ._guard import Refused
+from ._languages import Language
+from ._models import CommandRunResult, CommandRunStatus, RunCodeRequest, RunCodeResponse, RunStatus
+
+__all__ = ["Executor", "decode_b64"]
+
+_TAIL = 4000
+
+
+def decode_b64(text: str, what: str) -> bytes:
+    """Strict base64, or a 400 that names what could not be decoded."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise Refused(400, f"{what} is not valid base64: {exc}") from None
+
+
+class Executor:
+    """Warm pools for one-shot executions: one per limits (at most ``config.warm_configs`` kept; a request with
+    other limits gets a fresh sandbox), each of ``config.pool_size`` sandboxes."""
+
+    def __init__(self, config: ServerConfig, languages: dict[str, Language]) -> None:
+        self.config = config
+        self.languages = languages
+        self._pools: OrderedDict[Limits, SandboxPool] = OrderedDict()
+        self._opening = asyncio.Lock()
+        self.waiting = 0
+        self.running = 0
+
+    def pool_sizes(self) -> tuple[int, int]:
+        """(idle, busy) sandboxes over every warm pool."""
+        return sum(p.idle for p in self._pools.values()), sum(p.busy for p in self._pools.values())
+
+    async def close(self) -> None:
+        """Close every pool."""
+        pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            with contextlib.suppress(Exception):
+                await pool.close()
+
+    async def _pool(self, limits: Limits, tenant: str) -> SandboxPool | None:
+        async with self._opening:
+            pool = self._pools.get(limits)
+            if pool is not None:
+                self._pools.move_to_end(limits)
+                return pool
+            if len(self._pools) >= self.config.warm_configs:
+                return None
+            pool = SandboxPool(size=self.config.pool_size, limits=limits, warm_python=True)
+            start = time.monotonic()
+            try:
+                await pool.__aenter__()
+            except SandboxError as exc:
+                telemetry.emit(
+                    "sandbox.start",
+                    ok=False,
+                    wall_s=time.monotonic() - start,
+                    error=str(exc),
+                    tenant=tenant,
+                    run=self.config.run,
+                    pool=True,
+                )
+                raise
+            telemetry.emit(
+                "sandbox.start", ok=True, wall_s=time.monotonic() - start, tenant=tenant, run=self.config.run, pool=True
+            )
+            self._pools[limits] = pool
+            return pool
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, limits: Limits, tenant: str) -> AsyncIterator[Sandbox]:
+        """A sandbox with these limits for the block: warm from a pool, or fresh.
+
+        Raises:
+            Refused: 429, ``config.max_queue`` executions already wait for a sandbox.
+            SandboxError: no sandbox could be made (reported as a ``sandbox.start`` event too).
+        """
+        if self.waiting >= self.config.max_queue:
+            raise Refused(
+                429, f"{self.waiting} executions already wait for a sandbox; retry in a moment", retry_after_s=1.0
+            )
+        self.waiting += 1
+        waiting = True
+        try:
+            pool = await self._pool(limits, tenant)
+            if pool is None:
+                start = time.monotonic()
+                fresh = Sandbox(limits=limits)
+                try:
+                    await fresh.__aenter__()
+                except SandboxError as exc:
+                    elapsed = time.monotonic() - start
+                    telemetry.emit(
+                        "sandbox.start", ok=False, wall_s=elapsed, error=str(exc), tenant=tenant, run=self.config.run
+                    )
+                    raise
+                telemetry.emit(
+                    "sandbox.start", ok=True, wall_s=time.monotonic() - start, tenant=tenant, run=self.config.run
+                )
+            async with pool.sandbox() if pool is not None else _closing(fresh) as sb:
+                self.waiting -= 1
+                waiting = False
+                self.running += 1
+                try:
+                    yield sb
+                finally:
+                    self.running -= 1
+        finally:
+            if waiting:  # never got a sandbox (an error, or cancelled meanwhile)
+                self.waiting -= 1
+
+    def limits_for(self, request: RunCodeRequest) -> Limits:
+        """The limits of a ``/run_code`` request: the server's defaults, with its memory, and CPU time and wall time
+        bounded by the server's maximum timeout (each command gets its own timeout).
+
+        Raises:
+            Refused: 400, a timeout or the memory is beyond the server's maximum (or below the sandbox's minimum).
+        """
+        c = self.config
+        for name in ("compile_timeout", "run_timeout"):
+            value = getattr(request, name)
+            if value > c.max_timeout_s:
+                raise Refused(400, f"{name}={value:g} s is above this server's maximum of {c.max_timeout_s:g} s")
+        memory = c.default_limits.memory_bytes
+        if request.memory_limit_MB != -1:
+            memory = request.memory_limit_MB * 2**20
+            if not 8 * 2**20 <= memory <= c.max_memory_bytes:
+                raise Refused(
+                    400,
+                    f"memory_limit_MB={request.memory_limit_MB} is outside 8..{c.max_memory_bytes // 2**20} "
+                    "(or -1 for the server's default)",
+                )
+        return replace(c.default_limits, memory_bytes=memory, timeout_s=c.max_timeout_s, cpu_time_s=c.max_timeout_s)
+
+    async def run_code(self, request: RunCodeRequest, *, tenant: str, run: str) -> RunCodeResponse:
+        """Run a SandboxFusion request; what the program did is in the response, never an exception.
+
+        Raises:
+            Refused: 400 for a language this server does not run, bad base64, or limits beyond the maximum; 429
+                when too many executions wait.
+        """
+        language = self.languages.get(request.language)
+        if language is None:
+            raise Refused(
+                400,
+                f"language {request.language!r} is not available on this server; available: {sorted(self.languages)}",
+            )
+        limits = self.limits_for(request)
+        files = {path: decode_b64(data, f"files[{path!r}]") for path, data in request.files.items() if data is not None}
+        source = language.source
+        queued = time.monotonic()
+        event: dict[str, object] = {"id": secrets.token_hex(8), "run": run, "tenant": tenant}
+        event.update(endpoint="run_code", language=language.name)
+        response = RunCodeResponse(status=RunStatus.Success)
+        compiled: ExecResult | None = None
+        result: ExecResult | None = None
+        try:
+            async with self.sandbox(limits, tenant) as sb:
+                event["queue_s"] = time.monotonic() - queued
+                try:
+                    for path, data in files.items():
+                        await sb.write_file(path, data)
+                    await sb.write_file(source, request.code)
+                except (ValueError, OSError) as exc:
+                    raise Refused(400, f"cannot write the request's files: {exc}") from None
+                if language.compile is not None:
+                    compiled = await sb.exec(list(language.compile), timeout_s=request.compile_timeout)
+                    response.compile_result = _command(compiled)
+                if compiled is None or compiled.ok:
+                    result = await sb.exec(
+                        list(language.run),
+                        stdin=request.stdin,
+                        timeout_s=request.run_timeout,
+                        warm_python=language.warm_python,
+                    )
+                    response.run_result = _command(result)
+                    response.files = await self._fetch(sb, request.fetch_files)
+        except SandboxError as exc:
+            result = ExecResult.infra_error(f"no sandbox could be made: {exc}")
+            response.run_result = _command(result)
+        decisive = result or compiled
+        assert decisive is not None
+        response.status, response.message = _overall(compiled, result)
+        event.update(
+            status=decisive.status.value,
+            exit_code=decisive.exit_code,
+            wall_s=decisive.wall_s,
+            cpu_s=decisive.cpu_s,
+            peak_memory_bytes=decisive.peak_memory_bytes,
+            compile_s=compiled.wall_s if compiled is not None else None,
+            error=decisive.error,
+        )
+        if decisive.status not in (Status.OK,):
+            event["stderr"] = decisive.stderr_text[-_TAIL:]
+        telemetry.emit("sandbox.exec", **event)
+        return response
+
+    async def _fetch(self, sb: Sandbox, paths: list[str]) -> dict[str, str]:
+        """The files asked for, base64; those missing, unreadable or too large are left out (as SandboxFusion
+        leaves out those it cannot read)."""
+        fetched: dict[str, str] = {}
+        for path in paths:
+            with contextlib.suppress(ValueError, OSError):
+                data = await sb.read_file(path, max_bytes=self.config.max_file_bytes)
+                fetched[path] = base64.b64encode(data).decode()
+        return fetched
+
+
+@contextlib.asynccontextmanager
+async def _closing(sandbox: Sandbox) -> AsyncIterator[Sandbox]:
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+
+
+def _command(result: ExecResult) -> CommandRunResult:
+    if result.status is Status.INFRA_ERROR:
+        status = CommandRunStatus.Error
+    elif result.status in (Status.TIMEOUT, Status.CPU_TIME_LIMIT):
+        status = CommandRunStatus.TimeLimitExceeded
+    else:
+        status = CommandRunStatus.Finished
+    code = result.exit_code if result.exit_code is not None else (-result.signal if result.signal else None)
+    return CommandRunResult(
+        status=status,
+        execution_time=round(result.wall_s, 6),
+        return_code=code,
+        stdout=result.stdout_text,
+        stderr=result.stderr_text if result.status is not Status.INFRA_ERROR else (result.error or ""),
+        rollbox_status=result.status.value,
+    )
+
+
+def _overall(compiled: ExecResult | None, run: ExecResult | None) -> tuple[RunStatus, str]:
+    """SandboxFusion's request status: an infra error is ``SandboxError`` (with its message), any other failure of
+    either command ``Failed``."""
+    for result in (compiled, run):
+        if result is not None and result.status is Status.INFRA_ERROR:
+            return RunStatus.SandboxError, result.error or "rollbox or the host failed"
+    if any(r is not None and not r.ok for r in (compiled, run)):
+        return RunStatus.Failed, ""
+    return RunStatus.Success, ""

@@ -1,0 +1,149 @@
+"""Jobs over HTTP: the service runs a :class:`rollbox.scheduler.Scheduler` on its own store
+(``HOME/jobs.db``), takes submissions for it, and reports each result as one ``job.result`` event.
+
+What a tenant may submit is narrower than what the library takes: ``exec`` jobs (with limits within the server's
+maxima) and ``grade`` jobs of the server's own tasks (named by id; never a host path, never a workspace
+directory of the host's). Episodes have their own endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from rollbox import telemetry
+from rollbox.scheduler import Job, JobNotFound, JobResult, JobSpec, JobState, JobStore, Scheduler
+
+from ._config import ServerConfig
+from ._grading import Grader
+from ._guard import Refused
+from ._tenants import Tenant
+
+__all__ = ["Jobs"]
+
+_KINDS = ("exec", "grade")
+_LIMITS = {
+    "timeout_s": "max_timeout_s",
+    "cpu_time_s": "max_timeout_s",
+    "memory_bytes": "max_memory_bytes",
+    "pids": "max_pids",
+    "disk_bytes": "max_disk_bytes",
+    "output_bytes": "max_output_bytes",
+}
+
+
+class Jobs:
+    """The service's scheduler and what it reports."""
+
+    def __init__(self, config: ServerConfig, grader: Grader) -> None:
+        self.config = config
+        self.grader = grader
+        self.scheduler = Scheduler(JobStore(config.home / "jobs.db"), home=config.home)
+        self._runner: asyncio.Task[None] | None = None
+        self._seq = 0
+
+    @property
+    def store(self) -> JobStore:
+        """The job store."""
+        return self.scheduler.store
+
+    async def start(self) -> None:
+        """Open the scheduler and run its jobs in the background; results already stored are not reported again."""
+        await self.scheduler.__aenter__()
+        done = await asyncio.to_thread(self.store.results)
+        self._seq = max((r.seq for _, r in done), default=0)
+        self._runner = asyncio.create_task(self.scheduler.run(until_idle=False))
+
+    async def stop(self) -> None:
+        """Stop running jobs (those under way go back to the queue) and close the scheduler."""
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        await self.scheduler.close()
+
+    async def payload(self, kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """The payload as the scheduler will run it: a served task's id becomes its directory.
+
+        Raises:
+            Refused: 400, a kind the HTTP API does not take, or a payload that reaches outside what it may.
+        """
+        if kind not in _KINDS:
+            raise Refused(
+                400,
+                f"kind {kind!r} is not submitted over HTTP; use one of {list(_KINDS)} (episodes: POST /v1/episodes)",
+            )
+        data = dict(payload)
+        if kind == "grade":
+            if "workspace" in data:
+                raise Refused(
+                    400,
+                    "a grade job over HTTP gives 'files' ({path: text}) or 'reference': true, never a "
+                    "workspace directory of the server's",
+                )
+            task = await self.grader.task(str(data.get("task")))
+            data["task"] = str(task.path)
+        else:
+            limits = data.get("limits") or {}
+            if not isinstance(limits, Mapping):
+                raise Refused(400, f"limits must be an object, got {limits!r:.80}")
+            for name, value in limits.items():
+                bound = getattr(self.config, _LIMITS.get(name, ""), None)
+                if bound is not None and isinstance(value, int | float) and value > bound:
+                    raise Refused(400, f"limits.{name}={value:g} is above this server's maximum of {bound:g}")
+        return data
+
+    def submit(self, tenant: Tenant, specs: list[JobSpec]) -> list[Job]:
+        """Submit for ``tenant`` (its name is each job's tenant); see :meth:`Scheduler.submit` for the errors."""
+        with telemetry.bound(tenant=tenant.name):
+            return self.scheduler.submit(specs)
+
+    def get(self, tenant: Tenant, job_id: int) -> Job:
+        """The tenant's job ``job_id`` (404 for another tenant's, as for none)."""
+        try:
+            job: Job | None = self.store.job(job_id)
+        except JobNotFound:
+            job = None
+        if job is None or job.tenant != tenant.name:
+            raise Refused(404, f"no job {job_id}")
+        return job
+
+    def report_results(self) -> int:
+        """Emit a ``job.result`` event for each result stored since the last call; returns how many. Each says
+        whose job it was, its task, its timing (queue wait, run, grading: from its transitions), status and
+        reward."""
+        found = self.store.results(after=self._seq)
+        for job, result in found:
+            self._seq = max(self._seq, result.seq)
+            telemetry.emit("job.result", **self._fields(job, result))
+        return len(found)
+
+    def _fields(self, job: Job, result: JobResult) -> dict[str, Any]:
+        first: dict[JobState, float] = {}
+        for move in self.store.transitions(job.id):
+            first.setdefault(move.target, move.at)
+        started = first.get(JobState.RUNNING)
+        graded = first.get(JobState.GRADING)
+        task = job.payload.get("task")
+        output = result.output
+        return {
+            "job_id": job.id,
+            "run_id": job.run_id,
+            "tenant": job.tenant,
+            "job_kind": job.kind,
+            "task": self.grader.task_id(task) if isinstance(task, str) else None,
+            "state": result.state.value,
+            "status": result.status,
+            "reward": result.reward,
+            "error": result.error,
+            "attempts": job.attempts,
+            "queue_wait_s": started - job.submitted_at if started is not None else None,
+            "run_s": (graded or result.at) - started if started is not None else None,
+            "grade_s": result.at - graded if graded is not None else None,
+            "duration_s": result.at - job.submitted_at,
+            "cpu_s": output.get("cpu_s"),
+            "peak_memory_bytes": output.get("peak_memory_bytes"),
+            "stderr": str(output.get("stderr", ""))[-4000:] if result.status not in ("ok", "passed") else None,
+        }

@@ -1,0 +1,155 @@
+"""Jobs and runs over HTTP: submit to the service's durable scheduler, follow, cancel, and stream a run's results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
+
+from rollbox.scheduler import (
+    TERMINAL,
+    IdempotencyConflict,
+    JobSpec,
+    JobState,
+    PayloadError,
+    QueueFull,
+    Unplaceable,
+)
+
+from ._app import current_tenant, service_of
+from ._guard import Refused
+from ._models import SubmitJobs
+from ._tenants import Tenant
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["jobs"])
+TenantDep = Annotated[Tenant, Depends(current_tenant)]
+#: A job's id: a positive SQLite integer (a larger number is a 422, not an overflow deep in the store).
+JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+@router.post("/v1/jobs", status_code=201)
+async def submit_jobs(body: SubmitJobs, request: Request, tenant: TenantDep) -> list[dict[str, Any]]:
+    """Submit jobs, durably, all or none: each is the caller's and runs until it has its one result. A job with a
+    ``key`` already submitted is that job (a retry adds nothing)."""
+    service = service_of(request)
+    run = body.run or service.config.run
+    specs = []
+    for job in body.jobs:
+        payload = await service.jobs.payload(job.kind, job.payload)
+        try:
+            specs.append(
+                JobSpec(
+                    kind=job.kind,
+                    payload=payload,
+                    key=f"{tenant.name}/{job.key}" if job.key else None,  # one tenant's keys never meet another's
+                    run_id=run,
+                    priority=job.priority,
+                    tenant=tenant.name,
+                    max_attempts=job.max_attempts,
+                    deadline_s=job.deadline_s,
+                )
+            )
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+    try:
+        jobs = await asyncio.to_thread(service.jobs.submit, tenant, specs)
+    except (PayloadError, Unplaceable) as exc:
+        raise Refused(400, str(exc)) from None
+    except QueueFull as exc:
+        raise Refused(429, str(exc), retry_after_s=exc.retry_after_s) from None
+    except IdempotencyConflict as exc:
+        raise Refused(409, str(exc)) from None
+    return [job.to_json() for job in jobs]
+
+
+@router.get("/v1/jobs")
+async def list_jobs(
+    request: Request,
+    tenant: TenantDep,
+    run: Annotated[str | None, Query(max_length=128)] = None,
+    state: Annotated[JobState | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[dict[str, Any]]:
+    """The caller's jobs (of one run, in one state), oldest first."""
+    jobs = await asyncio.to_thread(service_of(request).jobs.store.jobs, run_id=run, state=state)
+    return [job.to_json() for job in jobs if job.tenant == tenant.name][:limit]
+
+
+@router.get("/v1/jobs/{job_id}")
+async def get_job(job_id: JobId, request: Request, tenant: TenantDep) -> dict[str, Any]:
+    """A job of the caller's: where it is, every move it made, and its result once it has one."""
+    store = service_of(request).jobs.store
+    job = await asyncio.to_thread(service_of(request).jobs.get, tenant, job_id)
+    result = await asyncio.to_thread(store.result, job_id)
+    moves = await asyncio.to_thread(store.transitions, job_id)
+    return {
+        **job.to_json(),
+        "result": result.to_json() if result is not None else None,
+        "transitions": [
+            {"source": m.source and m.source.value, "target": m.target.value, "at": m.at, "reason": m.reason}
+            for m in moves
+        ],
+    }
+
+
+@router.post("/v1/jobs/{job_id}/cancel")
+async def cancel_job(job_id: JobId, request: Request, tenant: TenantDep) -> dict[str, Any]:
+    """Cancel a job of the caller's (one already final stays as it is)."""
+    service = service_of(request)
+    await asyncio.to_thread(service.jobs.get, tenant, job_id)
+    cancelled = await asyncio.to_thread(service.jobs.scheduler.cancel, [job_id])
+    return {"id": job_id, "cancelled": job_id in cancelled}
+
+
+@router.get("/v1/runs")
+async def runs(request: Request, tenant: TenantDep) -> list[dict[str, Any]]:
+    """The runs with jobs of the caller's (an admin: every run), with their jobs counted by state."""
+    store = service_of(request).jobs.store
+    found = await asyncio.to_thread(store.runs)
+    shown = []
+    for run_id, created, meta, counts in found:
+        if not tenant.admin:
+            mine = await asyncio.to_thread(store.jobs, run_id=run_id)
+            if not any(job.tenant == tenant.name for job in mine):
+                continue
+        shown.append({"id": run_id, "created_at": created, "meta": meta, "counts": counts})
+    return shown
+
+
+@router.get("/v1/runs/{run_id}/results", response_class=StreamingResponse)
+async def results(
+    run_id: str,
+    request: Request,
+    tenant: TenantDep,
+    follow: Annotated[bool, Query(description="keep streaming until every job of the run is final")] = True,
+    after: Annotated[int, Query(ge=0, le=2**63 - 1, description="only results after this sequence number")] = 0,
+) -> StreamingResponse:
+    """The run's results of the caller's jobs as a stream: one JSON object a line (the job, its result, and its
+    ``seq`` to resume from with ``after``), as they are committed."""
+    store = service_of(request).jobs.store
+
+    async def lines() -> AsyncIterator[bytes]:
+        seq = after
+        while True:
+            found = await asyncio.to_thread(store.results, run_id=run_id, after=seq)
+            for job, result in found:
+                seq = max(seq, result.seq)
+                if job.tenant == tenant.name:
+                    line = {"seq": result.seq, "job": job.to_json(), "result": result.to_json()}
+                    yield (json.dumps(line, separators=(",", ":")) + "\n").encode()
+            if not follow:
+                return
+            counts = await asyncio.to_thread(store.counts, run_id)
+            if not any(counts.get(state.value, 0) for state in JobState if state not in TERMINAL) and not found:
+                return
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(0.2)
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")

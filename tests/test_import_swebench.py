@@ -1,0 +1,170 @@
+"""The SWE-bench importer on a real repository made here (tests/test_scrub.py's: a bug at the base commit, its fix
+and its tests in a later commit, a tag, a branch, a stash): a pytest task over the scrubbed clone, and a precise
+refusal for each kind of malformed instance."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollbox.cli import main
+from rollbox.judge import VerdictStatus, grade
+from rollbox.tasks import Environment, PytestGrading, audit_task, import_tasks, load_task
+from test_scrub import FIXED_OPS, NEW_TESTS, OPS, CalcRepo, make_calc_repo, objects, run_git
+
+
+@pytest.fixture(autouse=True)
+def rollbox_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "rollbox-home"))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> CalcRepo:
+    return make_calc_repo(tmp_path / "repos" / "acme__calc")
+
+
+F2P = ["tests/test_ops.py::test_median_even", "tests/test_ops.py::test_median_empty"]
+P2P = ["tests/test_ops.py::test_add", "tests/test_ops.py::test_median_odd"]
+
+
+def instance(repo: CalcRepo, **changes: Any) -> dict[str, Any]:
+    record = {
+        "instance_id": "acme__calc-1",
+        "repo": "acme/calc",
+        "base_commit": repo.base,
+        "patch": repo.diff("calc"),
+        "test_patch": repo.diff("tests"),
+        # As the published data set has them: JSON-encoded lists in strings.
+        "FAIL_TO_PASS": json.dumps(F2P),
+        "PASS_TO_PASS": json.dumps(P2P),
+        "problem_statement": "median() is wrong for even lengths and crashes on empty input.\n",
+        "environment_setup_commit": repo.base,
+        "version": "1.0",
+        "requirements": "pytest>=7\n# comment\n",
+        "created_at": "2024-01-01",
+    }
+    record.update(changes)
+    return record
+
+
+def import_instances(tmp_path: Path, repo: CalcRepo, *records: dict[str, Any] | str) -> Any:
+    source = tmp_path / "instances.jsonl"
+    source.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return import_tasks("swebench", source, tmp_path / "tasks", repos=repo.path.parent)
+
+
+def test_an_instance_becomes_a_pytest_task_over_the_scrubbed_clone(tmp_path: Path, repo: CalcRepo) -> None:
+    report = import_instances(tmp_path, repo, instance(repo))
+    assert report.ok, report.refused
+    task = load_task(report.imported[0].path)
+    assert task.id == "acme__calc-1" and task.path.name == "acme__calc-1"
+    assert task.grading == PytestGrading(fail_to_pass=tuple(F2P), pass_to_pass=tuple(P2P), tests_in_workspace=True)
+    assert task.instruction.startswith("median() is wrong") and task.environment == Environment(
+        requirements=("pytest>=7",)
+    )
+    assert task.metadata == {
+        "source": "swebench",
+        "repo": "acme/calc",
+        "base_commit": repo.base,
+        "environment_setup_commit": repo.base,
+        "version": "1.0",
+    }
+    assert task.limits.timeout_s == 300 and task.limits.disk_bytes > 1 << 30
+    assert (task.workspace / "calc" / "ops.py").read_text() == OPS
+    assert task.solution is not None and (task.solution / "calc" / "ops.py").read_text() == FIXED_OPS
+    assert [p.relative_to(task.solution).as_posix() for p in task.solution.rglob("*") if p.is_file()] == ["calc/ops.py"]
+    assert [p.relative_to(task.tests).as_posix() for p in task.tests.rglob("*") if p.is_file()] == ["tests/test_ops.py"]
+    assert (task.tests / "tests" / "test_ops.py").read_text() == NEW_TESTS
+    # Only the base commit's history: no fix, tag, branch, stash or remote survived, and nothing leaks.
+    workspace = task.workspace
+    assert run_git(workspace, "log", "--all", "--format=%H") == repo.base
+    assert run_git(workspace, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+    assert run_git(workspace, "stash", "list") == run_git(workspace, "remote") == run_git(workspace, "tag") == ""
+    assert repo.fix_blob not in objects(workspace) and repo.dangling_blob not in objects(workspace)
+    assert run_git(workspace, "status", "--porcelain") == ""
+    assert audit_task(task).clean
+    assert run_git(repo.path, "rev-parse", "refs/tags/v1.0^{commit}") == repo.fix  # the clone itself is untouched
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the judge side of PytestGrading.tests_in_workspace (tests laid over /workspace, pytest rooted "
+    "there with the repository's conftest.py), being built by another helper",
+)
+def test_the_reference_passes_and_the_untouched_workspace_fails(tmp_path: Path, repo: CalcRepo) -> None:
+    task = load_task(import_instances(tmp_path, repo, instance(repo)).imported[0].path)
+    assert task.solution is not None
+    reference = {
+        p.relative_to(task.solution).as_posix(): p.read_bytes() for p in task.solution.rglob("*") if p.is_file()
+    }
+    passing = asyncio.run(grade(task, reference))
+    assert passing.status is VerdictStatus.PASSED and passing.reward == 1.0, passing
+    failing = asyncio.run(grade(task, task.workspace))
+    assert failing.status is VerdictStatus.FAILED and failing.reward == 0.0, failing
+
+
+def test_malformed_instances_are_refused_one_by_one(tmp_path: Path, repo: CalcRepo) -> None:
+    good = instance(repo)
+    corrupt = good["patch"].replace("return ordered[middle]", "return ordered[middle + 7]")
+    deleting = run_git(repo.path, "diff", repo.base, "--", "README.md", stdin=None)
+    records: list[dict[str, Any] | str] = [
+        good,
+        "not json at all",
+        {k: v for k, v in good.items() if k != "patch"} | {"instance_id": "no-patch"},
+        good | {"instance_id": "bad-f2p", "FAIL_TO_PASS": 3},
+        good | {"instance_id": "bad-json", "FAIL_TO_PASS": "[not json"},
+        good | {"instance_id": "empty-f2p", "FAIL_TO_PASS": []},
+        good | {"instance_id": "unknown-repo", "repo": "acme/nothing"},
+        good | {"instance_id": "bad-commit", "base_commit": "0123456789abcdef0123456789abcdef01234567"},
+        good | {"instance_id": "no-apply", "patch": corrupt},
+        good | {"instance_id": "deletes", "patch": _deletion(repo)},
+        good | {"instance_id": "bad-req", "requirements": ["numpy==="]},
+        good | {"instance_id": "acme__calc-1"},
+    ]
+    assert deleting == ""  # the README is the same at both commits: the deletion is made by hand below
+    report = import_instances(tmp_path, repo, *records)
+    assert [t.task_id for t in report.imported] == ["acme__calc-1"]
+    reasons = {(r.task_id, r.where.rsplit(":", 1)[1]): r.reason for r in report.refused}
+    assert reasons[(None, "2")].startswith("not JSON")
+    assert reasons[("no-patch", "3")] == "missing key 'patch': give the gold patch (a unified diff)"
+    assert reasons[("bad-f2p", "4")] == "key 'FAIL_TO_PASS': expected a list of test ids (strings), got 3"
+    assert reasons[("bad-json", "5")].startswith("key 'FAIL_TO_PASS': a string must hold a JSON list of test ids")
+    assert reasons[("empty-f2p", "6")].startswith("key 'FAIL_TO_PASS': the list is empty")
+    unknown = reasons[("unknown-repo", "7")]
+    assert (
+        unknown.startswith(f"no clone of acme/nothing in {repo.path.parent}: expected ") and "acme__nothing" in unknown
+    )
+    assert reasons[("bad-commit", "8")].startswith("cannot check out base_commit 0123456789abcdef")
+    assert reasons[("no-apply", "9")].startswith("patch does not apply at base_commit: ")
+    assert reasons[("deletes", "10")].startswith("patch deletes README.md; a rollbox solution/ is laid over")
+    assert "'numpy===' is not a valid requirement" in reasons[("bad-req", "11")]
+    assert "already taken by task 'acme__calc-1'" in reasons[("acme__calc-1", "12")]
+    assert sorted(p.name for p in (tmp_path / "tasks").iterdir()) == ["acme__calc-1"]  # no scratch left behind
+    with pytest.raises(ValueError, match="swebench needs repos"):
+        import_tasks("swebench", tmp_path / "instances.jsonl", tmp_path / "x")
+
+
+def test_rollbox_tasks_import_swebench(tmp_path: Path, repo: CalcRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "instances.jsonl"
+    source.write_text(json.dumps(instance(repo)) + "\n")
+    command = ["tasks", "import", "swebench", str(source), str(tmp_path / "out")]
+    assert main(command) == 2 and "--repos DIR is required for swebench" in capsys.readouterr().err
+    assert main([*command, "--repos", str(tmp_path / "nowhere")]) == 2
+    assert main([*command, "--repos", str(repo.path.parent)]) == 0
+    assert capsys.readouterr().out == f"imported 1 task into {tmp_path / 'out'}, refused 0\n"
+    assert main(["tasks", "audit", str(tmp_path / "out" / "acme__calc-1")]) == 0
+    assert "acme__calc-1: clean (11 added lines of 2 files" in capsys.readouterr().out
+    assert main(["tasks", "import", "stdio", str(source), str(tmp_path / "o2"), "--repos", str(tmp_path)]) == 2
+
+
+def _deletion(repo: CalcRepo) -> str:
+    """A patch that deletes README.md at the base commit."""
+    return (
+        "diff --git a/README.md b/README.md\ndeleted file mode 100644\n"
+        f"index {run_git(repo.path, 'rev-parse', f'{repo.base}:README.md')[:7]}..0000000\n"
+        "--- a/README.md\n+++ /dev/null\n@@ -1 +0,0 @@\n-calc: small numeric helpers\n"
+    )

@@ -1,0 +1,81 @@
+"""``rollbox report`` from a real service's archive (and from a run's JSONL), looked at in Chromium; ``rollbox top``
+against the running service."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollbox.server import ServerConfig
+from serving import double_task, running
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOT = Path(os.environ.get("ROLLBOX_REPORT_SCREENSHOT", Path(tempfile.gettempdir()) / "rollbox-report.png"))
+
+
+def _rollbox(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ROLLBOX_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "rollbox", *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.slow
+def test_report_and_top_from_a_real_run(tmp_path: Path) -> None:
+    config = ServerConfig(home=tmp_path, run="run-report-1", pool_size=2, tasks_dir=double_task(tmp_path))
+    with running(config) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        for i in range(5):
+            http.post(
+                "/run_code", json={"code": f"import time; time.sleep({i / 20}); print({i})", "language": "python"}
+            )
+        http.post("/run_code", json={"code": "raise SystemExit('the-failure-log')", "language": "python"})
+        for body in ("return x", "return 2 * x", "return x + x", "return x * 2", "return abs(2 * x)"):
+            files = {"solution.py": f"def double(x):\n    {body}\n"}
+            assert http.post("/v1/grade", json={"task": "double", "files": files}).status_code == 200
+        top = subprocess.run(
+            [sys.executable, "-m", "rollbox", "top", "--url", server.url, "--once"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert top.returncode == 0, top.stderr
+        assert "run run-report-1" in top.stdout and "nonzero_exit" in top.stdout and "the-failure-log" in top.stdout
+        assert "exec" in top.stdout and "ok" in top.stdout
+    # The service flushed its archive when it stopped.
+    output = tmp_path / "report.html"
+    made = _rollbox("report", "run-report-1", "-o", str(output), home=tmp_path)
+    assert made.returncode == 0, made.stderr
+    page = output.read_text()
+    assert "<svg" in page and "the-failure-log" in page and "run-report-1" in page and "<script" not in page
+    assert 'aria-label="execution statuses"' in page and ">ok</text>" in page
+    assert 'aria-label="reward over time"' in page and ">passed</text>" in page
+    from_jsonl = _rollbox(
+        "report",
+        "run-report-1",
+        "--events",
+        str(tmp_path / "runs" / "run-report-1" / "events.jsonl"),
+        "-o",
+        str(tmp_path / "again.html"),
+        home=tmp_path,
+    )
+    assert from_jsonl.returncode == 0 and "the-failure-log" in (tmp_path / "again.html").read_text()
+    missing = _rollbox("report", "no-such-run", home=tmp_path)
+    assert missing.returncode == 1 and "no events" in missing.stderr
+    if Path(CHROMIUM).exists():
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+            page_ = browser.new_page(viewport={"width": 1150, "height": 1400})
+            page_.goto(output.as_uri())
+            assert page_.locator("svg").count() >= 3
+            page_.screenshot(path=str(SCREENSHOT), full_page=True)
+            browser.close()

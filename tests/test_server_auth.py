@@ -1,0 +1,154 @@
+"""Auth and tenants: keys stored hashed, every endpoint but health and metrics closed without one, one tenant
+never sees or touches another's sandboxes or figures, rate limits and backpressure answered 429 + Retry-After."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollbox.client import Client, ClientError
+from rollbox.server import ServerConfig, TenantStore
+from serving import Running, running
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    home = tmp_path_factory.mktemp("home")
+    store = TenantStore(home / "tenants.json")
+    made = {
+        "a": store.add_key("team-a"),
+        "b": store.add_key("team-b"),
+        "slow": store.add_key("slow", rate_per_s=1, burst=2),
+        "narrow": store.add_key("narrow", max_in_flight=1, max_sandboxes=1),
+        "admin": store.add_key("ops", admin=True),
+    }
+    return home, made
+
+
+#: The keys of the module's tenants, filled by the ``keys`` fixture.
+KEYS: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _keys(keys: tuple[Path, dict[str, str]]) -> None:
+    KEYS.update(keys[1])
+
+
+@pytest.fixture(scope="module")
+def server(keys: tuple[Path, dict[str, str]]) -> Iterator[Running]:
+    with running(ServerConfig(home=keys[0], auth=True, pool_size=2)) as r:
+        yield r
+
+
+def client(server: Running, key: str | None) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {key}"} if key else {})
+
+
+def test_keys_are_stored_hashed(keys: tuple[Path, dict[str, str]]) -> None:
+    home, made = keys
+    text = (home / "tenants.json").read_text()
+    assert all(key not in text for key in made.values())
+    assert oct((home / "tenants.json").stat().st_mode & 0o777) == "0o600"
+    assert json.loads(text)["tenants"]["ops"]["admin"] is True
+
+
+def test_every_endpoint_but_health_and_metrics_needs_a_key(server: Running) -> None:
+    with client(server, None) as anonymous, client(server, "rbx_wrong") as wrong:
+        assert anonymous.get("/healthz").status_code == 200 and anonymous.get("/metrics").status_code == 200
+        for http in (anonymous, wrong):
+            for method, path in [
+                ("POST", "/run_code"),
+                ("GET", "/v1/stats"),
+                ("POST", "/v1/sandboxes"),
+                ("GET", "/v1/sandboxes"),
+                ("POST", "/submit"),
+                ("GET", "/v1/tasks"),
+            ]:
+                r = http.request(method, path, json={})
+                assert r.status_code == 401 and "key" in r.json()["detail"], (method, path)
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": KEYS["a"]}) as other_header:
+        assert other_header.get("/v1/sandboxes").status_code == 200
+    body = {"code": "print(1)", "language": "python"}
+    assert httpx.post(f"{server.url}/run_code?api_key={KEYS['a']}", json=body).json()["status"] == "Success"
+
+
+def test_tenants_never_see_or_touch_each_others_sandboxes(server: Running) -> None:
+    with client(server, KEYS["a"]) as a, client(server, KEYS["b"]) as b, client(server, KEYS["admin"]) as admin:
+        sid = a.post("/v1/sandboxes", json={}).json()["id"]
+        a.post(f"/v1/sandboxes/{sid}/exec", json={"argv": ["sh", "-c", "echo secret-of-a >&2; exit 1"]})
+        for method, path, body in [
+            ("GET", f"/v1/sandboxes/{sid}", None),
+            ("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["cat", "/etc/hostname"]}),
+            ("PUT", f"/v1/sandboxes/{sid}/files", {"path": "x", "content": "y"}),
+            ("GET", f"/v1/sandboxes/{sid}/files?path=x", None),
+            ("DELETE", f"/v1/sandboxes/{sid}", None),
+        ]:
+            assert b.request(method, path, json=body).status_code == 404, (method, path)
+        assert b.get("/v1/sandboxes").json() == [] and [s["id"] for s in a.get("/v1/sandboxes").json()] == [sid]
+        # Figures: each tenant sees its own failures only; an admin sees the service's, and alerts.
+        assert "secret-of-a" not in b.get("/v1/stats").text
+        assert "secret-of-a" in a.get("/v1/stats").text and "secret-of-a" in admin.get("/v1/stats").text
+        assert b.get("/v1/stats", params={"of": "team-a"}).status_code == 403
+        assert a.delete(f"/v1/sandboxes/{sid}").status_code == 204
+
+
+def test_rate_limit_and_backpressure_are_429_with_retry_after(server: Running) -> None:
+    with client(server, KEYS["slow"]) as slow:
+        statuses = [slow.get("/v1/sandboxes") for _ in range(4)]
+        refused = [r for r in statuses if r.status_code == 429]
+        assert refused and int(refused[0].headers["retry-after"]) >= 1 and "rate limit" in refused[0].json()["detail"]
+    with client(server, KEYS["narrow"]) as narrow:
+        sid = narrow.post("/v1/sandboxes", json={}).json()["id"]
+        second = narrow.post("/v1/sandboxes", json={})
+        assert second.status_code == 429 and "Retry-After" in second.headers
+        narrow.delete(f"/v1/sandboxes/{sid}")
+        sleeper = {"code": "import time; time.sleep(2)", "language": "python"}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(narrow.post, "/run_code", json=sleeper)
+            time.sleep(0.5)
+            busy = narrow.post("/run_code", json=sleeper)
+            assert first.result().status_code == 200
+        assert busy.status_code == 429 and "in flight" in busy.json()["detail"]
+
+
+def test_the_client_retries_a_429_after_retry_after(server: Running) -> None:
+    with Client(server.url, api_key=KEYS["slow"], retries=3) as c:
+        results = [c.run_code("print(7)")["run_result"]["stdout"] for _ in range(4)]  # beyond the burst of 2
+    assert results == ["7\n"] * 4
+    with Client(server.url, api_key="rbx_wrong") as bad, pytest.raises(ClientError) as refused:
+        bad.stats()
+    assert refused.value.status == 401
+
+
+def test_auth_is_on_by_default_off_loopback(tmp_path: Path) -> None:
+    assert ServerConfig(host="0.0.0.0").auth_required and not ServerConfig(host="127.0.0.1").auth_required
+    assert ServerConfig(host="::1").auth_required is False and ServerConfig(host="10.1.2.3").auth_required
+    env = {**os.environ, "ROLLBOX_HOME": str(tmp_path)}
+    refused = subprocess.run(
+        [sys.executable, "-m", "rollbox", "serve", "--host", "0.0.0.0", "--port", "1"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--add-key" in refused.stderr
+    made = subprocess.run(
+        [sys.executable, "-m", "rollbox", "serve", "--add-key", "cli-team"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    key = made.stdout.strip()
+    assert key.startswith("rbx_") and TenantStore(tmp_path / "tenants.json").authenticate(key) is not None

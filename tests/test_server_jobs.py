@@ -1,0 +1,111 @@
+"""Jobs over HTTP on the service's durable scheduler: submit (idempotent), follow, stream a run's results, cancel;
+one tenant never sees another's jobs; each result is a ``job.result`` event the figures and metrics count."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollbox.server import ServerConfig, TenantStore
+from serving import Running, double_task, running
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    home = tmp_path_factory.mktemp("home")
+    store = TenantStore(home / "tenants.json")
+    return home, {"a": store.add_key("team-a"), "b": store.add_key("team-b")}
+
+
+@pytest.fixture(scope="module")
+def server(keys: tuple[Path, dict[str, str]]) -> Iterator[Running]:
+    home = keys[0]
+    config = ServerConfig(home=home, auth=True, tasks_dir=double_task(home), pool_size=2, run="jobs-run", tick_s=0.2)
+    with running(config) as r:
+        yield r
+
+
+def _client(server: Running, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=120, headers={"Authorization": f"Bearer {key}"})
+
+
+def _exec(code: str) -> dict[str, object]:
+    return {"kind": "exec", "payload": {"argv": ["python3", "-c", code], "limits": {"timeout_s": 5}}}
+
+
+def test_jobs_over_http(server: Running, keys: tuple[Path, dict[str, str]]) -> None:
+    home, made = keys
+    solution = {"solution.py": "def double(x):\n    return 2 * x\n"}
+    jobs = [
+        {**_exec("print(6 * 7)"), "key": "answer"},
+        _exec("import sys; sys.exit('job-failure-log')"),
+        {"kind": "grade", "payload": {"task": "double", "files": solution}},
+        {"kind": "grade", "payload": {"task": "double", "files": {"solution.py": "def double(x):\n    return x\n"}}},
+    ]
+    with _client(server, made["a"]) as a, _client(server, made["b"]) as b:
+        submitted = a.post("/v1/jobs", json={"jobs": jobs, "run": "r-http"})
+        assert submitted.status_code == 201, submitted.text
+        ids = [j["id"] for j in submitted.json()]
+        assert all(j["tenant"] == "team-a" and j["run_id"] == "r-http" for j in submitted.json())
+        again = a.post("/v1/jobs", json={"jobs": [jobs[0]], "run": "r-http"}).json()
+        assert again[0]["id"] == ids[0]  # the same key: the same job, nothing added
+        # The run's results, streamed until every job is final.
+        with a.stream("GET", "/v1/runs/r-http/results") as stream:
+            lines = [json.loads(line) for line in stream.iter_lines() if line]
+        by_id = {line["job"]["id"]: line["result"] for line in lines}
+        assert sorted(by_id) == sorted(ids)
+        assert by_id[ids[0]]["status"] == "ok" and by_id[ids[0]]["output"]["stdout"] == "42\n"
+        assert by_id[ids[1]]["status"] == "nonzero_exit"
+        assert by_id[ids[2]]["status"] == "passed" and by_id[ids[2]]["reward"] == 1.0
+        assert by_id[ids[3]]["status"] == "failed" and by_id[ids[3]]["reward"] == 0.0
+        detail = a.get(f"/v1/jobs/{ids[2]}").json()
+        assert detail["state"] == "completed" and [t["target"] for t in detail["transitions"]][-1] == "completed"
+        assert {j["id"] for j in a.get("/v1/jobs", params={"run": "r-http"}).json()} == set(ids)
+        assert any(r["id"] == "r-http" for r in a.get("/v1/runs").json())
+        # Tenant b sees none of it.
+        assert b.get(f"/v1/jobs/{ids[0]}").status_code == 404 and b.get("/v1/jobs").json() == []
+        assert b.post(f"/v1/jobs/{ids[0]}/cancel").status_code == 404
+        assert not any(r["id"] == "r-http" for r in b.get("/v1/runs").json())
+        with b.stream("GET", "/v1/runs/r-http/results", params={"follow": "false"}) as stream:
+            assert [line for line in stream.iter_lines() if line] == []
+        # What an HTTP job may not reach.
+        for bad, status in [
+            ({"kind": "grade", "payload": {"task": "/etc", "files": {}}}, 404),
+            ({"kind": "grade", "payload": {"task": "double", "workspace": "/root"}}, 400),
+            ({"kind": "episode", "payload": {}}, 422),
+            ({**_exec("1"), "payload": {"argv": ["true"], "limits": {"memory_bytes": 2**50}}}, 400),
+            ({"kind": "exec", "payload": {"argv": 5}}, 400),
+        ]:
+            r = a.post("/v1/jobs", json={"jobs": [bad]})
+            assert r.status_code == status, (bad, r.text)
+        # Cancel one still waiting: a job whose deadline is far, behind a slow one.
+        slow = a.post("/v1/jobs", json={"jobs": [_exec("import time; time.sleep(3)")] * 3 + [_exec("print(1)")]}).json()
+        cancelled = a.post(f"/v1/jobs/{slow[-1]['id']}/cancel").json()
+        final = a.get(f"/v1/jobs/{slow[-1]['id']}").json()
+        assert cancelled["cancelled"] is False or final["state"] == "cancelled"
+    # Each result was reported as one job.result event, with its tenant, task and timing.
+    deadline = time.monotonic() + 30
+    while True:
+        events = [json.loads(line) for line in (home / "runs" / "jobs-run" / "events.jsonl").read_text().splitlines()]
+        reported = {e["job_id"]: e for e in events if e["kind"] == "job.result" and e["run_id"] == "r-http"}
+        if len(reported) == 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert sorted(reported) == sorted(ids)
+    graded = reported[ids[2]]
+    assert graded["tenant"] == "team-a" and graded["task"] == "double" and graded["reward"] == 1.0
+    assert graded["queue_wait_s"] is not None and graded["run_s"] is not None
+    assert "job-failure-log" in reported[ids[1]]["stderr"]
+    with _client(server, made["a"]) as a:
+        stats = a.get("/v1/stats").json()
+        assert stats["verdicts"]["passed"] >= 1 and "r-http" in stats["rewards"]
+        assert stats["jobs"]["finished"].get("completed", 0) >= 4
+        metrics = a.get("/metrics").text
+        assert 'rollbox_job_transitions_total{state="completed"}' in metrics
+        assert 'rollbox_verdicts_total{status="passed",tenant="team-a"}' in metrics
+        assert 'rollbox_scheduler_pool_sandboxes{pool="' in metrics  # the scheduler's warm pools, from pool.resize
