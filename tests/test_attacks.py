@@ -479,7 +479,7 @@ _HOLD_S = 0.3 * TIME_SCALE
 )
 def test_a_disk_filled_then_freed_before_the_end_is_still_disk_limit(argv: list[str]) -> None:
     # The program hit the limit and cleaned up: the limit was still hit, and the status says so (not ok).
-    result = exec_then_alive(argv, limits=limits(timeout_s=10 * TIME_SCALE, cpu_time_s=5 * TIME_SCALE))
+    result = exec_then_alive(argv, limits=limits(timeout_s=20 * TIME_SCALE, cpu_time_s=10 * TIME_SCALE))
     assert result.status is Status.DISK_LIMIT, explain(result)
 
 

@@ -13,7 +13,7 @@
  *           --rw SRC DEST       the same, writable (directories made below it belong to the sandbox's uid)
  *           --dev NAME          a node for the host's character device /dev/NAME, mode 0666 (the root is
  *                               the one filesystem of the sandbox without nodev, and it is read-only)
- *           --devpts DEST       a new instance of devpts
+ *           --devpts DEST       a new instance of devpts, with at most PTYS ptys
  *           --symlink T DEST    a symbolic link to T
  *           --dir DEST          an empty directory (a mount point: /proc)
  *           --overlay LOWER UPPER WORK DEST
@@ -21,14 +21,15 @@
  *                               work directory; both in the writable tree, so that only what the program
  *                               writes counts against its size), nosuid, nodev; LOWER's owner appears as U
  *                               and G (an idmapped mount), so that the program may change what it was given
- *       It then clones the sandbox's first process into new user, mount, pid, ipc, uts, net and cgroup
- *       namespaces, maps ID inside to U and G outside, and drops to U and G itself, an unprivileged monitor
- *       that exits as that process does. The process mounts its own /proc (its sysctls read-only, no user
- *       namespace allowed), pivots into the root (the host's tree detached), sets the hostname, brings the
- *       loopback up with --net loopback, starts a session, drops every capability, installs the syscall
- *       filter read from FD, and executes CMD as pid 1 with an empty environment, in --chdir. It and the
- *       monitor die with their parents; when it ends, the monitor writes its wait status (an int32) on
- *       --status, which nothing in the sandbox holds. Nothing the launcher mounts is visible to the host.
+ *       It then sets every rlimit of the sandbox's (sandbox_rlimits), clones the sandbox's first process into
+ *       new user (U's), mount, pid, ipc, uts, net and cgroup namespaces, maps ID inside to U and G outside, and
+ *       drops to U and G itself, an unprivileged monitor that exits as that process does. The process mounts its
+ *       own /proc (its sysctls read-only, no user namespace allowed), pivots into the root (the host's tree
+ *       detached), sets the hostname, brings the loopback up with --net loopback, starts a session, drops every
+ *       capability, installs the syscall filter read from FD, and executes CMD as pid 1 with an empty
+ *       environment, in --chdir. It and the monitor die with their parents; when it ends, the monitor writes its
+ *       wait status (an int32) on --status, which nothing in the sandbox holds. Nothing the launcher mounts is
+ *       visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command the launcher starts. FD is a SOCK_SEQPACKET socket to the

@@ -264,7 +264,7 @@ class NamespaceSandbox:
         self._launcher: Launched | None = None
         self.id = secrets.token_hex(6)
         self.uid = -1
-        self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}")
+        self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}", sockets=network is Network.LOOPBACK)
         self._dir: SandboxDir | None = None
         self._uid_lock: int | None = None
         self._agent: AgentConnection | None = None

@@ -168,9 +168,11 @@ class CgroupTree:
         except OSError:
             return None
 
-    def cgroup(self, name: str) -> Cgroup:
-        """The cgroup ``name`` directly under the parent (it need not exist yet)."""
-        return Cgroup(self.version, self.mounts, {c: f"{p.rstrip('/')}/{name}" for c, p in self.parents.items()})
+    def cgroup(self, name: str, *, sockets: bool = False) -> Cgroup:
+        """The cgroup ``name`` directly under the parent (it need not exist yet); ``sockets``: its processes may have
+        sockets whose buffers v1 counts apart (TCP, UDP: a sandbox with a network), see :meth:`Cgroup.set_limits`."""
+        paths = {c: f"{p.rstrip('/')}/{name}" for c, p in self.parents.items()}
+        return Cgroup(self.version, self.mounts, paths, sockets=sockets)
 
     def sandbox_names(self) -> set[str]:
         """Names of the cgroups under the parent that look like rollbox sandboxes (for reaping leftovers)."""
@@ -215,8 +217,11 @@ class Cgroup:
     Paths are plain strings: a command's cgroup is made or passed on, and used, on every exec, on the hot path.
     """
 
-    def __init__(self, version: int, mounts: dict[str, Path], paths: dict[str, str]) -> None:
+    def __init__(self, version: int, mounts: dict[str, Path], paths: dict[str, str], *, sockets: bool = False) -> None:
         self.version = version
+        #: Whether its processes may have sockets whose buffers v1 counts apart (see :meth:`set_limits`); its
+        #: children inherit it.
+        self.sockets = sockets
         self._mounts = mounts
         #: The cgroup's path inside each hierarchy, by controller (``""`` on v2).
         self.paths = paths
@@ -244,7 +249,8 @@ class Cgroup:
 
     def child(self, name: str) -> Cgroup:
         """The child cgroup ``name`` (it need not exist yet)."""
-        return Cgroup(self.version, self._mounts, {c: f"{p}/{name}" for c, p in self.paths.items()})
+        paths = {c: f"{p}/{name}" for c, p in self.paths.items()}
+        return Cgroup(self.version, self._mounts, paths, sockets=self.sockets)
 
     def create(self, *, delegate: bool = False) -> None:
         """Make the cgroup in every hierarchy; with ``delegate``, let its children use memory and pids (v2).
@@ -271,17 +277,18 @@ class Cgroup:
         """Limit memory including swap, and processes plus threads. Out of memory, the kernel kills the process
         that allocated, on v2 as on v1 (no ``memory.oom.group``): a parent waiting for it sees it die.
 
-        Socket buffers count too. v2 charges them to the memory counter. v1 keeps them in a counter of their own,
-        and only where it has a limit: without one, a command's own loopback connections held hundreds of MiB
-        beyond its memory limit, unseen. The same limit is set there, the report adds the two peaks, and as the
-        kernel lets each socket's first buffer past that limit (many sockets go as far past it as they like), the
-        host kills a command whose socket buffers went past it (:meth:`sockets_over_limit`). A command's memory and
-        its socket buffers together can reach twice the limit on v1.
+        Socket buffers count too. v2 charges them to the memory counter. v1 keeps TCP's and UDP's in a counter of
+        their own, and only where it has a limit: without one, a command's own loopback connections held hundreds
+        of MiB beyond its memory limit, unseen. For a cgroup with ``sockets`` the same limit is set there, the report
+        adds the two peaks, and as the kernel lets each socket's first buffer past that limit (many sockets go as
+        far past it as they like), the host kills a command whose socket buffers went past it
+        (:meth:`sockets_over_limit`). A command's memory and its socket buffers together can reach twice the limit
+        on v1. (A sandbox without a network has no such sockets: its cgroups spend no file access on them.)
         """
         if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
             _write(swap, "0")
         self._set_memory_limit(memory_bytes)
-        if self.version == 1 and _has(tcp := self._file("memory", _V1_TCP + "limit_in_bytes")):
+        if self.sockets and self.version == 1 and _has(tcp := self._file("memory", _V1_TCP + "limit_in_bytes")):
             _write(tcp, str(memory_bytes))
             self._socket_limit = memory_bytes
         _write(self._file("pids", "pids.max"), str(pids))
@@ -334,18 +341,17 @@ class Cgroup:
         return charged + self._v1_socket_bytes("usage_in_bytes")
 
     def _v1_socket_bytes(self, name: str) -> int:
-        """v1's socket buffer counter's ``name`` (usage or peak); 0 where the kernel has none (see set_limits)."""
+        """v1's socket buffer counter's ``name`` (usage or peak); 0 where it counts nothing (see set_limits)."""
+        if not self.sockets:
+            return 0
         path = self._file("memory", _V1_TCP + name)
         return int(read_kernel_file(path)) if _has(path) else 0
 
     def _restart_peak(self) -> bool:
         """Make the memory peak start again from what is charged now; False when the kernel cannot."""
         if self.version == 1:
-            for name in (
-                "memory.max_usage_in_bytes",
-                "memory.memsw.max_usage_in_bytes",
-                _V1_TCP + "max_usage_in_bytes",
-            ):
+            peaks = ["memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes"]
+            for name in peaks + ([_V1_TCP + "max_usage_in_bytes"] if self.sockets else []):
                 if _has(peak_file := self._file("memory", name)):
                     _write(peak_file, "0")
             return True
