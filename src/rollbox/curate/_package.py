@@ -1,21 +1,26 @@
-"""A package's source tree as synthesis needs it: its code, its tests, and the environment its tests run in.
+"""A package's source tree as synthesis needs it: its code, its tests, and the runtime layer its tests run in.
 
-Read only: nothing of the package runs here. Its tests run in sandboxes, through the judge.
+Read only: nothing of the package runs here. Its tests run in sandboxes, through the judge, on its layer.
 """
 
 from __future__ import annotations
 
 import email.parser
 import importlib.metadata
-import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from rollbox.sandbox.runtime import LayerBuildError, LayerStore, RuntimeSpec
+from rollbox.tasks import Environment
 
 from ._pypi import SynthError
 from ._reference import is_test_file
 
-__all__ = ["Environment", "Layout", "package_environment", "read_layout"]
+__all__ = ["Layout", "declared_requirements", "package_environment", "read_layout", "split_tree"]
 
 _TEST_DIRS = ("tests", "test", "testing")
 #: Directories of a source tree that hold no code of the package's own.
@@ -75,57 +80,53 @@ def read_layout(root: Path) -> Layout:
     return Layout(root, import_root, tuple(modules), tuple(tests))
 
 
-@dataclass(frozen=True)
-class Environment:
-    """What a package's tests need in the sandbox: its requirements, and the paths it is imported from there."""
-
-    requirements: tuple[str, ...]
-    #: Directories (inside the sandbox) to put on ``sys.path`` before the tests import the package.
-    python_path: tuple[str, ...]
+#: Extras whose requirements a package's own tests need (``pip install PKG[test]``).
+_TEST_EXTRAS = ("test", "tests", "testing")
 
 
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+def declared_requirements(layout: Layout) -> tuple[str, ...]:
+    """What the package needs to run its tests: its ``Requires-Dist`` lines (PKG-INFO) that apply to this
+    interpreter, with no extra or a test extra (``test``, ``tests``, ``testing``), markers evaluated away."""
+    info = layout.root / "PKG-INFO"
+    if not info.is_file():
+        return ()
+    message = email.parser.Parser().parsestr(info.read_text(encoding="utf-8", errors="replace"))
+    requirements: list[str] = []
+    for line in message.get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue  # a malformed line in someone else's metadata: the tests will say what is missing
+        marker = requirement.marker
+        if marker is None or any(marker.evaluate({"extra": extra}) for extra in ("", *_TEST_EXTRAS)):
+            requirement.marker = None
+            requirements.append(str(requirement))
+    return tuple(dict.fromkeys(requirements))
 
 
-def package_environment(layout: Layout) -> Environment:
-    """Make the package's environment available to its tests in sandboxes, and say how to reach it.
-
-    Sandboxes run rollbox's own interpreter, with the packages installed beside rollbox. Until per-task runtime
-    layers exist, a package can be used when every requirement it declares (``Requires-Dist`` without an extra)
-    is installed there; its test-only needs show up as tests that fail before any change, and are left out.
+async def package_environment(layout: Layout, store: LayerStore | None = None) -> Environment:
+    """The runtime the package's tests run in, as a task's ``[environment]``: this interpreter's Python version,
+    and every package of the runtime layer built for its requirements (:func:`declared_requirements`, plus
+    pytest), pinned to the exact version the layer holds. The judge builds that pinned layer for each task made
+    from the package, like any task's; nothing of the package's own runs on the host (layers hold wheels only).
 
     Raises:
-        SynthError: a requirement is missing; the message names them.
+        SynthError: the layer could not be built (a requirement not on the index, or published only as an sdist);
+            the message holds the build's log.
     """
-    requirements: list[str] = []
-    info = layout.root / "PKG-INFO"
-    if info.is_file():
-        message = email.parser.Parser().parsestr(info.read_text(encoding="utf-8", errors="replace"))
-        for line in message.get_all("Requires-Dist") or []:
-            requirement, _, marker = line.partition(";")
-            if "extra" in marker:
-                continue
-            match = _NAME.match(requirement)
-            if match:
-                requirements.append(match.group(1))
-    missing = []
-    for name in requirements:
-        try:
-            importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(name)
-    if missing:
-        raise SynthError(
-            f"{layout.root.name} needs {', '.join(missing)}, which the sandboxes' interpreter lacks; install them "
-            "beside rollbox, or pick a package without dependencies"
-        )
-    path = f"/workspace/{layout.import_root}".rstrip("/")
-    return Environment(tuple(requirements), (path,))
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    requirements = (*declared_requirements(layout), f"pytest=={importlib.metadata.version('pytest')}")
+    try:
+        layer = await (store or LayerStore()).ensure(RuntimeSpec(python=python, requirements=requirements))
+    except LayerBuildError as exc:
+        raise SynthError(f"{layout.root.name}: its runtime layer could not be built: {exc}") from None
+    return Environment(python=python, requirements=tuple(f"{name}=={version}" for name, version in layer.packages))
 
 
-def split_tree(layout: Layout, workspace: Path, tests: Path, environment: Environment) -> None:
+def split_tree(layout: Layout, workspace: Path, tests: Path) -> None:
     """Copy the package into ``workspace`` without its tests, and the tests into ``tests`` (flattened: a test
-    directory's content, a test file as it is), with a ``conftest.py`` that puts the package on the path."""
+    directory's content, a test file as it is), with a ``conftest.py`` that puts the package on the path (the
+    directory it is imported from, inside the sandbox) before anything imports it."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
     shutil.copytree(layout.root, workspace, ignore=ignore, symlinks=False)
     tests.mkdir(parents=True, exist_ok=True)
@@ -137,7 +138,7 @@ def split_tree(layout: Layout, workspace: Path, tests: Path, environment: Enviro
         else:
             shutil.copy2(source, tests / source.name)
             source.unlink()
-    shim = "import sys\n" + "".join(f"sys.path.insert(0, {p!r})\n" for p in environment.python_path)
+    shim = f"import sys\nsys.path.insert(0, {f'/workspace/{layout.import_root}'.rstrip('/')!r})\n"
     conftest = tests / "conftest.py"
     root_conftest = workspace / "conftest.py"
     text = conftest.read_text(encoding="utf-8", errors="replace") if conftest.is_file() else ""

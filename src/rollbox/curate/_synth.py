@@ -1,7 +1,8 @@
 """Synthesis: bug-fix tasks from real Python packages.
 
-For each package: fetch its sdist (which ships its tests) on the host, make its environment available
-(:func:`~rollbox.curate._package.package_environment`), and run its tests in sandboxes, twice, through the judge:
+For each package: fetch its sdist (which ships its tests) on the host, build its runtime layer (its requirements
+and pytest, then every package of it pinned as the tasks' ``[environment]``: see
+:func:`~rollbox.curate._package.package_environment`), and run its tests in sandboxes, twice, through the judge:
 the tests that pass both times are the package's steady tests. Then inject bugs with the mutation operators
 (``_mutate``) and grade each mutant the same way: a bug is kept when at least one steady test fails (its
 fail_to_pass tests) while the others pass (its pass_to_pass tests), no more than ``max_failing_share`` of them
@@ -26,13 +27,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollbox.judge import Outcome, Verdict, VerdictStatus
+from rollbox.judge import Outcome, Verdict, VerdictStatus, task_sandboxes
 from rollbox.sandbox import Status
-from rollbox.tasks import PytestGrading, Task, load_task
+from rollbox.tasks import Environment, PytestGrading, Task, load_task
 
 from ._grader import Grader, Progress
 from ._mutate import Mutant, Operator, mutants, sample_mutants
-from ._package import Environment, Layout, package_environment, read_layout, split_tree
+from ._package import Layout, package_environment, read_layout, split_tree
 from ._pypi import SynthError, fetch_sdist, unpack_sdist
 from ._reasons import Decision
 from ._reference import is_test_file
@@ -165,6 +166,14 @@ def _toml_list(items: Sequence[str]) -> str:
     return "[\n" + "".join(f"  {json.dumps(i)},\n" for i in items) + "]"
 
 
+def _environment_toml(environment: Environment) -> str:
+    """``[environment]`` for task.toml: the package's runtime layer, every requirement pinned."""
+    return (
+        f"[environment]\npython = {json.dumps(environment.python)}\n"
+        f"requirements = {_toml_list(environment.requirements)}\n"
+    )
+
+
 class _Package:
     """One package's synthesis: probe, screen, describe, write."""
 
@@ -179,20 +188,21 @@ class _Package:
             self.result.name, self.result.version = sdist.name, sdist.version
             root = await asyncio.to_thread(unpack_sdist, sdist, self.scratch / "sdist")
             layout = read_layout(root)
-            environment = package_environment(layout)
+            environment = await package_environment(layout)
             probe = await self._baseline(layout, environment)
             bugs = await self._screen(layout, probe)
             for index, bug in enumerate(bugs):
-                await self._write(layout, probe, bug, index)
+                await self._write(probe, bug, index)
         except SynthError as exc:
             self.result.error = str(exc)
 
     async def _baseline(self, layout: Layout, environment: Environment) -> Task:
         """The probe task (the package and its tests, no bug), and the steady tests, graded twice."""
         path = self.scratch / "probe"
-        split_tree(layout, path / "workspace", path / "tests", environment)
+        split_tree(layout, path / "workspace", path / "tests")
         (path / "task.toml").write_text(
-            '[grading]\nrunner = "pytest"\n\n[limits]\ntimeout = "300s"\ncpu_time = "300s"\nmemory = "1G"\npids = 256\n'
+            '[grading]\nrunner = "pytest"\n\n[limits]\ntimeout = "300s"\ncpu_time = "300s"\nmemory = "1G"\n'
+            f"pids = 256\n\n{_environment_toml(environment)}"
         )
         probe = load_task(path)
         # Every module broken at import: if the tests still pass, they test another copy of the package (one
@@ -246,7 +256,8 @@ class _Package:
     async def _messages(self, probe: Task, bug: _Bug) -> dict[str, str]:
         """pytest's one-line summary of each failing test (at most five), from a run in a sandbox."""
         shown = list(bug.failing[:5])
-        async with self.grader.sandboxes.sandbox(limits=probe.limits, network=probe.network) as sb:
+        sandboxes = await task_sandboxes(probe, self.grader.sandboxes)  # on the package's runtime layer
+        async with sandboxes.sandbox(limits=probe.limits, network=probe.network) as sb:
             await sb.write_tree(probe.workspace)
             await sb.write_file(bug.module, bug.mutant.source)
             await sb.write_tree(probe.tests, f"{_RUN_DIR}/tests")
@@ -283,7 +294,7 @@ class _Package:
                 messages[test.strip()] = message.strip()[:300]
         return messages
 
-    async def _write(self, layout: Layout, probe: Task, bug: _Bug, index: int) -> None:
+    async def _write(self, probe: Task, bug: _Bug, index: int) -> None:
         name = _slug(f"{self.result.name}-{self.result.version}-{index:03d}-{bug.mutant.operator.value}")
         path = self.dest / name
         if path.exists():
@@ -328,7 +339,8 @@ class _Package:
         (path / "task.toml").write_text(
             f'id = {json.dumps(name)}\n\n[grading]\nrunner = "pytest"\nfail_to_pass = {_toml_list(bug.failing)}\n'
             f'pass_to_pass = {_toml_list(p2p)}\n\n[limits]\ntimeout = "{limits.timeout_s:g}s"\n'
-            f'cpu_time = "{limits.cpu_time_s:g}s"\nmemory = "1G"\npids = 256\n\n[metadata]\n'
+            f'cpu_time = "{limits.cpu_time_s:g}s"\nmemory = "1G"\npids = 256\n\n'
+            f"{_environment_toml(probe.environment)}\n[metadata]\n"
             + "".join(f"{k} = {json.dumps(v)}\n" for k, v in metadata.items()),
             encoding="utf-8",
         )
