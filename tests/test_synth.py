@@ -4,14 +4,16 @@ repeatably, written as pytest tasks that validation admits and the judge grades 
 from __future__ import annotations
 
 import asyncio
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from rollbox.curate import Operator, SynthError, SynthOptions, ValidateOptions, synthesize
-from rollbox.curate._package import read_layout
-from rollbox.judge import VerdictStatus, grade
+from rollbox.curate._package import Layout, declared_requirements, package_environment, read_layout
+from rollbox.judge import VerdictStatus, grade, runtime_spec
+from rollbox.sandbox.runtime import LayerStore, find_python
 from rollbox.tasks import load_task
 
 #: Many gradings each; a loaded machine makes them slow.
@@ -46,6 +48,12 @@ def test_synthesis_on_a_real_package(tmp_path: Path, monkeypatch: pytest.MonkeyP
     instruction = task.instruction
     assert "tests/test_inflection.py::" in instruction and meta["change"] not in instruction
     assert not list(task.workspace.rglob("test_*.py"))  # the tests are hidden
+    # Its runtime travels with it: this Python, every package of its layer pinned; the judge built that layer.
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert task.environment.python == python and "pytest==" + pytest.__version__ in task.environment.requirements
+    assert all("==" in line for line in task.environment.requirements)
+    spec = runtime_spec(task)
+    assert spec is not None and LayerStore().get(spec.key(find_python(python))) is not None
     reference = {p.relative_to(task.solution).as_posix(): p.read_bytes() for p in task.solution.rglob("*.py")}  # type: ignore[union-attr]
     fixed = asyncio.run(grade(task, reference))
     assert fixed.status is VerdictStatus.PASSED and fixed.reward == 1.0
@@ -69,3 +77,37 @@ def test_a_package_without_tests_is_refused(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "__init__.py").write_text("X = 1\n")
     with pytest.raises(SynthError, match="no tests found"):
         read_layout(tmp_path)
+
+
+_PKG_INFO = """Metadata-Version: 2.1
+Name: demo
+Version: 1.0
+Requires-Dist: attrs>=22
+Requires-Dist: hypothesis; extra == "test"
+Requires-Dist: sphinx; extra == "docs"
+Requires-Dist: colorama; sys_platform == "win32"
+Requires-Dist: not a requirement !!
+
+"""
+
+
+def test_the_requirements_are_the_declared_ones_and_the_test_extras(tmp_path: Path) -> None:
+    (tmp_path / "PKG-INFO").write_text(_PKG_INFO)
+    layout = Layout(tmp_path, "", ("demo.py",), ("tests",))
+    assert declared_requirements(layout) == ("attrs>=22", "hypothesis")
+    (tmp_path / "PKG-INFO").unlink()
+    assert declared_requirements(layout) == ()
+
+
+def test_the_environment_pins_every_package_of_its_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
+    (tmp_path / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: attrs\n\n")
+    environment = asyncio.run(package_environment(Layout(tmp_path, "", ("demo.py",), ("tests",))))
+    names = {line.partition("==")[0] for line in environment.requirements}
+    assert {"attrs", "pytest", "pluggy"} <= names and all("==" in line for line in environment.requirements)
+    assert environment.python == f"{sys.version_info.major}.{sys.version_info.minor}"
+    (tmp_path / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: rollbox-no-such-package-x\n\n"
+    )
+    with pytest.raises(SynthError, match="runtime layer could not be built"):
+        asyncio.run(package_environment(Layout(tmp_path, "", ("demo.py",), ("tests",))))

@@ -21,8 +21,9 @@ the workspace, its tests hidden, the original module as the reference, an instru
 every task is validated and only admitted ones stay. DEST/synth-report.json holds the yield per package and per
 operator.
 
-Today a package's tests run on rollbox's own interpreter and the packages installed beside it: a package whose
-requirements are missing there is reported and skipped.
+Each package gets a runtime layer of its own (its declared requirements, test extras included, and pytest; wheels
+only), and its tasks carry it as [environment] with every package pinned, so the judge builds and uses that layer
+when grading them. A package whose layer cannot be built is reported and skipped.
 
 exit status: 0 when at least one task was made, 1 when none was, 2 on a usage error, 130 when interrupted.
 
