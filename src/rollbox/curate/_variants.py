@@ -5,9 +5,9 @@ original) with one thing changed, and the same id. Its test ids map back to the 
 different orders can be compared test by test.
 
 Orders are seeded: seed 0 is the tests' own order, seed 1 the reverse (which puts every test before those it
-followed), and seed ``k >= 2`` a shuffle drawn from ``k``. ``pytest`` tasks get a ``conftest.py`` of the
-variant's own, in a directory of tests/ with no test in it, that reorders the collected items; ``function`` and
-``stdio`` tasks get their cases file permuted.
+followed), and seed ``k >= 2`` a shuffle drawn from ``k``. ``pytest`` tasks get a hook that reorders the
+collected items appended to tests/conftest.py (made when there is none); ``function`` and ``stdio`` tasks get their
+cases file permuted.
 """
 
 from __future__ import annotations
@@ -23,17 +23,23 @@ from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
 __all__ = ["Variant", "limited", "ordered", "with_cases"]
 
-_ORDER_CONFTEST = '''"""rollbox validate: run the collected tests in a seeded order."""
+#: Appended to tests/conftest.py: the judge runs the test files it names, so a conftest.py is loaded only from their
+#: directories and those above them. A name of its own (pytest takes hooks only from names starting ``pytest_``)
+#: with ``specname`` leaves the task's own hooks alone, and ``trylast`` reorders what they collected.
+_ORDER_HOOK = """
 
-import random
+# rollbox validate: run the collected tests in a seeded order.
+import pytest as _rollbox_validate_pytest
+import random as _rollbox_validate_random
 
 
-def pytest_collection_modifyitems(session, config, items):
+@_rollbox_validate_pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_in_rollbox_validate_order(session, config, items):
     if {seed} == 1:
         items.reverse()
     else:
-        random.Random({seed}).shuffle(items)
-'''
+        _rollbox_validate_random.Random({seed}).shuffle(items)
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +91,9 @@ def ordered(task: Task, seed: int, root: Path) -> Variant:
     path = _copy(task, root, f"order-{seed}")
     variant = dataclasses.replace(task, path=path)
     if isinstance(grading, PytestGrading):
-        directory = path / "tests" / "_rollbox_order"
-        directory.mkdir(exist_ok=True)
-        (directory / "conftest.py").write_text(_ORDER_CONFTEST.format(seed=seed))
+        conftest = path / "tests" / "conftest.py"
+        existing = conftest.read_text(encoding="utf-8") if conftest.is_file() else ""
+        conftest.write_text(existing + _ORDER_HOOK.format(seed=seed), encoding="utf-8")
         return Variant(variant)
     cases_name = grading.cases
     assert cases_name is not None
