@@ -75,6 +75,8 @@ class PackageYield:
     admitted: Counter[str] = dataclasses.field(default_factory=Counter)
     #: Why validation turned tasks away (reason code -> tasks).
     rejected: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: The tasks validation turned away (their directories are removed): name -> each reason's code and detail.
+    rejected_tasks: dict[str, list[dict[str, str]]] = dataclasses.field(default_factory=dict)
     #: Why the package gave nothing (it could not be fetched, built or tested).
     error: str | None = None
 
@@ -88,6 +90,7 @@ class PackageYield:
             "kept": dict(self.kept),
             "admitted": dict(self.admitted),
             "rejected": dict(self.rejected),
+            "rejected_tasks": self.rejected_tasks,
             "error": self.error,
         }
 
@@ -392,6 +395,8 @@ async def synthesize(
                 run.result.admitted[operator] += 1
             else:
                 run.result.rejected.update({r.code.value for r in report.reasons})
+                reasons = [{"code": r.code.value, "detail": r.detail} for r in report.reasons]
+                run.result.rejected_tasks[path.name] = reasons
                 shutil.rmtree(path)
     else:
         for run, _, operator in made:
