@@ -13,7 +13,7 @@ import pytest
 from rollbox.curate import Operator, SynthError, SynthOptions, ValidateOptions, synthesize
 from rollbox.curate._package import Layout, declared_requirements, package_environment, read_layout
 from rollbox.judge import VerdictStatus, grade, runtime_spec
-from rollbox.sandbox.runtime import LayerStore, find_python
+from rollbox.sandbox.runtime import LayerStore, RuntimeSpec, find_python
 from rollbox.tasks import load_task
 
 #: Many gradings each; a loaded machine makes them slow.
@@ -106,6 +106,8 @@ def test_the_environment_pins_every_package_of_its_layer(tmp_path: Path, monkeyp
     names = {line.partition("==")[0] for line in environment.requirements}
     assert {"attrs", "pytest", "pluggy"} <= names and all("==" in line for line in environment.requirements)
     assert environment.python == f"{sys.version_info.major}.{sys.version_info.minor}"
+    pinned = RuntimeSpec(python=environment.python, requirements=environment.requirements)
+    assert LayerStore().get(pinned.key(find_python(environment.python))) is not None  # built before any grading
     (tmp_path / "PKG-INFO").write_text(
         "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: rollbox-no-such-package-x\n\n"
     )

@@ -116,11 +116,17 @@ async def package_environment(layout: Layout, store: LayerStore | None = None) -
     """
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     requirements = (*declared_requirements(layout), f"pytest=={importlib.metadata.version('pytest')}")
+    store = store or LayerStore()
     try:
-        layer = await (store or LayerStore()).ensure(RuntimeSpec(python=python, requirements=requirements))
+        layer = await store.ensure(RuntimeSpec(python=python, requirements=requirements))
+        pinned = tuple(f"{name}=={version}" for name, version in layer.packages)
+        # Built here, once, before any grading: the judge's gradings then only find it. (Several first-time
+        # requests for one layer in one process can wait forever on LayerStore's exclusive lock once the first
+        # one's warm sandboxes hold it shared.)
+        await store.ensure(RuntimeSpec(python=python, requirements=pinned))
     except LayerBuildError as exc:
         raise SynthError(f"{layout.root.name}: its runtime layer could not be built: {exc}") from None
-    return Environment(python=python, requirements=tuple(f"{name}=={version}" for name, version in layer.packages))
+    return Environment(python=python, requirements=pinned)
 
 
 def split_tree(layout: Layout, workspace: Path, tests: Path) -> None:
