@@ -14,6 +14,7 @@ standard library, the task's test paths, and test files (the agent's own, or edi
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
@@ -40,6 +41,7 @@ __all__ = [
     "removals",
     "scratch_directory",
     "stage_changes",
+    "workspace_size",
 ]
 
 _MiB = 1024 * 1024
@@ -576,22 +578,33 @@ def _copy_pristine(pristine: Path, dest: Path, replaced: Collection[str]) -> Non
 
 def removals(pristine: Path, changes: Changes) -> tuple[str, ...]:
     """What to remove from the pristine workspace to apply ``changes``, before their files are written: the deleted
-    files, and the directories the deletions empty (of everything the walk sees, with nothing added in them), each
-    directory instead of anything below it. Sorted.
+    files, the directories the deletions empty (of everything the walk sees, with nothing added in them), each
+    directory instead of anything below it, and the links the candidate replaced (a file is never written through
+    one). Sorted.
 
     Raises:
         OSError: the pristine workspace cannot be read.
     """
-    leaves, dirs = _walk(pristine)
-    children: dict[str, list[str]] = {}
-    for path in (*leaves, *dirs):
-        children.setdefault(path.rpartition("/")[0], []).append(path)
-    gone = set(changes.deleted)
-    written = {a for p in (*changes.added, *changes.modified) for a in _ancestors(p)}
-    for directory in sorted({a for p in changes.deleted for a in _ancestors(p)}, key=lambda d: -d.count("/")):
-        if directory not in written and all(c in gone for c in children.get(directory, ())):
-            gone.add(directory)  # deepest first: a directory's emptied subdirectories are known by now
+    gone = set(changes.deleted) | {p for p in changes.modified if (pristine / p).is_symlink()}
+    if changes.deleted:
+        leaves, dirs = _walk(pristine)
+        children: dict[str, list[str]] = {}
+        for path in (*leaves, *dirs):
+            children.setdefault(path.rpartition("/")[0], []).append(path)
+        written = {a for p in (*changes.added, *changes.modified) for a in _ancestors(p)}
+        for directory in sorted({a for p in changes.deleted for a in _ancestors(p)}, key=lambda d: -d.count("/")):
+            if directory not in written and all(c in gone for c in children.get(directory, ())):
+                gone.add(directory)  # deepest first: a directory's emptied subdirectories are known by now
     return tuple(sorted(p for p in gone if not any(a in gone for a in _ancestors(p))))
+
+
+@functools.lru_cache(maxsize=1024)
+def workspace_size(pristine: Path) -> tuple[int, int]:
+    """The entries (files, links, directories) and bytes of files of a task's workspace, as the judge walks it
+    (without caches and .git). Remembered per path: it only chooses how a grading tree is made, never what it
+    holds, so a workspace changed since costs at most a slower choice."""
+    leaves, dirs = _walk(pristine)
+    return len(leaves) + len(dirs), sum(e.size for e in leaves.values())
 
 
 def _place(candidate: Path | Mapping[str, bytes], dest: Path, rel: str, size: int) -> None:
