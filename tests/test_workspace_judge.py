@@ -121,3 +121,28 @@ def test_a_workspace_directory_is_bounded_by_its_changes_not_its_size(task: Task
     assert refused.status is VerdictStatus.ERROR and refused.reward == 0.0, refused
     assert [f["code"] for f in refused.flags] == ["workspace_refused"], refused.flags
     assert "more than 2097152 bytes" in refused.flags[0]["detail"]
+
+
+def test_repository_tests_are_laid_over_an_overlaid_workspace(tmp_path: Path) -> None:
+    """SWE-bench's shape (``tests_in_workspace``): the hidden version of a visible test file replaces it in the
+    grading sandbox over the repository, and the candidate's own edit of that file is dropped."""
+    root = tmp_path / "swe"
+    files = {"calc.py": BUGGY, "test_calc.py": "def test_nothing():\n    pass\n", **MODULES}
+    for name, text in files.items():
+        (root / "workspace" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "workspace" / name).write_text(text)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    (root / "task.toml").write_text(
+        '[grading]\nrunner = "pytest"\ntests_in_workspace = true\nfail_to_pass = ["test_calc.py::test_add"]\n'
+        f'[limits]\ntimeout = "{30 * TIME_SCALE}s"\ncpu_time = "{20 * TIME_SCALE}s"\ndisk = "2M"\n'
+    )
+    task = load_task(root)
+    fix = "sed -i 's/a - b/a + b/' calc.py"
+    verdict, _, _ = episode(task, tmp_path / "fixed", fix)
+    assert verdict.status is VerdictStatus.PASSED and [t.id for t in verdict.tests] == ["test_calc.py::test_add"]
+    cheat, _, _ = episode(task, tmp_path / "cheat", "printf 'def test_add():\\n    pass\\n' > test_calc.py")
+    assert cheat.status is VerdictStatus.FAILED, cheat
+    assert {f["path"]: f["code"] for f in cheat.flags} == {"test_calc.py": "visible_test_edit_dropped"}
