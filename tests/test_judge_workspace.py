@@ -572,3 +572,31 @@ def test_removals_remove_emptied_directories_whole(trees: tuple[Path, Path]) -> 
     assert removals(pristine, changes) == ("a", "k/gone.py")
     refill = Changes(("a/new.py",), (), ("a/b/c.py", "a/b/d.py", "a/e.py"), (), (), {"a/new.py": 0})
     assert removals(pristine, refill) == ("a/b", "a/e.py")
+
+
+@pytest.mark.parametrize("edit", EDITS)
+@pytest.mark.parametrize("guard", [True, False])
+def test_an_overlays_changes_diff_as_the_directory_for_every_edit(
+    tmp_path: Path, trees: tuple[Path, Path], edit: str, guard: bool
+) -> None:
+    """Over an overlay the diff reads only the changes and what they touch of the pristine workspace (its
+    packages looked up as needed): the same changes and flags as the whole directory."""
+    pristine, candidate = trees
+    write(candidate, EDITS[edit])
+    overlay = as_changes(tmp_path, pristine, candidate)
+    assert diff_workspace(pristine, overlay, guard=guard) == diff_workspace(pristine, candidate, guard=guard)
+
+
+def test_an_overlays_changes_never_lead_the_diff_through_a_pristine_link(tmp_path: Path) -> None:
+    """A task's workspace may hold a link out of it; changes under its path (the link removed, a directory made
+    there) are the candidate's new files, never compared with what the link points to on the host."""
+    pristine, outside = tmp_path / "pristine", tmp_path / "outside"
+    write(outside, {"secret.txt": "host data\n"})
+    write(pristine, {"mod.py": ""})
+    (pristine / "lnk").symlink_to(outside)
+    upper = tmp_path / "upper"
+    write(upper, {"lnk/secret.txt": "host data\n"})
+    changes = diff_workspace(pristine, WorkspaceChanges(upper, ("lnk",), whole=False, entries=0))
+    assert (changes.added, changes.modified, changes.deleted) == (("lnk/secret.txt",), (), ("lnk",))
+    without_removal = diff_workspace(pristine, WorkspaceChanges(upper, (), whole=False, entries=0))
+    assert without_removal.added == ("lnk/secret.txt",) and without_removal.modified == ()

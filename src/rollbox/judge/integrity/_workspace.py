@@ -22,7 +22,7 @@ import stat
 import sys
 import tempfile
 import tomllib
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.machinery import all_suffixes
 from pathlib import Path
@@ -110,7 +110,7 @@ class _Entry:
 
 
 def _protection(
-    path: str, extra: Sequence[str], packages: Collection[str] | None, content: bytes | None
+    path: str, extra: Sequence[str], packages: Container[str] | None, content: bytes | None
 ) -> tuple[str, str] | None:
     parts = path.split("/")
     name = parts[-1]
@@ -312,7 +312,7 @@ def _unchanged(pristine: Path, candidate: Path, path: str, old: _Entry, new: _En
 
 
 def _refusal(
-    path: str, protected: Sequence[str], packages: Collection[str], in_pristine: bool, versions: Sequence[bytes | None]
+    path: str, protected: Sequence[str], packages: Container[str], in_pristine: bool, versions: Sequence[bytes | None]
 ) -> Flag | None:
     """The flag for a refused change to ``path``, or None when it may be applied."""
     found = None
@@ -395,34 +395,102 @@ def _hidden(path: str, deleted: Collection[str], upper: Mapping[str, _Entry], up
     return any(a in deleted or a in upper for a in _ancestors(path))
 
 
-def _their_tree(
-    ours: Mapping[str, _Entry], our_dirs: Collection[str], candidate: Path | WorkspaceChanges, bounds: _Bounds
-) -> tuple[dict[str, _Entry], set[str]]:
-    """The candidate's leaves, and those of them it wrote (the rest are the pristine workspace's, unread)."""
+def _ignored(path: str) -> bool:
+    return any(part in _IGNORED_NAMES for part in path.split("/")) or path.endswith(".pyc")
+
+
+def _pristine_at(pristine: Path, points: Iterable[str], subtrees: Iterable[str]) -> dict[str, _Entry]:
+    """The pristine workspace's leaves at each of ``points`` (a file or link there), and at or under each of
+    ``subtrees``: what the walk of the whole would find there, without walking the rest. A path below a link or a
+    non-directory of the pristine workspace has nothing (the walk never follows a link)."""
+    found: dict[str, _Entry] = {}
+    real_dirs: dict[str, bool] = {"": True}
+
+    def real_dir(path: str) -> bool:
+        if path not in real_dirs:
+            parent = path.rpartition("/")[0]
+            try:
+                real_dirs[path] = real_dir(parent) and stat.S_ISDIR(os.lstat(pristine / path).st_mode)
+            except FileNotFoundError:
+                real_dirs[path] = False
+        return real_dirs[path]
+
+    for path, whole in [*((p, False) for p in points), *((p, True) for p in subtrees)]:
+        if _ignored(path) or not real_dir(path.rpartition("/")[0]):
+            continue
+        try:
+            st = os.lstat(pristine / path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and whole:
+            found.update({f"{path}/{p}": e for p, e in _walk(pristine / path)[0].items()})
+        elif stat.S_ISREG(st.st_mode):
+            found[path] = _Entry("file", st.st_size)
+        elif stat.S_ISLNK(st.st_mode):
+            found[path] = _Entry("link", target=os.readlink(pristine / path))
+    return {p: e for p, e in found.items() if e.kind != "other"}
+
+
+class _Packages:
+    """The directories of the candidate's workspace that hold an ``__init__.py``, looked up as asked: over an
+    overlay, the pristine workspace's own are looked up where the diff never walked."""
+
+    def __init__(self, pristine: Path, theirs: Collection[str], known: Collection[str]) -> None:
+        self._pristine, self._theirs, self._known = pristine, theirs, known
+        self._found: dict[str, bool] = {}
+
+    def __contains__(self, directory: object) -> bool:
+        assert isinstance(directory, str)
+        init = f"{directory}/__init__.py" if directory else "__init__.py"
+        if init not in self._found:
+            if init in self._theirs or init in self._known:  # a pristine one known and not theirs: it is gone
+                self._found[init] = init in self._theirs
+            else:
+                self._found[init] = _pristine_at(self._pristine, [init], []).get(init, _Entry("")).kind == "file"
+        return self._found[init]
+
+
+@dataclass(frozen=True)
+class _Trees:
+    """The pristine leaves a diff needs, the candidate's leaves, those of them it wrote, and its packages."""
+
+    ours: dict[str, _Entry]
+    theirs: dict[str, _Entry]
+    written: set[str]
+    packages: Container[str]
+
+
+def _trees(pristine: Path, candidate: Path | WorkspaceChanges, bounds: _Bounds) -> _Trees:
+    """What :func:`_diff` compares. For a candidate directory: both whole trees. For an overlay's changes: only
+    what they touch, so that the diff costs what they hold: the written leaves, and of the pristine workspace
+    the leaves at their paths and under what they removed or replaced (the rest is the candidate's unchanged)."""
     if isinstance(candidate, WorkspaceChanges) and not candidate.whole:
         for path in candidate.deleted:
             _check_relative(path)
         written, upper_dirs = _walk(candidate.root, bounds=bounds)
+        ours = _pristine_at(pristine, upper_dirs, [*candidate.deleted, *written])
         deleted = set(candidate.deleted)
         kept = {p: e for p, e in ours.items() if not _hidden(p, deleted, written, upper_dirs)}
-        return {**kept, **written}, set(written)
+        theirs = {**kept, **written}
+        return _Trees(ours, theirs, set(written), _Packages(pristine, theirs, ours))
+    leaves, our_dirs = _walk(pristine)
+    ours = {p: e for p, e in leaves.items() if e.kind != "other"}
     root = candidate_files(candidate)
     assert isinstance(root, Path)
     theirs = _walk(root, bounds=bounds, known=ours, known_dirs=our_dirs)[0]
-    return theirs, set(theirs)
+    packages = {p.rpartition("/")[0] for p in theirs if p.rpartition("/")[2] == "__init__.py"}
+    return _Trees(ours, theirs, set(theirs), packages)
 
 
 def _diff(
     pristine: Path, candidate: Path | WorkspaceChanges, protected: Sequence[str], guard: bool, bounds: _Bounds
 ) -> Changes:
-    leaves, our_dirs = _walk(pristine)
-    ours = {p: e for p, e in leaves.items() if e.kind != "other"}
-    theirs, written = _their_tree(ours, our_dirs, candidate, bounds)
+    trees = _trees(pristine, candidate, bounds)
+    ours, theirs, written, packages = trees.ours, trees.theirs, trees.written, trees.packages
     root = candidate_files(candidate)
     assert isinstance(root, Path)
     for path in written:
         _check_name_lengths(path)
-    packages = {p.rpartition("/")[0] for p in theirs if p.rpartition("/")[2] == "__init__.py"}
     added: list[str] = []
     modified: list[str] = []
     deleted: list[str] = []
@@ -586,15 +654,13 @@ def removals(pristine: Path, changes: Changes) -> tuple[str, ...]:
         OSError: the pristine workspace cannot be read.
     """
     gone = set(changes.deleted) | {p for p in changes.modified if (pristine / p).is_symlink()}
-    if changes.deleted:
-        leaves, dirs = _walk(pristine)
-        children: dict[str, list[str]] = {}
-        for path in (*leaves, *dirs):
-            children.setdefault(path.rpartition("/")[0], []).append(path)
-        written = {a for p in (*changes.added, *changes.modified) for a in _ancestors(p)}
-        for directory in sorted({a for p in changes.deleted for a in _ancestors(p)}, key=lambda d: -d.count("/")):
-            if directory not in written and all(c in gone for c in children.get(directory, ())):
-                gone.add(directory)  # deepest first: a directory's emptied subdirectories are known by now
+    written = {a for p in (*changes.added, *changes.modified) for a in _ancestors(p)}
+    for directory in sorted({a for p in changes.deleted for a in _ancestors(p)}, key=lambda d: -d.count("/")):
+        # Deepest first: a directory's emptied subdirectories are known by now. Its entries as the walk sees them.
+        with os.scandir(pristine / directory) as entries:
+            children = [f"{directory}/{e.name}" for e in entries if not _ignored(e.name)]
+        if directory not in written and all(c in gone for c in children):
+            gone.add(directory)
     return tuple(sorted(p for p in gone if not any(a in gone for a in _ancestors(p))))
 
 
