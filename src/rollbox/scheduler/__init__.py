@@ -26,6 +26,7 @@ from ._retry import RetryPolicy
 from ._scheduler import Scheduler
 from ._states import TERMINAL, TRANSITIONS, JobState
 from ._store import JobStore
+from ._validate_kind import validate_payload
 from ._workers import LocalWorker, Worker, WorkerLost
 
 __all__ = [
@@ -67,4 +68,5 @@ __all__ = [
     "rollbox_home",
     "run_dir",
     "store_path",
+    "validate_payload",
 ]
