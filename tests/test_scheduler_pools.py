@@ -1,17 +1,30 @@
 """Elastic warm pools: a pool's size follows the queue, a burst from nothing to a thousand jobs ramps up without
-refusing admitted work, and idle sandboxes are reclaimed after the grace period."""
+refusing admitted work, and idle sandboxes are reclaimed after the grace period. Pools are keyed by the whole
+configuration: the episodes of one task reuse its pool's sandboxes, reset to its pristine workspace, and two tasks
+never see each other's files."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import pytest
 
 from rollbox import telemetry
+from rollbox.env import Observation, Trajectory, Turn, read_trajectories, write_trajectories
 from rollbox.sandbox import Limits
-from rollbox.scheduler import Capacity, JobSpec, JobStore, LocalWorker, Scheduler, exec_payload
+from rollbox.scheduler import (
+    Capacity,
+    JobSpec,
+    JobStore,
+    LocalWorker,
+    Scheduler,
+    episode_payload,
+    exec_payload,
+)
 from scheduler_helpers import sync
+from test_validate_planted import SIGN, healthy_function
 
 
 class Sizes:
@@ -55,3 +68,60 @@ async def test_a_burst_ramps_the_pool_up_admits_everything_and_the_pool_is_recla
     grew = [e for e in sizes.events if e["change"] == "grew"]
     assert any(int(e["queued"]) > 8 for e in grew)  # type: ignore[call-overload]  # the queue drove it, not only borrows
     assert sizes.events[-1]["change"] == "closed"  # reclaimed after the burst
+
+
+def _replay(path: Path, tasks: list[str]) -> Path:
+    """Each task's recorded episode: list /workspace, leave a file in it, write the solution, submit."""
+    actions = [
+        {"name": "bash", "arguments": {"command": "ls /workspace"}},
+        {"name": "write_file", "arguments": {"path": "left-by-an-earlier-episode.txt", "content": "x"}},
+        {"name": "write_file", "arguments": {"path": "sol.py", "content": SIGN}},
+        {"name": "submit", "arguments": {}},
+    ]
+    turns = [
+        Turn(turn=i + 1, action=action, observation=Observation(text=""), started_s=0.0, wall_s=0.0)
+        for i, action in enumerate(actions)
+    ]
+    recorded = [Trajectory(episode_id="recorded", task_id=task, task_path="", turns=turns) for task in tasks]
+    return write_trajectories(path, recorded)
+
+
+@pytest.mark.slow
+@sync
+async def test_episodes_of_one_task_reuse_its_pool_and_two_tasks_never_share_one(tmp_path: Path) -> None:
+    tasks = {}
+    for name in ("alpha", "beta"):
+        task = shutil.copytree(healthy_function(tmp_path / "made"), tmp_path / name)
+        (task / "task.toml").write_text(f'id = "{name}"\n' + (task / "task.toml").read_text())
+        (task / "workspace" / f"only-in-{name}.txt").write_text(name)
+        tasks[name] = task
+    replay = _replay(tmp_path / "recorded.jsonl", list(tasks))
+    worker = LocalWorker(capacity=Capacity(cpus=2, memory_bytes=8 * 2**30), max_pool=2, grace_s=30)
+    sizes = Sizes()
+    samples = 6
+    with telemetry.recording(sizes):
+        async with Scheduler(JobStore(tmp_path / "jobs.db"), workers=[worker], home=tmp_path) as s:
+            s.submit(
+                [
+                    JobSpec(kind="episode", payload=episode_payload(task, f"replay:{replay}"))
+                    for task in tasks.values()
+                    for _ in range(samples)
+                ]
+            )
+            await s.run()
+            pools = worker.sandboxes.sizes()
+    results = s.store.results()
+    assert [(r.status, r.reward) for _, r in results] == [("passed", 1.0)] * 2 * samples
+    for job, result in results:
+        (trajectory,) = read_trajectories(tmp_path / "runs" / "default" / result.output["trajectory"])
+        listing = [name for name in trajectory.turns[0].observation.text.split() if name.endswith((".txt", ".py"))]
+        # Its own task's pristine workspace: nothing of the other task's, nothing an earlier episode left.
+        assert sorted(listing) == ["only-in-" + trajectory.task_id + ".txt", "sol.py"], (job.id, listing)
+    # Each task's agent sandboxes came from a pool of its own (named by its workspace), opened once and never
+    # larger than two, for six episodes each: warm sandboxes were reused, not made per episode.
+    for task in tasks.values():
+        own = [e for e in sizes.events if str(task / "workspace") in str(e["pool"])]
+        assert [e["change"] for e in own].count("opened") == 1, own
+        assert max(int(e["size"]) for e in own) <= 2  # type: ignore[call-overload]
+        assert sum(str(task / "workspace") in key for key in pools) == 1, pools
+    assert len(pools) == 3  # the two agents' pools, and the judge's one (no workspace: the files are written in)

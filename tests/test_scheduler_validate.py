@@ -1,6 +1,6 @@
 """Validate jobs: curate's validation of one task each, through the scheduler. A healthy task is admitted, a task
 whose reference is wrong rejected with curate's reason code; validation that the host cannot carry out is retried,
-then completes as infra_error; invalid options are refused at submission."""
+then completes as infra_error; invalid options are refused at submission; ``rollbox run --validate``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from rollbox.scheduler import (
     validate_payload,
 )
 from scheduler_helpers import sync
+from test_scheduler_cli import lines, rollbox
 from test_validate_planted import FUNCTION_SIGN, healthy_function, write_task, wrong_reference
 
 #: Enough to decide both tasks, little enough for a loaded machine: no pressure phase, few mutants.
@@ -71,3 +72,22 @@ async def test_a_healthy_task_is_admitted_a_broken_one_rejected_and_a_host_failu
     assert "validation of task absent-python failed" in str(failed.error)
     assert [a.outcome for a in store.attempts(jobs[2].id)] == ["infra_error", "infra_error"]
     store.close()
+
+
+@pytest.mark.slow
+def test_rollbox_run_validate_writes_each_decision_with_its_reasons_and_resumes(tmp_path: Path) -> None:
+    # A task whose reference is wrong: rejected before any mutant or pressure run, so this stays quick.
+    wrong_reference(tmp_path / "tasks")
+    home = tmp_path / "home"
+    done = rollbox(home, "run", str(tmp_path / "tasks"), "--validate", "--run-id", "v")
+    assert done.returncode == 0, done.stderr  # a rejected task is a result, not a failed run
+    assert "1/1" in done.stderr and "failed 1" in done.stderr and "infra 0" in done.stderr
+    (line,) = lines(home, "v")
+    assert (line["task_id"], line["kind"], line["state"], line["status"], line["reward"]) == (
+        "wrong-reference", "validate", "completed", "reject", None,
+    )  # fmt: skip
+    assert "reference_fails" in line["reasons"]  # type: ignore[operator]
+    again = rollbox(home, "run", str(tmp_path / "tasks"), "--validate", "--run-id", "v")
+    assert again.returncode == 0 and lines(home, "v") == [line]  # not validated again
+    refused = rollbox(home, "run", str(tmp_path / "tasks"), "--validate", "--samples", "2")
+    assert refused.returncode == 2 and "leave out --samples" in refused.stderr

@@ -1,19 +1,25 @@
 """Elastic warm pools: one per sandbox configuration, each sized by the demand for it.
 
+A configuration is everything a sandbox is made with: limits, network, runtime layer, workspace and variables.
+The episodes and gradings of one task (its runtime, its copy-on-write workspace) reuse warm sandboxes of its own
+pool, reset between uses to the task's pristine workspace; two tasks with different workspaces, layers or
+variables never share one.
+
 A pool's target size is the larger of what is asked for now (sandboxes out, borrowers waiting, jobs of its
 configuration waiting in the queue) and what the arrival rate needs (borrows per second times how long each
 sandbox is held: Little's law), between ``min_size`` and ``max_size``. A pool grows at once, sandbox by sandbox
 in the background (a borrower waits for the first one ready, not for all); it shrinks only after its target has
-stayed below its size for ``grace_s``, and a pool nobody used for ``grace_s`` is closed. Every resize is reported
-as a ``pool.resize`` event.
+stayed below its size for ``grace_s``, and a pool nobody used for ``grace_s`` is closed, as are the least recently
+used idle pools when the sandboxes of all pools together would pass ``max_total`` (a run over thousands of tasks,
+one pool each, keeps a bounded number warm). Every resize is reported as a ``pool.resize`` event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -22,26 +28,45 @@ from pathlib import Path
 
 from rollbox import telemetry
 from rollbox.sandbox import Limits, Network, ResizablePool, Sandbox
-from rollbox.sandbox.runtime import Layer
+from rollbox.sandbox.runtime import Layer, RuntimeSpec
 
 from ._model import canonical_json
 
-__all__ = ["ElasticSandboxes", "pool_config", "pool_key"]
+__all__ = ["ElasticSandboxes", "pool_key"]
 
 #: How long the queue's word (:meth:`ElasticSandboxes.expect`) counts: schedulers repeat it every second.
 _HINT_S = 3.0
 
 
-def pool_key(limits: Limits, network: Network | str) -> str:
-    """The name of the warm pool for sandboxes of this configuration (plain JSON, so it can be stored)."""
+def pool_key(
+    limits: Limits,
+    network: Network | str,
+    *,
+    runtime: RuntimeSpec | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """The name of the warm pool for sandboxes of this configuration (plain JSON, so it can be stored with each
+    queued job). The runtime is named by its :class:`RuntimeSpec` (what a task asks for), not by the layer built
+    from it, so that the name is the same where the job is submitted and on whichever node builds the layer."""
     values = {f.name: getattr(limits, f.name) for f in fields(limits) if getattr(limits, f.name) is not None}
-    return canonical_json({"limits": values, "network": Network(network).value})
+    config: dict[str, object] = {"limits": values, "network": Network(network).value}
+    if runtime is not None:
+        config["runtime"] = {
+            "python": runtime.python,
+            "requirements": list(runtime.requirements),
+            "sdists": runtime.allow_sdists,
+        }
+    if workspace is not None:
+        config["workspace"] = os.fspath(workspace)
+    if env:
+        config["env"] = dict(env)
+    return canonical_json(config)
 
 
-def pool_config(key: str) -> tuple[Limits, Network]:
-    """The configuration a :func:`pool_key` names."""
-    config = json.loads(key)
-    return Limits(**config["limits"]), Network(config["network"])
+#: A pool's place in :class:`ElasticSandboxes`: its :func:`pool_key`, and the key of the layer it runs on (two
+#: layers of one spec differ only if this machine's interpreters changed meanwhile).
+_Key = tuple[str, str | None]
 
 
 @dataclass
@@ -49,6 +74,8 @@ class _Elastic:
     """One configuration's pool and what is known of the demand for it."""
 
     pool: ResizablePool
+    #: Its :func:`pool_key`.
+    name: str
     waiting: int = 0
     queued: int = 0
     #: When each of the recent borrows began, and how long the recent ones held their sandbox.
@@ -56,6 +83,13 @@ class _Elastic:
     holds: deque[float] = field(default_factory=lambda: deque(maxlen=64))
     #: The last time the target was at least the pool's size (demand that justified it).
     needed_at: float = field(default_factory=time.monotonic)
+    #: The last time a borrower came.
+    used_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def idle(self) -> bool:
+        """Nobody holds or waits for one of its sandboxes."""
+        return not (self.pool.busy or self.waiting)
 
 
 class ElasticSandboxes:
@@ -63,6 +97,8 @@ class ElasticSandboxes:
 
     Args:
         max_size: The most sandboxes one configuration's pool holds.
+        max_total: The most sandboxes all pools hold together before idle pools are closed to make room, least
+            recently used first (default: twice ``max_size``). Busy sandboxes are never taken back for it.
         min_size: The fewest an open pool keeps (a pool idle for ``grace_s`` is closed all the same).
         grace_s: How long a pool keeps sandboxes it no longer needs, for the next burst.
         warm_python: As for :class:`rollbox.sandbox.WarmSandboxes`.
@@ -73,6 +109,7 @@ class ElasticSandboxes:
         self,
         *,
         max_size: int,
+        max_total: int | None = None,
         min_size: int = 1,
         grace_s: float = 30.0,
         warm_python: bool = True,
@@ -81,11 +118,14 @@ class ElasticSandboxes:
         if not 1 <= min_size <= max_size:
             raise ValueError(f"need 1 <= min_size <= max_size, got min_size={min_size}, max_size={max_size}")
         self.max_size, self.min_size, self.grace_s = max_size, min_size, grace_s
+        self.max_total = max_total or 2 * max_size
+        if self.max_total < max_size:
+            raise ValueError(f"need max_total >= max_size, got max_total={max_total}, max_size={max_size}")
         self.warm_python, self.interval_s = warm_python, interval_s
-        self._pools: dict[tuple[Limits, Network], _Elastic] = {}
+        self._pools: dict[_Key, _Elastic] = {}
         self._opening = asyncio.Lock()
         self._control: asyncio.Task[None] | None = None
-        self._queued: dict[tuple[Limits, Network], int] = {}
+        self._queued: dict[str, int] = {}
         self._queued_at = 0.0
 
     async def __aenter__(self) -> ElasticSandboxes:
@@ -109,26 +149,63 @@ class ElasticSandboxes:
 
     def sizes(self) -> dict[str, int]:
         """Each open pool's size, by :func:`pool_key`."""
-        return {pool_key(limits, network): e.pool.size for (limits, network), e in self._pools.items()}
+        sizes: dict[str, int] = {}
+        for elastic in self._pools.values():
+            sizes[elastic.name] = sizes.get(elastic.name, 0) + elastic.pool.size
+        return sizes
 
     def expect(self, queued: Mapping[str, int]) -> None:
         """Tell the pools how many jobs of each :func:`pool_key` wait in the queue, so that they grow before those
         jobs arrive (the word counts for a few seconds: repeat it). Configurations with no open pool yet get one at
         their first borrow."""
-        self._queued = {pool_config(key): count for key, count in queued.items() if key}
+        self._queued = {key: count for key, count in queued.items() if key}
         self._queued_at = time.monotonic()
-        for config, elastic in self._pools.items():
-            elastic.queued = self._queued.get(config, 0)
+        for elastic in self._pools.values():
+            elastic.queued = self._queued.get(elastic.name, 0)
 
-    async def _entry(self, limits: Limits, network: Network) -> _Elastic:
-        key = (limits, Network(network))
+    async def _entry(
+        self,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None,
+        workspace: Path | None,
+        env: Mapping[str, str] | None,
+    ) -> _Elastic:
+        name = pool_key(limits, network, runtime=runtime.spec if runtime else None, workspace=workspace, env=env)
+        key = (name, runtime.key if runtime else None)
         async with self._opening:
             if key not in self._pools:
-                pool = ResizablePool(size=1, limits=limits, network=network, warm_python=self.warm_python)
+                await self._make_room()
+                pool = ResizablePool(
+                    size=1,
+                    limits=limits,
+                    network=network,
+                    warm_python=self.warm_python,
+                    runtime=runtime,
+                    workspace=workspace,
+                    env=dict(env or {}),
+                )
                 await pool.__aenter__()
-                self._pools[key] = _Elastic(pool, queued=self._queued.get(key, 0))
-                self._report(key, self._pools[key], "opened")
+                self._pools[key] = _Elastic(pool, name, queued=self._queued.get(name, 0))
+                self._report(self._pools[key], "opened")
         return self._pools[key]
+
+    async def _make_room(self) -> None:
+        """Close idle pools, least recently used first, until a new one fits within ``max_total``."""
+        total = sum(e.pool.size for e in self._pools.values())
+        for key, elastic in sorted(self._pools.items(), key=lambda item: item[1].used_at):
+            if total < self.max_total:
+                return
+            if elastic.idle:
+                total -= elastic.pool.size
+                await self._close(key, elastic)
+
+    async def _close(self, key: _Key, elastic: _Elastic) -> None:
+        if self._pools.pop(key, None) is None:  # closed meanwhile, by the other of steering and making room
+            return
+        self._report(elastic, "closed")
+        with contextlib.suppress(Exception):
+            await elastic.pool.close()
 
     @contextlib.asynccontextmanager
     async def sandboxes(
@@ -143,32 +220,25 @@ class ElasticSandboxes:
         env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[Sandbox]]:
         """``count`` distinct warm sandboxes of this configuration, borrowed together, reset when the block ends
-        (beyond ``max_size``, new ones, destroyed after). With a runtime layer, a workspace or variables (which
-        the elastic pools are not keyed by yet), new sandboxes, destroyed after."""
-        if runtime is not None or workspace is not None or env:
-            async with contextlib.AsyncExitStack() as stack:
-                made = (
-                    Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
-                    for _ in range(count)
-                )
-                yield [await stack.enter_async_context(sandbox) for sandbox in made]
-            return
-        elastic = await self._entry(limits, network)
+        (beyond ``max_size``, new ones, destroyed after)."""
+        elastic = await self._entry(limits, network, runtime, workspace, env)
         pool = elastic.pool
-        elastic.arrivals.append(time.monotonic())
+        elastic.used_at = time.monotonic()
+        elastic.arrivals.append(elastic.used_at)
         elastic.waiting += count
         waiting = True
         try:
             wanted = min(self.max_size, pool.busy + elastic.waiting)
             if pool.idle < count and pool.size < wanted:
                 pool.resize(wanted)  # grow now: a borrower never waits for the next steering round
-                self._report((limits, Network(network)), elastic, "grew")
+                self._report(elastic, "grew")
             async with contextlib.AsyncExitStack() as stack:
                 boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.max_size), avoid=avoid)))
                 elastic.waiting -= count
                 waiting = False
                 for _ in range(count - len(boxes)):
-                    boxes.append(await stack.enter_async_context(Sandbox(limits=limits, network=network)))
+                    extra = Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
+                    boxes.append(await stack.enter_async_context(extra))
                 began = time.monotonic()
                 try:
                     yield boxes
@@ -210,24 +280,21 @@ class ElasticSandboxes:
                 pool, target = elastic.pool, self._target(elastic, now)
                 used = pool.busy or elastic.waiting or any(t > now - self.grace_s for t in elastic.arrivals)
                 if not used and target <= self.min_size:  # nobody borrowed for the whole grace period
-                    del self._pools[key]
-                    self._report(key, elastic, "closed")
-                    with contextlib.suppress(Exception):
-                        await pool.close()
+                    await self._close(key, elastic)
                 elif target >= pool.size:
                     elastic.needed_at = now
                     if target > pool.size:
                         pool.resize(target)
-                        self._report(key, elastic, "grew")
+                        self._report(elastic, "grew")
                 elif now - elastic.needed_at >= self.grace_s:
                     pool.resize(target)
                     elastic.needed_at = now
-                    self._report(key, elastic, "shrank")
+                    self._report(elastic, "shrank")
 
-    def _report(self, key: tuple[Limits, Network], elastic: _Elastic, change: str) -> None:
+    def _report(self, elastic: _Elastic, change: str) -> None:
         telemetry.emit(
             "pool.resize",
-            pool=pool_key(*key),
+            pool=elastic.name,
             change=change,
             size=0 if change == "closed" else elastic.pool.size,
             busy=elastic.pool.busy,
