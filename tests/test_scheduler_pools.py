@@ -6,6 +6,7 @@ never see each other's files."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 
@@ -13,9 +14,10 @@ import pytest
 
 from rollbox import telemetry
 from rollbox.env import Observation, Trajectory, Turn, read_trajectories, write_trajectories
-from rollbox.sandbox import Limits
+from rollbox.sandbox import Limits, Network
 from rollbox.scheduler import (
     Capacity,
+    ElasticSandboxes,
     JobSpec,
     JobStore,
     LocalWorker,
@@ -125,3 +127,36 @@ async def test_episodes_of_one_task_reuse_its_pool_and_two_tasks_never_share_one
         assert max(int(e["size"]) for e in own) <= 2  # type: ignore[call-overload]
         assert sum(str(task / "workspace") in key for key in pools) == 1, pools
     assert len(pools) == 3  # the two agents' pools, and the judge's one (no workspace: the files are written in)
+
+
+@sync
+async def test_pools_differ_by_workspace_and_variables_and_idle_ones_make_room_least_recently_used_first(
+    tmp_path: Path,
+) -> None:
+    limits = Limits(timeout_s=10, memory_bytes=64 * 2**20)
+    spaces = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.txt").write_text(name)
+        spaces.append(tmp_path / name)
+    sizes = Sizes()
+    seen = []
+    pools = ElasticSandboxes(max_size=1, max_total=2, grace_s=60, warm_python=False)
+    with telemetry.recording(sizes):
+        # Held throughout: a busy pool is never closed to make room.
+        async with pools, pools.sandbox(limits=limits, network=Network.NONE, workspace=spaces[0]) as held:
+            for env in ({"X": "1"}, {"X": "2"}, {"X": "1"}):
+                async with pools.sandbox(limits=limits, network=Network.NONE, workspace=spaces[1], env=env) as sb:
+                    seen.append((await sb.exec(["sh", "-c", "ls /workspace; echo $X"])).stdout.decode().split())
+            assert (await held.exec(["ls", "/workspace"])).stdout == b"a.txt\n"
+            keys = pools.sizes()
+    assert seen == [["b.txt", "1"], ["b.txt", "2"], ["b.txt", "1"]]
+
+    def named(change: str) -> list[tuple[str, str | None]]:
+        configs = [json.loads(str(e["pool"])) for e in sizes.events if e["change"] == change]
+        return [(Path(c["workspace"]).name, c.get("env", {}).get("X")) for c in configs]
+
+    assert named("opened") == [("a", None), ("b", "1"), ("b", "2"), ("b", "1")]
+    # Two sandboxes at most: opening X=2 closed the idle X=1 pool (never the busy one), and X=1 again closed X=2.
+    assert named("closed")[:2] == [("b", "1"), ("b", "2")]
+    assert len(keys) == 2 and sum(keys.values()) == 2

@@ -77,6 +77,8 @@ class _Elastic:
     #: Its :func:`pool_key`.
     name: str
     waiting: int = 0
+    #: Sandboxes lent and not yet given back (the pool counts them busy until their reset ends, too).
+    lent: int = 0
     queued: int = 0
     #: When each of the recent borrows began, and how long the recent ones held their sandbox.
     arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=256))
@@ -89,7 +91,7 @@ class _Elastic:
     @property
     def idle(self) -> bool:
         """Nobody holds or waits for one of its sandboxes."""
-        return not (self.pool.busy or self.waiting)
+        return not (self.lent or self.waiting)
 
 
 class ElasticSandboxes:
@@ -235,6 +237,7 @@ class ElasticSandboxes:
             async with contextlib.AsyncExitStack() as stack:
                 boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.max_size), avoid=avoid)))
                 elastic.waiting -= count
+                elastic.lent += count
                 waiting = False
                 for _ in range(count - len(boxes)):
                     extra = Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
@@ -247,6 +250,8 @@ class ElasticSandboxes:
         finally:
             if waiting:
                 elastic.waiting -= count
+            else:  # given back: the pool resets them now, in the background
+                elastic.lent -= count
 
     @contextlib.asynccontextmanager
     async def sandbox(
