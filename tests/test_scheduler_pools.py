@@ -160,3 +160,19 @@ async def test_pools_differ_by_workspace_and_variables_and_idle_ones_make_room_l
     # Two sandboxes at most: opening X=2 closed the idle X=1 pool (never the busy one), and X=1 again closed X=2.
     assert named("closed")[:2] == [("b", "1"), ("b", "2")]
     assert len(keys) == 2 and sum(keys.values()) == 2
+
+
+@sync
+async def test_growth_ahead_of_the_queue_stays_within_max_total_across_pools(tmp_path: Path) -> None:
+    limits = Limits(timeout_s=10, memory_bytes=64 * 2**20)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    async with ElasticSandboxes(max_size=3, max_total=4, grace_s=60, warm_python=False, interval_s=0.05) as pools:
+        for name in ("a", "b"):
+            async with pools.sandbox(limits=limits, network=Network.NONE, workspace=tmp_path / name):
+                pass
+        for _ in range(20):  # the scheduler repeats its word every second; here, faster
+            pools.expect({key: 10 for key in pools.sizes()})  # ten jobs queued for each: each pool's target is 3
+            await asyncio.sleep(0.05)
+        sizes = sorted(pools.sizes().values())
+    assert sum(sizes) == 4 and max(sizes) <= 3, sizes

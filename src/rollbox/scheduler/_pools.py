@@ -99,8 +99,9 @@ class ElasticSandboxes:
 
     Args:
         max_size: The most sandboxes one configuration's pool holds.
-        max_total: The most sandboxes all pools hold together before idle pools are closed to make room, least
-            recently used first (default: twice ``max_size``). Busy sandboxes are never taken back for it.
+        max_total: The most sandboxes all pools hold together: growth ahead of demand stops there, and idle pools
+            are closed to make room for a new one, least recently used first (default: twice ``max_size``).
+            Borrowers are never refused for it, nor busy sandboxes taken back.
         min_size: The fewest an open pool keeps (a pool idle for ``grace_s`` is closed all the same).
         grace_s: How long a pool keeps sandboxes it no longer needs, for the next burst.
         warm_python: As for :class:`rollbox.sandbox.WarmSandboxes`.
@@ -281,17 +282,25 @@ class ElasticSandboxes:
         while True:
             await asyncio.sleep(self.interval_s)
             now = time.monotonic()
+            total = sum(e.pool.size for e in self._pools.values())
             for key, elastic in list(self._pools.items()):
                 pool, target = elastic.pool, self._target(elastic, now)
                 used = pool.busy or elastic.waiting or any(t > now - self.grace_s for t in elastic.arrivals)
                 if not used and target <= self.min_size:  # nobody borrowed for the whole grace period
+                    total -= pool.size
                     await self._close(key, elastic)
                 elif target >= pool.size:
                     elastic.needed_at = now
-                    if target > pool.size:
-                        pool.resize(target)
+                    # Growth ahead of demand (the queue's word, the arrival rate) stays within max_total across
+                    # pools: many tasks queued at once must not each warm a full pool. Borrowers who are here
+                    # already grow their pool as they come, past it if they must.
+                    grown = min(target, pool.size + max(0, self.max_total - total))
+                    if grown > pool.size:
+                        total += grown - pool.size
+                        pool.resize(grown)
                         self._report(elastic, "grew")
                 elif now - elastic.needed_at >= self.grace_s:
+                    total -= pool.size - target
                     pool.resize(target)
                     elastic.needed_at = now
                     self._report(elastic, "shrank")
