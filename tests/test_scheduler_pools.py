@@ -176,3 +176,30 @@ async def test_growth_ahead_of_the_queue_stays_within_max_total_across_pools(tmp
             await asyncio.sleep(0.05)
         sizes = sorted(pools.sizes().values())
     assert sum(sizes) == 4 and max(sizes) <= 3, sizes
+
+
+@sync
+async def test_a_pool_opening_holds_back_neither_other_pools_borrowers_nor_opens_twice(tmp_path: Path) -> None:
+    limits = Limits(timeout_s=10, memory_bytes=64 * 2**20)
+    for name in ("warm", "c", "d", "e"):
+        (tmp_path / name).mkdir()
+    sizes = Sizes()
+
+    async def use(pools: ElasticSandboxes, name: str) -> None:
+        async with pools.sandbox(limits=limits, network=Network.NONE, workspace=tmp_path / name) as sb:
+            await sb.exec(["true"])
+
+    with telemetry.recording(sizes):
+        async with ElasticSandboxes(max_size=2, max_total=16, grace_s=60, warm_python=False) as pools:
+            await use(pools, "warm")
+            await asyncio.sleep(0.5)  # its sandbox is reset and idle again
+            # Three new pools opening (one of them wanted twice at once), then a borrow from the warm one.
+            opening = [asyncio.create_task(use(pools, name)) for name in ("c", "c", "d", "e")]
+            await asyncio.sleep(0)
+            async with pools.sandbox(limits=limits, network=Network.NONE, workspace=tmp_path / "warm"):
+                meanwhile = sum(e["change"] == "opened" for e in sizes.events) - 1
+            await asyncio.gather(*opening)
+    assert meanwhile < 3  # the warm pool's borrower did not wait for every other pool to open
+    opened = [json.loads(str(e["pool"]))["workspace"] for e in sizes.events if e["change"] == "opened"]
+    # Each opened once ("c" for its two borrowers), and none closed before its borrowers came.
+    assert sorted(Path(w).name for w in opened) == ["c", "d", "e", "warm"]

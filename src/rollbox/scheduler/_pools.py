@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import time
@@ -87,6 +88,8 @@ class _Elastic:
     needed_at: float = field(default_factory=time.monotonic)
     #: The last time a borrower came.
     used_at: float = field(default_factory=time.monotonic)
+    #: Set when it is closed (a borrower that waited for it to open comes too late, and opens another).
+    closed: bool = False
 
     @property
     def idle(self) -> bool:
@@ -126,7 +129,8 @@ class ElasticSandboxes:
             raise ValueError(f"need max_total >= max_size, got max_total={max_total}, max_size={max_size}")
         self.warm_python, self.interval_s = warm_python, interval_s
         self._pools: dict[_Key, _Elastic] = {}
-        self._opening = asyncio.Lock()
+        #: Pools being opened, each once however many borrowers wait for it (others' borrowers never wait for it).
+        self._openings: dict[_Key, asyncio.Future[_Elastic]] = {}
         self._control: asyncio.Task[None] | None = None
         self._queued: dict[str, int] = {}
         self._queued_at = 0.0
@@ -145,6 +149,10 @@ class ElasticSandboxes:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._control
             self._control = None
+        openings, self._openings = list(self._openings.values()), {}
+        for opening in openings:
+            opening.cancel()
+        await asyncio.gather(*openings, return_exceptions=True)
         pools, self._pools = [e.pool for e in self._pools.values()], {}
         for pool in pools:
             with contextlib.suppress(Exception):
@@ -176,22 +184,37 @@ class ElasticSandboxes:
     ) -> _Elastic:
         name = pool_key(limits, network, runtime=runtime.spec if runtime else None, workspace=workspace, env=env)
         key = (name, runtime.key if runtime else None)
-        async with self._opening:
-            if key not in self._pools:
-                await self._make_room()
-                pool = ResizablePool(
-                    size=1,
-                    limits=limits,
-                    network=network,
-                    warm_python=self.warm_python,
-                    runtime=runtime,
-                    workspace=workspace,
-                    env=dict(env or {}),
-                )
-                await pool.__aenter__()
-                self._pools[key] = _Elastic(pool, name, queued=self._queued.get(name, 0))
-                self._report(self._pools[key], "opened")
-        return self._pools[key]
+        found = self._pools.get(key)
+        if found is not None:
+            return found
+        opening = self._openings.get(key)
+        if opening is None:
+            make = ResizablePool(
+                size=1,
+                limits=limits,
+                network=network,
+                warm_python=self.warm_python,
+                runtime=runtime,
+                workspace=workspace,
+                env=dict(env or {}),
+            )
+            opening = self._openings[key] = asyncio.ensure_future(self._open(key, name, make))
+            opening.add_done_callback(functools.partial(self._opened, key))
+        # Shielded: a borrower that gives up does not stop the opening the others wait for.
+        return await asyncio.shield(opening)
+
+    async def _open(self, key: _Key, name: str, pool: ResizablePool) -> _Elastic:
+        await self._make_room()
+        await pool.__aenter__()
+        elastic = self._pools[key] = _Elastic(pool, name, queued=self._queued.get(name, 0))
+        self._report(elastic, "opened")
+        return elastic
+
+    def _opened(self, key: _Key, opening: asyncio.Future[_Elastic]) -> None:
+        if self._openings.get(key) is opening:
+            del self._openings[key]
+        if not opening.cancelled():
+            opening.exception()  # its borrowers saw it; nobody need be told again
 
     async def _make_room(self) -> None:
         """Close idle pools, least recently used first, until a new one fits within ``max_total``."""
@@ -206,6 +229,7 @@ class ElasticSandboxes:
     async def _close(self, key: _Key, elastic: _Elastic) -> None:
         if self._pools.pop(key, None) is None:  # closed meanwhile, by the other of steering and making room
             return
+        elastic.closed = True
         self._report(elastic, "closed")
         with contextlib.suppress(Exception):
             await elastic.pool.close()
@@ -225,6 +249,8 @@ class ElasticSandboxes:
         """``count`` distinct warm sandboxes of this configuration, borrowed together, reset when the block ends
         (beyond ``max_size``, new ones, destroyed after)."""
         elastic = await self._entry(limits, network, runtime, workspace, env)
+        while elastic.closed:  # opened, then closed (idle: nobody had borrowed yet) before this borrower came back
+            elastic = await self._entry(limits, network, runtime, workspace, env)
         pool = elastic.pool
         elastic.used_at = time.monotonic()
         elastic.arrivals.append(elastic.used_at)
@@ -285,7 +311,8 @@ class ElasticSandboxes:
             total = sum(e.pool.size for e in self._pools.values())
             for key, elastic in list(self._pools.items()):
                 pool, target = elastic.pool, self._target(elastic, now)
-                used = pool.busy or elastic.waiting or any(t > now - self.grace_s for t in elastic.arrivals)
+                # A pool just opened counts as used: its first borrowers are on their way.
+                used = pool.busy or elastic.waiting or now - elastic.used_at < self.grace_s
                 if not used and target <= self.min_size:  # nobody borrowed for the whole grace period
                     total -= pool.size
                     await self._close(key, elastic)
