@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
+from rollbox.curate import ValidateOptions
 from rollbox.env import policy_from_name
 from rollbox.scheduler import (
     API_KEY_VARIABLE,
@@ -56,9 +57,11 @@ the trajectory of each task recorded in FILE), openai:MODEL (a chat-completions 
 from --api-key or $ROLLBOX_API_KEY, never written to the job store).
 
 --validate: one validation job per task instead of episodes (what `rollbox validate` does, with its defaults and
-its cache, durably and resumably, on a Ray cluster too): each result line's status is the decision (admit, weak,
-reject) and its reasons the reason codes; a rejected task counts as failed in the progress line. A validation
-that rollbox or the host could not carry out (validation_error) is retried, then ends in infra_error.
+its cache, durably and resumably, on a Ray cluster too), but without the reruns under CPU pressure: each job would
+load the whole machine with busy loops of its own while the others run, so timing_dependent is left to
+`rollbox validate`, which applies pressure once for all tasks. Each result line's status is the decision (admit,
+weak, reject) and its reasons the reason codes; a rejected task counts as failed in the progress line. A
+validation that rollbox or the host could not carry out (validation_error) is retried, then ends in infra_error.
 
 exit status: 0 when every job completed (whatever the model did), 1 when any job ended in infra_error, failed,
 timed out or was cancelled, 2 for invalid arguments or tasks, 130 when interrupted (resume with --run-id).
@@ -101,6 +104,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.set_defaults(run=_main)
 
 
+#: ``rollbox run --validate``'s checks: curate's defaults but the CPU-pressure phase (see the epilog).
+_VALIDATION = ValidateOptions(pressure=False)
+
+
 class _Usage(Exception):
     """Invalid arguments or tasks: exit 2 with the message."""
 
@@ -129,7 +136,7 @@ def _specs(tasks: list[Task], args: argparse.Namespace, run_id: str) -> list[Job
         return [
             JobSpec(
                 kind="validate",
-                payload={**validate_payload(task.path), "task_id": task.id, "sample": 0},
+                payload={**validate_payload(task.path, _VALIDATION), "task_id": task.id, "sample": 0},
                 key=f"{run_id}/{task.id}/validate",
                 run_id=run_id,
                 max_attempts=args.max_attempts,

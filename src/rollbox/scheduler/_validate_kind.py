@@ -17,9 +17,10 @@ The result's status is the decision (``admit``, ``weak``, ``reject``: :class:`ro
 failure, not the task's: the job is retried, and after its last attempt completes as ``infra_error``.
 
 Validation grades in warm sandboxes of its own, opened and closed with each attempt (curate's grader), not in the
-worker's elastic pools. Its CPU-pressure phase (``options.pressure``, on by default) runs busy loops beside the
-reference for a few seconds: jobs sharing the machine feel it too, which is the point of the check but slows them;
-turn it off for validations meant to run beside other work.
+worker's elastic pools. Its CPU-pressure phase (``options.pressure``, on by default) runs four busy loops per CPU
+beside the reference for a few seconds: jobs sharing the machine feel it too, which is the point of the check but
+slows them, and several validation jobs at once multiply it. Turn it off for validations that run side by side or
+beside other work (``rollbox run --validate`` does).
 """
 
 from __future__ import annotations
