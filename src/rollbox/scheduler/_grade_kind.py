@@ -25,7 +25,7 @@ from rollbox.tasks import Task, TaskFormatError, load_task
 from ._errors import PayloadError
 from ._kinds import JobContext, Outcome
 from ._model import Requirements
-from ._pools import pool_key
+from ._pool_key import pool_key
 
 __all__ = ["GradeKind", "load_payload_task", "task_pool", "task_requirements"]
 

@@ -20,49 +20,22 @@ import asyncio
 import contextlib
 import functools
 import math
-import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollbox import telemetry
 from rollbox.sandbox import Limits, Network, ResizablePool, Sandbox
-from rollbox.sandbox.runtime import Layer, RuntimeSpec
+from rollbox.sandbox.runtime import Layer
 
-from ._model import canonical_json
+from ._pool_key import pool_key
 
-__all__ = ["ElasticSandboxes", "pool_key"]
+__all__ = ["ElasticSandboxes"]
 
 #: How long the queue's word (:meth:`ElasticSandboxes.expect`) counts: schedulers repeat it every second.
 _HINT_S = 3.0
-
-
-def pool_key(
-    limits: Limits,
-    network: Network | str,
-    *,
-    runtime: RuntimeSpec | None = None,
-    workspace: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> str:
-    """The name of the warm pool for sandboxes of this configuration (plain JSON, so it can be stored with each
-    queued job). The runtime is named by its :class:`RuntimeSpec` (what a task asks for), not by the layer built
-    from it, so that the name is the same where the job is submitted and on whichever node builds the layer."""
-    values = {f.name: getattr(limits, f.name) for f in fields(limits) if getattr(limits, f.name) is not None}
-    config: dict[str, object] = {"limits": values, "network": Network(network).value}
-    if runtime is not None:
-        config["runtime"] = {
-            "python": runtime.python,
-            "requirements": list(runtime.requirements),
-            "sdists": runtime.allow_sdists,
-        }
-    if workspace is not None:
-        config["workspace"] = os.fspath(workspace)
-    if env:
-        config["env"] = dict(env)
-    return canonical_json(config)
 
 
 #: A pool's place in :class:`ElasticSandboxes`: its :func:`pool_key`, and the key of the layer it runs on (two
