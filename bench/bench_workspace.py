@@ -4,6 +4,7 @@ the same repository copied in (``write_tree``, the way without overlays), side b
 
     python bench/bench_workspace.py [--files N] [--megabytes M] [--iterations N] [--rounds R] [--share N]
                                     [--json PATH]
+    python bench/bench_workspace.py --grade [--files N] [--megabytes M] [--iterations N] [--rounds R]
 
 The repository is made once in a temporary directory on the host's disk: N files (default 10,000) in nested
 directories, M megabytes in all (default 100). Cases, each ``start, exec(["true"]), close``:
@@ -17,6 +18,15 @@ changed: in place) and ``reset, one file changed`` (a restart over a new overlay
 round; medians are printed. Then ``--share`` sandboxes (default 100) are opened at once on REPO: the memory
 they take together (MemAvailable before and after) and their trees' use of their disk limit, beside what
 copying would cost them (the repository's size each).
+
+With ``--grade``, instead: what an episode's end costs on a task whose workspace is REPO (a pytest task), after
+a sandbox on REPO changed one file: the time from the end of that command to the verdict, both ways side by side,
+
+- ``changes, overlaid grading``: ``read_changes`` (the overlay's upper layer: one file), the judge's diff of
+  those changes, and a grading sandbox that starts over REPO with the one file laid in (what rollbox does);
+- ``whole tree, copied grading``: ``read_tree`` of all /workspace, the judge's diff of the whole tree, and a
+  grading tree built whole and copied into the grading sandbox (the way before; forced here by raising the
+  judge's copy threshold).
 
 Needs what rollbox's namespaces backend needs (root, cgroups) and a kernel that overlays the repository's
 filesystem (the overlay case says ``copy`` otherwise).
@@ -37,7 +47,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import rollbox
+import rollbox.judge._grade as judge_grade
+from rollbox.judge import VerdictStatus, grade
 from rollbox.sandbox import Limits, SandboxPool
+from rollbox.tasks import load_task
 
 LIMITS = Limits(timeout_s=30, cpu_time_s=10, disk_bytes=512 * 2**20)
 
@@ -115,6 +128,47 @@ async def _share(repo: Path, count: int, repo_bytes: int) -> dict[str, float]:
     }
 
 
+async def _grade_cases(base: Path, files: int, megabytes: int, iterations: int, rounds: int) -> dict[str, list[float]]:
+    """An episode's end on a repository task, one file changed: changes and overlay, or whole tree and copy."""
+    root = base / "task"
+    repo_bytes = make_repository(root / "workspace", files, megabytes)
+    (root / "tests").mkdir()
+    changed = "pkg0/mod0/sub0/file0.py"
+    (root / "tests" / "test_repo.py").write_text(
+        f"def test_changed():\n    assert open('/workspace/{changed}').read() == 'changed\\n'\n"
+    )
+    (root / "task.toml").write_text('[grading]\nrunner = "pytest"\n[limits]\ntimeout = "60s"\ndisk = "512M"\n')
+    task = load_task(root)
+    print(f"task repository: {files} files, {repo_bytes / 2**20:.0f} MiB", file=sys.stderr)
+    copy_max = judge_grade._COPY_MAX_ENTRIES, judge_grade._COPY_MAX_BYTES
+
+    def ending(whole: bool) -> Callable[[], Awaitable[float]]:
+        async def run() -> float:
+            out = Path(tempfile.mkdtemp(prefix="rollbox-bench-end-", dir="/dev/shm"))
+            try:
+                async with rollbox.Sandbox(limits=LIMITS, workspace=task.workspace) as sb:
+                    _check(await sb.exec(["sh", "-c", f"echo changed > {changed}"]))
+                    start = time.perf_counter()
+                    if whole:
+                        judge_grade._COPY_MAX_ENTRIES, judge_grade._COPY_MAX_BYTES = 10**12, 10**15
+                        await sb.read_tree(out / "workspace")
+                        verdict = await grade(task, out / "workspace")
+                    else:
+                        verdict = await grade(task, await sb.read_changes(out / "workspace"))
+                    elapsed = (time.perf_counter() - start) * 1e3
+            finally:
+                judge_grade._COPY_MAX_ENTRIES, judge_grade._COPY_MAX_BYTES = copy_max
+                shutil.rmtree(out)
+            if verdict.status is not VerdictStatus.PASSED:
+                raise RuntimeError(f"the change was not graded as passing: {verdict}")
+            return elapsed
+
+        return run
+
+    cases = {"changes, overlaid grading": ending(False), "whole tree, copied grading": ending(True)}
+    return await _measure(cases, iterations=iterations, rounds=rounds)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=10_000)
@@ -123,7 +177,21 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--share", type=int, default=100)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--grade", action="store_true", help="time an episode's end on a repository task instead")
     args = parser.parse_args()
+    if args.grade:
+        base = Path(tempfile.mkdtemp(prefix="rollbox-bench-grade-", dir=os.environ.get("TMPDIR", "/var/tmp")))
+        try:
+            samples = await _grade_cases(base, args.files, args.megabytes, args.iterations, args.rounds)
+        finally:
+            shutil.rmtree(base)
+        print(f"\n{'case':<30}{'median ms':>12}{'min ms':>10}{'max ms':>10}")
+        for name, times in samples.items():
+            print(f"{name:<30}{statistics.median(times):>12.1f}{min(times):>10.1f}{max(times):>10.1f}")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        if args.json:
+            args.json.write_text(json.dumps({"samples_ms": samples}, indent=2))
+        return
 
     base = Path(tempfile.mkdtemp(prefix="rollbox-bench-workspace-", dir=os.environ.get("TMPDIR", "/var/tmp")))
     try:

@@ -11,6 +11,7 @@ import pytest
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
 from rollbox.judge.runners._report import RunnerReport
 from rollbox.judge.runners._script import parse_reward, run_script
+from rollbox.judge.runners._tree import GradingTree
 from rollbox.sandbox import Status
 from rollbox.tasks import ScriptGrading, Task, load_task
 
@@ -49,7 +50,7 @@ def run_code(task: Task, tmp_path: Path, code: str) -> RunnerReport:
     tree.mkdir(parents=True)
     (tree / "solution.py").write_text(code)
     assert isinstance(task.grading, ScriptGrading)
-    return asyncio.run(run_script(task, task.grading, tree))
+    return asyncio.run(run_script(task, task.grading, GradingTree(tree)))
 
 
 def test_a_passing_and_a_failing_solution(tmp_path: Path) -> None:

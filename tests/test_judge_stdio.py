@@ -12,6 +12,7 @@ import pytest
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
 from rollbox.judge.runners._stdio import outputs_match, run_stdio
+from rollbox.judge.runners._tree import GradingTree
 from rollbox.sandbox import Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError, load_task
 from rollbox.tasks._cases import load_stdio_cases
@@ -159,8 +160,8 @@ def test_malformed_cases_name_the_line(tmp_path: Path) -> None:
         load_stdio_cases(path)
 
 
-def _tree(tmp_path: Path, code: str) -> Path:
+def _tree(tmp_path: Path, code: str) -> GradingTree:
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "solution.py").write_text(code)
-    return tree
+    return GradingTree(tree)

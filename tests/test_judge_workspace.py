@@ -14,8 +14,10 @@ from rollbox.judge.integrity._workspace import (
     build_grading_tree,
     diff_workspace,
     is_protected,
+    removals,
+    stage_changes,
 )
-from rollbox.sandbox import RollboxError
+from rollbox.sandbox import RollboxError, WorkspaceChanges
 
 PRISTINE = {
     "mod.py": "def f():\n    return 1\n",
@@ -421,7 +423,10 @@ def test_files_diff_and_build_exactly_as_the_workspace_they_stand_for(
         ({"x": b"", "x/y.py": b""}, "'x/y.py' needs 'x' to be a directory"),
         ({"big.bin": b"x" * 101}, "'big.bin' of the candidate is 101 bytes, over the 100-byte limit"),
         ({f"{i}.py": b"" for i in range(21)}, "the candidate gave 21 files, more than 20"),
-        ({"fill.bin": b"x" * 90}, "would hold .* bytes, over the task's disk limit"),
+        (
+            {"a.bin": b"x" * 90, "b.bin": b"x" * 90, "c.bin": b"x" * 90},
+            "hold 270 bytes, more than 250, the task's disk",
+        ),
     ],
 )
 def test_files_that_describe_no_workspace_or_pass_a_limit_are_refused(
@@ -430,3 +435,168 @@ def test_files_that_describe_no_workspace_or_pass_a_limit_are_refused(
     pristine, _ = trees
     with pytest.raises(WorkspaceError, match=error):
         diff_workspace(pristine, files, max_file_bytes=100, max_files=20, max_total_bytes=250)
+
+
+def test_the_bounds_hold_the_changes_not_a_workspace_larger_than_them(tmp_path: Path) -> None:
+    """A repository over the disk limit and the file count, with one line changed, is graded like a small one."""
+    pristine, candidate = tmp_path / "pristine", tmp_path / "candidate"
+    big = {f"src/m{i}.py": f"X = {i}\n" + "#" * 100 for i in range(60)}
+    write(pristine, big)
+    write(candidate, {**big, "src/m7.py": "X = 'seven'\n" + "#" * 100})
+    changes = diff_workspace(pristine, candidate, max_files=5, max_total_bytes=500)
+    assert changes.modified == ("src/m7.py",) and not changes.added and not changes.deleted
+
+
+@pytest.mark.parametrize(
+    ("grow", "error"),
+    [
+        ({f"gen/{i}/f.txt": "" for i in range(20)}, "adds more than 20 files and directories"),  # a huge added tree
+        ({f"gen/{i}.bin": "x" * 50 for i in range(8)}, "adds or changes more than 250 bytes"),
+        ({"src/m1.py": "x" * 300}, "adds or changes more than 250 bytes"),  # an existing file grown
+        ({f"src/m{i}.py": "Y" * 100 for i in range(3)}, "changed files hold 300 bytes, more than 250"),  # same sizes
+    ],
+)
+def test_what_the_candidate_adds_or_grows_is_still_bounded(tmp_path: Path, grow: dict[str, str], error: str) -> None:
+    pristine, candidate = tmp_path / "pristine", tmp_path / "candidate"
+    big = {f"src/m{i}.py": "X" * 100 for i in range(60)}  # 6,000 bytes and 61 entries: over both bounds already
+    write(pristine, big)
+    write(candidate, {**big, **grow})
+    with pytest.raises(WorkspaceError, match=error):
+        diff_workspace(pristine, candidate, max_files=20, max_total_bytes=250)
+    changed = tmp_path / "changed"
+    write(changed, grow)
+    with pytest.raises(WorkspaceError, match=r"more than (20 files|250)"):  # every byte it wrote counts
+        diff_workspace(
+            pristine, WorkspaceChanges(changed, (), whole=False, entries=0), max_files=20, max_total_bytes=250
+        )
+
+
+def as_changes(tmp_path: Path, pristine: Path, candidate: Path) -> WorkspaceChanges:
+    """``candidate`` as an overlay over ``pristine`` records it: its files that differ (or are new), and what is
+    gone (a directory of the pristine that is now a file, or missing, is deleted whole)."""
+    root = tmp_path / "upper"
+    root.mkdir()
+    theirs, ours = snapshot(candidate), snapshot(pristine)
+    for rel, (kind, value) in theirs.items():
+        if ours.get(rel) == (kind, value) or (kind == "file" and (candidate / rel).is_dir()):
+            continue
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        if kind == "link":
+            (root / rel).symlink_to(value)
+        elif (candidate / rel).is_file():
+            (root / rel).write_bytes((candidate / rel).read_bytes())
+            (root / rel).chmod((candidate / rel).stat().st_mode)
+    every = [str(p.relative_to(pristine)) for p in sorted(pristine.rglob("*"))]
+    deleted = [
+        rel
+        for rel in every
+        if not os.path.lexists(candidate / rel) or (pristine / rel).is_dir() != (candidate / rel).is_dir()
+    ]
+    deleted = [d for d in deleted if not any(d.startswith(e + "/") for e in deleted)]
+    return WorkspaceChanges(root, tuple(deleted), whole=False, entries=0)
+
+
+def test_an_overlays_changes_diff_and_build_exactly_as_the_workspace_they_stand_for(
+    tmp_path: Path, trees: tuple[Path, Path]
+) -> None:
+    """The same edits as test_grading_tree_is_pristine_plus_changes, given as what an overlay records: the same
+    changes, flags and grading tree; and staged alone, with ``removals``, they make that tree over the pristine."""
+    pristine, candidate = trees
+    write(
+        candidate, {"mod.py": "def f():\n    return 2\n", "new/deep/helper.py": "Y = 2\n", "conftest.py": "# hacked\n"}
+    )
+    write(candidate, {"test_mine.py": "", "test_visible.py": "def test_f():\n    assert False\n"})
+    (candidate / "docs/readme.md").unlink()
+    (candidate / "docs").rmdir()
+    write(candidate, {"docs": "a file where a directory was\n"})
+    (candidate / "mypkg/core.py").unlink()
+    write(candidate, {"mypkg/core.py/inner.py": "Z = 3\n"})
+    (candidate / "queue.py").unlink()
+    (candidate / "link").symlink_to("mod.py")
+    (candidate / "out").symlink_to("/etc/passwd")
+    overlay = as_changes(tmp_path, pristine, candidate)
+    assert "mypkg/core.py" in overlay.deleted and "docs" in overlay.deleted and "queue.py" in overlay.deleted
+    for guard in (True, False):
+        assert diff_workspace(pristine, overlay, guard=guard) == diff_workspace(pristine, candidate, guard=guard)
+    changes = diff_workspace(pristine, overlay)
+    assert changes.deleted == ("docs/readme.md", "mypkg/core.py", "queue.py")
+    build_grading_tree(pristine, overlay, tmp_path / "from-overlay", changes)
+    build_grading_tree(pristine, candidate, tmp_path / "from-directory", changes)
+    assert snapshot(tmp_path / "from-overlay") == snapshot(tmp_path / "from-directory")
+    # Staged: only the changes, laid over the pristine tree after its removals.
+    stage_changes(overlay, tmp_path / "staged", changes)
+    assert set(snapshot(tmp_path / "staged")) <= {*changes.added, *changes.modified, "mypkg", "new", "new/deep"}
+    laid = tmp_path / "laid"
+    build_grading_tree(pristine, pristine, laid, Changes((), (), (), (), (), {}))
+    for rel in removals(pristine, changes):
+        (laid / rel).unlink() if not (laid / rel).is_dir() else __import__("shutil").rmtree(laid / rel)
+    for rel in (*changes.added, *changes.modified):
+        (laid / rel).parent.mkdir(parents=True, exist_ok=True)
+        (laid / rel).unlink(missing_ok=True)
+        if (tmp_path / "staged" / rel).is_symlink():
+            (laid / rel).symlink_to(os.readlink(tmp_path / "staged" / rel))
+        else:
+            (laid / rel).write_bytes((tmp_path / "staged" / rel).read_bytes())
+    assert snapshot(laid) == snapshot(tmp_path / "from-directory")
+
+
+def test_an_overlay_cannot_delete_or_replace_what_is_protected(tmp_path: Path, trees: tuple[Path, Path]) -> None:
+    """Removals an overlay records are refused where the path is protected: a deleted directory of visible tests
+    and configuration keeps them; a file over a protected path is dropped."""
+    pristine, _ = trees
+    write(pristine, {"tests/test_a.py": "def test_a():\n    assert True\n", "tests/conftest.py": "# task's\n"})
+    root = tmp_path / "upper"
+    write(root, {"tests": "now a file\n", "conftest.py/evil.py": ""})
+    overlay = WorkspaceChanges(
+        root, ("conftest.py", "pyproject.toml", "tests", "test_visible.py"), whole=False, entries=0
+    )
+    changes = diff_workspace(pristine, overlay, protected=["tests/"])
+    assert changes.deleted == ()
+    assert set(changes.dropped) == {
+        "conftest.py",
+        "conftest.py/evil.py",
+        "pyproject.toml",
+        "test_visible.py",
+        "tests",
+        "tests/conftest.py",
+        "tests/test_a.py",
+    }
+    with pytest.raises(WorkspaceError, match="not a clean workspace-relative path"):
+        diff_workspace(pristine, WorkspaceChanges(root, ("../x",), whole=False, entries=0))
+
+
+def test_removals_remove_emptied_directories_whole(trees: tuple[Path, Path]) -> None:
+    pristine, _ = trees
+    write(pristine, {"a/b/c.py": "", "a/b/d.py": "", "a/e.py": "", "k/keep.py": "", "k/gone.py": ""})
+    changes = Changes((), (), ("a/b/c.py", "a/b/d.py", "a/e.py", "k/gone.py"), (), (), {})
+    assert removals(pristine, changes) == ("a", "k/gone.py")
+    refill = Changes(("a/new.py",), (), ("a/b/c.py", "a/b/d.py", "a/e.py"), (), (), {"a/new.py": 0})
+    assert removals(pristine, refill) == ("a/b", "a/e.py")
+
+
+@pytest.mark.parametrize("edit", EDITS)
+@pytest.mark.parametrize("guard", [True, False])
+def test_an_overlays_changes_diff_as_the_directory_for_every_edit(
+    tmp_path: Path, trees: tuple[Path, Path], edit: str, guard: bool
+) -> None:
+    """Over an overlay the diff reads only the changes and what they touch of the pristine workspace (its
+    packages looked up as needed): the same changes and flags as the whole directory."""
+    pristine, candidate = trees
+    write(candidate, EDITS[edit])
+    overlay = as_changes(tmp_path, pristine, candidate)
+    assert diff_workspace(pristine, overlay, guard=guard) == diff_workspace(pristine, candidate, guard=guard)
+
+
+def test_an_overlays_changes_never_lead_the_diff_through_a_pristine_link(tmp_path: Path) -> None:
+    """A task's workspace may hold a link out of it; changes under its path (the link removed, a directory made
+    there) are the candidate's new files, never compared with what the link points to on the host."""
+    pristine, outside = tmp_path / "pristine", tmp_path / "outside"
+    write(outside, {"secret.txt": "host data\n"})
+    write(pristine, {"mod.py": ""})
+    (pristine / "lnk").symlink_to(outside)
+    upper = tmp_path / "upper"
+    write(upper, {"lnk/secret.txt": "host data\n"})
+    changes = diff_workspace(pristine, WorkspaceChanges(upper, ("lnk",), whole=False, entries=0))
+    assert (changes.added, changes.modified, changes.deleted) == (("lnk/secret.txt",), (), ("lnk",))
+    without_removal = diff_workspace(pristine, WorkspaceChanges(upper, (), whole=False, entries=0))
+    assert without_removal.added == ("lnk/secret.txt",) and without_removal.modified == ()

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
+from rollbox.curate import ValidateOptions
 from rollbox.env import policy_from_name
 from rollbox.scheduler import (
     API_KEY_VARIABLE,
@@ -30,6 +31,7 @@ from rollbox.scheduler import (
     rollbox_home,
     run_dir,
     store_path,
+    validate_payload,
 )
 from rollbox.scheduler._runs import ResultsFile
 from rollbox.tasks import Task, TaskFormatError, load_task
@@ -54,6 +56,13 @@ policies: reference (the task's solution/ through the tools), noop (submit at on
 the trajectory of each task recorded in FILE), openai:MODEL (a chat-completions server at --base-url; the key
 from --api-key or $ROLLBOX_API_KEY, never written to the job store).
 
+--validate: one validation job per task instead of episodes (what `rollbox validate` does, with its defaults and
+its cache, durably and resumably, on a Ray cluster too), but without the reruns under CPU pressure: each job would
+load the whole machine with busy loops of its own while the others run, so timing_dependent is left to
+`rollbox validate`, which applies pressure once for all tasks. Each result line's status is the decision (admit,
+weak, reject) and its reasons the reason codes; a rejected task counts as failed in the progress line. A
+validation that rollbox or the host could not carry out (validation_error) is retried, then ends in infra_error.
+
 exit status: 0 when every job completed (whatever the model did), 1 when any job ended in infra_error, failed,
 timed out or was cancelled, 2 for invalid arguments or tasks, 130 when interrupted (resume with --run-id).
 
@@ -62,6 +71,7 @@ examples:
   rollbox run tasks/ --policy openai:qwen --base-url http://127.0.0.1:8000/v1 --samples 8 --workers 32
   rollbox run tasks/add tasks/sort --policy replay:runs.jsonl --run-id nightly
   rollbox run tasks/ --policy reference --ray auto          (every node of the Ray cluster this machine is in)
+  rollbox run tasks/ --validate --run-id curation
   rollbox jobs --run nightly --state failed
 """
 
@@ -80,6 +90,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     policies = "reference, noop, replay:FILE or openai:MODEL (default: reference)"
     p.add_argument("--policy", default="reference", metavar="P", help=policies)
     p.add_argument("--samples", type=int, default=1, metavar="K", help="samples per task (default 1)")
+    p.add_argument("--validate", action="store_true", help="validate each task (one job per task) instead")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="jobs at once (default: the CPUs)")
     p.add_argument("--run-id", default=None, metavar="ID", help="name the run, or resume it (default: a new id)")
     p.add_argument("--max-attempts", type=int, default=3, metavar="N", help="attempts per job (default 3)")
@@ -91,6 +102,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster (its address, or 'auto'; see docs)"
     )
     p.set_defaults(run=_main)
+
+
+#: ``rollbox run --validate``'s checks: curate's defaults but the CPU-pressure phase (see the epilog).
+_VALIDATION = ValidateOptions(pressure=False)
 
 
 class _Usage(Exception):
@@ -117,6 +132,17 @@ def _find_tasks(roots: list[Path]) -> list[Task]:
 
 
 def _specs(tasks: list[Task], args: argparse.Namespace, run_id: str) -> list[JobSpec]:
+    if args.validate:
+        return [
+            JobSpec(
+                kind="validate",
+                payload={**validate_payload(task.path, _VALIDATION), "task_id": task.id, "sample": 0},
+                key=f"{run_id}/{task.id}/validate",
+                run_id=run_id,
+                max_attempts=args.max_attempts,
+            )
+            for task in tasks
+        ]
     try:
         policy_from_name(args.policy)  # a name it does not know, or a replay file that is not there
     except ValueError as exc:
@@ -158,8 +184,9 @@ class _Progress:
     def add(self, state: str, status: str | None, *, fresh: bool) -> None:
         if status == "infra_error":
             self.counts["infra"] += 1
-        elif state != "completed" or status not in ("ok", "passed"):
-            self.counts["failed"] += 1  # the model's failures, and jobs that ended without a result of their own
+        elif state != "completed" or status not in ("ok", "passed", "admit", "weak"):
+            # The model's failures, rejected tasks, and jobs that ended without a result of their own.
+            self.counts["failed"] += 1
             self.counts["ended"] += state != "completed"
         self.counts["done"] += 1
         self.fresh += fresh
@@ -201,7 +228,9 @@ async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress
             except IdempotencyConflict as exc:
                 raise _Usage(f"run {run_id} was started with other tasks or settings: {exc}") from None
             meta = {"tasks": [str(t.path) for t in tasks], "policy": args.policy, "samples": args.samples}
-            if args.policy.startswith("openai:"):
+            if args.validate:
+                meta = {"tasks": meta["tasks"], "validate": True}
+            elif args.policy.startswith("openai:"):
                 meta["base_url"] = args.base_url
             store.set_run_meta(run_id, meta)
             results.rewrite()
@@ -234,6 +263,9 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     if args.api_key:  # for the episodes run here; a Ray cluster's nodes get it with their actors
         os.environ[API_KEY_VARIABLE] = args.api_key
+    if args.validate and args.samples != 1:
+        print("rollbox run: --validate validates each task once: leave out --samples", file=sys.stderr)
+        return 2
     run_id = args.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     try:
         tasks = _find_tasks(args.tasks)

@@ -360,7 +360,7 @@ class Episode:
         if call is None or call.name != "run_tests" or not self._visible or self._toolbox is None:
             return 0.0
         try:
-            async with final_workspace(self._toolbox.sandbox, self._limits, self.task) as workspace:
+            async with final_workspace(self._toolbox.sandbox, self._limits) as workspace:
                 verdict = await grade(self._visible.grading_task(), workspace, sandboxes=self._judge_sandboxes)
         except (TreeTooLarge, OSError):
             return 0.0  # no grading, so no signal: the final verdict says what is wrong with the workspace
@@ -383,7 +383,7 @@ class Episode:
                     error=error or "the agent's sandbox failed",
                 )
             try:
-                async with final_workspace(self._toolbox.sandbox, self._limits, self.task) as workspace:
+                async with final_workspace(self._toolbox.sandbox, self._limits) as workspace:
                     return await grade(self.task, workspace, sandboxes=self._judge_sandboxes)
             except TreeTooLarge as exc:  # what the agent wrote: its failure, never a masked infra_error
                 flag = {"code": "workspace_refused", "path": "", "detail": str(exc)}

@@ -7,10 +7,8 @@ the kernel cannot overlay it), which the sandbox lays in as it starts (``workspa
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import stat
 import tempfile
 import threading
 import time
@@ -19,10 +17,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox import Limits, Sandbox
+from rollbox.sandbox import Limits, Sandbox, WorkspaceChanges
 from rollbox.tasks import Task
 
-__all__ = ["WorkspaceScan", "final_workspace", "scan_workspace", "tree_size"]
+__all__ = ["WorkspaceScan", "final_workspace", "scan_workspace"]
 
 #: Left out of the listing and of the search for visible tests.
 _IGNORED = frozenset({"__pycache__", ".git"})
@@ -31,7 +29,7 @@ _IGNORED = frozenset({"__pycache__", ".git"})
 _RACY_NS = 2_000_000_000
 #: How many workspaces' walks a process keeps.
 _KEPT_SCANS = 64
-#: How many entries the agent may add to its workspace beyond the task's, for the export at the end.
+#: How many entries the agent's changes may hold (files, links, directories, removals), for the export at the end.
 _MAX_NEW_FILES = 20_000
 
 
@@ -139,42 +137,20 @@ def scan_workspace(task: Task) -> WorkspaceScan:
     return scan
 
 
-def tree_size(root: Path) -> tuple[int, int]:
-    """The entries (directories, files, links) and the bytes of the regular files of the tree at ``root``: what
-    a copy of it holds.
-
-    Raises:
-        OSError: the tree cannot be read.
-    """
-    entries = size = 0
-    stack = [str(root)]
-    while stack:
-        with os.scandir(stack.pop()) as found:
-            for entry in found:
-                info = entry.stat(follow_symlinks=False)
-                entries += 1
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append(entry.path)
-                elif stat.S_ISREG(info.st_mode):
-                    size += info.st_size
-    return entries, size
-
-
 @contextlib.asynccontextmanager
-async def final_workspace(sandbox: Sandbox, limits: Limits, task: Task) -> AsyncIterator[Path]:
-    """The agent's workspace copied out to a host directory for the judge, while the block runs.
+async def final_workspace(sandbox: Sandbox, limits: Limits) -> AsyncIterator[WorkspaceChanges]:
+    """What the agent changed in its workspace, copied out to a host directory for the judge, while the block runs.
 
-    The copy never follows a link and takes at most what the sandbox can hold: ``task``'s workspace (overlaid or
-    copied in, which the disk limit does not count) and what the sandbox's disk could hold besides, in at most
-    20,000 entries more than the task's.
+    Only the changes come out (on a copy-on-write workspace, the overlay's upper layer: an episode's end on a
+    100 MB repository costs what its changes cost; elsewhere, the whole workspace), never following a link, and at
+    most what the sandbox's disk could hold, in at most 20,000 entries.
 
     Raises:
-        TreeTooLarge: the agent's workspace holds more than that (the agent's doing).
+        TreeTooLarge: the changes hold more than that (the agent's doing).
         OSError: the copy failed on the host.
     """
-    entries, size = await asyncio.to_thread(tree_size, task.workspace)
     root = os.environ.get("ROLLBOX_SCRATCH_DIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None)
     with tempfile.TemporaryDirectory(prefix="rollbox-episode-", dir=root) as scratch:
-        workspace = Path(scratch) / "workspace"
-        await sandbox.read_tree(workspace, max_bytes=size + limits.disk_bytes, max_files=entries + _MAX_NEW_FILES)
-        yield workspace
+        yield await sandbox.read_changes(
+            Path(scratch) / "workspace", max_bytes=limits.disk_bytes, max_files=_MAX_NEW_FILES
+        )

@@ -11,26 +11,66 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status
+from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status, WorkspaceChanges
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
 from ._runtime import task_sandboxes
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
 from .integrity._scan import scan_changes
-from .integrity._workspace import Candidate, WorkspaceError, build_grading_tree, diff_workspace, scratch_directory
+from .integrity._workspace import (
+    Candidate,
+    Changes,
+    WorkspaceError,
+    build_grading_tree,
+    diff_workspace,
+    removals,
+    scratch_directory,
+    stage_changes,
+    workspace_size,
+)
 from .runners._function import run_function
 from .runners._pytest import run_pytest
 from .runners._report import RunnerReport
 from .runners._script import run_script
 from .runners._stdio import run_stdio
+from .runners._tree import GradingTree
 
 __all__ = ["Solution", "grade"]
 
-#: A candidate as the judge takes it: its workspace directory, or only its files (workspace-relative paths to
-#: contents; text is UTF-8), which stand for the task's workspace with those files written over it.
-Solution = str | os.PathLike[str] | Mapping[str, str | bytes]
+#: A candidate as the judge takes it: its workspace directory; only its files (workspace-relative paths to
+#: contents; text is UTF-8), which stand for the task's workspace with those files written over it; or what it
+#: changed in a sandbox that started on the task's workspace (:meth:`rollbox.Sandbox.read_changes`).
+Solution = str | os.PathLike[str] | Mapping[str, str | bytes] | WorkspaceChanges
 
-Runner = Callable[[Task, Any, Path, SandboxSource], Awaitable[RunnerReport]]
+Runner = Callable[[Task, Any, GradingTree, SandboxSource], Awaitable[RunnerReport]]
+
+#: A task workspace with more entries or bytes than these is not copied into a grading sandbox: the sandbox starts
+#: over it (copy-on-write) and only the candidate's changes are laid in. Below them, copying costs less than the
+#: restart an overlaid pooled sandbox needs after each grading, and any task's pooled sandbox can serve.
+_COPY_MAX_ENTRIES = 256
+_COPY_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _overlaid(task: Task) -> bool:
+    entries, size = workspace_size(task.workspace)
+    return entries > _COPY_MAX_ENTRIES or size > _COPY_MAX_BYTES
+
+
+def _grading_tree(task: Task, candidate: Candidate, dest: Path, changes: Changes) -> GradingTree:
+    """The pristine workspace plus ``changes``, as the runner lays it: staged in ``dest`` whole, or only the
+    changes over the task's workspace.
+
+    Raises:
+        WorkspaceError: the candidate's files changed since the diff.
+        RollboxError, OSError: the host could not write ``dest`` or read the task's workspace.
+    """
+    if _overlaid(task):
+        stage_changes(candidate, dest, changes)
+        return GradingTree(dest, base=task.workspace, removed=removals(task.workspace, changes))
+    build_grading_tree(task.workspace, candidate, dest, changes)
+    return GradingTree(dest)
+
+
 _RUNNERS: dict[type, Runner] = {
     FunctionGrading: run_function,
     PytestGrading: run_pytest,
@@ -78,10 +118,13 @@ async def _reference_usage(task: Task, runner: Runner, sandboxes: SandboxSource)
     """
     key = _fingerprint(task)
     if key not in _references and task.solution is not None:
-        with scratch_directory("rollbox-reference-") as tree:
-            shutil.copytree(task.workspace, tree, dirs_exist_ok=True, symlinks=True)
-            shutil.copytree(task.solution, tree, dirs_exist_ok=True, symlinks=True)
-            report = await runner(task, task.grading, Path(tree), sandboxes)
+        if _overlaid(task):  # the solution's files laid over the workspace, as the task format says
+            report = await runner(task, task.grading, GradingTree(task.solution, base=task.workspace), sandboxes)
+        else:
+            with scratch_directory("rollbox-reference-") as tree:
+                shutil.copytree(task.workspace, tree, dirs_exist_ok=True, symlinks=True)
+                shutil.copytree(task.solution, tree, dirs_exist_ok=True, symlinks=True)
+                report = await runner(task, task.grading, GradingTree(Path(tree)), sandboxes)
         if report.run_status is Status.INFRA_ERROR:
             raise RollboxError(report.detail or "its run ended in infra_error")
         passed = _status(report) is VerdictStatus.PASSED
@@ -112,9 +155,11 @@ def _refused(task: Task, start: float, code: str, detail: str) -> Verdict:
 async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | None = None) -> Verdict:
     """Grade the candidate's ``solution`` against ``task``.
 
-    ``solution`` is the candidate's workspace directory, or only its files: a mapping of workspace-relative paths
+    ``solution`` is the candidate's workspace directory; or only its files: a mapping of workspace-relative paths
     to contents (text is UTF-8), which stand for the task's workspace with those files written over it
-    (``{"solution.py": completion}``; nothing is deleted). The candidate contributes only its changes to the
+    (``{"solution.py": completion}``; nothing is deleted); or what the candidate changed in a sandbox that started
+    on the task's workspace (:meth:`rollbox.Sandbox.read_changes`), which costs what the changes hold however large
+    the workspace. The candidate contributes only its changes to the
     task's workspace, minus protected paths (dropped and reported in ``flags``). Grading runs in a fresh sandbox; a
     failure of rollbox or the host gives status ``infra_error`` with reward ``None``, never a score.
     ``sandboxes`` says where grading sandboxes come from: fresh ones by default, or warm ones
@@ -130,13 +175,14 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
         candidate: Candidate = (
             {p: t.encode("utf-8", "surrogatepass") if isinstance(t, str) else t for p, t in solution.items()}
             if isinstance(solution, Mapping)
+            else solution
+            if isinstance(solution, WorkspaceChanges)
             else Path(solution)
         )
         changes = diff_workspace(task.workspace, candidate, guard=guard, max_total_bytes=task.limits.disk_bytes)
         flags = changes.flags + scan_changes(candidate, [*changes.added, *changes.modified])
         with scratch_directory("rollbox-grade-") as tree:
-            build_grading_tree(task.workspace, candidate, Path(tree), changes)
-            report = await runner(task, task.grading, Path(tree), source)
+            report = await runner(task, task.grading, _grading_tree(task, candidate, Path(tree), changes), source)
     except WorkspaceError as exc:
         # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,
         # never a masked infra_error it could learn to provoke.

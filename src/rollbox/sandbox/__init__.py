@@ -3,6 +3,7 @@
 The lowest layer of rollbox; it imports nothing else of rollbox.
 """
 
+from ._changes import WorkspaceChanges
 from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError, TreeTooLarge
 from ._limits import Limits, Network, parse_duration, parse_size
 from ._process import InsecureBackendWarning
@@ -32,6 +33,7 @@ __all__ = [
     "Status",
     "TreeTooLarge",
     "WarmSandboxes",
+    "WorkspaceChanges",
     "parse_duration",
     "parse_size",
     "run",

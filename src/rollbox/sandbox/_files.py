@@ -11,12 +11,22 @@ import contextlib
 import ctypes
 import errno
 import os
+import shutil
 import stat
 import struct
 
 from ._errors import TreeTooLarge
 
-__all__ = ["copy_out_beneath", "read_beneath", "resolve_sandbox_path", "symlink_beneath", "write_beneath"]
+__all__ = [
+    "OverlayNotPlain",
+    "copy_out_beneath",
+    "copy_upper_out",
+    "read_beneath",
+    "remove_beneath",
+    "resolve_sandbox_path",
+    "symlink_beneath",
+    "write_beneath",
+]
 
 _SYS_OPENAT2 = 437  # the same number on x86_64 and on the asm-generic architectures (aarch64)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -103,6 +113,51 @@ def copy_out_beneath(root: str, relative: str, dest: str, *, max_bytes: int | No
     Raises:
         TreeTooLarge: more than ``max_files`` entries or ``max_bytes`` bytes (what is copied so far stays).
     """
+    return _copy_out(root, relative, dest, max_bytes=max_bytes, max_files=max_files, removed=None)
+
+
+class OverlayNotPlain(Exception):
+    """An overlay's upper directory uses what :func:`copy_upper_out` cannot read as changes (a renamed directory's
+    redirect, a file whose data stays below): the merged view must be read instead."""
+
+
+def copy_upper_out(upper: str, dest: str, *, max_bytes: int | None, max_files: int | None) -> tuple[int, list[str]]:
+    """Copy an overlay's upper directory ``upper`` (what was written over the lower one) to ``dest`` as
+    :func:`copy_out_beneath` does, and say what it removed of the lower one: (entries copied, removed paths).
+
+    A whiteout (a character device 0/0) is a removed path, never copied; an opaque directory (``trusted.overlay.
+    opaque``: made where a directory was removed) is a removed path and copied too, as what replaced it. Both count
+    as entries. Only the ``trusted.`` attributes count: the overlay is mounted by root without ``userxattr``, and
+    overlayfs refuses to let the program set those, so the reading is the overlay's own.
+
+    Raises:
+        TreeTooLarge: more than ``max_files`` entries or ``max_bytes`` bytes (what is copied so far stays).
+        OverlayNotPlain: the upper directory holds a redirect or a metacopy (``redirect_dir`` or ``metacopy``
+            on); ``dest`` then holds part of it.
+    """
+    removed: list[str] = []
+    count = _copy_out(upper, "", dest, max_bytes=max_bytes, max_files=max_files, removed=removed)
+    return count, sorted(removed)
+
+
+_OVERLAY = "trusted.overlay."
+
+
+def _overlay_marks(fd: int, path: str) -> set[str]:
+    """The overlay's own attributes on ``fd`` (without the prefix); raises OverlayNotPlain on one it cannot read."""
+    marks = {a.removeprefix(_OVERLAY) for a in os.listxattr(fd) if a.startswith(_OVERLAY)}
+    if marks & {"redirect", "metacopy"}:
+        raise OverlayNotPlain(f"{path or '.'!r} carries the overlay's {sorted(marks & {'redirect', 'metacopy'})}")
+    if "opaque" in marks and os.getxattr(fd, _OVERLAY + "opaque") != b"y":
+        marks.discard("opaque")
+    return marks
+
+
+def _copy_out(
+    root: str, relative: str, dest: str, *, max_bytes: int | None, max_files: int | None, removed: list[str] | None
+) -> int:
+    """:func:`copy_out_beneath`; with ``removed``, ``root`` is an overlay's upper directory (see
+    :func:`copy_upper_out`) and its removals are appended there."""
     count, total = 0, 0
     stack = [""]  # directories below ``relative``; not recursion: a tree can be thousands of levels deep
     rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -113,22 +168,35 @@ def copy_out_beneath(root: str, relative: str, dest: str, *, max_bytes: int | No
                 rootfd, "/".join(p for p in (relative, directory) if p) or ".", os.O_RDONLY | os.O_DIRECTORY
             )
             try:
+                if removed is not None and "opaque" in _overlay_marks(dirfd, directory) and directory:
+                    removed.append(directory)
                 target = os.path.join(dest, directory)
                 os.makedirs(target, exist_ok=True)
                 for name in sorted(os.listdir(dirfd)):
                     info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-                    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+                    whiteout = removed is not None and stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
+                    if not (
+                        whiteout
+                        or stat.S_ISDIR(info.st_mode)
+                        or stat.S_ISREG(info.st_mode)
+                        or stat.S_ISLNK(info.st_mode)
+                    ):
                         continue
                     count += 1
                     if max_files is not None and count > max_files:
                         raise TreeTooLarge(f"the tree {relative or '.'!r} holds more than {max_files} entries")
-                    if stat.S_ISDIR(info.st_mode):
-                        stack.append(f"{directory}/{name}" if directory else name)
+                    child = f"{directory}/{name}" if directory else name
+                    if whiteout:
+                        assert removed is not None
+                        removed.append(child)
+                    elif stat.S_ISDIR(info.st_mode):
+                        stack.append(child)
                     elif stat.S_ISLNK(info.st_mode):
                         os.symlink(os.readlink(name, dir_fd=dirfd), os.path.join(target, name))
                     else:
                         budget = None if max_bytes is None else max_bytes - total
-                        total += _copy_file(dirfd, name, os.path.join(target, name), info.st_mode, budget)
+                        marks = removed is not None
+                        total += _copy_file(dirfd, name, os.path.join(target, name), info.st_mode, budget, upper=marks)
                         if max_bytes is not None and total > max_bytes:
                             raise TreeTooLarge(f"the tree {relative or '.'!r} holds more than {max_bytes} bytes")
             finally:
@@ -138,10 +206,17 @@ def copy_out_beneath(root: str, relative: str, dest: str, *, max_bytes: int | No
     return count
 
 
-def _copy_file(dirfd: int, name: str, dest: str, mode: int, budget: int | None) -> int:
-    """Copy one regular file, reading at most ``budget + 1`` bytes; the bytes read."""
+def _copy_file(dirfd: int, name: str, dest: str, mode: int, budget: int | None, *, upper: bool = False) -> int:
+    """Copy one regular file, reading at most ``budget + 1`` bytes; the bytes read. With ``upper``, the file is
+    in an overlay's upper directory, and must hold its data (no metacopy)."""
     # O_NONBLOCK: a FIFO swapped in meanwhile must not hang the host.
     fd = _regular(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd), name)
+    if upper:
+        try:
+            _overlay_marks(fd, name)
+        except BaseException:
+            os.close(fd)
+            raise
     copied = 0
     with os.fdopen(fd, "rb") as source, open(dest, "wb") as out:
         while budget is None or copied <= budget:
@@ -205,5 +280,26 @@ def symlink_beneath(root: str, relative: str, target: str, *, uid: int, gid: int
             os.unlink(name, dir_fd=dirfd)
         os.symlink(target, name, dir_fd=dirfd)
         os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+    finally:
+        os.close(dirfd)
+
+
+def remove_beneath(root: str, relative: str) -> None:
+    """Remove ``relative`` under ``root``: a file, a link (never followed) or a whole directory.
+
+    Raises:
+        OSError: it is missing, or its path passes through a link.
+    """
+    *parents, name = relative.split("/")
+    dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if parents:
+            parent = _openat2(dirfd, "/".join(parents), os.O_RDONLY | os.O_DIRECTORY)
+            os.close(dirfd)
+            dirfd = parent
+        try:
+            os.unlink(name, dir_fd=dirfd)
+        except IsADirectoryError:
+            shutil.rmtree(name, dir_fd=dirfd)  # by descriptors all the way down: links are removed, never followed
     finally:
         os.close(dirfd)

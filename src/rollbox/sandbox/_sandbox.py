@@ -15,14 +15,25 @@ import asyncio
 import contextlib
 import enum
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
 from rollbox import telemetry
 
+from ._changes import WorkspaceChanges, tree_size
 from ._errors import SandboxError, SandboxStateError
-from ._files import copy_out_beneath, read_beneath, resolve_sandbox_path, symlink_beneath, write_beneath
+from ._files import (
+    OverlayNotPlain,
+    copy_out_beneath,
+    copy_upper_out,
+    read_beneath,
+    remove_beneath,
+    resolve_sandbox_path,
+    symlink_beneath,
+    write_beneath,
+)
 from ._limits import Limits, Network
 from ._process import ProcessSandbox
 from ._result import ExecResult, Status
@@ -482,6 +493,58 @@ class Sandbox:
         return await asyncio.to_thread(
             copy_out_beneath, tree, relative, os.fspath(dest), max_bytes=max_bytes, max_files=max_files
         )
+
+    async def read_changes(
+        self, dest: str | os.PathLike[str], *, max_bytes: int | None = None, max_files: int | None = None
+    ) -> WorkspaceChanges:
+        """Copy what the program changed in /workspace, relative to the workspace the sandbox started from, to the
+        host directory ``dest`` (made if missing); what it removed comes back as paths.
+
+        On a copy-on-write workspace this reads only the overlay's upper layer (the files and links made or
+        changed, and the removals recorded there): it costs what the changes hold, however large the workspace
+        under them. Where the workspace was copied in, or there is none, or the overlay records renamed
+        directories (``redirect_dir``) or data-less copies (``metacopy``), the whole /workspace is copied
+        instead, and the result says so (:attr:`WorkspaceChanges.whole`). As with :meth:`read_tree`, links are
+        copied as links and never followed, and nothing the program does meanwhile leads the host outside the
+        sandbox's tree.
+
+        Args:
+            max_bytes, max_files: the most the changes may hold: bytes of files, and entries (files, links,
+                directories, removals). When the whole workspace is copied, the starting workspace's own are
+                added to them.
+
+        Raises:
+            TreeTooLarge: the changes hold more than that (what the program wrote: its failure, not the host's).
+            OSError: copying failed on the host.
+        """
+        impl = self._open()
+        if self.workspace_mode == "overlay":
+            upper = os.path.join(impl.writable_root, "workspace")
+            try:
+                count, removed = await asyncio.to_thread(
+                    copy_upper_out, upper, os.fspath(dest), max_bytes=max_bytes, max_files=max_files
+                )
+                return WorkspaceChanges(Path(dest), tuple(removed), whole=False, entries=count)
+            except OverlayNotPlain as exc:
+                telemetry.emit("sandbox.changes_read_whole", workspace=str(self.workspace), reason=str(exc))
+                await asyncio.to_thread(shutil.rmtree, dest)
+        if self.workspace is not None and (max_bytes is not None or max_files is not None):
+            entries, size = await asyncio.to_thread(tree_size, self.workspace)
+            max_bytes = None if max_bytes is None else max_bytes + size
+            max_files = None if max_files is None else max_files + entries
+        count = await self.read_tree(dest, max_bytes=max_bytes, max_files=max_files)
+        return WorkspaceChanges(Path(dest), (), whole=True, entries=count)
+
+    async def remove(self, path: str) -> None:
+        """Remove a file, a link (never followed) or a whole directory in /workspace (relative paths) or /tmp. On a
+        copy-on-write workspace the workspace under it is untouched: the removal is recorded over it.
+
+        Raises:
+            ValueError: the path is outside /workspace and /tmp, or is one of them.
+            OSError: it is missing, or its path passes through a symbolic link.
+        """
+        root, relative = resolve_sandbox_path(path)
+        await asyncio.to_thread(remove_beneath, _tree(self._open(), root), relative)
 
 
 def _tree(impl: _Backend, root: str) -> str:

@@ -21,11 +21,13 @@ from ._home import rollbox_home, run_dir, store_path
 from ._kinds import JobContext, JobKind, Outcome, get_kind, kind_names, register_kind
 from ._model import Attempt, Job, JobResult, JobSpec, Requirements, Transition
 from ._placement import Capacity, machine_capacity
-from ._pools import ElasticSandboxes, pool_key
+from ._pool_key import pool_key
+from ._pools import ElasticSandboxes
 from ._retry import RetryPolicy
 from ._scheduler import Scheduler
 from ._states import TERMINAL, TRANSITIONS, JobState
 from ._store import JobStore
+from ._validate_kind import validate_payload
 from ._workers import LocalWorker, Worker, WorkerLost
 
 __all__ = [
@@ -67,4 +69,5 @@ __all__ = [
     "rollbox_home",
     "run_dir",
     "store_path",
+    "validate_payload",
 ]

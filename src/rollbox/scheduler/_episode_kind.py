@@ -19,6 +19,7 @@ the episode runs, never stored in the payload (the job store keeps payloads in p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from rollbox.sandbox.runtime import Layer
 from rollbox.tasks import Task, TaskFormatError
 
 from ._errors import PayloadError
-from ._grade_kind import load_payload_task, task_requirements
+from ._grade_kind import load_payload_task, task_pool, task_requirements
 from ._kinds import JobContext, Outcome
 from ._model import Requirements
 
@@ -71,8 +72,8 @@ def _scripted(name: str) -> Policy:
     return policy_from_name(name)
 
 
-def _parse(payload: Mapping[str, Any]) -> tuple[Task, str, dict[str, Any]]:
-    """The task, the policy's name and the budget's overrides of a payload, each checked.
+def _parse(payload: Mapping[str, Any]) -> tuple[Task, str, dict[str, Any], Budget]:
+    """The task, the policy's name, the budget's overrides of a payload and the budget they make, each checked.
 
     Raises:
         PayloadError: which field is wrong, and how to fix it.
@@ -97,10 +98,10 @@ def _parse(payload: Mapping[str, Any]) -> tuple[Task, str, dict[str, Any]]:
     if not isinstance(budget, Mapping):
         raise PayloadError(f"an episode job's 'budget' must be a table of Budget fields, got {budget!r:.80}")
     try:
-        Budget.for_task(task, **budget)
+        whole = Budget.for_task(task, **budget)
     except (TypeError, ValueError, TaskFormatError) as exc:
         raise PayloadError(f"invalid budget for task {task.id}: {exc}") from exc
-    return task, name, dict(budget)
+    return task, name, dict(budget), whole
 
 
 class _Judging:
@@ -149,17 +150,21 @@ class EpisodeKind:
     judge's), and returns its trajectory to be written beside the run's results."""
 
     def requirements(self, payload: Mapping[str, Any]) -> Requirements:
-        task, _, _ = _parse(payload)
+        task, _, _, budget = _parse(payload)
         judge = task_requirements(task)
         try:
             cpus = float(payload.get("cpus", 1.0))
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"an episode job's 'cpus' must be a number, got {payload.get('cpus')!r}") from exc
+        # The agent's sandbox, as rollbox.env makes it: the task's limits with the budget's command timeout, over
+        # the task's workspace. Its pool is the one queued episodes make grow ahead of them.
+        timeout = budget.command_timeout_s or task.limits.timeout_s
+        agent = task_pool(task, dataclasses.replace(task.limits, timeout_s=timeout), workspace=True)
         # While the judge grades, the agent's sandbox is still held (its workspace is read from it).
-        return Requirements(cpus=cpus, memory_bytes=task.limits.memory_bytes + judge.memory_bytes, pool=judge.pool)
+        return Requirements(cpus=cpus, memory_bytes=task.limits.memory_bytes + judge.memory_bytes, pool=agent)
 
     async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
-        task, name, budget = _parse(payload)
+        task, name, budget, _ = _parse(payload)
         kind, _, model = name.partition(":")
         owned: OpenAIPolicy | None = None
         if kind == "openai":

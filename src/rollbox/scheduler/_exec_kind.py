@@ -20,7 +20,7 @@ from rollbox.sandbox import Limits, Network, Program
 from ._errors import PayloadError
 from ._kinds import JobContext, Outcome
 from ._model import Requirements
-from ._pools import pool_key
+from ._pool_key import pool_key
 
 __all__ = ["ExecKind", "exec_payload"]
 

@@ -17,20 +17,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rollbox.judge import Solution, grade
+from rollbox.judge import Solution, grade, runtime_spec
+from rollbox.sandbox import Limits
+from rollbox.sandbox.runtime import RuntimeSpec
 from rollbox.tasks import Task, TaskFormatError, load_task
 
 from ._errors import PayloadError
 from ._kinds import JobContext, Outcome
 from ._model import Requirements
-from ._pools import pool_key
+from ._pool_key import pool_key
 
-__all__ = ["GradeKind", "load_payload_task"]
+__all__ = ["GradeKind", "load_payload_task", "task_pool", "task_requirements"]
 
 
 @functools.lru_cache(maxsize=4096)
 def _load(path: str) -> Task:
     return load_task(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _runtime(path: str) -> RuntimeSpec | None:
+    return runtime_spec(_load(path))
 
 
 def load_payload_task(payload: Mapping[str, Any]) -> Task:
@@ -47,9 +54,22 @@ def load_payload_task(payload: Mapping[str, Any]) -> Task:
         raise PayloadError(f"cannot load task {payload['task']!r}: {exc}") from exc
 
 
+def task_pool(task: Task, limits: Limits | None = None, *, workspace: bool = False) -> str:
+    """The warm pool of ``task``'s sandboxes: of its limits (or ``limits``), network, runtime and variables, and
+    with its workspace for the agent's sandbox of an episode (the judge's sandboxes have none: the candidate's
+    files are written into them)."""
+    return pool_key(
+        limits or task.limits,
+        task.network,
+        runtime=_runtime(str(task.path)),
+        workspace=task.workspace if workspace else None,
+        env=task.environment.env,
+    )
+
+
 def task_requirements(task: Task) -> Requirements:
-    """What grading ``task`` holds at once: one sandbox of its limits."""
-    return Requirements(memory_bytes=task.limits.memory_bytes, pool=pool_key(task.limits, task.network))
+    """What grading ``task`` holds at once: one sandbox of its limits, from its pool."""
+    return Requirements(memory_bytes=task.limits.memory_bytes, pool=task_pool(task))
 
 
 def _solution(task: Task, payload: Mapping[str, Any]) -> Solution:

@@ -3,7 +3,7 @@
 A kind is a small object with a name, :meth:`JobKind.requirements` (read from the payload when the job is
 submitted: an invalid payload is refused then, before anything is queued) and :meth:`JobKind.run`. Kinds are
 named by ``module:attribute`` so that a worker on another machine (a Ray node) finds the same kind by its name.
-``exec``, ``grade`` and ``episode`` are built in, one module each.
+``exec``, ``grade``, ``episode`` and ``validate`` are built in, one module each.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ _KINDS: dict[str, str] = {
     "exec": "rollbox.scheduler._exec_kind:ExecKind",
     "grade": "rollbox.scheduler._grade_kind:GradeKind",
     "episode": "rollbox.scheduler._episode_kind:EpisodeKind",
+    "validate": "rollbox.scheduler._validate_kind:ValidateKind",
 }
 _loaded: dict[str, JobKind] = {}
 

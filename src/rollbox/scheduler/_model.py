@@ -139,12 +139,14 @@ class JobResult:
     #: The final state the result was written with.
     state: JobState
     #: The outcome's status in its kind's taxonomy (:class:`rollbox.Status` for ``exec``,
-    #: :class:`rollbox.judge.VerdictStatus` for ``grade`` and ``episode``); ``None`` when the job never produced
+    #: :class:`rollbox.judge.VerdictStatus` for ``grade`` and ``episode``, :class:`rollbox.curate.Decision` for
+    #: ``validate``); ``None`` when the job never produced
     #: an outcome (``failed``, ``timed_out``, ``cancelled``).
     status: str | None
     #: ``None`` whenever there is nothing a trainer should learn from (``infra_error`` included).
     reward: float | None
-    #: The kind's full output (``ExecResult.to_json()``, ``Verdict.to_json()``, an episode's summary).
+    #: The kind's full output (``ExecResult.to_json()``, ``Verdict.to_json()``, an episode's summary,
+    #: ``TaskReport.to_json()``).
     output: dict[str, Any]
     error: str | None
     at: float

@@ -1,47 +1,46 @@
 """Elastic warm pools: one per sandbox configuration, each sized by the demand for it.
 
+A configuration is everything a sandbox is made with: limits, network, runtime layer, workspace and variables.
+The episodes and gradings of one task (its runtime, its copy-on-write workspace) reuse warm sandboxes of its own
+pool, reset between uses to the task's pristine workspace; two tasks with different workspaces, layers or
+variables never share one.
+
 A pool's target size is the larger of what is asked for now (sandboxes out, borrowers waiting, jobs of its
 configuration waiting in the queue) and what the arrival rate needs (borrows per second times how long each
 sandbox is held: Little's law), between ``min_size`` and ``max_size``. A pool grows at once, sandbox by sandbox
 in the background (a borrower waits for the first one ready, not for all); it shrinks only after its target has
-stayed below its size for ``grace_s``, and a pool nobody used for ``grace_s`` is closed. Every resize is reported
-as a ``pool.resize`` event.
+stayed below its size for ``grace_s``, and a pool nobody used for ``grace_s`` is closed, as are the least recently
+used idle pools when the sandboxes of all pools together would pass ``max_total`` (a run over thousands of tasks,
+one pool each, keeps a bounded number warm). Every resize is reported as a ``pool.resize`` event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import functools
 import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollbox import telemetry
 from rollbox.sandbox import Limits, Network, ResizablePool, Sandbox
 from rollbox.sandbox.runtime import Layer
 
-from ._model import canonical_json
+from ._pool_key import pool_key
 
-__all__ = ["ElasticSandboxes", "pool_config", "pool_key"]
+__all__ = ["ElasticSandboxes"]
 
 #: How long the queue's word (:meth:`ElasticSandboxes.expect`) counts: schedulers repeat it every second.
 _HINT_S = 3.0
 
 
-def pool_key(limits: Limits, network: Network | str) -> str:
-    """The name of the warm pool for sandboxes of this configuration (plain JSON, so it can be stored)."""
-    values = {f.name: getattr(limits, f.name) for f in fields(limits) if getattr(limits, f.name) is not None}
-    return canonical_json({"limits": values, "network": Network(network).value})
-
-
-def pool_config(key: str) -> tuple[Limits, Network]:
-    """The configuration a :func:`pool_key` names."""
-    config = json.loads(key)
-    return Limits(**config["limits"]), Network(config["network"])
+#: A pool's place in :class:`ElasticSandboxes`: its :func:`pool_key`, and the key of the layer it runs on (two
+#: layers of one spec differ only if this machine's interpreters changed meanwhile).
+_Key = tuple[str, str | None]
 
 
 @dataclass
@@ -49,13 +48,26 @@ class _Elastic:
     """One configuration's pool and what is known of the demand for it."""
 
     pool: ResizablePool
+    #: Its :func:`pool_key`.
+    name: str
     waiting: int = 0
+    #: Sandboxes lent and not yet given back (the pool counts them busy until their reset ends, too).
+    lent: int = 0
     queued: int = 0
     #: When each of the recent borrows began, and how long the recent ones held their sandbox.
     arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=256))
     holds: deque[float] = field(default_factory=lambda: deque(maxlen=64))
     #: The last time the target was at least the pool's size (demand that justified it).
     needed_at: float = field(default_factory=time.monotonic)
+    #: The last time a borrower came.
+    used_at: float = field(default_factory=time.monotonic)
+    #: Set when it is closed (a borrower that waited for it to open comes too late, and opens another).
+    closed: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Nobody holds or waits for one of its sandboxes."""
+        return not (self.lent or self.waiting)
 
 
 class ElasticSandboxes:
@@ -63,6 +75,9 @@ class ElasticSandboxes:
 
     Args:
         max_size: The most sandboxes one configuration's pool holds.
+        max_total: The most sandboxes all pools hold together: growth ahead of demand stops there, and idle pools
+            are closed to make room for a new one, least recently used first (default: twice ``max_size``).
+            Borrowers are never refused for it, nor busy sandboxes taken back.
         min_size: The fewest an open pool keeps (a pool idle for ``grace_s`` is closed all the same).
         grace_s: How long a pool keeps sandboxes it no longer needs, for the next burst.
         warm_python: As for :class:`rollbox.sandbox.WarmSandboxes`.
@@ -73,6 +88,7 @@ class ElasticSandboxes:
         self,
         *,
         max_size: int,
+        max_total: int | None = None,
         min_size: int = 1,
         grace_s: float = 30.0,
         warm_python: bool = True,
@@ -81,11 +97,15 @@ class ElasticSandboxes:
         if not 1 <= min_size <= max_size:
             raise ValueError(f"need 1 <= min_size <= max_size, got min_size={min_size}, max_size={max_size}")
         self.max_size, self.min_size, self.grace_s = max_size, min_size, grace_s
+        self.max_total = max_total or 2 * max_size
+        if self.max_total < max_size:
+            raise ValueError(f"need max_total >= max_size, got max_total={max_total}, max_size={max_size}")
         self.warm_python, self.interval_s = warm_python, interval_s
-        self._pools: dict[tuple[Limits, Network], _Elastic] = {}
-        self._opening = asyncio.Lock()
+        self._pools: dict[_Key, _Elastic] = {}
+        #: Pools being opened, each once however many borrowers wait for it (others' borrowers never wait for it).
+        self._openings: dict[_Key, asyncio.Future[_Elastic]] = {}
         self._control: asyncio.Task[None] | None = None
-        self._queued: dict[tuple[Limits, Network], int] = {}
+        self._queued: dict[str, int] = {}
         self._queued_at = 0.0
 
     async def __aenter__(self) -> ElasticSandboxes:
@@ -102,6 +122,10 @@ class ElasticSandboxes:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._control
             self._control = None
+        openings, self._openings = list(self._openings.values()), {}
+        for opening in openings:
+            opening.cancel()
+        await asyncio.gather(*openings, return_exceptions=True)
         pools, self._pools = [e.pool for e in self._pools.values()], {}
         for pool in pools:
             with contextlib.suppress(Exception):
@@ -109,26 +133,79 @@ class ElasticSandboxes:
 
     def sizes(self) -> dict[str, int]:
         """Each open pool's size, by :func:`pool_key`."""
-        return {pool_key(limits, network): e.pool.size for (limits, network), e in self._pools.items()}
+        sizes: dict[str, int] = {}
+        for elastic in self._pools.values():
+            sizes[elastic.name] = sizes.get(elastic.name, 0) + elastic.pool.size
+        return sizes
 
     def expect(self, queued: Mapping[str, int]) -> None:
         """Tell the pools how many jobs of each :func:`pool_key` wait in the queue, so that they grow before those
         jobs arrive (the word counts for a few seconds: repeat it). Configurations with no open pool yet get one at
         their first borrow."""
-        self._queued = {pool_config(key): count for key, count in queued.items() if key}
+        self._queued = {key: count for key, count in queued.items() if key}
         self._queued_at = time.monotonic()
-        for config, elastic in self._pools.items():
-            elastic.queued = self._queued.get(config, 0)
+        for elastic in self._pools.values():
+            elastic.queued = self._queued.get(elastic.name, 0)
 
-    async def _entry(self, limits: Limits, network: Network) -> _Elastic:
-        key = (limits, Network(network))
-        async with self._opening:
-            if key not in self._pools:
-                pool = ResizablePool(size=1, limits=limits, network=network, warm_python=self.warm_python)
-                await pool.__aenter__()
-                self._pools[key] = _Elastic(pool, queued=self._queued.get(key, 0))
-                self._report(key, self._pools[key], "opened")
-        return self._pools[key]
+    async def _entry(
+        self,
+        limits: Limits,
+        network: Network,
+        runtime: Layer | None,
+        workspace: Path | None,
+        env: Mapping[str, str] | None,
+    ) -> _Elastic:
+        name = pool_key(limits, network, runtime=runtime.spec if runtime else None, workspace=workspace, env=env)
+        key = (name, runtime.key if runtime else None)
+        found = self._pools.get(key)
+        if found is not None:
+            return found
+        opening = self._openings.get(key)
+        if opening is None:
+            make = ResizablePool(
+                size=1,
+                limits=limits,
+                network=network,
+                warm_python=self.warm_python,
+                runtime=runtime,
+                workspace=workspace,
+                env=dict(env or {}),
+            )
+            opening = self._openings[key] = asyncio.ensure_future(self._open(key, name, make))
+            opening.add_done_callback(functools.partial(self._opened, key))
+        # Shielded: a borrower that gives up does not stop the opening the others wait for.
+        return await asyncio.shield(opening)
+
+    async def _open(self, key: _Key, name: str, pool: ResizablePool) -> _Elastic:
+        await self._make_room()
+        await pool.__aenter__()
+        elastic = self._pools[key] = _Elastic(pool, name, queued=self._queued.get(name, 0))
+        self._report(elastic, "opened")
+        return elastic
+
+    def _opened(self, key: _Key, opening: asyncio.Future[_Elastic]) -> None:
+        if self._openings.get(key) is opening:
+            del self._openings[key]
+        if not opening.cancelled():
+            opening.exception()  # its borrowers saw it; nobody need be told again
+
+    async def _make_room(self) -> None:
+        """Close idle pools, least recently used first, until a new one fits within ``max_total``."""
+        total = sum(e.pool.size for e in self._pools.values())
+        for key, elastic in sorted(self._pools.items(), key=lambda item: item[1].used_at):
+            if total < self.max_total:
+                return
+            if elastic.idle:
+                total -= elastic.pool.size
+                await self._close(key, elastic)
+
+    async def _close(self, key: _Key, elastic: _Elastic) -> None:
+        if self._pools.pop(key, None) is None:  # closed meanwhile, by the other of steering and making room
+            return
+        elastic.closed = True
+        self._report(elastic, "closed")
+        with contextlib.suppress(Exception):
+            await elastic.pool.close()
 
     @contextlib.asynccontextmanager
     async def sandboxes(
@@ -143,32 +220,28 @@ class ElasticSandboxes:
         env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[Sandbox]]:
         """``count`` distinct warm sandboxes of this configuration, borrowed together, reset when the block ends
-        (beyond ``max_size``, new ones, destroyed after). With a runtime layer, a workspace or variables (which
-        the elastic pools are not keyed by yet), new sandboxes, destroyed after."""
-        if runtime is not None or workspace is not None or env:
-            async with contextlib.AsyncExitStack() as stack:
-                made = (
-                    Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
-                    for _ in range(count)
-                )
-                yield [await stack.enter_async_context(sandbox) for sandbox in made]
-            return
-        elastic = await self._entry(limits, network)
+        (beyond ``max_size``, new ones, destroyed after)."""
+        elastic = await self._entry(limits, network, runtime, workspace, env)
+        while elastic.closed:  # opened, then closed (idle: nobody had borrowed yet) before this borrower came back
+            elastic = await self._entry(limits, network, runtime, workspace, env)
         pool = elastic.pool
-        elastic.arrivals.append(time.monotonic())
+        elastic.used_at = time.monotonic()
+        elastic.arrivals.append(elastic.used_at)
         elastic.waiting += count
         waiting = True
         try:
             wanted = min(self.max_size, pool.busy + elastic.waiting)
             if pool.idle < count and pool.size < wanted:
                 pool.resize(wanted)  # grow now: a borrower never waits for the next steering round
-                self._report((limits, Network(network)), elastic, "grew")
+                self._report(elastic, "grew")
             async with contextlib.AsyncExitStack() as stack:
                 boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.max_size), avoid=avoid)))
                 elastic.waiting -= count
+                elastic.lent += count
                 waiting = False
                 for _ in range(count - len(boxes)):
-                    boxes.append(await stack.enter_async_context(Sandbox(limits=limits, network=network)))
+                    extra = Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
+                    boxes.append(await stack.enter_async_context(extra))
                 began = time.monotonic()
                 try:
                     yield boxes
@@ -177,6 +250,8 @@ class ElasticSandboxes:
         finally:
             if waiting:
                 elastic.waiting -= count
+            else:  # given back: the pool resets them now, in the background
+                elastic.lent -= count
 
     @contextlib.asynccontextmanager
     async def sandbox(
@@ -206,28 +281,34 @@ class ElasticSandboxes:
         while True:
             await asyncio.sleep(self.interval_s)
             now = time.monotonic()
+            total = sum(e.pool.size for e in self._pools.values())
             for key, elastic in list(self._pools.items()):
                 pool, target = elastic.pool, self._target(elastic, now)
-                used = pool.busy or elastic.waiting or any(t > now - self.grace_s for t in elastic.arrivals)
+                # A pool just opened counts as used: its first borrowers are on their way.
+                used = pool.busy or elastic.waiting or now - elastic.used_at < self.grace_s
                 if not used and target <= self.min_size:  # nobody borrowed for the whole grace period
-                    del self._pools[key]
-                    self._report(key, elastic, "closed")
-                    with contextlib.suppress(Exception):
-                        await pool.close()
+                    total -= pool.size
+                    await self._close(key, elastic)
                 elif target >= pool.size:
                     elastic.needed_at = now
-                    if target > pool.size:
-                        pool.resize(target)
-                        self._report(key, elastic, "grew")
+                    # Growth ahead of demand (the queue's word, the arrival rate) stays within max_total across
+                    # pools: many tasks queued at once must not each warm a full pool. Borrowers who are here
+                    # already grow their pool as they come, past it if they must.
+                    grown = min(target, pool.size + max(0, self.max_total - total))
+                    if grown > pool.size:
+                        total += grown - pool.size
+                        pool.resize(grown)
+                        self._report(elastic, "grew")
                 elif now - elastic.needed_at >= self.grace_s:
+                    total -= pool.size - target
                     pool.resize(target)
                     elastic.needed_at = now
-                    self._report(key, elastic, "shrank")
+                    self._report(elastic, "shrank")
 
-    def _report(self, key: tuple[Limits, Network], elastic: _Elastic, change: str) -> None:
+    def _report(self, elastic: _Elastic, change: str) -> None:
         telemetry.emit(
             "pool.resize",
-            pool=pool_key(*key),
+            pool=elastic.name,
             change=change,
             size=0 if change == "closed" else elastic.pool.size,
             busy=elastic.pool.busy,

@@ -20,8 +20,9 @@ __all__ = ["ResultsFile", "result_line"]
 
 
 def result_line(job: Job, result: JobResult) -> dict[str, Any]:
-    """One line of ``results.jsonl``: which task and sample (for jobs of ``rollbox run``), and the outcome."""
-    return {
+    """One line of ``results.jsonl``: which task and sample (for jobs of ``rollbox run``), and the outcome; for a
+    ``validate`` job, its reasons' codes too (the decision is its status)."""
+    line = {
         "task_id": job.payload.get("task_id"),
         "sample": job.payload.get("sample"),
         "job_id": job.id,
@@ -33,6 +34,9 @@ def result_line(job: Job, result: JobResult) -> dict[str, Any]:
         "attempts": job.attempts,
         "trajectory": result.output.get("trajectory"),
     }
+    if job.kind == "validate":
+        line["reasons"] = [reason["code"] for reason in result.output.get("reasons", [])]
+    return line
 
 
 class ResultsFile:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from ._workspace import Candidate, Flag, WorkspaceError, read_candidate_file
+from ._workspace import Candidate, Flag, WorkspaceError, candidate_files, read_candidate_file
 
 __all__ = ["scan_changes"]
 
@@ -176,7 +177,7 @@ class _Scanner(ast.NodeVisitor):
     visit_AnnAssign = visit_Assign
 
 
-def _scan_file(candidate: Candidate, path: str) -> list[Flag]:
+def _scan_file(candidate: Path | Mapping[str, bytes], path: str) -> list[Flag]:
     try:
         size = len(candidate[path]) if isinstance(candidate, Mapping) else (candidate / path).stat().st_size
         if size > _MAX_SOURCE_BYTES:
@@ -205,4 +206,5 @@ def scan_changes(candidate: Candidate, paths: Sequence[str]) -> tuple[Flag, ...]
     >>> scan_changes({"README.md": b"not Python"}, ["README.md"])
     ()
     """
-    return tuple(flag for path in paths if path.endswith(".py") for flag in _scan_file(candidate, path))
+    files = candidate_files(candidate)
+    return tuple(flag for path in paths if path.endswith(".py") for flag in _scan_file(files, path))

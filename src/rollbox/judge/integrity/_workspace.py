@@ -14,6 +14,7 @@ standard library, the task's test paths, and test files (the agent's own, or edi
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
@@ -21,12 +22,12 @@ import stat
 import sys
 import tempfile
 import tomllib
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.machinery import all_suffixes
 from pathlib import Path
 
-from rollbox.sandbox import RollboxError
+from rollbox.sandbox import RollboxError, WorkspaceChanges
 
 __all__ = [
     "Candidate",
@@ -34,9 +35,13 @@ __all__ = [
     "Flag",
     "WorkspaceError",
     "build_grading_tree",
+    "candidate_files",
     "diff_workspace",
     "is_protected",
+    "removals",
     "scratch_directory",
+    "stage_changes",
+    "workspace_size",
 ]
 
 _MiB = 1024 * 1024
@@ -50,9 +55,16 @@ _CHUNK = 1024 * 1024
 _NAME_MAX, _PATH_MAX = 255, 3072
 
 
-#: The candidate's work: its workspace directory, or only its files (workspace-relative path -> content), which
-#: stand for the task's workspace with those files written over it.
-Candidate = Path | Mapping[str, bytes]
+#: The candidate's work: its workspace directory; only its files (workspace-relative path -> content), which
+#: stand for the task's workspace with those files written over it; or what it changed in a sandbox's
+#: copy-on-write workspace (:meth:`rollbox.Sandbox.read_changes`).
+Candidate = Path | Mapping[str, bytes] | WorkspaceChanges
+
+
+def candidate_files(candidate: Candidate) -> Path | Mapping[str, bytes]:
+    """Where the candidate's added and modified files are read from: its directory, its files, or the directory
+    its changes were copied to."""
+    return candidate.root if isinstance(candidate, WorkspaceChanges) else candidate
 
 
 class WorkspaceError(RollboxError):
@@ -98,7 +110,7 @@ class _Entry:
 
 
 def _protection(
-    path: str, extra: Sequence[str], packages: Collection[str] | None, content: bytes | None
+    path: str, extra: Sequence[str], packages: Container[str] | None, content: bytes | None
 ) -> tuple[str, str] | None:
     parts = path.split("/")
     name = parts[-1]
@@ -162,11 +174,24 @@ def is_protected(
     return found[1] if found else None
 
 
-def _walk(root: Path, *, limit: int | None = None, max_bytes: int | None = None) -> tuple[dict[str, _Entry], set[str]]:
-    """Every non-ignored leaf under ``root`` (never following links), and every directory (relative paths)."""
+def _walk(
+    root: Path,
+    *,
+    bounds: _Bounds | None = None,
+    known: Mapping[str, _Entry] | None = None,
+    known_dirs: Collection[str] = (),
+) -> tuple[dict[str, _Entry], set[str]]:
+    """Every non-ignored leaf under ``root`` (never following links), and every directory (relative paths).
+
+    With ``bounds``, what the walk meets past them raises: entries past ``bounds.files``, and bytes of files past
+    ``bounds.total_bytes``. With ``known`` (the pristine workspace's leaves) and ``known_dirs`` (its directories),
+    only what differs from them counts: an entry at a path they lack, and a file where they have no file of that
+    size. So a large workspace costs nothing against the bounds; what the candidate added or grew does.
+    """
     leaves: dict[str, _Entry] = {}
     dirs: set[str] = set()
     stack = [""]
+    known = known or {}
     count = total = 0
     while stack:
         rel = stack.pop()
@@ -176,23 +201,27 @@ def _walk(root: Path, *, limit: int | None = None, max_bytes: int | None = None)
             child = f"{rel}/{entry.name}" if rel else entry.name
             if entry.name in _IGNORED_NAMES or entry.name.endswith(".pyc"):
                 continue
-            count += 1
-            if limit is not None and count > limit:
-                raise WorkspaceError(
-                    f"the candidate workspace {root} holds more than {limit} files and directories; "
-                    "remove generated files, or raise max_files"
-                )
             st = entry.stat(follow_symlinks=False)
+            if child not in known and child not in known_dirs:
+                count += 1
+                if bounds is not None and count > bounds.files:
+                    raise WorkspaceError(
+                        f"the candidate workspace {root} adds more than {bounds.files} files and directories to the "
+                        "task's; remove generated files, or raise max_files"
+                    )
             if stat.S_ISDIR(st.st_mode):
                 dirs.add(child)
                 stack.append(child)
             elif stat.S_ISREG(st.st_mode):
                 leaves[child] = _Entry("file", st.st_size)
-                total += st.st_size
-                if max_bytes is not None and total > max_bytes:
-                    raise WorkspaceError(
-                        f"the candidate workspace {root} holds more than {max_bytes} bytes, the task's disk limit"
-                    )
+                old = known.get(child)
+                if old is None or old.kind != "file" or old.size != st.st_size:
+                    total += st.st_size
+                    if bounds is not None and bounds.total_bytes is not None and total > bounds.total_bytes:
+                        raise WorkspaceError(
+                            f"the candidate workspace {root} adds or changes more than {bounds.total_bytes} bytes "
+                            "of files, the task's disk limit"
+                        )
             elif stat.S_ISLNK(st.st_mode):
                 leaves[child] = _Entry("link", target=os.readlink(entry.path))
             else:
@@ -226,10 +255,11 @@ def read_candidate_file(candidate: Candidate, rel: str, max_bytes: int) -> bytes
     Raises:
         WorkspaceError: it is over ``max_bytes``, or not a regular file.
     """
-    if isinstance(candidate, Mapping):
-        data = candidate[rel]
+    files = candidate_files(candidate)
+    if isinstance(files, Mapping):
+        data = files[rel]
     else:
-        with os.fdopen(_open_beneath(candidate, rel), "rb") as f:
+        with os.fdopen(_open_beneath(files, rel), "rb") as f:
             data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise WorkspaceError(f"{rel!r} in the candidate workspace is over {max_bytes} bytes; raise max_file_bytes")
@@ -282,7 +312,7 @@ def _unchanged(pristine: Path, candidate: Path, path: str, old: _Entry, new: _En
 
 
 def _refusal(
-    path: str, protected: Sequence[str], packages: Collection[str], in_pristine: bool, versions: Sequence[bytes | None]
+    path: str, protected: Sequence[str], packages: Container[str], in_pristine: bool, versions: Sequence[bytes | None]
 ) -> Flag | None:
     """The flag for a refused change to ``path``, or None when it may be applied."""
     found = None
@@ -315,21 +345,26 @@ def diff_workspace(
 ) -> Changes:
     """Compare the candidate's workspace with the pristine one and decide which changes grading applies.
 
+    The bounds hold the candidate's changes, never the task's own workspace: a repository larger than the disk
+    limit, with one line changed, is graded like a small one.
+
     Args:
         pristine: the task's workspace (trusted).
-        candidate: the workspace the candidate left behind (hostile), or only its files (workspace-relative path
-            -> content), which stand for the pristine workspace with them written over it (nothing is deleted).
+        candidate: the workspace the candidate left behind (hostile); or only its files (workspace-relative path
+            -> content), which stand for the pristine workspace with them written over it (nothing is deleted);
+            or what it changed in a sandbox whose workspace started as ``pristine``
+            (:meth:`rollbox.Sandbox.read_changes`): then only the changes are walked and read.
         protected: the task's test paths (``"tests/"``, or exact files); changes there are refused.
         guard: refuse changes to protected paths (conftest, runner configuration, shadowing modules, tests...).
             Runners that run a test framework over the workspace need it; for a ``function`` or ``stdio`` task
             the candidate's files are only its own program, and nothing is refused.
         max_file_bytes: the largest candidate file accepted.
-        max_files: the most files and directories the candidate's workspace may hold.
-        max_total_bytes: the most bytes all its files may hold together (the grading sandbox's disk limit).
+        max_files: the most files and directories the candidate may add to the pristine workspace.
+        max_total_bytes: the most bytes its added and changed files may hold together (the task's disk limit).
 
     Raises:
-        WorkspaceError: the candidate's workspace (or its files) holds more than ``max_files`` entries, a file
-            over ``max_file_bytes``, more than ``max_total_bytes`` in all, a path too long for the host (over 255
+        WorkspaceError: the candidate adds more than ``max_files`` entries, a file over ``max_file_bytes``, more
+            than ``max_total_bytes`` of added and changed files in all, a path too long for the host (over 255
             bytes a name, 3072 in all), or something that cannot be read; its files name a path that is not a
             clean relative one, or a file where the workspace has a directory (or the reverse).
     """
@@ -339,7 +374,7 @@ def diff_workspace(
             return _diff_files(pristine, candidate, protected, guard, bounds)
         return _diff(pristine, candidate, protected, guard, bounds)
     except OSError as exc:
-        what = "files" if isinstance(candidate, Mapping) else f"workspace {candidate}"
+        what = "files" if isinstance(candidate, Mapping) else f"workspace {candidate_files(candidate)}"
         raise WorkspaceError(f"could not compare the candidate's {what} with {pristine}: {exc}") from exc
 
 
@@ -352,12 +387,110 @@ class _Bounds:
     total_bytes: int | None
 
 
-def _diff(pristine: Path, candidate: Path, protected: Sequence[str], guard: bool, bounds: _Bounds) -> Changes:
-    ours = {p: e for p, e in _walk(pristine)[0].items() if e.kind != "other"}
-    theirs = _walk(candidate, limit=bounds.files, max_bytes=bounds.total_bytes)[0]
-    for path in theirs:
-        _check_name_lengths(path)
+def _hidden(path: str, deleted: Collection[str], upper: Mapping[str, _Entry], upper_dirs: Collection[str]) -> bool:
+    """Whether the overlay's changes replace or remove the pristine leaf ``path``: it, or a directory above it, was
+    removed; a file or link was put at it or above it; or a directory at it."""
+    if path in deleted or path in upper or path in upper_dirs:
+        return True
+    return any(a in deleted or a in upper for a in _ancestors(path))
+
+
+def _ignored(path: str) -> bool:
+    return any(part in _IGNORED_NAMES for part in path.split("/")) or path.endswith(".pyc")
+
+
+def _pristine_at(pristine: Path, points: Iterable[str], subtrees: Iterable[str]) -> dict[str, _Entry]:
+    """The pristine workspace's leaves at each of ``points`` (a file or link there), and at or under each of
+    ``subtrees``: what the walk of the whole would find there, without walking the rest. A path below a link or a
+    non-directory of the pristine workspace has nothing (the walk never follows a link)."""
+    found: dict[str, _Entry] = {}
+    real_dirs: dict[str, bool] = {"": True}
+
+    def real_dir(path: str) -> bool:
+        if path not in real_dirs:
+            parent = path.rpartition("/")[0]
+            try:
+                real_dirs[path] = real_dir(parent) and stat.S_ISDIR(os.lstat(pristine / path).st_mode)
+            except FileNotFoundError:
+                real_dirs[path] = False
+        return real_dirs[path]
+
+    for path, whole in [*((p, False) for p in points), *((p, True) for p in subtrees)]:
+        if _ignored(path) or not real_dir(path.rpartition("/")[0]):
+            continue
+        try:
+            st = os.lstat(pristine / path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and whole:
+            found.update({f"{path}/{p}": e for p, e in _walk(pristine / path)[0].items()})
+        elif stat.S_ISREG(st.st_mode):
+            found[path] = _Entry("file", st.st_size)
+        elif stat.S_ISLNK(st.st_mode):
+            found[path] = _Entry("link", target=os.readlink(pristine / path))
+    return {p: e for p, e in found.items() if e.kind != "other"}
+
+
+class _Packages:
+    """The directories of the candidate's workspace that hold an ``__init__.py``, looked up as asked: over an
+    overlay, the pristine workspace's own are looked up where the diff never walked."""
+
+    def __init__(self, pristine: Path, theirs: Collection[str], known: Collection[str]) -> None:
+        self._pristine, self._theirs, self._known = pristine, theirs, known
+        self._found: dict[str, bool] = {}
+
+    def __contains__(self, directory: object) -> bool:
+        assert isinstance(directory, str)
+        init = f"{directory}/__init__.py" if directory else "__init__.py"
+        if init not in self._found:
+            if init in self._theirs or init in self._known:  # a pristine one known and not theirs: it is gone
+                self._found[init] = init in self._theirs
+            else:
+                self._found[init] = _pristine_at(self._pristine, [init], []).get(init, _Entry("")).kind == "file"
+        return self._found[init]
+
+
+@dataclass(frozen=True)
+class _Trees:
+    """The pristine leaves a diff needs, the candidate's leaves, those of them it wrote, and its packages."""
+
+    ours: dict[str, _Entry]
+    theirs: dict[str, _Entry]
+    written: set[str]
+    packages: Container[str]
+
+
+def _trees(pristine: Path, candidate: Path | WorkspaceChanges, bounds: _Bounds) -> _Trees:
+    """What :func:`_diff` compares. For a candidate directory: both whole trees. For an overlay's changes: only
+    what they touch, so that the diff costs what they hold: the written leaves, and of the pristine workspace
+    the leaves at their paths and under what they removed or replaced (the rest is the candidate's unchanged)."""
+    if isinstance(candidate, WorkspaceChanges) and not candidate.whole:
+        for path in candidate.deleted:
+            _check_relative(path)
+        written, upper_dirs = _walk(candidate.root, bounds=bounds)
+        ours = _pristine_at(pristine, upper_dirs, [*candidate.deleted, *written])
+        deleted = set(candidate.deleted)
+        kept = {p: e for p, e in ours.items() if not _hidden(p, deleted, written, upper_dirs)}
+        theirs = {**kept, **written}
+        return _Trees(ours, theirs, set(written), _Packages(pristine, theirs, ours))
+    leaves, our_dirs = _walk(pristine)
+    ours = {p: e for p, e in leaves.items() if e.kind != "other"}
+    root = candidate_files(candidate)
+    assert isinstance(root, Path)
+    theirs = _walk(root, bounds=bounds, known=ours, known_dirs=our_dirs)[0]
     packages = {p.rpartition("/")[0] for p in theirs if p.rpartition("/")[2] == "__init__.py"}
+    return _Trees(ours, theirs, set(theirs), packages)
+
+
+def _diff(
+    pristine: Path, candidate: Path | WorkspaceChanges, protected: Sequence[str], guard: bool, bounds: _Bounds
+) -> Changes:
+    trees = _trees(pristine, candidate, bounds)
+    ours, theirs, written, packages = trees.ours, trees.theirs, trees.written, trees.packages
+    root = candidate_files(candidate)
+    assert isinstance(root, Path)
+    for path in written:
+        _check_name_lengths(path)
     added: list[str] = []
     modified: list[str] = []
     deleted: list[str] = []
@@ -378,14 +511,15 @@ def _diff(pristine: Path, candidate: Path, protected: Sequence[str], guard: bool
             flags.append(flag)
         return flag is not None
 
-    for path, entry in sorted(theirs.items()):
-        if (skip := _unusable(candidate, path, entry, bounds.file_bytes)) is not None:
+    for path in sorted(written):
+        entry = theirs[path]
+        if (skip := _unusable(root, path, entry, bounds.file_bytes)) is not None:
             flags.append(skip)  # the pristine version, if any, stays
             continue
         old = ours.get(path)
-        if old is not None and _unchanged(pristine, candidate, path, old, entry):
+        if old is not None and _unchanged(pristine, root, path, old, entry):
             continue
-        if not refused(path, toml(candidate, path, entry), toml(pristine, path, old)):
+        if not refused(path, toml(root, path, entry), toml(pristine, path, old)):
             (added if old is None else modified).append(path)
     for path, old in sorted(ours.items()):
         if path not in theirs and not refused(path, toml(pristine, path, old)):
@@ -394,13 +528,19 @@ def _diff(pristine: Path, candidate: Path, protected: Sequence[str], guard: bool
         (added if path in added else modified).remove(path)
         dropped.append(path)
         flags.append(Flag("path_conflict_dropped", path, f"{path} clashes with a protected file that stays."))
+    sizes = {path: theirs[path].size for path in (*added, *modified)}
+    if bounds.total_bytes is not None and sum(sizes.values()) > bounds.total_bytes:
+        raise WorkspaceError(
+            f"the candidate's added and changed files hold {sum(sizes.values())} bytes, more than "
+            f"{bounds.total_bytes}, the task's disk limit"
+        )
     return Changes(
         added=tuple(added),
         modified=tuple(modified),
         deleted=tuple(deleted),
         dropped=tuple(sorted(dropped)),
         flags=tuple(flags),
-        sizes={path: theirs[path].size for path in (*added, *modified)},
+        sizes=sizes,
     )
 
 
@@ -456,9 +596,11 @@ def _check_files(
         for ancestor in _ancestors(path):
             if ancestor in ours or ancestor in files:
                 raise WorkspaceError(f"{path!r} needs {ancestor!r} to be a directory, but it is a file")
-    total = sum(map(len, files.values())) + sum(e.size for p, e in ours.items() if p not in files)
+    total = sum(map(len, files.values()))
     if bounds.total_bytes is not None and total > bounds.total_bytes:
-        raise WorkspaceError(f"the candidate's workspace would hold {total} bytes, over the task's disk limit")
+        raise WorkspaceError(
+            f"the candidate's files hold {total} bytes, more than {bounds.total_bytes}, the task's disk limit"
+        )
 
 
 def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
@@ -502,7 +644,36 @@ def _copy_pristine(pristine: Path, dest: Path, replaced: Collection[str]) -> Non
             shutil.copy2(pristine / rel, dest / rel, follow_symlinks=False)
 
 
-def _place(candidate: Candidate, dest: Path, rel: str, size: int) -> None:
+def removals(pristine: Path, changes: Changes) -> tuple[str, ...]:
+    """What to remove from the pristine workspace to apply ``changes``, before their files are written: the deleted
+    files, the directories the deletions empty (of everything the walk sees, with nothing added in them), each
+    directory instead of anything below it, and the links the candidate replaced (a file is never written through
+    one). Sorted.
+
+    Raises:
+        OSError: the pristine workspace cannot be read.
+    """
+    gone = set(changes.deleted) | {p for p in changes.modified if (pristine / p).is_symlink()}
+    written = {a for p in (*changes.added, *changes.modified) for a in _ancestors(p)}
+    for directory in sorted({a for p in changes.deleted for a in _ancestors(p)}, key=lambda d: -d.count("/")):
+        # Deepest first: a directory's emptied subdirectories are known by now. Its entries as the walk sees them.
+        with os.scandir(pristine / directory) as entries:
+            children = [f"{directory}/{e.name}" for e in entries if not _ignored(e.name)]
+        if directory not in written and all(c in gone for c in children):
+            gone.add(directory)
+    return tuple(sorted(p for p in gone if not any(a in gone for a in _ancestors(p))))
+
+
+@functools.lru_cache(maxsize=1024)
+def workspace_size(pristine: Path) -> tuple[int, int]:
+    """The entries (files, links, directories) and bytes of files of a task's workspace, as the judge walks it
+    (without caches and .git). Remembered per path: it only chooses how a grading tree is made, never what it
+    holds, so a workspace changed since costs at most a slower choice."""
+    leaves, dirs = _walk(pristine)
+    return len(leaves) + len(dirs), sum(e.size for e in leaves.values())
+
+
+def _place(candidate: Path | Mapping[str, bytes], dest: Path, rel: str, size: int) -> None:
     target = dest / rel
     for ancestor in _ancestors(rel):
         at = dest / ancestor
@@ -541,31 +712,52 @@ def _place(candidate: Candidate, dest: Path, rel: str, size: int) -> None:
     target.chmod(0o755 if st.st_mode & stat.S_IXUSR else 0o644)
 
 
-def build_grading_tree(pristine: Path, candidate: Candidate, dest: Path, changes: Changes) -> None:
-    """Build ``dest`` = the pristine workspace plus the changes :func:`diff_workspace` allowed.
+def stage_changes(candidate: Candidate, dest: Path, changes: Changes) -> None:
+    """Copy only the added and modified files of ``changes`` from the candidate to ``dest`` (an empty directory,
+    made if missing): what is written over the pristine workspace, once :func:`removals` are removed from it.
 
-    Added and modified files are copied from the candidate (links as links, only where they stay inside the
-    tree), deleted ones removed. ``dest`` must not exist, or be an empty directory.
+    Links are copied as links, only where they stay inside the tree; no file is copied past its size when diffed.
 
     Raises:
         WorkspaceError: ``dest`` is not empty, ``changes`` holds an unclean path, or the candidate's workspace
             changed since the diff (a file turned into a link out of it, a FIFO, or vanished).
+        RollboxError: writing ``dest`` failed (a host fault).
     """
+    _build(candidate, dest, changes, None)
+
+
+def build_grading_tree(pristine: Path, candidate: Candidate, dest: Path, changes: Changes) -> None:
+    """Build ``dest`` = the pristine workspace plus the changes :func:`diff_workspace` allowed.
+
+    Added and modified files are copied from the candidate (links as links, only where they stay inside the
+    tree), deleted ones removed, with the directories their removal empties. ``dest`` must not exist, or be an
+    empty directory.
+
+    Raises:
+        WorkspaceError: ``dest`` is not empty, ``changes`` holds an unclean path, or the candidate's workspace
+            changed since the diff (a file turned into a link out of it, a FIFO, or vanished).
+        RollboxError: writing ``dest`` failed (a host fault).
+    """
+    _build(candidate, dest, changes, pristine)
+
+
+def _build(candidate: Candidate, dest: Path, changes: Changes, pristine: Path | None) -> None:
     for path in (*changes.added, *changes.modified, *changes.deleted):
         _check_relative(path)
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise WorkspaceError(f"the grading tree {dest} must be an empty directory; it already holds files")
+    files = candidate_files(candidate)
     try:
-        _copy_pristine(pristine, dest, set(changes.modified))
-        for rel in changes.deleted:
-            (dest / rel).unlink()
-            parent = (dest / rel).parent
-            while parent != dest and not any(parent.iterdir()):
-                parent.rmdir()
-                parent = parent.parent
+        if pristine is not None:
+            _copy_pristine(pristine, dest, set(changes.modified))
+            for rel in removals(pristine, changes):
+                if (dest / rel).is_dir() and not (dest / rel).is_symlink():
+                    shutil.rmtree(dest / rel)
+                else:
+                    (dest / rel).unlink(missing_ok=True)  # a modified file: never copied
         for rel in sorted((*changes.added, *changes.modified)):
-            _place(candidate, dest, rel, changes.sizes[rel])
+            _place(files, dest, rel, changes.sizes[rel])
     except OSError as exc:
         # Writing the host's temporary directory failed (the candidate's tree fit the limits already): a host fault.
-        raise RollboxError(f"could not build the grading tree {dest} from {candidate}: {exc}") from exc
+        raise RollboxError(f"could not build the grading tree {dest} from {files}: {exc}") from exc

@@ -27,7 +27,6 @@ import ast
 import hashlib
 import json
 import secrets
-from pathlib import Path
 from typing import Any
 
 from rollbox.judge._verdict import GradedTest, Outcome
@@ -37,6 +36,7 @@ from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._drivers import driver_command, install_driver
 from ._report import RunnerReport
+from ._tree import GradingTree
 
 __all__ = ["run_check"]
 
@@ -98,12 +98,12 @@ def _report(test_id: str, result: ExecResult, outcome: str | None, notes: dict[s
     )
 
 
-async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes: SandboxSource) -> RunnerReport:
-    """Run the task's check against the candidate whose graded tree is the host directory ``tree``.
+async def run_check(tree: GradingTree, task: Task, grading: FunctionGrading, sandboxes: SandboxSource) -> RunnerReport:
+    """Run the task's check against the candidate whose grading tree is ``tree``.
 
     The run takes a sandbox from ``sandboxes`` that has not run this check since its namespaces were made (or
-    restarts one that has), which then holds ``tree`` as it is now; ``tree`` must not change meanwhile (the
-    judge's own copy). A failure to set it up is rollbox's (``infra_error``), never the candidate's doing. The one
+    restarts one that has), which then holds ``tree`` as it is now; ``tree``'s files must not change meanwhile
+    (the judge's own copy). A failure to set it up is rollbox's (``infra_error``), never the candidate's doing. The one
     graded test is ``ENTRY_POINT[check]``, with the outcome of the check's completion record (``missing`` without
     one).
 
@@ -120,11 +120,13 @@ async def run_check(tree: Path, task: Task, grading: FunctionGrading, sandboxes:
         raise TaskFormatError(path, f"cannot read the check: {exc}") from exc
     run_id = secrets.token_hex(16)
     mark = "rollbox.check:" + hashlib.sha256(source.encode()).hexdigest()
-    async with sandboxes.sandboxes(1, limits=task.limits, network=task.network, avoid=mark) as (box,):
+    async with sandboxes.sandboxes(1, limits=task.limits, network=task.network, avoid=mark, workspace=tree.base) as (
+        box,
+    ):
         if mark in box.history:
             await box.reset(fresh=True)
         box.history.add(mark)
-        await box.write_tree(tree)
+        await tree.lay(box)
         driver = await install_driver(box, f"/tmp/.rollbox-check-{secrets.token_hex(8)}", "_check_driver.py")
         imports = _imported_modules(source)
         command, warm = driver_command(box, driver, f"/workspace/{grading.module}", grading.entry_point, *imports)

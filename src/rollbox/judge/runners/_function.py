@@ -17,6 +17,7 @@ from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._check import run_check
 from ._drivers import driver_command, install_driver
 from ._report import RunnerReport, merge_reports
+from ._tree import GradingTree
 
 _FRESH = FreshSandboxes()
 
@@ -69,7 +70,7 @@ def _outcomes(stdout: str, cases: Sequence[FunctionCase], *, truncated: bool) ->
 
 
 async def run_function(
-    task: Task, grading: FunctionGrading, tree: Path, sandboxes: SandboxSource = _FRESH
+    task: Task, grading: FunctionGrading, tree: GradingTree, sandboxes: SandboxSource = _FRESH
 ) -> RunnerReport:
     """Grade the candidate's function in a fresh sandbox built from ``tree`` (the pristine task plus its changes)."""
     cases, inputs = _cases(task.tests / grading.cases) if grading.cases else ((), "[]")
@@ -77,8 +78,8 @@ async def run_function(
     if grading.check:  # in sandboxes of its own, from the tree as it is before any of the candidate's code ran
         reports.append(await run_check(tree, task, grading, sandboxes))
     if cases:
-        async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
-            await sb.write_tree(tree)
+        async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
+            await tree.lay(sb)
             driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
             command, warm = driver_command(sb, driver, f"/workspace/{grading.module}", grading.entry_point)
             result = await sb.exec(command, stdin=inputs, env=GRADING_ENV, warm_python=warm)

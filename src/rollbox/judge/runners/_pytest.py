@@ -39,7 +39,6 @@ import json
 import re
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.judge.integrity._canary import add_canaries
@@ -51,6 +50,7 @@ from ._channel import GRADING_ENV
 from ._drivers import compiled, install_driver, sandbox_python
 from ._pytest_results import PytestRun, Sealed
 from ._report import RunnerReport
+from ._tree import GradingTree
 
 _FRESH = FreshSandboxes()
 
@@ -202,7 +202,9 @@ async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Modu
         await sb.write_file(f"{_JUDGE}/pytest.ini", _INI, read_only=True)
 
 
-async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
+async def run_pytest(
+    task: Task, grading: PytestGrading, tree: GradingTree, sandboxes: SandboxSource = _FRESH
+) -> RunnerReport:
     """Grade the candidate's tree against the task's hidden pytest tests in a fresh sandbox."""
     layout = _Layout.of(grading)
     files = _run_files(task, grading, layout)
@@ -218,8 +220,8 @@ async def run_pytest(task: Task, grading: PytestGrading, tree: Path, sandboxes: 
     canaries = [f"{m.relative}::{name}" for m in modules for name in m.canaries]
     # What holds a canary (a canary class may hold inherited tests too): none of it is a real test.
     judges = [f"{m.relative}::{name.split('::')[0]}" for m in modules for name in m.canaries]
-    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
-        await sb.write_tree(tree)
+    async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
+        await tree.lay(sb)
         await _install(sb, task, layout, modules)
         result = await sb.exec(
             [

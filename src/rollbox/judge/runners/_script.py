@@ -51,6 +51,7 @@ from rollbox.tasks import ScriptGrading, Task
 from ._channel import GRADING_ENV, ForgedChannel, read_records
 from ._native import reward_shim
 from ._report import RunnerReport
+from ._tree import GradingTree
 
 _FRESH = FreshSandboxes()
 
@@ -173,15 +174,15 @@ def _read_channel(stdout: str, *, truncated: bool) -> tuple[Outcome, float | Non
     return Outcome.FAILED, None, notes
 
 
-async def _verify(task: Task, grading: ScriptGrading, tree: Path, sandboxes: SandboxSource) -> _Run:
+async def _verify(task: Task, grading: ScriptGrading, tree: GradingTree, sandboxes: SandboxSource) -> _Run:
     """Run the task's script against ``tree`` in a fresh sandbox."""
-    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
+    async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
         # The judge's own files first, the candidate's tree last: a tree that does not fit (blocks, inodes) then
         # fails its own write, the candidate's doing, and never the judge's preparation, which is rollbox's.
         await sb.write_tree(task.tests, TESTS_DIR, read_only=True)
         await sb.write_file(f"{REWARD_DIR}/.rollbox", b"", read_only=True)  # the directory, read-only to all
         await sb.write_file(_SHIM, reward_shim(), read_only=True)
-        await sb.write_tree(tree)
+        await tree.lay(sb)
         env = {**GRADING_ENV, "ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR, "LD_PRELOAD": _SHIM}
         result = await sb.exec(["bash", f"{TESTS_DIR}/{grading.script}"], env=env)
     if result.status is Status.INFRA_ERROR:
@@ -209,7 +210,7 @@ async def _canary(task: Task, grading: ScriptGrading, sandboxes: SandboxSource) 
     """Why the script proves nothing (the pristine workspace passes it too), or ``None`` when it failed as it must."""
     key = _digest(grading, task.workspace, task.tests)
     if key not in _CANARIES:
-        run = await _verify(task, grading, task.workspace, sandboxes)
+        run = await _verify(task, grading, GradingTree(task.workspace), sandboxes)
         if run.result.status is Status.INFRA_ERROR:
             return None  # no finding; try again next time
         _CANARIES[key] = (
@@ -221,7 +222,9 @@ async def _canary(task: Task, grading: ScriptGrading, sandboxes: SandboxSource) 
     return _CANARIES[key]
 
 
-async def run_script(task: Task, grading: ScriptGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
+async def run_script(
+    task: Task, grading: ScriptGrading, tree: GradingTree, sandboxes: SandboxSource = _FRESH
+) -> RunnerReport:
     """Grade ``tree`` (the pristine task plus the candidate's changes) with the task's script in a fresh sandbox."""
     run = await _verify(task, grading, tree, sandboxes)
     if run.result.status is Status.INFRA_ERROR:
@@ -229,7 +232,7 @@ async def run_script(task: Task, grading: ScriptGrading, tree: Path, sandboxes: 
             tests=(GradedTest("script", Outcome.MISSING),), run_status=Status.INFRA_ERROR, detail=run.result.error
         )
     flags: list[dict[str, str]] = []
-    probe = scan_reward_channel(task.workspace, tree)
+    probe = scan_reward_channel(task.workspace, tree.files)
     if probe is not None:
         flags.append({"code": "reward_channel_probe", "path": probe.partition(" ")[0], "detail": probe})
     useless = (

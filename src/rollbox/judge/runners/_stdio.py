@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.sandbox import ExecResult, FreshSandboxes, Network, SandboxSource, Status
@@ -29,6 +28,7 @@ from rollbox.tasks._cases import StdioCase, load_stdio_cases
 
 from ._channel import GRADING_ENV
 from ._report import RunnerReport
+from ._tree import GradingTree
 
 _FRESH = FreshSandboxes()
 
@@ -103,12 +103,12 @@ def _ran(result: ExecResult) -> Outcome | None:
 
 
 async def _run_cases(
-    task: Task, grading: StdioGrading, tree: Path, cases: Sequence[StdioCase], sandboxes: SandboxSource
+    task: Task, grading: StdioGrading, tree: GradingTree, cases: Sequence[StdioCase], sandboxes: SandboxSource
 ) -> list[ExecResult]:
     """Run the command once per case in one fresh sandbox, stopping after a case that ends the run."""
     results: list[ExecResult] = []
-    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
-        await sb.write_tree(tree)
+    async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
+        await tree.lay(sb)
         for case in cases:
             results.append(await sb.exec(list(grading.command), stdin=case.input, env=GRADING_ENV))
             if results[-1].status in _STOPS:
@@ -141,7 +141,9 @@ async def _check(
     return outcomes, None
 
 
-async def run_stdio(task: Task, grading: StdioGrading, tree: Path, sandboxes: SandboxSource = _FRESH) -> RunnerReport:
+async def run_stdio(
+    task: Task, grading: StdioGrading, tree: GradingTree, sandboxes: SandboxSource = _FRESH
+) -> RunnerReport:
     """Grade the candidate's command in a fresh sandbox built from ``tree`` (the pristine task plus its changes).
 
     Raises:

@@ -1,0 +1,55 @@
+"""What a runner's grading sandbox holds at /workspace: the task's workspace plus the candidate's allowed changes.
+
+A small workspace is built whole on the host and copied in (a sandbox of any task's pool can serve it, and is
+reset in place after). A large one (a repository) is never copied: the grading sandbox starts over the task's
+workspace as a copy-on-write overlay (``workspace=``), and only the candidate's changes are laid over it: the
+removals first, then the added and modified files. So grading a one-line change to a 100 MB repository costs
+what the line costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollbox.sandbox import Limits, Network, Sandbox, SandboxSource
+
+__all__ = ["GradingTree"]
+
+
+@dataclass(frozen=True)
+class GradingTree:
+    """The grading tree as a runner lays it into a sandbox."""
+
+    #: A host directory: with no :attr:`base`, the whole tree; over one, only the added and modified files.
+    files: Path
+    #: The task's workspace the grading sandbox starts from (copy-on-write), or None: an empty /workspace.
+    base: Path | None = None
+    #: Workspace-relative paths removed from :attr:`base` before :attr:`files` are written (files, links, whole
+    #: directories), sorted.
+    removed: tuple[str, ...] = ()
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, sandboxes: SandboxSource, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+        """A sandbox from ``sandboxes`` whose /workspace starts as :attr:`base` (lay the tree with :meth:`lay`)."""
+        # Without a base, asked for exactly as before workspaces existed: a source need not know of them then.
+        opening = (
+            sandboxes.sandbox(limits=limits, network=network)
+            if self.base is None
+            else sandboxes.sandbox(limits=limits, network=network, workspace=self.base)
+        )
+        async with opening as sb:
+            yield sb
+
+    async def lay(self, sb: Sandbox) -> None:
+        """Make ``sb``'s /workspace the grading tree: remove what the candidate removed from :attr:`base`, then
+        write :attr:`files` (the candidate's changes, or the whole tree).
+
+        Raises:
+            OSError: a write failed (ENOSPC and the like: the candidate's tree does not fit the sandbox).
+        """
+        for path in self.removed:
+            await sb.remove(path)
+        await sb.write_tree(self.files)
