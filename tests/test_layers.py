@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import fcntl
 import hashlib
 import io
 import json
@@ -183,6 +184,30 @@ def test_two_processes_asking_for_one_layer_at_once_build_it_once(wheels: Path, 
     assert answers[0]["key"] == answers[1]["key"] and answers[0]["packages"] == answers[1]["packages"]
     layers = Path(os.environ["ROLLBOX_HOME"], "layers")
     assert sorted(p.name for p in layers.iterdir() if p.is_dir()) == [answers[0]["key"]]  # no leftover build
+
+
+def test_a_caller_waiting_out_a_build_finds_the_layer_while_sandboxes_hold_it(wheels: Path) -> None:
+    """Waiting out a build must not mean waiting for the exclusive lock: the sandboxes that start using the layer
+    as soon as it is built hold its shared lock for as long as they live."""
+    store = LayerStore()
+    spec = RuntimeSpec(requirements=("rbx-greet==1.0",))
+    layer = asyncio.run(store.ensure(spec))
+
+    async def main() -> Layer:
+        builder = os.open(layer.path.parent / f"{layer.key}.lock", os.O_RDWR)
+        fcntl.flock(builder, fcntl.LOCK_EX)  # as a build under way holds it
+        waiter = asyncio.create_task(store.ensure(spec))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        os.close(builder)  # the build is done, and at once a sandbox holds the layer
+        user = layer.hold()
+        try:
+            return await asyncio.wait_for(waiter, 10)
+        finally:
+            os.close(user)
+
+    found = asyncio.run(main())
+    assert found.key == layer.key and not found.built
 
 
 def test_a_failed_build_is_reported_with_its_log_and_leaves_nothing_half_used(wheels: Path) -> None:

@@ -120,9 +120,8 @@ async def package_environment(layout: Layout, store: LayerStore | None = None) -
     try:
         layer = await store.ensure(RuntimeSpec(python=python, requirements=requirements))
         pinned = tuple(f"{name}=={version}" for name, version in layer.packages)
-        # Built here, once, before any grading: the judge's gradings then only find it. (Several first-time
-        # requests for one layer in one process can wait forever on LayerStore's exclusive lock once the first
-        # one's warm sandboxes hold it shared.)
+        # Built here, once, before any grading, so that a build failure refuses the package with its log rather
+        # than failing every grading, and the gradings only find it.
         await store.ensure(RuntimeSpec(python=python, requirements=pinned))
     except LayerBuildError as exc:
         raise SynthError(f"{layout.root.name}: its runtime layer could not be built: {exc}") from None

@@ -188,15 +188,19 @@ class LayerStore:
         key = spec.key(interpreter)
         fd = self._open_lock(key)
         try:
-            with contextlib.suppress(BlockingIOError):  # taken: a build (or a removal) is under way
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                if (found := self._found(key)) is not None:
-                    return found
-                fcntl.flock(fd, fcntl.LOCK_UN)  # before waiting for the exclusive one: two waiters never deadlock
-            await _exclusive(fd)
-            if (found := self._found(key)) is not None:
-                return found
-            return await self._build(key, spec, interpreter)
+            delay = 0.02
+            while True:
+                # A shared lock is enough to use a built layer, so it is asked for again while waiting: a waiter
+                # for the exclusive lock alone would wait as long as any sandbox holds the layer it is after.
+                if _try_lock(fd, fcntl.LOCK_SH):
+                    if (found := self._found(key)) is not None:
+                        return found
+                    fcntl.flock(fd, fcntl.LOCK_UN)  # before asking for the exclusive one: two waiters never deadlock
+                if _try_lock(fd, fcntl.LOCK_EX):
+                    found = self._found(key)
+                    return found if found is not None else await self._build(key, spec, interpreter)
+                await asyncio.sleep(delay)  # a build or a removal is under way; the event loop goes on meanwhile
+                delay = min(delay * 2, 0.5)
         finally:
             os.close(fd)
 
@@ -295,12 +299,7 @@ class LayerStore:
         """Whether the layer ``key`` could be locked exclusively now (no build, no user), held for the block."""
         fd = self._open_lock(key)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
+            yield _try_lock(fd, fcntl.LOCK_EX)
         finally:
             os.close(fd)
 
@@ -312,13 +311,10 @@ def _remove(directory: Path, root: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-async def _exclusive(fd: int) -> None:
-    """Take the exclusive lock on ``fd``, waiting without holding the event loop (cancellable meanwhile)."""
-    delay = 0.02
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+def _try_lock(fd: int, operation: int) -> bool:
+    """Take ``operation`` (``LOCK_SH`` or ``LOCK_EX``) on ``fd`` if nothing stands in its way now."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
