@@ -100,7 +100,7 @@ def _serve(mode: str, jobs_file: str, rounds: int) -> None:
     jobs = [
         _Job(bytes.fromhex(j["source"]), j["entry_point"], j["inputs"].encode(), j["program"]) for j in spec["jobs"]
     ]
-    from rollbox.sandbox import zygote  # importing it imports what the zygote has imported when it forks
+    from rollbox.sandbox.agent import zygote  # importing it imports what the zygote has imported when it forks
 
     assert zygote.PRELOADED
     gc.freeze()
