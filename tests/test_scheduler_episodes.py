@@ -79,6 +79,14 @@ def test_reference_and_noop_over_real_tasks_each_result_once_with_its_trajectory
     # The untouched workspaces fail the hidden tests: reward 0.0, not retried, never masked as infra_error.
     assert _by_task(lines(home, "noop")) == [(t, 0, "completed", "failed", 0.0, 1) for t in ids]
 
+    # The run's report, from its own events (no service archived it): each failed episode says why it ended and
+    # how many of the hidden tests passed.
+    report = rollbox(home, "report", "noop", "-o", str(tmp_path / "noop.html"))
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "noop.html").read_text()
+    assert "<h1>rollbox run <code>noop</code></h1>" in page
+    assert page.count("ended: submitted; tests passed: ") == 4, page
+
 
 class _Model:
     """A chat-completions server on 127.0.0.1 playing the scripted fixer model, recording each request's bearer."""

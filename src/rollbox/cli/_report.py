@@ -13,10 +13,12 @@ _HELP = """\
 Write the HTML report of a run: reward over time, verdict and status mix, latency distributions, the slowest
 and the failed work with their logs. One file, no scripts, nothing fetched: mail it, archive it.
 
-The events come from the archive (default $ROLLBOX_HOME/archive, where 'rollbox serve' archives), or from a
-JSONL file of events (--events, e.g. $ROLLBOX_HOME/runs/RUN_ID/events.jsonl).
+The events come from the run's own file when 'rollbox run' made it ($ROLLBOX_HOME/runs/RUN_ID/events.jsonl),
+else from the archive (default $ROLLBOX_HOME/archive, where 'rollbox serve' archives); --archive or --events
+(a JSONL file of events) choose the source.
 
 examples:
+  rollbox report run-7                          a run of 'rollbox run'
   rollbox report serve-20250101-120000
   rollbox report run-7 --archive s3://bucket/rollbox -o run-7.html
   rollbox report run-7 --events run-7/events.jsonl
@@ -40,17 +42,30 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _events(args: argparse.Namespace) -> list[Event]:
     if args.events is not None:
-        events = []
-        for line in args.events.read_text().splitlines():
-            if line.strip():
-                data = json.loads(line)
-                run = data.get("run") or data.get("run_id")
-                if run is None or run == args.run_id:
-                    events.append(Event(data.pop("kind"), data.pop("at"), data))
-        return events
+        return _read_jsonl(args.events, args.run_id)
     from rollbox.telemetry import read_archive, rollbox_home
 
-    return read_archive(args.archive or str(rollbox_home() / "archive"), run=args.run_id)
+    archive = args.archive or str(rollbox_home() / "archive")
+    run_file = rollbox_home() / "runs" / args.run_id / "events.jsonl"
+    if args.archive is None and run_file.is_file():
+        # A run of 'rollbox run' keeps its events beside its results and is archived only where a service ran it.
+        try:
+            archived = read_archive(archive, run=args.run_id)
+        except (OSError, ValueError, ImportError):
+            archived = []
+        return archived or _read_jsonl(run_file, args.run_id)
+    return read_archive(archive, run=args.run_id)
+
+
+def _read_jsonl(path: Path, run_id: str) -> list[Event]:
+    events = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            data = json.loads(line)
+            run = data.get("run") or data.get("run_id")
+            if run is None or run == run_id:
+                events.append(Event(data.pop("kind"), data.pop("at"), data))
+    return events
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -417,6 +417,9 @@ class Episode:
             status=verdict.status.value,
             reward=verdict.reward,
             wall_s=self.trajectory.wall_s,
+            tests_passed=verdict.passed,
+            tests_total=verdict.total,
+            error=verdict.error,
         )
 
     def _cut(self, observation: Observation) -> Observation:

@@ -7,7 +7,7 @@ import datetime
 import html
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._events import Event
@@ -160,6 +160,14 @@ def _duration(event: Event) -> float:
     return 0.0
 
 
+def _summary(fields: Mapping[str, Any]) -> str:
+    """What an event without a log says of its end: why it ended, how many tests passed."""
+    said = [f"ended: {fields['end_reason']}"] if fields.get("end_reason") else []
+    if fields.get("tests_total"):
+        said.append(f"tests passed: {fields.get('tests_passed', 0)}/{fields['tests_total']}")
+    return "; ".join(said)
+
+
 def _table(events: Sequence[Event], start: float, *, logs: bool = False) -> str:
     if not events:
         return "<p>none</p>"
@@ -171,7 +179,7 @@ def _table(events: Sequence[Event], start: float, *, logs: bool = False) -> str:
         row = f"<tr><td>{e.at - start:.1f}</td><td>{_e(e.kind)}</td><td>{_e(what)}</td><td>{_e(_status(e))}</td>"
         row += f"<td>{_duration(e):.3f}</td>"
         if logs:
-            log = "\n".join(str(f[k]) for k in ("error", "stderr") if f.get(k))
+            log = "\n".join(str(f[k]) for k in ("error", "stderr") if f.get(k)) or _summary(f)
             row += f"<td><pre>{_e(log[-2000:])}</pre></td>"
         rows.append(row + "</tr>")
     return "".join(rows) + "</table>"
