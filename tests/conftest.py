@@ -11,6 +11,7 @@ import contextlib
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -25,6 +26,10 @@ os.environ["ROLLBOX_STATE_DIR"] = str(STATE_DIR)
 #: own, so that tests never read or write the user's ~/.rollbox, and removed at the end.
 HOME_DIR = Path(tempfile.mkdtemp(prefix="rollbox-test-home-"))
 os.environ["ROLLBOX_HOME"] = str(HOME_DIR)
+# A suite started as a background job of a non-interactive shell (or under nohup) ignores SIGINT, and every
+# program it starts would inherit that: the tests that interrupt a rollbox command need it to hear Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes  # noqa: E402
 from rollbox.sandbox.namespaces._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)

@@ -1435,7 +1435,8 @@ def test_an_agent_made_to_die_from_inside_is_the_programs_failure() -> None:
 
     result, agent_alive = with_sandbox(body, limits=limits(timeout_s=20, cpu_time_s=20))
     assert not agent_alive  # it did die: this test can fail
-    assert result.status is Status.SIGNALED, explain(result)
+    # On a loaded machine the loop can fill the pids limit before the agent runs out of CPU: the program's doing too.
+    assert result.status in (Status.SIGNALED, Status.PIDS_LIMIT), explain(result)
 
 
 def test_a_tree_thousands_of_levels_deep_breaks_nothing() -> None:
