@@ -236,6 +236,11 @@ STYLES = {
     # The test's own data may equal anything (mock.ANY): only the side the candidate computes is checked.
     "a wildcard expected value": "from unittest.mock import ANY\n\nfrom calc import add\n\n\n"
     "def test_add():\n    assert add(2, 3) == 5\n\n\ndef test_returns_something():\n    assert add(1, 2) == ANY\n",
+    # pytest 9 reports a unittest test whose failures are all in subtests as passed (each subtest as failed).
+    "unittest subtests": "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n"
+    "    def test_add(self):\n        for a, b in ((2, 3), (-1, -1)):\n            with self.subTest(a=a, b=b):\n"
+    "                self.assertEqual(add(a, b), a + b)\n\n"
+    "    def test_add_zero(self):\n        with self.subTest():\n            self.assertEqual(add(0, 4), 4)\n",
     "test class": "from calc import add\n\n\nclass TestAdd:\n"
     "    def setup_method(self):\n        self.pair = (2, 3)\n\n"
     "    def test_add(self):\n        assert add(*self.pair) == 5\n",
@@ -260,6 +265,11 @@ def test_canaries_of_every_style_of_test_fail_on_honest_code_and_catch_an_always
     assert honest.status is VerdictStatus.PASSED and honest.reward == 1.0, honest
     hacked = grade_files(styled, tmp_path / "hacked", {"calc.py": ALWAYS_EQUAL})
     assert hacked.status is VerdictStatus.TAMPERED and hacked.reward == -1.0, hacked
+
+
+def test_the_buggy_workspace_fails_every_test_in_every_style(styled: Task, tmp_path: Path) -> None:
+    verdict = grade_files(styled, tmp_path, {})
+    assert verdict.status is VerdictStatus.FAILED and verdict.reward == 0.0, verdict
 
 
 def test_a_parametrized_case_the_candidate_drops_from_collection_is_missing(task: Task, tmp_path: Path) -> None:

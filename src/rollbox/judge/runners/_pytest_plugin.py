@@ -138,7 +138,10 @@ def pytest_runtest_logreport(report) -> None:
             outcome = "xfailed" if xfail else "skipped"
         else:
             outcome = "failed" if report.when == "call" else "error"
-        _outcomes[report.nodeid] = outcome
+        # A test's failed subtest fails the test: pytest (9 and later) reports a unittest test whose failures were
+        # all inside `self.subTest(...)` as passed, after a failed report for each of those subtests.
+        if _outcomes.get(report.nodeid) not in ("failed", "error"):
+            _outcomes[report.nodeid] = outcome
     elif report.when == "teardown" and report.failed:
         _outcomes[report.nodeid] = "error"
 
