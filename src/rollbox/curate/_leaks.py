@@ -2,8 +2,8 @@
 
 The task layer's audit (:func:`rollbox.tasks.audit_task`) reads every file of the workspace and every object of
 its git repository, and reports a copy of a file of solution/ or tests/, or a place holding their added lines;
-validation counts those of solution/ files the reference changes, and exact copies of tests/ files (see
-:func:`_counts`). It adds two checks of the workspace's files that a line match misses:
+validation counts those of solution/ files the reference changes, and exact copies of tests/ files that hold
+something to check (see :func:`_counts`). It adds two checks of the workspace's files that a line match misses:
 
 - a function, in Python source, whose code equals one the reference changes (its ``ast``, names included);
 - most of the hidden cases' distinctive expected values in one file (at least three, and at least 60% of them:
@@ -65,14 +65,34 @@ def _expected_values(task: Task) -> list[str]:
 def _counts(task: Task, source: str, identical: bool) -> bool:
     """Whether an audit finding is a leak here: a file of solution/ that the workspace already holds as it is gives
     nothing away, and hidden tests often share helpers with the workspace (HumanEval's checks begin with the
-    prompt's own functions), so of tests/ only an exact copy counts."""
+    prompt's own functions), so of tests/ only an exact copy counts, and only of a file that checks something."""
     kind, _, path = source.partition("/")
     if kind == "tests":
-        return identical
+        return identical and _checks_something(task.tests / path)
     original = task.workspace / path
     solution = task.solution / path if task.solution is not None else None
     unchanged = solution is not None and original.is_file() and original.read_bytes() == solution.read_bytes()
     return not unchanged
+
+
+def _checks_something(path: Path) -> bool:
+    """Whether a file of tests/ holds expectations: any file but Python source, and Python source that defines a
+    test or asserts. A support module the tests import and the workspace holds too (semver's tests carry copies of
+    its docs' examples) gives nothing away."""
+    if path.suffix != ".py":
+        return True
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            return True
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            return True
+    return False
 
 
 def _shapes(reference: Reference | None) -> dict[str, str]:
