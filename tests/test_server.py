@@ -20,7 +20,9 @@ from serving import Running, double_task, running
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     home = tmp_path_factory.mktemp("home")
-    config = ServerConfig(home=home, tasks_dir=double_task(home), idle_timeout_s=1.0, tick_s=0.2, pool_size=2)
+    config = ServerConfig(
+        home=home, tasks_dir=double_task(home), idle_timeout_s=1.0, tick_s=0.2, pool_size=2, body_timeout_s=3.0
+    )
     with running(config) as r:
         yield r
 
@@ -194,6 +196,39 @@ def test_bodies_are_bounded_even_without_a_length(server: Running, http: httpx.C
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n")
         assert s.recv(100).split(b" ")[1].startswith(b"4")
+
+
+def test_a_body_sent_slowly_is_cut_off(server: Running, http: httpx.Client) -> None:
+    timeout_s = server.service.config.body_timeout_s
+    host, port = server.url.removeprefix("http://").split(":")
+    body = b'{"code": "print(1)", "language": "python"}'
+    with socket.create_connection((host, int(port)), timeout=timeout_s + 30) as s:
+        head = f"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+        s.sendall(head.encode() + b"\r\n\r\n")
+        started = time.monotonic()
+        answer = b""
+        for byte in body[:-1]:  # a byte every half second, never the last one
+            s.sendall(bytes([byte]))
+            try:
+                s.settimeout(0.5)
+                answer = s.recv(4096)
+            except TimeoutError:
+                continue
+            break
+        if not answer:
+            s.settimeout(timeout_s + 30)
+            answer = s.recv(4096)
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b"did not arrive" in answer
+    assert timeout_s - 0.5 < waited < timeout_s + 10
+    # A body that arrives in time, in pieces, is served.
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        s.sendall(head.encode() + b"\r\n\r\n" + body[:10])
+        time.sleep(timeout_s / 3)
+        s.sendall(body[10:])
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    assert http.get("/healthz").status_code == 200
 
 
 def test_health_readiness_openapi_metrics(http: httpx.Client) -> None:

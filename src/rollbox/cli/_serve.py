@@ -39,6 +39,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument("--archive", help="fsspec URL of the archive (default HOME/archive; '' turns it off)")
     parser.add_argument("--run", dest="run_id", help="the run id of this service's work (default serve-DATE-TIME)")
     parser.add_argument("--idle-timeout", type=float, help="seconds before an unused sandbox is closed (300)")
+    parser.add_argument("--body-timeout", type=float, help="seconds a request's body may take to arrive, else 408 (60)")
     parser.add_argument("--pool-size", type=int, help="warm sandboxes per configuration (twice the CPUs)")
     parser.add_argument("--add-key", metavar="TENANT", help="print a new API key for TENANT, and exit")
     parser.add_argument("--admin", action="store_true", help="with --add-key: the tenant sees every tenant's figures")
@@ -62,6 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
         ("run", args.run_id),
         ("idle_timeout_s", args.idle_timeout),
         ("pool_size", args.pool_size),
+        ("body_timeout_s", args.body_timeout),
     ):
         if value is not None:
             settings[name] = value

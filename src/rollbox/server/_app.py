@@ -3,6 +3,7 @@ are always a 4xx with a message for bad input (a 5xx only for rollbox's own fail
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -39,12 +40,13 @@ def _error(status: int, message: str, retry_after_s: float | None = None) -> Saf
     return SafeJSONResponse({"detail": message}, status_code=status, headers=headers)
 
 
-class _BodyLimit:
-    """Refuses (413) a request whose body is larger than the limit, before reading it when it says its length,
-    and as soon as it passes the limit when it does not (chunked)."""
+class _BodyBounds:
+    """Refuses a request whose body is larger than the limit (413: before reading it when it says its length, as
+    soon as it passes the limit when it does not) or does not arrive in time (408): uvicorn waits for a body
+    forever, so a client sending a byte now and then would hold its connection and the request's memory."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, timeout_s: float) -> None:
+        self.app, self.limit, self.timeout_s = app, limit, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,17 +58,27 @@ class _BodyLimit:
             status, message = (413, too_large) if length.isdigit() else (400, "Content-Length is not a number")
             await _error(status, message)(scope, receive, send)
             return
-        seen = 0
+        seen, complete = 0, False
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
 
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
+        async def bounded() -> Message:
+            nonlocal seen, complete
+            if complete:  # what follows the body (a disconnect) may come whenever it comes
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise HTTPException(
+                    408, f"the request body did not arrive within this server's {self.timeout_s:g} s"
+                ) from None
             seen += len(message.get("body", b""))
             if seen > self.limit:
                 raise HTTPException(413, too_large)  # answered by the application's handler, as any 4xx
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
             return message
 
-        await self.app(scope, limited, send)
+        await self.app(scope, bounded, send)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -123,7 +135,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     app.include_router(_routes_exec.router)
     app.include_router(_routes_env.router)
     app.include_router(_routes_jobs.router)
-    app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(_BodyBounds, limit=config.max_body_bytes, timeout_s=config.body_timeout_s)
     return app
 
 
