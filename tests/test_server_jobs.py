@@ -3,6 +3,7 @@ one tenant never sees another's jobs; each result is a ``job.result`` event the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -19,7 +20,12 @@ from serving import Running, double_task, running
 def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     home = tmp_path_factory.mktemp("home")
     store = TenantStore(home / "tenants.json")
-    return home, {"a": store.add_key("team-a"), "b": store.add_key("team-b")}
+    keys = {
+        "a": store.add_key("team-a"),
+        "b": store.add_key("team-b"),
+        "c": store.add_key("team-c", max_running_jobs=1),
+    }
+    return home, keys
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +115,26 @@ def test_jobs_over_http(server: Running, keys: tuple[Path, dict[str, str]]) -> N
         assert 'rollbox_job_transitions_total{state="completed"}' in metrics
         assert 'rollbox_verdicts_total{status="passed",tenant="team-a"}' in metrics
         assert 'rollbox_scheduler_pool_sandboxes{pool="' in metrics  # the scheduler's warm pools, from pool.resize
+
+
+def test_a_tenants_running_jobs_are_bounded_by_its_quota(server: Running, keys: tuple[Path, dict[str, str]]) -> None:
+    def spans(client: httpx.Client, run: str) -> list[tuple[float, float]]:
+        """Submit three 1-second jobs alone, and wait for them: when each ran."""
+        jobs = client.post("/v1/jobs", json={"jobs": [_exec("import time; time.sleep(1)")] * 3, "run": run}).json()
+        with client.stream("GET", f"/v1/runs/{run}/results") as stream:
+            assert len([line for line in stream.iter_lines() if line]) == 3
+        found = []
+        for job in jobs:
+            at = {m["target"]: m["at"] for m in client.get(f"/v1/jobs/{job['id']}").json()["transitions"]}
+            found.append((at["running"], at["completed"]))
+        return sorted(found)
+
+    def overlapping(found: list[tuple[float, float]]) -> bool:
+        return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found))
+
+    with _client(server, keys[1]["a"]) as a, a.stream("GET", "/v1/runs/jobs-run/results") as stream:
+        list(stream.iter_lines())  # ends when every job the test before left running is done: the workers are free
+    with _client(server, keys[1]["c"]) as c, _client(server, keys[1]["b"]) as b:
+        # team-c's quota of 1: one after another; team-b has none: the machine's two CPUs run two at once.
+        assert not overlapping(bounded := spans(c, "r-quota")), bounded
+        assert overlapping(free := spans(b, "r-free")), free

@@ -37,10 +37,11 @@ _LIMITS = {
 class Jobs:
     """The service's scheduler and what it reports."""
 
-    def __init__(self, config: ServerConfig, grader: Grader) -> None:
+    def __init__(self, config: ServerConfig, grader: Grader, *, quotas: Mapping[str, int] | None = None) -> None:
+        """``quotas``: the most jobs of each tenant holding a worker at once (the scheduler's quotas)."""
         self.config = config
         self.grader = grader
-        self.scheduler = Scheduler(JobStore(config.home / "jobs.db"), home=config.home)
+        self.scheduler = Scheduler(JobStore(config.home / "jobs.db"), quotas=quotas, home=config.home)
         self._runner: asyncio.Task[None] | None = None
         self._seq = 0
 

@@ -49,7 +49,8 @@ class Service:
         self.sessions = Sessions(config, run=config.run)
         self.episodes: Registry[Episode] = Registry("episode", idle_timeout_s=config.idle_timeout_s)
         self.grader = Grader(config, run=config.run)
-        self.jobs = Jobs(config, self.grader)
+        quotas = {t.name: t.max_running_jobs for t in self.tenants.tenants() if t.max_running_jobs is not None}
+        self.jobs = Jobs(config, self.grader, quotas=quotas)
         self.guard = Guard()
         self.idempotency = IdempotencyCache()
         self.ready = False

@@ -41,6 +41,9 @@ class Tenant:
     max_in_flight: int = 256
     #: Sandboxes open at once through the sandboxes API.
     max_sandboxes: int = 32
+    #: Its jobs (``/v1/jobs``) holding a worker at once, the scheduler's quota; ``None``: only the workers'
+    #: capacity bounds them (a tenant with a deep queue then takes every slot as it frees).
+    max_running_jobs: int | None = None
     keys: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
 
@@ -132,8 +135,11 @@ class TenantStore:
 
 
 def _fields(entry: dict[str, Any]) -> dict[str, Any]:
-    known = {"admin", "rate_per_s", "burst", "max_in_flight", "max_sandboxes", "keys"}
+    known = {"admin", "rate_per_s", "burst", "max_in_flight", "max_sandboxes", "max_running_jobs", "keys"}
     unknown = set(entry) - known
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(known)}")
+    quota = entry.get("max_running_jobs")
+    if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 1):
+        raise ValueError(f"max_running_jobs must be a positive integer or null, got {quota!r}")
     return {**entry, "keys": tuple(entry.get("keys", ()))}
