@@ -58,13 +58,14 @@ class _BodyBounds:
             status, message = (413, too_large) if length.isdigit() else (400, "Content-Length is not a number")
             await _error(status, message)(scope, receive, send)
             return
-        seen, complete = 0, False
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        seen, complete, deadline = 0, False, 0.0
 
         async def bounded() -> Message:
-            nonlocal seen, complete
+            nonlocal seen, complete, deadline
             if complete:  # what follows the body (a disconnect) may come whenever it comes
                 return await receive()
+            if not deadline:  # from when the application starts reading: it may read late, the client is not late
+                deadline = asyncio.get_running_loop().time() + self.timeout_s
             try:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
