@@ -57,6 +57,14 @@ HIDDEN = textwrap.dedent('''
         assert add(90, 9) == EXPECTED_SUM
 
 
+    SUMS = ((4, 5, 9), (6, 7, 13))
+
+
+    @pytest.mark.parametrize("a, b, expected", SUMS)
+    def test_table_in_a_module_constant(a, b, expected):
+        assert expected == add(a, b)
+
+
     class TestProduct(unittest.TestCase):
         def test_mul(self):
             self.assertEqual(mul(6, 7), 42)
@@ -337,7 +345,7 @@ def test_honest_code_still_earns_everything(task: Task, name: str) -> None:
         files["_impl.py"] = CORRECT
     verdict = grade_calc(task, files)
     assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0, verdict
-    assert verdict.total == 9
+    assert verdict.total == 11
 
 
 def test_a_wrong_value_fails_only_its_own_test(task: Task) -> None:
@@ -345,7 +353,7 @@ def test_a_wrong_value_fails_only_its_own_test(task: Task) -> None:
     verdict = grade_calc(task, {"calc.py": wrong})
     failed = [t.id for t in verdict.tests if t.outcome.value != "passed"]
     assert failed == ["tests/test_calc.py::test_expected_in_a_local"], verdict
-    assert verdict.reward == pytest.approx(8 / 9)
+    assert verdict.reward == pytest.approx(10 / 11)
 
 
 #: Around the sealed assertions rather than through them: skip them (a trace function jumps over every line that

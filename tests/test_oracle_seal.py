@@ -271,6 +271,15 @@ PARAMETRIZED = textwrap.dedent("""
         @pytest.mark.parametrize("expected", [0, -0.0, 1e-06, 2 + 3j])
         def test_number(self, expected):
             assert f() == expected
+
+
+    TABLE = (("camel", "Camel"), ("snake_case", "SnakeCase"))
+    MORE = (("x", "X"),)
+
+
+    @pytest.mark.parametrize(("word", "expected"), TABLE + MORE)
+    def test_a_named_table(word, expected):
+        assert expected == f(word)
 """)
 
 
@@ -285,7 +294,7 @@ def test_sealed_cases_keep_the_ids_pytest_gives_them(tmp_path: Path) -> None:
     ).stdout.splitlines()
     theirs = sorted(line for line in collected if "::" in line)
     sealed = seal_module(PARAMETRIZED)
-    assert len(sealed.cases) == 4 + 2 + 2 + 4
+    assert len(sealed.cases) == 4 + 2 + 2 + 4 + 3
     (tmp_path / "test_p.py").write_text(sealed.source)
     ours_collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "test_p.py"],
@@ -299,7 +308,7 @@ def test_sealed_cases_keep_the_ids_pytest_gives_them(tmp_path: Path) -> None:
     mapping = Sealed({"test_p.py": sealed})
     ours = sorted(mapping.real_id(line) for line in ours_collected if "::" in line)
     assert ours == theirs
-    for real in ("1-2-3", "text-x y-False", "b-2", "one", "1e-06", "(2+3j)"):
+    for real in ("1-2-3", "text-x y-False", "b-2", "one", "1e-06", "(2+3j)", "camel-Camel", "x-X"):
         assert not any(real in line for line in ours_collected), real
 
 
@@ -307,3 +316,57 @@ def test_a_module_constant_stays_unless_an_assertion_here_expects_it_and_no_othe
     source = "LIMIT = 424401\nNAME = 'x'\n\n\ndef test_a():\n    assert f() == LIMIT\n"
     assert "424401" not in seal_module(source).source and "NAME = 'x'" in seal_module(source).source
     assert "LIMIT = 424401" in seal_module(source, keep=frozenset({"LIMIT"})).source
+
+
+TABLES = textwrap.dedent("""
+    import pytest
+
+    TABLE = [(1, 424501), (2, 424502)]
+    MORE = [(3, 424503)]
+    READ = [(4, 424504)]
+    MUTATED = [(5, 424505)]
+    MUTATED.append((6, 424506))
+    IMPORTED = [(7, 424507)]
+
+
+    @pytest.mark.parametrize("x, want", TABLE)
+    def test_table(x, want):
+        assert f(x) == want
+
+
+    @pytest.mark.parametrize(("x", "want"), TABLE + MORE)
+    def test_tables(x, want):
+        assert want == f(x)
+
+
+    @pytest.mark.parametrize("x, want", READ)
+    def test_read(x, want):
+        assert f(x) == want
+        assert len(READ) == 1
+
+
+    @pytest.mark.parametrize("x, want", MUTATED)
+    def test_mutated(x, want):
+        assert f(x) == want
+
+
+    @pytest.mark.parametrize("x, want", IMPORTED)
+    def test_imported(x, want):
+        assert f(x) == want
+""")
+
+
+def test_a_table_kept_in_a_module_constant_is_sealed_as_a_literal_one() -> None:
+    # inflection's tests are parametrized so: an always-equal object passed them until these were sealed.
+    sealed = seal_module(TABLES, keep=frozenset({"IMPORTED"}))
+    assert "TABLE" not in sealed.source and "MORE" not in sealed.source
+    for n in (1, 2, 3):
+        assert f"42450{n}" not in sealed.source, sealed.source
+    assert sorted(v for v in sealed.cases.values() if isinstance(v, int)) == [424501, 424501, 424502, 424502, 424503]
+    assert sealed.certain["test_table"] and sealed.certain["test_tables"]
+    # Read elsewhere, changed before the decorator runs, or imported by another module: the table stays as it is.
+    for n in (4, 5, 6, 7):
+        assert f"42450{n}" in sealed.source, sealed.source
+    assert "@pytest.mark.parametrize('x, want', READ)" in sealed.source
+    assert "@pytest.mark.parametrize('x, want', MUTATED)" in sealed.source
+    assert "@pytest.mark.parametrize('x, want', IMPORTED)" in sealed.source

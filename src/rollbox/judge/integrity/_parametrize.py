@@ -8,11 +8,16 @@ would have given each case, worked out here as pytest works it out from literal 
 or the case's own id (``pytest.param(..., id=...)``, ``ids=[...]``). A list whose ids this cannot work out for
 certain (other strings, duplicate ids, an ``ids`` function, marks on a case, indirect parametrization) is left
 alone.
+
+A table kept in a module constant (``@pytest.mark.parametrize("a, b", CASES)``, or ``CASES + MORE``) is written
+into each decorator as a literal first (:func:`inline_tables`), and the constant taken out of the module, when
+nothing else reads it: tests parametrized so are sealed as those written with a literal list.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import secrets
 import string
 from collections.abc import Mapping
@@ -21,7 +26,7 @@ from typing import Any
 
 from ._constants import UNFOLDABLE, fold
 
-__all__ = ["LiteralCases", "literal_cases", "seal_columns"]
+__all__ = ["LiteralCases", "inline_tables", "literal_cases", "seal_columns"]
 
 _PRINTABLE = frozenset(string.printable) - set("\\\t\n\r\x0b\x0c")
 _MAX_ID_LENGTH = 100  # pytest's own limit for a string's id; longer ones depend on its configuration
@@ -124,6 +129,51 @@ def literal_cases(decorator: ast.expr) -> LiteralCases | None:
     if len(set(ids)) != len(ids):
         return None  # pytest would add suffixes, or refuse them, depending on its configuration
     return LiteralCases(argnames, tuple(values), tuple(ids))
+
+
+def inline_tables(tree: ast.Module, constants: Mapping[str, Any], keep: frozenset[str]) -> set[str]:
+    """Write into each parametrize decorator of ``tree`` the literal value of the module constants (name ->
+    value) its list is made of, where every read of each such constant is in such a list; return the constants
+    inlined so, which nothing reads any more. Names in ``keep`` (other modules import them) are left alone."""
+    reads: dict[str, list[ast.Name]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            reads.setdefault(node.id, []).append(node)
+    tables: list[tuple[ast.Call, set[str], Any]] = []
+    for node in ast.walk(tree):
+        decorators = node.decorator_list if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else []
+        for decorator in decorators:
+            if not isinstance(decorator, ast.Call) or not _is_parametrize(decorator) or len(decorator.args) != 2:
+                continue
+            names = {n.id for n in ast.walk(decorator.args[1]) if isinstance(n, ast.Name)}
+            if not names or not names <= set(constants) - keep:
+                continue
+            value = fold(_Substitute(constants).visit(copy.deepcopy(decorator.args[1])))
+            if isinstance(value, list | tuple):
+                tables.append((decorator, names, value))
+    # A constant is inlined only where every read of it is in a table that is inlined; drop the others until none
+    # is left half-read.
+    inlined = {name for _, names, _ in tables for name in names}
+    while True:
+        inside = {id(n) for d, names, _ in tables if names <= inlined for n in ast.walk(d.args[1])}
+        kept = {name for name in inlined if all(id(n) in inside for n in reads.get(name, ()))}
+        if kept == inlined:
+            break
+        inlined = kept
+    for decorator, names, value in tables:
+        if names <= inlined:
+            decorator.args[1] = _literal(value)
+    return inlined
+
+
+class _Substitute(ast.NodeTransformer):
+    """Names of constants replaced by their literal values."""
+
+    def __init__(self, constants: Mapping[str, Any]) -> None:
+        self.constants = constants
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return _literal(self.constants[node.id]) if node.id in self.constants else node
 
 
 def seal_columns(decorator: ast.Call, cases: LiteralCases, tokens: Mapping[int, list[str]]) -> dict[str, str]:

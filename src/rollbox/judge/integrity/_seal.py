@@ -17,9 +17,11 @@ Sealed, where the expectation is a constant expression (a literal, arithmetic on
   ``assertIsNot``, ``assertIn``, ``assertNotIn``, ``assertGreater`` and its kin, ``assertAlmostEqual``,
   ``assertNotAlmostEqual``, ``assertCountEqual``;
 - ``E`` may also be a name that holds only such a constant: a local assigned once at the top of the test, a
-  module-level global assigned once, or a column of a literal ``pytest.mark.parametrize`` list; each only where
-  every use of the name is such an expectation. A sealed column's values become opaque tokens, and its cases get
-  opaque ids (see :mod:`._parametrize`), so that neither the test's locals nor its id carries them.
+  module-level global assigned once, or a column of a literal ``pytest.mark.parametrize`` list (or of a table
+  kept in module constants that only parametrize lists read: written into each list, and taken out of the module);
+  each only where every use of the name is such an expectation. A sealed column's values become opaque tokens,
+  and its cases get opaque ids (see :mod:`._parametrize`), so that neither the test's locals nor its id carries
+  them.
 
 Every function of the module is sealed so (which are tests depends on pytest's configuration, and a helper that
 asserts reports to the test that calls it). Not sealed, and so still in the candidate's process: expectations the
@@ -40,7 +42,7 @@ from typing import Any
 
 from ._assertions import Assertion, Sealable, assertions
 from ._constants import UNFOLDABLE, fold
-from ._parametrize import LiteralCases, literal_cases, seal_columns
+from ._parametrize import LiteralCases, inline_tables, literal_cases, seal_columns
 
 __all__ = ["SEAL_FUNCTION", "Seal", "SealedModule", "seal_module"]
 
@@ -204,7 +206,9 @@ def seal_module(source: str, *, keep: frozenset[str] = frozenset()) -> SealedMod
 @functools.lru_cache(maxsize=256)  # a task is graded many times
 def _seal(source: str, keep: frozenset[str]) -> SealedModule:
     tree = ast.parse(source)
-    module_constants = _constants(tree.body, tree)
+    constants = _constants(tree.body, tree)
+    tables = inline_tables(tree, {n: v for n, (_, v) in constants.items()}, keep)  # now read by no one
+    module_constants = {n: c for n, c in constants.items() if n not in tables}
     tests = _survey(tree, module_constants)
     # A module constant is sealed only where no code but the tests' expectations reads it.
     in_tests = {id(n) for test in tests for n in ast.walk(test.function)}
@@ -213,6 +217,7 @@ def _seal(source: str, keep: frozenset[str]) -> SealedModule:
     used = {a.expected.id for t in tests for a in t.assertions if isinstance(a.expected, ast.Name)}
     sealed_globals = (set(module_constants) & used) - read_outside - read_otherwise - keep
     replacements: dict[int, ast.stmt | None] = {id(module_constants[n][0]): None for n in sealed_globals}
+    replacements.update({id(constants[n][0]): None for n in tables})
     seals: dict[str, Seal] = {}
     cases: dict[str, Any] = {}
     certain: dict[str, tuple[str, ...]] = {}
