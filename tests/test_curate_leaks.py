@@ -32,6 +32,7 @@ def leaks(root: Path, workspace: dict[str, str]) -> list[str]:
         "tests/helper.py": HELPER,
         "tests/checks.py": CHECKS,
         "tests/expected.json": '{"4": 8}\n',
+        "tests/table.py": "CASES = [(4, 8), (5, 10)]\n",
         **{f"workspace/{path}": text for path, text in workspace.items()},
     }
     for relative, text in files.items():
@@ -49,6 +50,8 @@ def test_a_support_module_the_workspace_holds_too_is_no_leak(tmp_path: Path) -> 
 
 
 def test_a_copy_of_anything_that_checks_is_a_leak(tmp_path: Path) -> None:
-    found = leaks(tmp_path, {"notes/a.py": TESTS, "notes/b.py": CHECKS, "notes/c.json": '{"4": 8}\n'})
-    for copy, original in (("a.py", "test_calc.py"), ("b.py", "checks.py"), ("c.json", "expected.json")):
+    copies = {"a.py": TESTS, "b.py": CHECKS, "c.json": '{"4": 8}\n', "d.py": "CASES = [(4, 8), (5, 10)]\n"}
+    found = leaks(tmp_path, {f"notes/{name}": text for name, text in copies.items()})
+    originals = {"a.py": "test_calc.py", "b.py": "checks.py", "c.json": "expected.json", "d.py": "table.py"}
+    for copy, original in originals.items():
         assert any(f"notes/{copy}" in d and f"tests/{original}" in d for d in found), found

@@ -76,15 +76,20 @@ def _counts(task: Task, source: str, identical: bool) -> bool:
 
 
 def _checks_something(path: Path) -> bool:
-    """Whether a file of tests/ holds expectations: any file but Python source, and Python source that defines a
-    test or asserts. A support module the tests import and the workspace holds too (semver's tests carry copies of
-    its docs' examples) gives nothing away."""
+    """Whether a file of tests/ may hold expectations: any file but Python source, and Python source that defines
+    a test, asserts, or keeps literal data in a module constant. A support module the tests import and the
+    workspace holds too (semver's tests carry copies of its docs' examples) gives nothing away."""
     if path.suffix != ".py":
         return True
     try:
         tree = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError):
         return True
+    for statement in tree.body:
+        value = statement.value if isinstance(statement, ast.Assign | ast.AnnAssign) else None
+        names = [t.id for t in ast.walk(statement) if isinstance(t, ast.Name)] if value is not None else []
+        if value is not None and not all(n.startswith("__") for n in names) and _literal(value):
+            return True
     for node in ast.walk(tree):
         if isinstance(node, ast.Assert):
             return True
@@ -93,6 +98,14 @@ def _checks_something(path: Path) -> bool:
         if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             return True
     return False
+
+
+def _literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def _shapes(reference: Reference | None) -> dict[str, str]:
