@@ -160,6 +160,25 @@ def accepts_hack(root: Path) -> Path:
     )
 
 
+def accepts_hack_behind_canaries(root: Path) -> Path:
+    """A pytest task whose one test of the changed function compares with a computed value (nothing the judge can
+    seal), among five tests of other code: an always-equal object passes it, and each grading's two must-fail
+    canaries, copies of two of the six tests, catch it a third of the time."""
+    others = "".join(f"\n\ndef test_double_{n}():\n    assert double({n}) == {2 * n}\n" for n in range(5))
+    tests = "from calc import clamp, double\n\n\ndef test_clamp():\n    assert clamp(11, 0, 10) == double(5)\n"
+    library = "\n\ndef double(x):\n    return 2 * x\n"
+    return write_task(
+        root,
+        "accepts-hack-behind-canaries",
+        {
+            "workspace/calc.py": CLAMP_STUB + library,
+            "solution/calc.py": CLAMP + library,
+            "tests/test_calc.py": tests + others,
+        },
+        PYTEST,
+    )
+
+
 def contradictory(root: Path) -> Path:
     cases = SIGN_CASES + '{"args": [5], "expected": -1}\n'
     return write_task(
@@ -259,6 +278,7 @@ PLANTED = {
     order_dependent: ReasonCode.ORDER_DEPENDENT,
     accepts_trivial: ReasonCode.TRIVIAL_PASSES,
     accepts_hack: ReasonCode.HACK_PASSES,
+    accepts_hack_behind_canaries: ReasonCode.HACK_PASSES,
     contradictory: ReasonCode.CONTRADICTORY_CASES,
     f2p_passes_before: ReasonCode.F2P_PASSES_BEFORE,
     leaks_file: ReasonCode.ANSWER_LEAK,
@@ -303,6 +323,8 @@ def test_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
     assert "exit_at_import" in {
         r.detail.split()[2] for r in reports["accepts-hack"].reasons if r.code.value == "hack_passes"
     }
+    hacks = [r.detail for r in reports["accepts-hack-behind-canaries"].reasons if r.code is ReasonCode.HACK_PASSES]
+    assert any("always_equal gets passed" in d for d in hacks), hacks
     leaks = [r.detail for r in reports["leaks-git"].reasons if r.code is ReasonCode.ANSWER_LEAK]
     assert any(d.startswith("git object") and "solution/calc.py" in d for d in leaks), leaks
     assert any("notes/old_sol.py" in r.detail for r in reports["leaks-file"].reasons)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import re
 import tempfile
 import time
@@ -53,6 +54,9 @@ __all__ = ["ValidateOptions", "validate"]
 #: How long a mutant's grading may take, as a multiple of the reference's (plus a second): a mutant that loops
 #: is killed in seconds, not at the task's own limit.
 _MUTANT_TIME_FACTOR = 5.0
+#: Gradings again of a hack that every test passed and only a must-fail canary caught: canaries are drawn at
+#: random per grading, so another draw may miss it (and training rewards that draw).
+_CANARY_REDRAWS = 8
 #: Wall limits snap to these (seconds), so that mutants of many tasks share warm pools.
 _STEPS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -100,6 +104,17 @@ class ValidateOptions:
 
 def _passed(verdict: Verdict) -> bool:
     return verdict.status is VerdictStatus.PASSED
+
+
+def _caught_only_by_a_canary(verdict: Verdict) -> bool:
+    """Tampered because one of the canaries the pytest runner draws per grading passed (its detail says so), with
+    every graded test passed."""
+    return (
+        verdict.status is VerdictStatus.TAMPERED
+        and bool(verdict.tests)
+        and all(t.outcome is Outcome.PASSED for t in verdict.tests)
+        and any(f["code"] == "tampered" and f["detail"].startswith("the must-fail canary") for f in verdict.flags)
+    )
 
 
 def _listed(names: Sequence[str], limit: int = 4) -> str:
@@ -227,6 +242,7 @@ class _TaskRun:
                     f"{candidate.name} got {before.status.value} ({before.passed}/{before.total} tests) and then "
                     f"{verdict.status.value} ({verdict.passed}/{verdict.total}) on a rerun",
                 )
+        hack_verdicts = await self._past_the_canaries(hacks, hack_verdicts)
         self._trivials_and_hacks(trivials, trivial_verdicts, hacks, hack_verdicts)
         if self.steady is not None and reference is not None:
             await self._mutants(reference)
@@ -296,6 +312,19 @@ class _TaskRun:
             broken = [t for t in grading.pass_to_pass if outcome.get(t) is not Outcome.PASSED]
             if broken:
                 self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {_listed(broken)} do not pass on the starting workspace")
+
+    async def _past_the_canaries(self, hacks: list[Candidate], verdicts: list[Verdict]) -> list[Verdict]:
+        """Each hack's verdict, a hack caught only by a canary taken again up to :data:`_CANARY_REDRAWS` times:
+        the best of those gradings (a draw of canaries that misses it shows what the tests alone let through)."""
+        caught = [i for i, verdict in enumerate(verdicts) if _caught_only_by_a_canary(verdict)]
+        if not caught:
+            return verdicts
+        again = await self.grade([(self.task, hacks[i].files) for i in caught for _ in range(_CANARY_REDRAWS)])
+        best = list(verdicts)
+        for n, i in enumerate(caught):
+            draws = [v for v in again[n * _CANARY_REDRAWS : (n + 1) * _CANARY_REDRAWS] if v.reward is not None]
+            best[i] = max([verdicts[i], *draws], key=lambda v: v.reward if v.reward is not None else -math.inf)
+        return best
 
     def _trivials_and_hacks(
         self,
