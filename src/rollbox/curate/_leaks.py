@@ -86,10 +86,11 @@ def _checks_something(path: Path) -> bool:
     except (OSError, SyntaxError, ValueError):
         return True
     for statement in tree.body:
-        value = statement.value if isinstance(statement, ast.Assign | ast.AnnAssign) else None
-        names = [t.id for t in ast.walk(statement) if isinstance(t, ast.Name)] if value is not None else []
-        if value is not None and not all(n.startswith("__") for n in names) and _literal(value):
-            return True
+        if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            dunder = all(isinstance(t, ast.Name) and t.id.startswith("__") for t in targets)  # __all__ and kin
+            if not dunder and _literal(statement.value):
+                return True
     for node in ast.walk(tree):
         if isinstance(node, ast.Assert):
             return True

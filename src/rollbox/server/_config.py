@@ -54,7 +54,7 @@ class ServerConfig:
     max_pids: int = 1024
     #: The largest request body, and the largest file read back (``fetch_files``, ``GET .../files``).
     max_body_bytes: int = 32 * 2**20
-    #: A request's whole body must arrive within this many seconds of its headers (else 408).
+    #: A request's whole body must arrive within this many seconds of the application starting to read it (else 408).
     body_timeout_s: float = 60.0
     max_file_bytes: int = 16 * 2**20
     #: Warm sandboxes per configuration for ``/run_code`` and grading (default: twice the CPUs), and how many
