@@ -8,6 +8,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollbox.tasks._values import decode, encode
 
@@ -136,6 +138,18 @@ MALFORMED = [
     {"$float": 1.5},
     {"$float": ["nan"]},
     {"$object": "os.system"},
+    {"$int": 5},
+    {"$int": "xyz"},
+    {"$int": "f" * 100_001},
+    {"$decimal": 1},
+    {"$decimal": "one"},
+    {"$decimal": "1" * 100_001},
+    {"$fraction": [1, 0]},
+    {"$fraction": [1, -2]},
+    {"$fraction": [1]},
+    {"$fraction": [1.5, 2]},
+    {"$fraction": [True, 2]},
+    {"$fraction": "1/2"},
     {"k": {"$tuple": 1}},
     [1, {"$set": [[]]}],
     nested(101, lambda v: [v]),
@@ -152,3 +166,28 @@ def test_malformed_data_raises_value_error_and_nothing_else(data: Any) -> None:
     # the judge, which reports it as its own failure (infra_error).
     with pytest.raises(ValueError, match=r"malformed value tag|nested too deeply"):
         decode(json.loads(json.dumps(data)))
+
+
+_TAGS = ["$tuple", "$set", "$frozenset", "$dict", "$float", "$bytes", "$complex", "$int", "$decimal", "$fraction", "$x"]
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=2)
+        | st.builds(lambda tag, v: {tag: v}, st.sampled_from(_TAGS), inner)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_JSON)
+def test_any_json_decodes_or_raises_value_error(data: Any) -> None:
+    # The candidate's process writes what the judge decodes: whatever it wrote, only ValueError may come out, and
+    # what does decode encodes again to the same value.
+    try:
+        value = decode(data)
+    except ValueError:
+        return
+    again = decode(json.loads(json.dumps(encode(value))))
+    assert type(again) is type(value)

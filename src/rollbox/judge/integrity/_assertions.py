@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._constants import UNFOLDABLE, fold
 
@@ -51,11 +52,13 @@ class Assertion:
     value: ast.expr
     compare: str
     expected: ast.expr
-    options: dict[str, float] = field(default_factory=dict)
+    #: ``rel``/``abs`` of ``pytest.approx``, ``places``/``delta`` of ``assertAlmostEqual``: folded constants, kept
+    #: exactly as written (an ``int`` stays one).
+    options: dict[str, Any] = field(default_factory=dict)
     certain: bool = False
 
 
-def _approx(node: ast.expr) -> tuple[ast.expr, dict[str, float]] | None:
+def _approx(node: ast.expr) -> tuple[ast.expr, dict[str, Any]] | None:
     """``E`` and the options of ``pytest.approx(E, rel=.., abs=..)`` with constant options, or None."""
     if not (isinstance(node, ast.Call) and ast.unparse(node.func) in ("pytest.approx", "approx")):
         return None
@@ -64,7 +67,7 @@ def _approx(node: ast.expr) -> tuple[ast.expr, dict[str, float]] | None:
     options = {str(k.arg): fold(k.value) for k in node.keywords}
     if not all(type(v) in (int, float) and v >= 0 for v in options.values()):
         return None
-    return node.args[0], {k: float(v) for k, v in options.items()}
+    return node.args[0], options
 
 
 class Sealable:
@@ -108,7 +111,7 @@ def _unittest(call: ast.Call, sealable: Sealable) -> Assertion | None:
         options["places"] = fold(call.args[2])
     if not all(type(v) in (int, float) for v in options.values()):
         return None
-    found.options = {k: float(v) for k, v in options.items()}
+    found.options = options
     return found
 
 

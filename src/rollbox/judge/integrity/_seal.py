@@ -60,8 +60,8 @@ class Seal:
     compare: str
     #: The expected value; ``None`` for a seal per case (its value comes with the case's token).
     expected: Any = None
-    #: ``rel``/``abs`` of ``approx``; ``places``/``delta`` of ``almost``.
-    options: Mapping[str, float] = field(default_factory=dict)
+    #: ``rel``/``abs`` of ``approx``; ``places``/``delta`` of ``almost``: as written (an ``int`` stays one).
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

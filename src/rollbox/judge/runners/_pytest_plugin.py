@@ -14,9 +14,9 @@ The hidden test modules (and every other Python module of the task's tests/) com
 (``rollbox.judge.integrity._seal``) and as bytecode only: the files at their paths are empty, and
 ``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code. The plugin reads all of it at import; a finder
 first on ``sys.meta_path`` then gives each such path its module from that code, whatever is at the path by then. A
-sealed assertion calls ``__rollbox_seal__``, which reports the value the test computed, converted to a plain
-value (``numpy`` scalars and arrays through ``tolist``, integers of other libraries through ``__index__``, other
-real numbers through ``float``) and encoded by the judge's codec (loaded privately), and lets the test go on.
+sealed assertion calls ``__rollbox_seal__``, which reports the value the test computed, encoded exactly by the
+judge's codec (loaded privately; other libraries' values as the plain value they stand for: its ``plain``), and
+lets the test go on.
 
 Only the standard library and pytest's public hooks.
 """
@@ -26,8 +26,6 @@ import importlib.machinery
 import importlib.util
 import json
 import marshal
-import numbers
-import operator
 import os
 import sys
 
@@ -39,7 +37,7 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _codec = {"__name__": "_rollbox_values"}
 with open(os.path.join(_here, "_values.pyc"), "rb") as _file:
     exec(marshal.loads(_file.read()[16:]), _codec)  # the judge's bytecode: magic, flags, 8 unused bytes
-_encode = _codec["encode"]
+_encode, _plain = _codec["encode"], _codec["plain"]
 _sealed: dict = {}
 _directory = os.environ.get("ROLLBOX_SEALED")
 if _directory:
@@ -58,25 +56,13 @@ def _emit(record: dict) -> None:
     _channel.flush()
 
 
-def _plain(value):
-    """The value as a plain one, where another library's value stands for one."""
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist) and type(value).__module__.partition(".")[0] == "numpy":
-        return tolist()
-    if not isinstance(value, int | float | complex) and hasattr(type(value), "__index__"):
-        return operator.index(value)
-    if not isinstance(value, float) and isinstance(value, numbers.Real):
-        return float(value)
-    return value
-
-
 def __rollbox_seal__(seal_id, value, token=None):
     """Report the value a sealed assertion holds; the judge compares it with the expectation, after the run."""
     record = {"seal": seal_id, "test": _current[0]}
     if token is not None:
         record["token"] = str(token)
     try:
-        record["value"] = _encode(_plain(value))
+        record["value"] = _encode(value, convert=_plain)
     except Exception:  # not a plain value, nested too deeply, or its conversion failed
         kind = type(value)
         record["unsealable"] = f"{kind.__module__}.{kind.__qualname__}"[:200]
