@@ -5,9 +5,15 @@
     trainer = GRPOTrainer(model=..., reward_funcs=rollbox_reward, train_dataset=ds)      # one completion = one file
     trainer = GRPOTrainer(model=..., environment_factory=RollboxTRLEnv, train_dataset=ds)  # multi-turn, tools
 
-The dataset needs a ``task`` column: each row's task directory. TRL passes dataset columns to reward functions
-as keyword arguments and each row to the environment's ``reset``. A reward of ``None`` (rollbox or the host
-failed) is one TRL leaves out of the sample's reward, as it does for any reward function's ``None``.
+The dataset columns read (TRL passes dataset columns to reward functions as keyword arguments, and each row to
+the environment's ``reset``):
+
+- ``task`` (required): each row's task directory.
+- ``file`` (optional, reward function only): the workspace file a completion replaces, for a task whose target
+  rollbox cannot tell (see :func:`rollbox.env.adapters._common.completion_files`); ``None`` in a row: the default.
+
+A reward of ``None`` (rollbox or the host failed: ``infra_error``) is one TRL leaves out of the sample's reward, as
+it does for any reward function's ``None``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from typing import Any
 from rollbox.env import Episode, make
 from rollbox.env._sync import blocking
 
-from ._common import grade_completion, task_of
+from rollbox.judge import grade
+
+from ._common import completion_files, task_of
 
 __all__ = ["RollboxTRLEnv", "rollbox_reward"]
 
@@ -34,18 +42,24 @@ def _text(completion: Any) -> str:
 def rollbox_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
     """TRL's reward-function signature: each completion graded by the rollbox judge on its row's ``task``.
 
-    A completion's last fenced code block (or its whole text) becomes the task's solution file (a function
-    task's module; ``solution.py`` otherwise; a ``file`` column overrides it).
+    A completion's last fenced code block (or its whole text) is placed where its task expects it: a function
+    task's module (a completion holding only the function's body follows the module's prompt), a stdio task's
+    script, a pytest task's one solution file; a ``file`` column names the target instead.
+
+    Raises:
+        ValueError: no ``task`` column, or a completion that cannot be placed (:class:`CompletionError`, which says
+            what to do): a clear error rather than a zero reward for an answer graded in the wrong file.
     """
     tasks = kwargs.get("task")
     if tasks is None:
         raise ValueError("rollbox_reward needs a 'task' column in the dataset: each row's task directory")
     files = kwargs.get("file") or [None] * len(completions)
+    placed = [
+        completion_files(task_of(t), _text(c), f) for t, c, f in zip(tasks, completions, files, strict=True)
+    ]  # every completion placed before any is graded: a refusal costs no sandbox
 
     async def grade_all() -> list[float | None]:
-        verdicts = await asyncio.gather(
-            *(grade_completion(task_of(t), _text(c), file=f) for t, c, f in zip(tasks, completions, files, strict=True))
-        )
+        verdicts = await asyncio.gather(*(grade(task_of(t), p) for t, p in zip(tasks, placed, strict=True)))
         return [v.reward for v in verdicts]
 
     return blocking(grade_all())
