@@ -26,7 +26,7 @@ _CORPUS = [
 ]
 
 
-def make_tokenizer(directory: Path | None = None) -> Any:
+def make_tokenizer(directory: Path | None = None, *, chat_template: str = CHAT_TEMPLATE) -> Any:
     """A byte-level BPE tokenizer trained here on a few lines, saved to ``directory`` when one is given."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -41,7 +41,7 @@ def make_tokenizer(directory: Path | None = None) -> Any:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template
     if directory is not None:
         tokenizer.save_pretrained(directory)
     return tokenizer

@@ -91,3 +91,63 @@ def test_grpo_trainer_learns_from_rollbox_rewards(tmp_path: Path) -> None:
     assert any(0.0 < sum(r) < len(r) for r in graded), f"no reward spread, no gradient: {graded}"
     changed = [name for name, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[name])]
     assert changed, "no weight changed after two optimizer steps"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning")
+@pytest.mark.timeout(600)
+def test_grpo_trainer_runs_multi_turn_rollouts_in_rollbox_episodes(tmp_path: Path) -> None:
+    """``environment_factory=RollboxTRLEnv``: TRL resets one episode per rollout and takes ``get_reward``, the
+    judge's verdict on the workspace the rollout left, as a reward of its own."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from rollbox.env.adapters.trl import RollboxTRLEnv
+    from test_env_tasks import write_calc_task
+
+    judged: list[float | None] = []
+    episodes: list[Any] = []
+
+    class Recorded(RollboxTRLEnv):
+        def reset(self, **row: Any) -> str:
+            first = super().reset(**row)
+            episodes.append(self.episode)
+            return first
+
+        def get_reward(self) -> float | None:
+            reward = super().get_reward()
+            judged.append(reward)
+            return reward
+
+    tokenizer = make_tokenizer(chat_template=qwen2_5_chat_template)  # a template TRL can parse tool calls from
+    task = write_calc_task(tmp_path / "calc")
+    prompt = [{"role": "user", "content": "Fix calc.py with the tools."}]
+    dataset = Dataset.from_list([{"prompt": prompt, "task": str(task.path)}] * 4)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=7,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=make_model(tokenizer),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        environment_factory=Recorded,
+    )
+    trainer.train()
+
+    assert trainer.state.global_step == 2 and len(judged) == 4 and len(episodes) == 4
+    # The untrained policy makes no tool call that fixes calc.py: the judge fails the workspace it left, unmasked.
+    assert judged == [0.0] * 4
+    assert all(e.trajectory.verdict["status"] == "failed" and e.trajectory.end_reason == "stopped" for e in episodes)
+    logged = [entry for entry in trainer.state.log_history if "reward" in entry]
+    assert [entry["reward"] for entry in logged] == [0.0, 0.0]
