@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("trl", reason="trl is not installed: pip install torch==2.13.0 && pip install -e '.[trl]'")
 
-from test_trainers_models import make_model, make_tokenizer  # noqa: E402
+from test_trainers_models import make_model, make_tokenizer
 
 ALLOWED = ["1", "2", ")", "Ċ"]  # "Ċ" is the byte-level token of "\n"
 

@@ -86,9 +86,7 @@ def target_file(task: Task) -> str:
         )
     if task.solution is not None and len(solution := _files_under(task.solution)) == 1:
         return solution[0]
-    sources = [
-        f for f in (_files_under(task.workspace) if task.workspace.is_dir() else []) if f.endswith(".py")
-    ]
+    sources = [f for f in (_files_under(task.workspace) if task.workspace.is_dir() else []) if f.endswith(".py")]
     candidates = [f for f in sources if not _is_test(PurePosixPath(f))]
     if len(candidates) == 1:
         return candidates[0]

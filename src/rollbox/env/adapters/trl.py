@@ -24,7 +24,6 @@ from typing import Any
 
 from rollbox.env import Episode, make
 from rollbox.env._sync import blocking
-
 from rollbox.judge import grade
 
 from ._common import completion_files, task_of
