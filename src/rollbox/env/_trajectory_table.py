@@ -118,14 +118,9 @@ def trajectory_row(trajectory: Trajectory) -> dict[str, Any]:
     }
 
 
-def trajectory_table(trajectories: Iterable[Trajectory], *, before: pa.Table | None = None) -> pa.Table:
-    """The trajectories as an Arrow table of :data:`TRAJECTORY_SCHEMA`, after the columns of ``before`` (one row
-    per trajectory, in the same order: ``rollbox run`` puts the run, the sample and the job there)."""
-    table = pa.Table.from_pylist([trajectory_row(t) for t in trajectories], schema=TRAJECTORY_SCHEMA)
-    if before is not None:
-        for index, name in enumerate(before.column_names):
-            table = table.add_column(index, before.schema.field(name), before.column(name))
-    return table
+def trajectory_table(trajectories: Iterable[Trajectory]) -> pa.Table:
+    """The trajectories as an Arrow table of :data:`TRAJECTORY_SCHEMA`, one row each."""
+    return pa.Table.from_pylist([trajectory_row(t) for t in trajectories], schema=TRAJECTORY_SCHEMA)
 
 
 def record_of_row(row: Mapping[str, Any]) -> dict[str, Any]:
