@@ -13,8 +13,8 @@ Columns: ``kind``, ``at`` (seconds since the epoch), ``run``, ``date``, the comm
 ``task`` (an event's ``task``, or its ``task_id`` as episode events name it), ``tenant``, ``status``, ``reward`` and
 ``wall_s`` (null where an event has none), and ``fields``: every field as JSON, so that nothing an event carried is
 lost. One row per episode with typed columns is the trajectories' Parquet (``rollbox.env.write_trajectories``;
-``rollbox run`` writes it as ``episodes.parquet`` in the run's directory). Needs the ``archive`` extra (``fsspec``, ``pyarrow``;
-``s3fs`` for s3://).
+``rollbox run`` writes it as ``episodes.parquet`` in the run's directory). Needs the ``archive`` extra
+(``fsspec``, ``pyarrow``; ``s3fs`` for s3://).
 """
 
 from __future__ import annotations
