@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -239,12 +241,10 @@ def test_gymnasium_env_with_text_spaces(calc: Task) -> None:
 
 
 def test_the_adapters_package_exports_the_placement_and_imports_no_trainer_library() -> None:
-    import subprocess
-    import sys
-
     import rollbox.env.adapters
 
     assert sorted(rollbox.env.adapters.__all__) == ["CompletionError", "completion_files", "place_code", "target_file"]
-    probe = "import sys, rollbox.env.adapters; print(sorted({'trl', 'verl', 'ray', 'torch', 'verifiers'} & set(sys.modules)))"
+    heavy = "{'trl', 'verl', 'ray', 'torch', 'verifiers'}"
+    probe = f"import sys, rollbox.env.adapters; print(sorted({heavy} & set(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
