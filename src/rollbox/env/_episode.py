@@ -125,6 +125,7 @@ class Episode:
             task_id=task.id,
             task_path=str(task.path),
             policy=policy,
+            runtime=None if task.environment.is_default else task.environment.layer_key,
             budget=budget.to_json(),
         )
 

@@ -1,8 +1,15 @@
 """Trajectories: every turn of an episode (action, observation, timings, resources) and then its verdict, one
 record per episode, written as JSON Lines (the default) or Parquet (``.parquet``, with pyarrow installed).
 
-In Parquet, every top-level field is a column; the nested ones (``turns``, ``verdict``, ``budget``, ``reset``)
-are columns of JSON text, so that the file needs no schema of its own and reads back exactly.
+In Parquet, one row per episode with typed columns an analyst can query without parsing text (pyarrow, DuckDB,
+pandas): ``episode_id``, ``task_id``, ``task_path``, ``policy``, ``runtime``, ``started_at``, ``end_reason``,
+``status``, ``reward``, ``tests_passed``, ``tests_total``, ``num_turns``, ``prompt_tokens``,
+``completion_tokens``, ``cpu_s``, ``peak_memory_bytes``, ``wall_s``, ``reset`` (the first observation, a struct)
+and ``turns``, a list of structs (``turn``, ``action``, ``observation`` {``text``, ``tool``, ``error``,
+``status``, ``exit_code``, ``truncated``, ``full_bytes``}, ``started_s``, ``wall_s``, ``cpu_s``,
+``peak_memory_bytes``, ``reward``, ``shaped_reward``, ``prompt_tokens``, ``completion_tokens``, ``policy``).
+What has no fixed shape is JSON text: a turn's ``action`` (as the policy gave it) and ``policy`` record (token
+ids, logprobs), the episode's ``budget`` and ``verdict`` (whole, so that the file reads back exactly).
 """
 
 from __future__ import annotations
@@ -17,8 +24,6 @@ from typing import Any
 from ._types import Observation
 
 __all__ = ["Trajectory", "Turn", "read_trajectories", "write_trajectories"]
-
-_NESTED = ("budget", "reset", "turns", "verdict")
 
 
 @dataclass(kw_only=True)
@@ -81,6 +86,8 @@ class Trajectory:
     #: The task directory, as given to :func:`rollbox.make`.
     task_path: str
     policy: str | None = None
+    #: The runtime layer the episode ran on (its key in the layer store); ``None`` for rollbox's own Python.
+    runtime: str | None = None
     #: Seconds since the epoch at reset.
     started_at: float = 0.0
     budget: dict[str, Any] = field(default_factory=dict)
@@ -104,6 +111,7 @@ class Trajectory:
             "task_id": self.task_id,
             "task_path": self.task_path,
             "policy": self.policy,
+            "runtime": self.runtime,
             "started_at": self.started_at,
             "budget": self.budget,
             "reset": self.reset.to_json() if self.reset else None,
@@ -123,6 +131,7 @@ class Trajectory:
             task_id=data["task_id"],
             task_path=data["task_path"],
             policy=data.get("policy"),
+            runtime=data.get("runtime"),
             started_at=data.get("started_at", 0.0),
             budget=dict(data.get("budget") or {}),
             reset=Observation.from_json(data["reset"]) if data.get("reset") else None,
@@ -154,18 +163,16 @@ def write_trajectories(
         ImportError: a ``.parquet`` path without pyarrow installed.
     """
     target = Path(path)
-    records = [t.to_json() for t in trajectories]
     if target.suffix == ".parquet":
         parquet = _parquet()
-        import pyarrow
+        from ._trajectory_table import trajectory_table
 
-        columns = [{k: json.dumps(v) if k in _NESTED else v for k, v in r.items()} for r in records]
-        parquet.write_table(pyarrow.Table.from_pylist(columns), target)
+        parquet.write_table(trajectory_table(trajectories), target)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("a" if append else "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record) + "\n")
+        for trajectory in trajectories:
+            out.write(json.dumps(trajectory.to_json()) + "\n")
     return target
 
 
@@ -178,9 +185,16 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
     """
     source = Path(path)
     if source.suffix == ".parquet":
+        parquet = _parquet()
+        from ._trajectory_table import record_of_row
+
         # ParquetFile without threads: read_table can abort the interpreter at exit (apache/arrow#34314).
-        rows = _parquet().ParquetFile(source).read(use_threads=False).to_pylist()
-        records = [{k: json.loads(v) if k in _NESTED and v is not None else v for k, v in r.items()} for r in rows]
+        records = []
+        for number, row in enumerate(parquet.ParquetFile(source).read(use_threads=False).to_pylist(), 1):
+            try:
+                records.append(record_of_row(row))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{source}: row {number} is not a trajectory (missing or bad {exc})") from None
     else:
         records = []
         for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):

