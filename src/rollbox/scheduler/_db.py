@@ -13,7 +13,7 @@ from typing import Any
 from ._model import Job, JobResult, Requirements
 from ._states import JobState
 
-__all__ = ["Database", "job_from_row", "requirements_from_row", "result_from_row"]
+__all__ = ["Database", "job_from_row", "requirements_from_row", "result_from_row", "stored_problem"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -97,6 +97,8 @@ RESULT_COLUMNS = "job_id, state, status, reward, output, error, at, seq"
 
 
 _requirements: dict[tuple[str, str], Requirements] = {}
+#: What is wrong with stored requirements that do not pass today's checks (by the same key).
+_problems: dict[tuple[str, str], str] = {}
 
 
 def requirements_from_row(text: str, pool: str) -> Requirements:
@@ -106,11 +108,27 @@ def requirements_from_row(text: str, pool: str) -> Requirements:
     if found is None:
         if len(_requirements) >= 4096:
             _requirements.clear()
+            _problems.clear()
         needs = json.loads(text)
-        found = _requirements[(text, pool)] = Requirements(
-            cpus=needs["cpus"], memory_bytes=needs["memory_bytes"], resources=needs["resources"], pool=pool
-        )
+        try:
+            found = Requirements(
+                cpus=needs["cpus"], memory_bytes=needs["memory_bytes"], resources=needs["resources"], pool=pool
+            )
+        except ValueError as exc:
+            # Written by a rollbox that did not check them: shown as stored (leasing fails such a job).
+            _problems[(text, pool)] = str(exc)
+            found = object.__new__(Requirements)
+            for name in ("cpus", "memory_bytes", "resources"):
+                object.__setattr__(found, name, needs[name])
+            object.__setattr__(found, "pool", pool)
+        _requirements[(text, pool)] = found
     return found
+
+
+def stored_problem(text: str, pool: str) -> str | None:
+    """What is wrong with the requirements stored as ``text`` and ``pool``, or ``None`` when they are valid."""
+    requirements_from_row(text, pool)
+    return _problems.get((text, pool))
 
 
 def job_from_row(row: tuple[Any, ...]) -> Job:

@@ -7,7 +7,7 @@ failure is retried, then recorded as an ``infra_error`` result. Exceptions are f
     └── SchedulerError
         ├── QueueFull              the queue is at its bound; retry after ``retry_after_s``
         ├── IdempotencyConflict    a key already names a job with another payload
-        ├── Unplaceable            a job needs more CPU or memory than any worker has
+        ├── Unplaceable            a job needs more CPU or memory than any worker has, or its tenant's quota is 0
         ├── IllegalTransition      a job was asked to move between states the state machine does not link
         ├── JobNotFound            no job has that id or key
         └── PayloadError           a job's payload cannot be run as given (its kind, task or fields)
@@ -49,7 +49,8 @@ class IdempotencyConflict(SchedulerError):
 
 
 class Unplaceable(SchedulerError):
-    """A job asks for more CPU, memory or resources than any worker of the scheduler has: it could never run."""
+    """A job asks for more CPU, memory or resources than any worker of the scheduler has, or its tenant may hold no
+    job at once: it could never run."""
 
 
 class IllegalTransition(SchedulerError):

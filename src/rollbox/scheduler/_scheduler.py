@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 
 from rollbox import telemetry
 
-from ._errors import PayloadError
+from ._errors import PayloadError, SchedulerError
 from ._events import RunEvents, working_on
 from ._home import rollbox_home, run_dir, store_path
-from ._kinds import Outcome, get_kind
+from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation
 from ._model import Job, JobSpec, Requirements, Transition, canonical_json
 from ._owners import Identity, dead_owners
 from ._placement import Placement
@@ -159,8 +159,17 @@ class Scheduler:
             PayloadError: its kind or payload is invalid.
             Unplaceable: no worker could ever hold it.
         """
-        needs = get_kind(spec.kind).requirements(spec.payload)
-        self.placement.check(needs)
+        kind = get_kind(spec.kind)
+        try:
+            needs = kind.requirements(spec.payload)
+        except SchedulerError:
+            raise
+        except (Exception, SystemExit, GeneratorExit) as exc:  # the kind's own fault: the submitter is told, not ended
+            raise PayloadError(
+                f"job kind {spec.kind!r} could not read this payload ({type(exc).__name__}: {exc}); check the "
+                "payload's fields"
+            ) from exc
+        self.placement.check(needs, spec.tenant)
         return needs
 
     def submit(self, specs: JobSpec | Sequence[JobSpec]) -> list[Job]:
@@ -290,8 +299,13 @@ class Scheduler:
             except WorkerLost as exc:  # retried elsewhere; the jobs waiting for that worker go back to the queue
                 self._lose(job.worker)
                 outcome = Outcome(status="infra_error", error=str(exc))
-            except Exception as exc:  # the worker's or rollbox's failure, never the model's: retried
-                outcome = Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:
+                if own_cancellation(exc):
+                    raise
+                # The worker's or rollbox's failure, never the model's: counted and retried. SystemExit,
+                # KeyboardInterrupt or GeneratorExit out of a kind included: left to escape, they ended this
+                # scheduler's process, its lease was released uncounted, and the job ran again forever.
+                outcome = failed_attempt(exc)
         return await self._ending(job, outcome)
 
     async def _ending(self, job: Job, outcome: Outcome) -> Ending:
