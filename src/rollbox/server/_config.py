@@ -52,6 +52,7 @@ class ServerConfig:
     max_output_bytes: int = 8 * 2**20
     max_disk_bytes: int = 2 * 2**30
     max_pids: int = 1024
+    max_open_files: int = 4096
     #: The largest request body, and the largest file read back (``fetch_files``, ``GET .../files``).
     max_body_bytes: int = 32 * 2**20
     #: A request's whole body must arrive within this many seconds of the application starting to read it (else 408).
