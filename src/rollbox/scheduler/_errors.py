@@ -10,7 +10,8 @@ failure is retried, then recorded as an ``infra_error`` result. Exceptions are f
         ├── Unplaceable            a job needs more CPU or memory than any worker has, or its tenant's quota is 0
         ├── IllegalTransition      a job was asked to move between states the state machine does not link
         ├── JobNotFound            no job has that id or key
-        └── PayloadError           a job's payload cannot be run as given (its kind, task or fields)
+        ├── PayloadError           a job's payload cannot be run as given (its kind, task or fields)
+        └── StoreError             the job store's file cannot be read or written (damaged, disk full, locked)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "PayloadError",
     "QueueFull",
     "SchedulerError",
+    "StoreError",
     "Unplaceable",
 ]
 
@@ -64,3 +66,17 @@ class JobNotFound(SchedulerError):
 class PayloadError(SchedulerError):
     """A job's payload cannot be run as given (unknown kind, missing task, invalid fields): the submitter's fault,
     so the job ends ``failed`` instead of being retried."""
+
+
+class StoreError(SchedulerError):
+    """The job store's SQLite file could not be read or written: it is damaged or is not a job store, its disk is
+    full, it cannot be written, or another process held it locked too long. The message says which, where the file
+    is and what to do. Nothing committed is lost: a transaction that fails is rolled back whole.
+
+    Attributes:
+        path: The store's file.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

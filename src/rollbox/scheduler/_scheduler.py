@@ -117,6 +117,7 @@ class Scheduler:
         return await asyncio.get_running_loop().run_in_executor(self._thread, work)
 
     async def __aenter__(self) -> Scheduler:
+        await self._call(self.store.db.verify)  # a damaged store is refused before this scheduler writes to it
         for worker in self.workers.values():
             await worker.start()
         me = self.identity
