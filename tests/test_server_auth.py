@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -99,6 +100,26 @@ def test_tenants_never_see_or_touch_each_others_sandboxes(server: Running) -> No
         assert "secret-of-a" in a.get("/v1/stats").text and "secret-of-a" in admin.get("/v1/stats").text
         assert b.get("/v1/stats", params={"of": "team-a"}).status_code == 403
         assert a.delete(f"/v1/sandboxes/{sid}").status_code == 204
+
+
+def test_metrics_show_a_tenants_series_to_an_operator_and_to_that_tenant_only(server: Running) -> None:
+    def tenants(text: str) -> set[str]:
+        return set(re.findall(r'tenant="([^"]*)"', text))
+
+    code = {"code": "print(1)", "language": "python"}
+    with client(server, KEYS["a"]) as a, client(server, KEYS["b"]) as b, client(server, KEYS["admin"]) as admin:
+        assert a.post("/run_code", json=code).status_code == 200 and b.post("/run_code", json=code).status_code == 200
+        everything, own = admin.get("/metrics"), a.get("/metrics")
+    with client(server, None) as anonymous, client(server, "rbx_wrong") as wrong:
+        totals = anonymous.get("/metrics")
+        assert wrong.get("/metrics").status_code == 401
+    assert {"team-a", "team-b"} <= tenants(everything.text)
+    assert tenants(own.text) == {"", "team-a"}  # its own series, and the service's totals
+    assert tenants(totals.text) == {""}  # no tenant's name, no tenant's figures
+    ran = re.search(r'rollbox_executions_total\{status="ok",tenant=""\} (\S+)', totals.text)
+    assert ran is not None and float(ran.group(1)) >= 2  # every tenant's executions, added up
+    mine = re.search(r'rollbox_executions_total\{status="ok",tenant="team-a"\} (\S+)', own.text)
+    assert mine is not None and 1 <= float(mine.group(1)) < float(ran.group(1))
 
 
 def test_rate_limit_and_backpressure_are_429_with_retry_after(server: Running) -> None:
