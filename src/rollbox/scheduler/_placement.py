@@ -161,6 +161,11 @@ class Placement:
                 "give the scheduler larger workers"
             )
 
+    def set_quotas(self, quotas: Mapping[str, int]) -> None:
+        """Replace the named tenants' quotas (a service's tenants file changed); jobs held now keep their place."""
+        with self._lock:
+            self.quotas = dict(quotas)
+
     def quota(self, tenant: str) -> int | None:
         """The tenant's bound on jobs held at once."""
         return self.quotas.get(tenant, self.default_quota)
