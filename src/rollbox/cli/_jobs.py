@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 from rollbox.scheduler import JobNotFound, JobState, JobStore, StoreError, store_path
 
+from ._args import whole
+
 _JOBS_EPILOG = """\
 The store is $ROLLBOX_HOME/jobs.db (default ~/.rollbox/jobs.db). States: pending, scheduled, running, grading,
 completed, failed, timed_out, cancelled. A completed job's status is its result's: the model's success or
@@ -33,11 +35,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--run", dest="run_id", default=None, metavar="ID", help="only this run's jobs")
     p.add_argument("--state", default=None, choices=[s.value for s in JobState], help="only jobs in this state")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N jobs (the first by id)")
+    p.add_argument("--limit", type=whole(1, 10**9), default=None, metavar="N", help="at most N jobs (the first by id)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     actions = p.add_subparsers(dest="action", metavar="show")
     show = actions.add_parser("show", help="one job: its transitions, attempts and result")
-    show.add_argument("job", type=int, metavar="JOB")
+    show.add_argument("job", type=whole(1, 2**63 - 1), metavar="JOB")
     show.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=_reading("jobs", _jobs))
     r = commands.add_parser(

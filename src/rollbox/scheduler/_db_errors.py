@@ -47,6 +47,8 @@ def store_error(exc: sqlite3.Error | OSError, path: Path) -> StoreError:
         errno.EPERM,
         errno.EROFS,
         errno.ENOTDIR,
+        errno.ENOENT,
+        errno.EEXIST,
     ):
         message = (
             f"the job store {path} cannot be opened or written ({what}): check that {path.parent} is a writable "
