@@ -36,7 +36,7 @@ CPUS = len(os.sched_getaffinity(0))
 NUMBERS = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0, -0.0, 1, 2, 0.5, 0.01, 0.009, 8 * MiB, 2**31, 2**53 + 1, 2**63, 2**64, 10**400, 1e-300]),
+    st.sampled_from([0, -0.0, 1, 2, 0.5, 0.001, 0.0009, 8 * MiB, 2**31, 2**53 + 1, 2**63, 2**64, 10**400, 1e-300]),
     st.booleans(),
     st.none(),
     st.sampled_from(["1", "", "1e3", "NaN"]),
@@ -79,7 +79,7 @@ def _int(low: int, high: int) -> Callable[[Any], bool]:
 
 #: Each number of an exec job, where it goes in the body, and which values are in range.
 JOB_FIELDS: dict[str, tuple[tuple[str, ...], Callable[[Any], bool]]] = {
-    "cpus": (("payload", "cpus"), lambda v: _real(v) and 0.01 <= v <= CPUS),
+    "cpus": (("payload", "cpus"), lambda v: _real(v) and 0.001 <= v <= CPUS),
     "resources.gpu": (("payload", "resources", "gpu"), lambda v: _real(v) and v == 0),  # no worker has a gpu
     "timeout_s": (("payload", "limits", "timeout_s"), _seconds(2.0)),
     "cpu_time_s": (("payload", "limits", "cpu_time_s"), _seconds(2.0)),
@@ -139,7 +139,7 @@ def test_a_jobs_numbers_are_taken_exactly_when_in_range(client: httpx.Client, fi
     if response.status_code == 201:
         (stored,) = response.json()
         cpus = stored["requirements"]["cpus"]
-        assert 0.01 <= cpus <= CPUS and (field != "cpus" or cpus == value)
+        assert 0.001 <= cpus <= CPUS and (field != "cpus" or cpus == value)
         assert -1000 <= stored["priority"] <= 1000 and 1 <= stored["max_attempts"] <= 20
     elif response.status_code in (400, 422):
         name = field.rsplit(".", maxsplit=1)[-1]

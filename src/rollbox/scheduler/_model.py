@@ -25,8 +25,9 @@ __all__ = [
     "encoded",
 ]
 
-#: The smallest share of a CPU a job may reserve: below it, placement would start jobs without bound.
-MIN_CPUS = 0.01
+#: The smallest share of a CPU a job may reserve (a thousandth, as the finest CPU share Kubernetes schedules): below
+#: it, placement would start jobs without bound.
+MIN_CPUS = 0.001
 #: The largest integer SQLite stores (priorities, attempts).
 _INT64 = 2**63 - 1
 

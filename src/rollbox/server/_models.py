@@ -258,7 +258,7 @@ class SubmitJob(_Strict):
     {path: text}}`` or ``{"task": ID, "reference": true}``)."""
 
     kind: Literal["exec", "grade"]
-    payload: dict[str, Any] = Field(description="its kind's payload; for exec, also cpus (default 1, at least 0.01)")
+    payload: dict[str, Any] = Field(description="its kind's payload; for exec, also cpus (default 1, at least 0.001)")
     key: str | None = Field(default=None, max_length=512, description="idempotency key: submitted once")
     priority: int = Field(default=0, ge=-1000, le=1000)
     max_attempts: int = Field(default=3, ge=1, le=20)
