@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 from rollbox.scheduler import (
     Capacity,
+    Job,
     JobContext,
     JobSpec,
     JobState,
@@ -97,3 +99,44 @@ def test_whatever_a_kind_raises_is_counted_and_ends_as_infra_error(tmp_path: Pat
 if __name__ == "__main__":
     asyncio.run(_schedule(Path(sys.argv[1]), sys.argv[2]))
     print("the scheduler ran every job")
+
+
+class Pausing:
+    """A job kind that waits a little, and needs no sandbox."""
+
+    def requirements(self, payload: Mapping[str, Any]) -> Requirements:
+        return Requirements(cpus=1)
+
+    async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
+        await asyncio.sleep(0.02)
+        return Outcome(status="ok")
+
+
+def test_jobs_submitted_and_cancelled_from_other_threads_leave_the_scheduler_whole(tmp_path: Path) -> None:
+    """The service submits and cancels from worker threads while the scheduler's loop dispatches: neither may
+    touch the loop's own state from there (a cancel that raced a dispatch left a job queued for a worker with no
+    place on it, and every later dispatch there failed: the run never ended)."""
+    register_kind("pausing", f"{__name__}:Pausing")
+
+    async def main() -> list[str]:
+        failures: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: failures.append(context["message"]))
+        worker = LocalWorker(capacity=Capacity(cpus=8, memory_bytes=2**30), max_pool=1, grace_s=1)
+        async with Scheduler(JobStore(tmp_path / "jobs.db"), workers=[worker], home=tmp_path) as scheduler:
+            jobs = scheduler.submit([JobSpec(kind="pausing", payload={"i": i}) for i in range(600)])
+            running = asyncio.create_task(scheduler.run())
+
+            def cancel_and_submit(mine: list[Job]) -> None:
+                for job in mine:  # in the order they run: many are running, with others ready behind them
+                    scheduler.cancel([job.id])
+                    time.sleep(0.001)
+                scheduler.submit([JobSpec(kind="pausing", payload={"late": i}) for i in range(50)])
+
+            await asyncio.sleep(0.2)  # the worker full, its queue too
+            await asyncio.gather(*(asyncio.to_thread(cancel_and_submit, jobs[i::6]) for i in (0, 3)))
+            await asyncio.wait_for(running, 120)
+            await asyncio.wait_for(scheduler.run(), 120)  # what was submitted after the first run became idle
+            assert scheduler.store.unfinished() == 0
+        return failures
+
+    assert asyncio.run(main()) == []

@@ -63,6 +63,14 @@ class JobStore(StoreReads, StoreReclaim):
         """Close the database (idempotent)."""
         self.db.close()
 
+    def verify(self) -> None:
+        """Check the whole file before writing to it (see :meth:`Database.verify`).
+
+        Raises:
+            StoreError: the file is damaged; nothing will be written to it.
+        """
+        self.db.verify()
+
     # -- submission -------------------------------------------------------------------------------------------
 
     def submit(
