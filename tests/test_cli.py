@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -309,3 +310,116 @@ def test_eval_interrupted_keeps_what_was_graded(tmp_path: Path, tasks_dir: Path)
     assert "PARTIAL: it holds the 1 of 2 samples" in stderr
     assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == ["HumanEval/0"]
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl", "samples.jsonl"]
+
+
+# -- bad input to every subcommand ----------------------------------------------------------------------------
+
+#: Each subcommand's options with values that are wrong (negative, zero, huge, not a number, NaN, a missing file, a
+#: directory for a file, a file for a directory, a file that is not what it should be): each is one line that names
+#: what is wrong and what to do, and exits 1 or 2. {PLACES} are filled by the fixture.
+BAD_INPUT = [
+    (["serve", "--port", "99999"], "--port: must be a whole number from 0 to 65,535"),
+    (["serve", "--port", "-1"], "--port"),
+    (["serve", "--port", "http"], "--port"),
+    (["serve", "--port", "{BUSY}"], "cannot listen on 127.0.0.1:{BUSY} (Address already in use)"),
+    (["serve", "--host", "nowhere.invalid"], "cannot listen on 'nowhere.invalid'"),
+    (["serve", "--workers", "0"], "--workers"),
+    (["serve", "--pool-size", "-2"], "--pool-size"),
+    (["serve", "--idle-timeout", "nan"], "--idle-timeout: must be a number of seconds above 0"),
+    (["serve", "--body-timeout", "-5"], "--body-timeout"),
+    (["serve", "--home", "{FILE}"], "--home {FILE} is not a directory"),
+    (["serve", "--tasks-dir", "{MISSING}"], "--tasks-dir {MISSING} is not a directory"),
+    (["serve", "--alert-rules", "{DIR}"], "cannot write --alert-rules {DIR} (Is a directory)"),
+    (["serve", "--add-key", "no such name"], "invalid tenant name"),
+    (["serve", "--add-key", "team", "--home", "{BAD_TENANTS}"], "is not a rollbox tenants file"),
+    (["jobs"], "no job store at"),
+    (["jobs", "--limit", "0"], "--limit: must be a whole number from 1"),
+    (["jobs", "--limit", "-5"], "--limit"),
+    (["jobs", "--limit", "99999999999999999999999"], "--limit"),
+    (["jobs", "show", "99999999999999999999999"], "JOB: must be a whole number"),
+    (["jobs", "show", "one"], "JOB"),
+    (["runs", "--bogus"], "unrecognized arguments: --bogus"),
+    (["top", "--interval", "-1", "--once"], "--interval: must be a number of seconds above 0"),
+    (["top", "--interval", "inf"], "--interval"),
+    (["top", "--url", "http://127.0.0.1:{CLOSED}", "--once"], "cannot reach"),
+    (["report", "r1", "--events", "{MISSING}"], "cannot read the events at {MISSING} (No such file or directory)"),
+    (["report", "r1", "--events", "{FILE}"], "{FILE}:1: not an event"),
+    (["report", "r1", "--events", "{EVENTS}", "-o", "{DIR}"], "cannot write {DIR} (Is a directory)"),
+    (["grade", "{MISSING}", "--solution", "{DIR}"], "invalid task"),
+    (["grade", "{TASK}", "--solution", "{FILE}"], "--solution {FILE}: not a directory"),
+    (["grade", "{TASK}", "--solution", "{DIR}", "--repeat", "0"], "--repeat"),
+    (["grade", "{TASK}", "--solution", "{DIR}", "--repeat", "99999999999999999999"], "--repeat"),
+    (["exec", "--pids", "-1", "--", "true"], "pids must be positive"),
+    (["exec", "--timeout", "nan", "--", "true"], "--timeout"),
+    (["exec", "--memory", "99999999T", "--", "true"], "memory_bytes must be at most"),
+    (["exec", "--stdin", "{DIR}", "--", "true"], "--stdin {DIR}: Is a directory"),
+    (["eval", "humaneval", "{MISSING}"], "invalid samples"),
+    (["eval", "humaneval", "{FILE}", "--workers", "0"], "--workers"),
+    (["eval", "humaneval", "{FILE}", "--workers", "99999999999999999999"], "--workers"),
+    (["eval", "humaneval", "{FILE}", "-k", "0"], "every k must be at least 1"),
+    (["tasks", "list", "{MISSING}"], "not a directory"),
+    (["tasks", "show", "{FILE}"], "invalid task"),
+    (["tasks", "rehash", "{MISSING}"], "not a directory"),
+    (["tasks", "audit", "{MISSING}"], "invalid task"),
+    (["tasks", "import", "stdio", "{MISSING}", "{OUT}"], "cannot read"),
+    (["tasks", "import", "nope", "{FILE}", "{OUT}"], "invalid choice: 'nope'"),
+    (["tasks", "synth", "pkg", "{OUT}", "--max-mutants", "0"], "--max-mutants"),
+    (["tasks", "synth", "pkg", "{OUT}", "--workers", "-1"], "--workers"),
+    (["env", "gc", "--keep-days", "-1"], "--keep-days: must be a number of days, 0 or more"),
+    (["env", "gc", "--keep-days", "nan"], "--keep-days"),
+    (["env", "build", "{MISSING}"], "invalid task"),
+    (["episode", "{TASK}", "--policy", "noop", "--max-turns", "0"], "--max-turns"),
+    (["episode", "{TASK}", "--policy", "noop", "--wall-time", "nan"], "--wall-time"),
+    (["episode", "{TASK}", "--policy", "telepathy"], "unknown policy 'telepathy'"),
+    (["episode", "{TASK}", "--policy", "noop", "--trajectories", "{DIR}"], "cannot write the trajectory to {DIR}"),
+    (["run", "{MISSING}"], "is not a directory"),
+    (["run", "{TASK}", "--samples", "0"], "--samples"),
+    (["run", "{TASK}", "--samples", "99999999999999999999"], "--samples"),
+    (["run", "{TASK}", "--max-attempts", "99999999999999999999"], "--max-attempts"),
+    (["run", "{TASK}", "--wall-time", "nan"], "--wall-time"),
+    (["validate", "{MISSING}"], "invalid task"),
+    (["validate", "{TASK}", "--runs", "0"], "runs must be at least 1"),
+    (["doctor", "--bogus"], "unrecognized arguments"),
+    (["demo", "--bogus"], "unrecognized arguments"),
+]
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    root = tmp_path_factory.mktemp("bad-input")
+    (root / "file").write_text("not what any command reads\n")
+    (root / "dir").mkdir()
+    (root / "events.jsonl").write_text(json.dumps({"kind": "x", "at": 1.0, "run": "r1"}) + "\n")
+    (root / "bad-home").mkdir()
+    (root / "bad-home" / "tenants.json").write_text("{not json")
+    task = make_function_task(root / "task")
+    with socket.socket() as busy, socket.socket() as closed:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: nothing answers there
+        yield {
+            "FILE": str(root / "file"),
+            "DIR": str(root / "dir"),
+            "MISSING": str(root / "missing"),
+            "OUT": str(root / "out"),
+            "EVENTS": str(root / "events.jsonl"),
+            "TASK": str(task),
+            "BAD_TENANTS": str(root / "bad-home"),
+            "BUSY": str(busy.getsockname()[1]),
+            "CLOSED": str(closed.getsockname()[1]),
+        }
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_INPUT, ids=[" ".join(a)[:60] for a, _ in BAD_INPUT])
+def test_bad_input_to_any_command_is_one_line_that_says_what_to_do(
+    args: list[str], message: str, places: dict[str, str], tmp_path: Path
+) -> None:
+    filled = [arg.format(**places) for arg in args]
+    env = {**os.environ, "ROLLBOX_HOME": str(tmp_path / "home")}
+    done = subprocess.run([*ROLLBOX, *filled], capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    preface = 1 if args[0] == "run" and "jobs; results in" in done.stderr else 0  # rollbox run names its run first
+    assert len(lines) == 1 + preface, done.stderr
+    assert lines[-1].startswith(f"rollbox {args[0]}"), lines[-1]
+    assert message.format(**places) in lines[-1], lines[-1]

@@ -121,8 +121,8 @@ def test_scheduler_exports() -> None:
             "API_KEY_VARIABLE", "TERMINAL", "TRANSITIONS", "Attempt", "Capacity", "ElasticSandboxes",
             "IdempotencyConflict", "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult",
             "JobSpec", "JobState", "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements",
-            "RetryPolicy", "Scheduler", "SchedulerError", "Transition", "Unplaceable", "Worker", "WorkerLost",
-            "episode_payload", "exec_payload", "get_kind", "kind_names", "machine_capacity", "pool_key",
+            "RetryPolicy", "Scheduler", "SchedulerError", "StoreError", "Transition", "Unplaceable", "Worker",
+            "WorkerLost", "episode_payload", "exec_payload", "get_kind", "kind_names", "machine_capacity", "pool_key",
             "register_kind", "rollbox_home", "run_dir", "store_path", "validate_payload",
         ]
     )  # fmt: skip

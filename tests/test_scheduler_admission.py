@@ -146,3 +146,60 @@ async def test_an_invalid_payload_is_refused_at_submission(tmp_path: Path) -> No
         with pytest.raises(PayloadError, match="cannot load task"):
             s.submit(JobSpec(kind="grade", payload={"task": str(tmp_path / "missing"), "reference": True}))
         assert s.store.jobs() == []
+
+
+#: Needs a job may not ask for: each would let placement start jobs without bound, or could never be met.
+BAD_CPUS = [-100, -1, 0, 0.0, -0.0, 1e-9, float("nan"), float("inf"), float("-inf"), 10**400, "1", None, True, [1]]
+
+
+@sync
+async def test_a_resource_request_out_of_range_is_refused_at_submission(tmp_path: Path) -> None:
+    async with scheduler(tmp_path, Capacity(cpus=2, memory_bytes=2**30), quotas={"paused": 0}) as s:
+        for cpus in BAD_CPUS:
+            with pytest.raises(PayloadError, match="cpus must be"):
+                s.submit(JobSpec(kind="exec", payload={**exec_payload(["true"]), "cpus": cpus}))
+        with pytest.raises(Unplaceable, match="more than any worker has"):
+            s.submit(JobSpec(kind="exec", payload={**exec_payload(["true"]), "cpus": 3}))
+        for resources in ({"gpu": -1}, {"gpu": float("nan")}, {"gpu": "1"}, {"": 1}, ["gpu"]):
+            with pytest.raises(PayloadError, match="resource"):
+                s.submit(JobSpec(kind="exec", payload={**exec_payload(["true"]), "resources": resources}))
+        with pytest.raises(Unplaceable, match="quota"):  # a tenant that may hold no job: it would wait forever
+            s.submit(JobSpec(kind="exec", payload=exec_payload(["true"]), tenant="paused"))
+        for field, value in [
+            ("priority", 2**63),
+            ("priority", 1.5),
+            ("priority", True),
+            ("max_attempts", 0),
+            ("max_attempts", 2**70),
+            ("deadline_s", float("inf")),
+            ("deadline_s", float("nan")),
+            ("deadline_s", 0),
+            ("deadline_s", "5"),
+        ]:
+            with pytest.raises(ValueError, match=field):
+                JobSpec(kind="exec", payload=exec_payload(["true"]), **{field: value})  # type: ignore[arg-type]
+        assert s.store.jobs() == []
+        # What is left runs within the worker: six half-CPU jobs on two CPUs, never more than four at once.
+        quarter = [JobSpec(kind="exec", payload={**exec_payload(["sleep", "0.3"]), "cpus": 0.5}) for _ in range(6)]
+        jobs = s.submit(quarter)
+        await s.run()
+        assert most_at_once(intervals(s.store, jobs)) <= 4
+
+
+@sync
+async def test_a_job_stored_with_requirements_out_of_range_fails_instead_of_running(tmp_path: Path) -> None:
+    """A store written by a rollbox that did not check requirements may hold such jobs: they end ``failed``, with
+    why, and never reach a worker (a job of -100 CPUs gave its worker 100 more)."""
+    async with scheduler(tmp_path, Capacity(cpus=2, memory_bytes=2**30)) as s:
+        bad, good = s.submit([sleeper(0.1), sleeper(0.1)])
+        with s.store.db.write() as db:
+            db.execute(
+                "UPDATE jobs SET requirements = ? WHERE id = ?",
+                ('{"cpus":-100,"memory_bytes":0,"resources":{}}', bad.id),
+            )
+        assert s.store.job(bad.id).requirements.cpus == -100  # shown as stored
+        await s.run()
+    failed, done = s.store.result(bad.id), s.store.result(good.id)
+    assert failed is not None and failed.state is JobState.FAILED and "cpus must be at least" in (failed.error or "")
+    assert s.store.attempts(bad.id) == []
+    assert done is not None and done.status == "ok"

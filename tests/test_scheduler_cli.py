@@ -3,15 +3,20 @@ views."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from rollbox.scheduler import JobSpec, JobStore, Requirements, exec_payload
 
 ROLLBOX = [sys.executable, "-m", "rollbox"]
 
@@ -96,3 +101,101 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes_where_it_stopped(tmp_path: Pat
     assert all(x["attempts"] == 1 for x in after if x["job_id"] in finished)  # finished work was not redone
     states = json.loads(rollbox(home, "runs", "--json").stdout)["counts"]
     assert states == {"completed": 40}
+
+
+def _store_with_jobs(home: Path, count: int) -> Path:
+    """A real job store holding ``count`` pending jobs of run ``r0``; returns its file."""
+    store = JobStore(home / "jobs.db")
+    specs = [JobSpec(kind="exec", payload=exec_payload(["echo", str(i)]), run_id="r0") for i in range(count)]
+    store.submit([(spec, Requirements()) for spec in specs])
+    store.close()  # its write-ahead log folded in: the file is the whole store
+    return home / "jobs.db"
+
+
+def _damage(store: Path, how: str) -> None:
+    if how == "not-a-database":
+        store.write_bytes(bytes(range(256)) * 256)
+        return
+    data = bytearray(store.read_bytes())  # every page but the first (the schema): malformed b-trees
+    for start in range(4096, len(data), 4096):
+        data[start + 100 : start + 4096] = (bytes(range(256)) * 16)[: 4096 - 100]
+    store.write_bytes(data)
+
+
+@pytest.mark.parametrize("how", ["not-a-database", "malformed"])
+def test_a_damaged_job_store_is_named_with_what_to_do_and_left_as_it_was(tmp_path: Path, how: str) -> None:
+    home = tmp_path / "home"
+    store = _store_with_jobs(home, 300)
+    _damage(store, how)
+    before = hashlib.sha256(store.read_bytes()).hexdigest()
+    tasks = make_task(tmp_path / "tasks", "add")
+    for command in (["jobs"], ["runs"], ["jobs", "show", "1"], ["run", str(tasks), "--run-id", "r1"]):
+        done = rollbox(home, *command)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (command, done.stderr)
+        last = done.stderr.strip().splitlines()[-1]
+        assert f"the job store {store} is damaged or is not a job store" in last, (command, done.stderr)
+        assert f"mv {store} {store}.damaged" in last and ".recover" in last
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == before  # nothing was written over it
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A filesystem of 16 MiB of its own (tmpfs), mounted for the test and unmounted after it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a filesystem needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "rollbox-test-disk", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def _fill(disk: Path) -> Path:
+    """Fill ``disk`` to its last block; returns the file that fills it."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as out:
+        with contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 65536)
+        with contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0")
+    return filler
+
+
+def test_a_full_disk_stops_a_run_with_what_to_do_and_loses_nothing(tmp_path: Path, small_disk: Path) -> None:
+    make_task(tmp_path / "tasks", "add")
+    tasks, home = str(tmp_path / "tasks"), small_disk / "home"
+    first = rollbox(home, "run", tasks, "--policy", "reference", "--run-id", "r1")
+    assert first.returncode == 0, first.stderr
+    filler = _fill(small_disk)
+    full = rollbox(home, "run", tasks, "--policy", "reference", "--samples", "3", "--run-id", "r1")
+    assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
+    last = full.stderr.strip().splitlines()[-1]
+    assert "the disk is full" in last or "free space on its disk" in last, full.stderr
+    assert str(home) in last and "run again" in last
+    listed = rollbox(home, "jobs", "--run", "r1", "--json")  # reading a store on a full disk: it works, or says why
+    assert "Traceback" not in listed.stderr and (listed.returncode == 0 or "the disk is full" in listed.stderr)
+    filler.unlink()
+    again = rollbox(home, "run", tasks, "--policy", "reference", "--samples", "3", "--run-id", "r1")
+    assert again.returncode == 0, again.stderr
+    got = lines(home, "r1")
+    assert [(x["sample"], x["status"]) for x in got] == [(0, "passed"), (1, "passed"), (2, "passed")]
+    assert got[0]["attempts"] == 1  # the result committed before the disk filled was kept, not run again
+
+
+def test_a_runs_files_that_cannot_be_written_are_named_with_what_to_do(tmp_path: Path) -> None:
+    make_task(tmp_path / "tasks", "add")
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    (home / "runs" / "r1").write_text("a file where the run's directory goes")
+    done = rollbox(home, "run", str(tmp_path / "tasks"), "--policy", "reference", "--run-id", "r1")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"cannot write {home / 'runs' / 'r1'}/" in last and f"check that {home / 'runs' / 'r1'} is writable" in last
+    assert "the job store keeps every" in last or "every move of every job is in the job store" in last
+    (home / "runs" / "r1").unlink()
+    again = rollbox(home, "run", str(tmp_path / "tasks"), "--policy", "reference", "--run-id", "r1")
+    assert again.returncode == 0 and [x["status"] for x in lines(home, "r1")] == ["passed"], again.stderr

@@ -6,10 +6,11 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -99,6 +100,68 @@ def test_tenants_never_see_or_touch_each_others_sandboxes(server: Running) -> No
         assert "secret-of-a" in a.get("/v1/stats").text and "secret-of-a" in admin.get("/v1/stats").text
         assert b.get("/v1/stats", params={"of": "team-a"}).status_code == 403
         assert a.delete(f"/v1/sandboxes/{sid}").status_code == 204
+
+
+def test_metrics_show_a_tenants_series_to_an_operator_and_to_that_tenant_only(server: Running) -> None:
+    def tenants(text: str) -> set[str]:
+        return set(re.findall(r'tenant="([^"]*)"', text))
+
+    code = {"code": "print(1)", "language": "python"}
+    with client(server, KEYS["a"]) as a, client(server, KEYS["b"]) as b, client(server, KEYS["admin"]) as admin:
+        assert a.post("/run_code", json=code).status_code == 200 and b.post("/run_code", json=code).status_code == 200
+        everything, own = admin.get("/metrics"), a.get("/metrics")
+    with client(server, None) as anonymous, client(server, "rbx_wrong") as wrong:
+        totals = anonymous.get("/metrics")
+        assert wrong.get("/metrics").status_code == 401
+    assert {"team-a", "team-b"} <= tenants(everything.text)
+    assert tenants(own.text) == {"", "team-a"}  # its own series, and the service's totals
+    assert tenants(totals.text) == {""}  # no tenant's name, no tenant's figures
+    ran = re.search(r'rollbox_executions_total\{status="ok",tenant=""\} (\S+)', totals.text)
+    assert ran is not None and float(ran.group(1)) >= 2  # every tenant's executions, added up
+    mine = re.search(r'rollbox_executions_total\{status="ok",tenant="team-a"\} (\S+)', own.text)
+    assert mine is not None and 1 <= float(mine.group(1)) < float(ran.group(1))
+
+
+def test_keys_and_settings_changed_while_the_service_runs_take_effect(
+    server: Running, keys: tuple[Path, dict[str, str]]
+) -> None:
+    home = keys[0]
+    env = {**os.environ, "ROLLBOX_HOME": str(home)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rollbox", "serve", *args], capture_output=True, text=True, env=env, check=True
+        )
+
+    def status(key: str) -> int:
+        with client(server, key) as late:
+            return late.get("/v1/sandboxes").status_code
+
+    def within(seconds: float, check: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + seconds
+        while not check():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    key = cli("--add-key", "team-late").stdout.strip()
+    assert status(key) == 200  # at once: a key the service does not know makes it read the file again
+    assert "takes it at once" in cli("--add-key", "team-later").stderr
+    cli("--revoke", "team-late")
+    assert within(5, lambda: status(key) == 401)  # revoked: refused within a tick
+    tenants = home / "tenants.json"
+    good = tenants.read_text()
+    edited = json.loads(good)
+    edited["tenants"]["team-a"]["max_running_jobs"] = 3
+    tenants.write_text(json.dumps(edited))
+    placement = server.service.jobs.scheduler.placement
+    assert within(5, lambda: placement.quota("team-a") == 3)  # the scheduler's quotas follow the file
+    tenants.write_text("{not json")
+    time.sleep(2.5)  # a few ticks: the broken file is reported once, and the tenants read before stay in force
+    assert status(KEYS["a"]) == 200 and placement.quota("team-a") == 3
+    tenants.write_text(good)
+    assert within(5, lambda: placement.quota("team-a") is None)
 
 
 def test_rate_limit_and_backpressure_are_429_with_retry_after(server: Running) -> None:

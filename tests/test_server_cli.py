@@ -1,5 +1,5 @@
 """``rollbox serve`` as a user starts it: a process of its own, with several workers; stopped by SIGTERM, it
-leaves nothing behind (the session's leak check)."""
+leaves nothing behind (the session's leak check). Its configuration is checked when it is made."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from rollbox.server import ServerConfig
 
 
 def _free_port() -> int:
@@ -51,3 +53,27 @@ def test_serve_with_two_workers(tmp_path: Path) -> None:
         assert process.stderr is not None
         process.stderr.close()
         assert code == 0
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"port": 70000},
+        {"port": -1},
+        {"port": True},
+        {"workers": 0},
+        {"pool_size": 0},
+        {"max_open_files": 0},
+        {"max_queue": -5},
+        {"warm_configs": -1},
+        {"idle_timeout_s": float("nan")},
+        {"body_timeout_s": float("inf")},
+        {"tick_s": 0},
+        {"max_timeout_s": "60"},
+    ],
+    ids=lambda settings: ",".join(f"{k}={v}" for k, v in settings.items()),
+)
+def test_a_configuration_out_of_range_is_refused_when_made(settings: dict[str, object]) -> None:
+    (name,) = settings
+    with pytest.raises(ValueError, match=name):
+        ServerConfig(**settings)  # type: ignore[arg-type]

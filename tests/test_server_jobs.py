@@ -138,3 +138,29 @@ def test_a_tenants_running_jobs_are_bounded_by_its_quota(server: Running, keys: 
         # team-c's quota of 1: one after another; team-b has none: the machine's two CPUs run two at once.
         assert not overlapping(bounded := spans(c, "r-quota")), bounded
         assert overlapping(free := spans(b, "r-free")), free
+
+
+def test_a_run_is_scoped_to_each_tenant(server: Running, keys: tuple[Path, dict[str, str]]) -> None:
+    """Two tenants in runs of the same name (their own, and the service's default run): each counts, lists and
+    streams only its own jobs, and another's slow job does not hold its stream open."""
+    with _client(server, keys[1]["a"]) as a, _client(server, keys[1]["b"]) as b:
+        for run in ("r-shared", None):  # None: the service's default run
+            body: dict[str, object] = {"run": run} if run else {}
+            slow = a.post("/v1/jobs", json={**body, "jobs": [_exec("import time; time.sleep(6)")]})
+            assert slow.status_code == 201, slow.text
+            shown = run or slow.json()[0]["run_id"]
+            quick = b.post("/v1/jobs", json={**body, "jobs": [_exec("print('b')")]}).json()
+            assert quick[0]["run_id"] == shown
+            started = time.monotonic()
+            with b.stream("GET", f"/v1/runs/{shown}/results") as stream:
+                lines = [json.loads(line) for line in stream.iter_lines() if line]
+            assert time.monotonic() - started < 5, "tenant a's slow job held tenant b's stream"
+            assert [line["job"]["id"] for line in lines] == [quick[0]["id"]]
+            assert [j["id"] for j in b.get("/v1/jobs", params={"run": shown}).json()] == [quick[0]["id"]]
+            (run_b,) = [r for r in b.get("/v1/runs").json() if r["id"] == shown]
+            assert run_b["counts"] == {"completed": 1}  # a's job is in no count of b's
+            (run_a,) = [r for r in a.get("/v1/runs").json() if r["id"] == shown]
+            assert sum(run_a["counts"].values()) == len(a.get("/v1/jobs", params={"run": shown}).json())
+            assert quick[0]["id"] not in {j["id"] for j in a.get("/v1/jobs", params={"run": shown}).json()}
+            with a.stream("GET", f"/v1/runs/{shown}/results") as stream:  # a's own: until its slow job is done
+                assert slow.json()[0]["id"] in {json.loads(line)["job"]["id"] for line in stream.iter_lines() if line}

@@ -14,6 +14,8 @@ from rollbox.judge import runtime_spec
 from rollbox.sandbox.runtime import Layer, LayerBuildError, LayerStore, PythonNotFound
 from rollbox.tasks import TaskFormatError, load_task
 
+from ._args import non_negative_days
+
 _DESCRIPTION = """\
 A task's [environment] (a Python version, pip requirements, environment/requirements.txt) runs in a runtime
 layer: built once with uv into $ROLLBOX_HOME/layers (default ~/.rollbox/layers) under the hash of its resolved
@@ -51,7 +53,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     build.add_argument("--json", action="store_true", help="one JSON object a task")
     build.set_defaults(run=_build)
     gc = verbs.add_parser("gc", help="remove layers no sandbox holds and none used for a while")
-    gc.add_argument("--keep-days", type=float, default=30.0, metavar="N", help="keep what was used in N days (30)")
+    gc.add_argument(
+        "--keep-days", type=non_negative_days, default=30.0, metavar="N", help="keep what was used in N days (30)"
+    )
     gc.set_defaults(run=_gc)
 
 
@@ -134,9 +138,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    if args.keep_days < 0:
-        print("rollbox env gc: --keep-days must be at least 0", file=sys.stderr)
-        return 2
     removed = LayerStore().gc(keep_days=args.keep_days)
     for key in removed:
         print(f"removed {key}")

@@ -13,6 +13,8 @@ from rollbox.env import PolicyError, Trajectory, Turn, make, policy_from_name, r
 from rollbox.sandbox import IsolationUnavailable, SandboxError
 from rollbox.tasks import TaskFormatError
 
+from ._args import positive_seconds, whole
+
 _EPILOG = """\
 policies: reference (the task's solution/ through the tools), noop (submit at once), replay:FILE (the actions of
 a recorded trajectory), openai:MODEL (a chat-completions server: --base-url, --api-key).
@@ -44,8 +46,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--policy", required=True, metavar="POLICY", help="reference, noop, replay:FILE or openai:MODEL")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of text")
     p.add_argument("--trajectories", type=Path, metavar="FILE", help="append the trajectory (.jsonl or .parquet)")
-    p.add_argument("--max-turns", type=int, metavar="N", help="override the task's turn budget")
-    p.add_argument("--wall-time", type=float, metavar="S", help="override the episode's wall-time budget")
+    p.add_argument("--max-turns", type=whole(1, 1_000_000), metavar="N", help="override the task's turn budget")
+    p.add_argument("--wall-time", type=positive_seconds, metavar="S", help="override the episode's wall-time budget")
     p.add_argument("--shaped-rewards", action="store_true", help="reward each run_tests by the visible tests' gain")
     p.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: the server's API root")
     p.add_argument("--api-key", default=None, help="openai: a bearer token")
@@ -91,8 +93,6 @@ def _run(args: argparse.Namespace) -> int:
     except (PolicyError, SandboxError, IsolationUnavailable) as exc:
         print(f"rollbox episode: {exc}", file=sys.stderr)
         return 1
-    if args.trajectories:
-        write_trajectories(args.trajectories, [trajectory])
     verdict = trajectory.verdict or {}
     if args.json:
         print(json.dumps({"trajectory": trajectory.to_json()}))
@@ -106,4 +106,15 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  flag {flag['code']}: {flag['path']} {flag['detail']}")
         if verdict.get("error"):
             print(f"  error: {verdict['error']}")
+    if args.trajectories:
+        try:
+            write_trajectories(args.trajectories, [trajectory])
+        except OSError as exc:
+            where = "" if args.json else " (the trajectory is printed above with --json)"
+            print(
+                f"rollbox episode: cannot write the trajectory to {args.trajectories} ({exc.strerror or exc}); "
+                f"choose another --trajectories FILE{where}",
+                file=sys.stderr,
+            )
+            return 1
     return 1 if trajectory.status == "infra_error" else 0

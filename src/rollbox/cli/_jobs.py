@@ -6,8 +6,11 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 
-from rollbox.scheduler import JobNotFound, JobState, JobStore, store_path
+from rollbox.scheduler import JobNotFound, JobState, JobStore, StoreError, store_path
+
+from ._args import whole
 
 _JOBS_EPILOG = """\
 The store is $ROLLBOX_HOME/jobs.db (default ~/.rollbox/jobs.db). States: pending, scheduled, running, grading,
@@ -32,60 +35,69 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--run", dest="run_id", default=None, metavar="ID", help="only this run's jobs")
     p.add_argument("--state", default=None, choices=[s.value for s in JobState], help="only jobs in this state")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N jobs (the first by id)")
+    p.add_argument("--limit", type=whole(1, 10**9), default=None, metavar="N", help="at most N jobs (the first by id)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     actions = p.add_subparsers(dest="action", metavar="show")
     show = actions.add_parser("show", help="one job: its transitions, attempts and result")
-    show.add_argument("job", type=int, metavar="JOB")
+    show.add_argument("job", type=whole(1, 2**63 - 1), metavar="JOB")
     show.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(run=_jobs)
+    p.set_defaults(run=_reading("jobs", _jobs))
     r = commands.add_parser(
         "runs",
         help="list runs with their jobs counted by state",
         description="List every run in the durable store with its jobs counted by state.",
     )
     r.add_argument("--json", action="store_true", help="one JSON object per line")
-    r.set_defaults(run=_runs)
+    r.set_defaults(run=_reading("runs", _runs))
 
 
-def _open() -> JobStore | None:
-    path = store_path()
-    if not path.exists():
-        print(
-            f"no job store at {path} yet: 'rollbox run' makes it (set ROLLBOX_HOME to look elsewhere)", file=sys.stderr
-        )
-        return None
-    return JobStore(path)
+def _reading(command: str, read: Callable[[JobStore, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``read`` on the job store, with one line for a store that is not there or cannot be read."""
+
+    def run(args: argparse.Namespace) -> int:
+        path = store_path()
+        if not path.is_file():
+            print(
+                f"rollbox {command}: no job store at {path} yet: 'rollbox run' makes it (set ROLLBOX_HOME to look "
+                "elsewhere)",
+                file=sys.stderr,
+            )
+            return 1
+        try:
+            store = JobStore(path)
+            try:
+                return read(store, args)
+            finally:
+                store.close()
+        except StoreError as exc:
+            print(f"rollbox {command}: {exc}", file=sys.stderr)
+            return 1
+
+    return run
 
 
 def _when(at: float | None) -> str:
     return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) + f".{int(at % 1 * 1000):03d}"
 
 
-def _jobs(args: argparse.Namespace) -> int:
-    store = _open()
-    if store is None:
-        return 1
-    try:
-        if args.action == "show":
-            return _show(store, args.job, args.json)
-        state = JobState(args.state) if args.state else None
-        jobs = store.jobs(run_id=args.run_id, state=state, limit=args.limit)
-        if not args.json:
-            print(f"{'JOB':>6}  {'RUN':<24} {'KIND':<8} {'STATE':<10} {'TRIES':>5}  {'STATUS':<14} {'REWARD':>6}  KEY")
-        for job in jobs:
-            result = store.result(job.id)
-            if args.json:
-                print(json.dumps({**job.to_json(), "result": result and result.to_json()}))
-                continue
-            status = (result.status or "-") if result else "-"
-            reward = "-" if result is None or result.reward is None else f"{result.reward:g}"
-            print(
-                f"{job.id:>6}  {job.run_id:<24.24} {job.kind:<8} {job.state.value:<10} {job.attempts:>5}  "
-                f"{status:<14} {reward:>6}  {job.key or '-'}"
-            )
-    finally:
-        store.close()
+def _jobs(store: JobStore, args: argparse.Namespace) -> int:
+    if args.action == "show":
+        return _show(store, args.job, args.json)
+    state = JobState(args.state) if args.state else None
+    jobs = store.jobs(run_id=args.run_id, state=state, limit=args.limit)
+    if not args.json:
+        print(f"{'JOB':>6}  {'RUN':<24} {'KIND':<8} {'STATE':<10} {'TRIES':>5}  {'STATUS':<14} {'REWARD':>6}  KEY")
+    for job in jobs:
+        result = store.result(job.id)
+        if args.json:
+            print(json.dumps({**job.to_json(), "result": result and result.to_json()}))
+            continue
+        status = (result.status or "-") if result else "-"
+        reward = "-" if result is None or result.reward is None else f"{result.reward:g}"
+        print(
+            f"{job.id:>6}  {job.run_id:<24.24} {job.kind:<8} {job.state.value:<10} {job.attempts:>5}  "
+            f"{status:<14} {reward:>6}  {job.key or '-'}"
+        )
     return 0
 
 
@@ -134,18 +146,12 @@ def _show(store: JobStore, job_id: int, as_json: bool) -> int:
     return 0
 
 
-def _runs(args: argparse.Namespace) -> int:
-    store = _open()
-    if store is None:
-        return 1
-    try:
-        for run_id, created, meta, counts in store.runs():
-            if args.json:
-                print(json.dumps({"run_id": run_id, "created_at": created, "meta": meta, "counts": counts}))
-            else:
-                total = sum(counts.values())
-                states = "  ".join(f"{state} {n}" for state, n in sorted(counts.items()))
-                print(f"{run_id:<32} {_when(created)}  {total} jobs  {states}")
-    finally:
-        store.close()
+def _runs(store: JobStore, args: argparse.Namespace) -> int:
+    for run_id, created, meta, counts in store.runs():
+        if args.json:
+            print(json.dumps({"run_id": run_id, "created_at": created, "meta": meta, "counts": counts}))
+        else:
+            total = sum(counts.values())
+            states = "  ".join(f"{state} {n}" for state, n in sorted(counts.items()))
+            print(f"{run_id:<32} {_when(created)}  {total} jobs  {states}")
     return 0

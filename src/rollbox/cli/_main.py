@@ -7,6 +7,9 @@ import os
 import select
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from rollbox.sandbox import RollboxError
 
 from . import (
     _demo,
@@ -48,11 +51,27 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line: what is wrong, and where to read more (its subcommands' parsers
+    are of the same class), named after the subcommand they are about."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def _name_subcommands(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand (``tasks import`` too) leaves its own name in what it parses, for :func:`main` to name it
+    in an error."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(_prog=sub.prog)
+                _name_subcommands(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (exposed for tests and documentation)."""
-    parser = argparse.ArgumentParser(
-        prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = _Parser(prog="rollbox", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (
         _exec,
@@ -71,12 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
         _top,
     ):
         module.register(commands)
+    _name_subcommands(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code (130 when interrupted, 141 when stdout's reader left)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse would say so in the top parser's name: say it in the subcommand's
+        where = getattr(args, "_prog", parser.prog)
+        parser.exit(2, f"{where}: unrecognized arguments: {' '.join(extra)} (see '{where} --help')\n")
     try:
         code: int = args.run(args)
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's own flush at exit
@@ -89,7 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Python's documented recipe: stdout goes to /dev/null, so that the flush at exit cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # as a shell reports a process that SIGPIPE killed
+    except (OSError, RollboxError) as exc:  # a file or a store a command did not expect to fail: one line, no trace
+        print(f"rollbox {args.command}: {_describe(exc)}", file=sys.stderr)
+        return 1
     return code
+
+
+def _describe(exc: OSError | RollboxError) -> str:
+    """What went wrong, and what to do, for a failure no command caught."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}; check that path (and that it can be read or written)"
+    return str(exc)
 
 
 def _reader_left() -> bool:

@@ -58,20 +58,41 @@ def _events(args: argparse.Namespace) -> list[Event]:
 
 
 def _read_jsonl(path: Path, run_id: str) -> list[Event]:
+    """The run's events of a JSONL file.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: a line is not an event (``PATH:LINE: why``).
+    """
     events = []
-    for line in path.read_text().splitlines():
-        if line.strip():
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
             data = json.loads(line)
             run = data.get("run") or data.get("run_id")
             if run is None or run == run_id:
-                events.append(Event(data.pop("kind"), data.pop("at"), data))
+                events.append(Event(str(data.pop("kind")), float(data.pop("at")), data))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(
+                f"{path}:{number}: not an event ({type(exc).__name__}: {exc}); each line must be a JSON object with "
+                "'kind' and 'at', as a run's events.jsonl holds"
+            ) from None
     return events
 
 
 def _report(args: argparse.Namespace) -> int:
     try:
         events = _events(args)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        where = exc.filename or args.events or args.archive
+        print(
+            f"rollbox report: cannot read the events at {where} ({exc.strerror or exc}); give a run's events.jsonl "
+            "with --events FILE, or its archive with --archive URL",
+            file=sys.stderr,
+        )
+        return 2
+    except ValueError as exc:
         print(f"rollbox report: cannot read the events: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
@@ -81,6 +102,10 @@ def _report(args: argparse.Namespace) -> int:
         print(f"rollbox report: no events of run {args.run_id!r} were found", file=sys.stderr)
         return 1
     output = args.output or Path(f"{args.run_id}.html")
-    output.write_text(render_report(args.run_id, events), encoding="utf-8")
+    try:
+        output.write_text(render_report(args.run_id, events), encoding="utf-8")
+    except OSError as exc:
+        print(f"rollbox report: cannot write {output} ({exc.strerror or exc}): choose another -o FILE", file=sys.stderr)
+        return 2
     print(f"wrote {output} ({len(events)} events)")
     return 0

@@ -39,6 +39,7 @@ from rollbox.scheduler import (
 from rollbox.scheduler._runs import ResultsFile
 from rollbox.tasks import Task, TaskFormatError, load_task
 
+from ._args import positive_seconds, whole
 from ._run_summary import read_lines, summarize, write_episodes
 
 _EPILOG = """\
@@ -102,13 +103,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("tasks", nargs="+", type=Path, metavar="TASKS", help="task directories, or folders of them")
     policies = "reference, noop, replay:FILE or openai:MODEL (default: reference)"
     p.add_argument("--policy", default="reference", metavar="P", help=policies)
-    p.add_argument("--samples", type=int, default=1, metavar="K", help="samples per task (default 1)")
+    p.add_argument("--samples", type=whole(1, 1_000_000), default=1, metavar="K", help="samples per task (default 1)")
     p.add_argument("--validate", action="store_true", help="validate each task (one job per task) instead")
-    p.add_argument("--workers", type=int, default=None, metavar="N", help="jobs at once (default: the CPUs)")
+    p.add_argument("--workers", type=whole(1, 1024), default=None, metavar="N", help="jobs at once (default: the CPUs)")
     p.add_argument("--run-id", default=None, metavar="ID", help="name the run, or resume it (default: a new id)")
-    p.add_argument("--max-attempts", type=int, default=3, metavar="N", help="attempts per job (default 3)")
-    p.add_argument("--max-turns", type=int, metavar="N", help="override each task's turn budget")
-    p.add_argument("--wall-time", type=float, metavar="S", help="override each episode's wall-time budget")
+    p.add_argument("--max-attempts", type=whole(1, 1000), default=3, metavar="N", help="attempts per job (default 3)")
+    p.add_argument("--max-turns", type=whole(1, 1_000_000), metavar="N", help="override each task's turn budget")
+    p.add_argument("--wall-time", type=positive_seconds, metavar="S", help="override each episode's wall-time budget")
     p.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: the server's API root")
     p.add_argument("--api-key", default=None, help="openai: a bearer token (default: $ROLLBOX_API_KEY)")
     p.add_argument(

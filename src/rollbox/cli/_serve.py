@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ._args import PORT, positive_seconds, whole
+
 _HELP = """\
 Serve rollbox over HTTP: sandboxes, grading, SandboxFusion's /run_code and /submit, /metrics, the dashboard
 (/dashboard) and the OpenAPI spec (/openapi.json). Auth (API keys per tenant) is on whenever --host is not a
@@ -29,8 +31,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (the sandboxes API needs 1)")
+    parser.add_argument("--port", type=PORT, default=8080, help="port (default 8080; 0: any free one)")
+    parser.add_argument(
+        "--workers", type=whole(1, 1024), default=1, help="worker processes (the sandboxes API needs 1)"
+    )
     auth = parser.add_mutually_exclusive_group()
     auth.add_argument("--auth", dest="auth", action="store_true", default=None, help="require API keys")
     auth.add_argument("--no-auth", dest="auth", action="store_false", help="require none (even off loopback)")
@@ -38,9 +42,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument("--tasks-dir", type=Path, help="a directory of task directories to serve")
     parser.add_argument("--archive", help="fsspec URL of the archive (default HOME/archive; '' turns it off)")
     parser.add_argument("--run", dest="run_id", help="the run id of this service's work (default serve-DATE-TIME)")
-    parser.add_argument("--idle-timeout", type=float, help="seconds before an unused sandbox is closed (300)")
-    parser.add_argument("--body-timeout", type=float, help="seconds a request's body may take to arrive, else 408 (60)")
-    parser.add_argument("--pool-size", type=int, help="warm sandboxes per configuration (twice the CPUs)")
+    parser.add_argument(
+        "--idle-timeout", type=positive_seconds, help="seconds before an unused sandbox is closed (300)"
+    )
+    parser.add_argument(
+        "--body-timeout", type=positive_seconds, help="seconds a request's body may take to arrive, else 408 (60)"
+    )
+    parser.add_argument("--pool-size", type=whole(1, 4096), help="warm sandboxes per configuration (twice the CPUs)")
     parser.add_argument("--add-key", metavar="TENANT", help="print a new API key for TENANT, and exit")
     parser.add_argument("--admin", action="store_true", help="with --add-key: the tenant sees every tenant's figures")
     parser.add_argument("--revoke", metavar="TENANT", help="revoke every key of TENANT, and exit")
@@ -48,13 +56,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(run=_serve)
 
 
+def _fail(message: str, code: int = 2) -> int:
+    print(f"rollbox serve: {message}", file=sys.stderr)
+    return code
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         from rollbox.server import ServerConfig, TenantStore, serve
         from rollbox.telemetry import prometheus_rules
     except ImportError as exc:
-        print(f"rollbox serve needs the server extra: pip install 'rollbox[server]' ({exc})", file=sys.stderr)
-        return 2
+        return _fail(f"it needs the server extra: pip install 'rollbox[server]' ({exc})")
     settings: dict[str, object] = {"host": args.host, "port": args.port, "workers": args.workers, "auth": args.auth}
     for name, value in (
         ("home", args.home),
@@ -67,26 +79,42 @@ def _serve(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             settings[name] = value
-    config = ServerConfig(**settings)  # type: ignore[arg-type]
+    try:
+        config = ServerConfig(**settings)  # type: ignore[arg-type]
+    except ValueError as exc:
+        return _fail(str(exc))
+    if config.home.exists() and not config.home.is_dir():
+        return _fail(f"--home {config.home} is not a directory: give the service's state directory")
+    if config.tasks_dir is not None and not config.tasks_dir.is_dir():
+        return _fail(f"--tasks-dir {config.tasks_dir} is not a directory: give a directory of task directories")
     if args.alert_rules is not None:
-        args.alert_rules.write_text(prometheus_rules())
+        try:
+            args.alert_rules.write_text(prometheus_rules())
+        except OSError as exc:
+            return _fail(f"cannot write --alert-rules {args.alert_rules} ({exc.strerror}): choose a writable FILE")
         print(f"wrote {args.alert_rules}")
         return 0
     if args.add_key or args.revoke:
-        store = TenantStore(config.tenants_path)
-        if args.revoke:
-            print(f"revoked {store.revoke(args.revoke)} keys of {args.revoke!r}")
-            return 0
         try:
+            store = TenantStore(config.tenants_path)
+            if args.revoke:
+                revoked = store.revoke(args.revoke)
+                when = "a service running on this home refuses them within a second"
+                print(f"revoked {revoked} keys of {args.revoke!r} ({when})")
+                return 0
             print(store.add_key(args.add_key, **({"admin": True} if args.admin else {})))
         except ValueError as exc:
-            print(f"rollbox serve: {exc}", file=sys.stderr)
-            return 2
-        print(f"(stored hashed in {config.tenants_path}; this key is shown only now)", file=sys.stderr)
+            return _fail(str(exc))
+        except OSError as exc:
+            return _fail(f"cannot write {config.tenants_path} ({exc.strerror}): check that --home is writable")
+        print(
+            f"(stored hashed in {config.tenants_path}; this key is shown only now; a service running on this home "
+            "takes it at once)",
+            file=sys.stderr,
+        )
         return 0
     try:
         serve(config)
     except ValueError as exc:
-        print(f"rollbox serve: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from rollbox.curate import SynthOptions, synthesize
 from rollbox.sandbox import IsolationUnavailable
 
+from ._args import whole
 from ._validate import ProgressBar
 
 _EPILOG = """\
@@ -44,8 +45,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("packages", nargs="+", metavar="PACKAGE", help="package names, then the destination directory")
-    p.add_argument("--max-mutants", type=int, default=200, metavar="N", help="mutants graded per package at most")
-    p.add_argument("--workers", type=int, metavar="N", help="gradings at once (default: the CPUs)")
+    p.add_argument(
+        "--max-mutants", type=whole(1, 100_000), default=200, metavar="N", help="mutants graded per package at most"
+    )
+    p.add_argument("--workers", type=whole(1, 1024), metavar="N", help="gradings at once (default: the CPUs)")
     p.add_argument("--no-validate", action="store_true", help="keep every bug found, without validating the tasks")
     p.add_argument("--json", action="store_true", help="print the yield as JSON")
     p.set_defaults(run=_run)
@@ -56,9 +59,6 @@ def _run(args: argparse.Namespace) -> int:
         print("rollbox tasks synth: give at least one PACKAGE and then DEST", file=sys.stderr)
         return 2
     *packages, dest = args.packages
-    if args.max_mutants < 1 or (args.workers is not None and args.workers < 1):
-        print("rollbox tasks synth: --max-mutants and --workers must be at least 1", file=sys.stderr)
-        return 2
     options = SynthOptions(max_mutants=args.max_mutants, validate=not args.no_validate)
     bar = ProgressBar(sys.stderr, "synth") if sys.stderr.isatty() else None
     try:

@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from ._args import positive_seconds
+
 _HELP = """\
 Show a rollbox service's live figures (what its dashboard shows) in the terminal: throughput, queue, job
 states, verdict and status mix, latency quantiles, rewards per run, active alerts and the latest failures.
@@ -29,7 +31,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service (default http://127.0.0.1:8080)")
     parser.add_argument("--key", default=os.environ.get("ROLLBOX_API_KEY"), help="API key ($ROLLBOX_API_KEY)")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    parser.add_argument("--interval", type=positive_seconds, default=2.0, help="seconds between refreshes (default 2)")
     parser.add_argument("--once", action="store_true", help="print one screen and exit")
     parser.set_defaults(run=_top)
 

@@ -14,6 +14,7 @@ from ._errors import (
     PayloadError,
     QueueFull,
     SchedulerError,
+    StoreError,
     Unplaceable,
 )
 from ._exec_kind import exec_payload
@@ -55,6 +56,7 @@ __all__ = [
     "RetryPolicy",
     "Scheduler",
     "SchedulerError",
+    "StoreError",
     "Transition",
     "Unplaceable",
     "Worker",

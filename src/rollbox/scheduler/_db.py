@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ._db_errors import damaged, damaged_store, store_error
 from ._model import Job, JobResult, Requirements
 from ._states import JobState
 
-__all__ = ["Database", "job_from_row", "requirements_from_row", "result_from_row"]
+__all__ = ["Database", "job_from_row", "requirements_from_row", "result_from_row", "stored_problem"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -97,6 +98,8 @@ RESULT_COLUMNS = "job_id, state, status, reward, output, error, at, seq"
 
 
 _requirements: dict[tuple[str, str], Requirements] = {}
+#: What is wrong with stored requirements that do not pass today's checks (by the same key).
+_problems: dict[tuple[str, str], str] = {}
 
 
 def requirements_from_row(text: str, pool: str) -> Requirements:
@@ -106,11 +109,27 @@ def requirements_from_row(text: str, pool: str) -> Requirements:
     if found is None:
         if len(_requirements) >= 4096:
             _requirements.clear()
+            _problems.clear()
         needs = json.loads(text)
-        found = _requirements[(text, pool)] = Requirements(
-            cpus=needs["cpus"], memory_bytes=needs["memory_bytes"], resources=needs["resources"], pool=pool
-        )
+        try:
+            found = Requirements(
+                cpus=needs["cpus"], memory_bytes=needs["memory_bytes"], resources=needs["resources"], pool=pool
+            )
+        except ValueError as exc:
+            # Written by a rollbox that did not check them: shown as stored (leasing fails such a job).
+            _problems[(text, pool)] = str(exc)
+            found = object.__new__(Requirements)
+            for name in ("cpus", "memory_bytes", "resources"):
+                object.__setattr__(found, name, needs[name])
+            object.__setattr__(found, "pool", pool)
+        _requirements[(text, pool)] = found
     return found
+
+
+def stored_problem(text: str, pool: str) -> str | None:
+    """What is wrong with the requirements stored as ``text`` and ``pool``, or ``None`` when they are valid."""
+    requirements_from_row(text, pool)
+    return _problems.get((text, pool))
 
 
 def job_from_row(row: tuple[Any, ...]) -> Job:
@@ -156,45 +175,89 @@ class Database:
 
     WAL mode lets readers (``rollbox jobs``, another process) read while a scheduler writes; ``synchronous=FULL``
     makes every committed transaction durable, power loss included. Several processes may write the same file:
-    each write transaction takes the database's write lock at its start (``BEGIN IMMEDIATE``).
+    each write transaction takes the database's write lock at its start (``BEGIN IMMEDIATE``). A failure of the
+    file (damaged, disk full, unwritable) is a :class:`StoreError` that says what to do; a transaction it stops is
+    rolled back whole.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60.0)
-        except sqlite3.Error as exc:
-            raise OSError(f"cannot open the job store {self.path}: {exc}") from exc
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        with self.write() as db:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
+        #: Set once SQLite found the file damaged: nothing more is written to it.
+        self._damaged: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60.0)
+        except (sqlite3.Error, OSError) as exc:
+            raise store_error(exc, self.path) from exc
+        try:
+            with self._errors():
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+            with self.write() as db:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+        except BaseException:
+            self._db.close()
+            raise
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: committed when the block ends, rolled back if it raises."""
-        with self._lock:
+        """One write transaction: committed when the block ends, rolled back if it raises.
+
+        Raises:
+            StoreError: the file could not be read or written (nothing of the transaction is kept).
+        """
+        with self._lock, self._errors():
+            if self._damaged is not None:
+                raise damaged_store(self.path, self._damaged)
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite may have rolled it back itself (a full disk does)
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        """One consistent snapshot to read from."""
-        with self._lock:
+        """One consistent snapshot to read from.
+
+        Raises:
+            StoreError: the file could not be read.
+        """
+        with self._lock, self._errors():
             self._db.execute("BEGIN")
             try:
                 yield self._db
             finally:
-                self._db.execute("COMMIT")
+                if self._db.in_transaction:
+                    self._db.execute("COMMIT")
+
+    def verify(self) -> None:
+        """Check the whole file (SQLite's ``quick_check``: every page read, about a second per 800,000 jobs), so
+        that a damaged store is found before anything is written to it.
+
+        Raises:
+            StoreError: the file is damaged.
+        """
+        with self.read() as db:
+            found = [row[0] for row in db.execute("PRAGMA quick_check")]
+        if found != ["ok"]:
+            self._damaged = f"quick_check: {found[0].splitlines()[0]}"
+            raise damaged_store(self.path, self._damaged)
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if damaged(exc):
+                self._damaged = str(exc)
+            raise store_error(exc, self.path) from exc
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

@@ -33,7 +33,7 @@ from rollbox.tasks import Task, TaskFormatError
 
 from ._errors import PayloadError
 from ._grade_kind import load_payload_task, task_pool, task_requirements
-from ._kinds import JobContext, Outcome
+from ._kinds import JobContext, Outcome, requested
 from ._model import Requirements
 
 __all__ = ["API_KEY_VARIABLE", "EpisodeKind", "episode_payload"]
@@ -152,16 +152,12 @@ class EpisodeKind:
     def requirements(self, payload: Mapping[str, Any]) -> Requirements:
         task, _, _, budget = _parse(payload)
         judge = task_requirements(task)
-        try:
-            cpus = float(payload.get("cpus", 1.0))
-        except (TypeError, ValueError) as exc:
-            raise PayloadError(f"an episode job's 'cpus' must be a number, got {payload.get('cpus')!r}") from exc
         # The agent's sandbox, as rollbox.env makes it: the task's limits with the budget's command timeout, over
         # the task's workspace. Its pool is the one queued episodes make grow ahead of them.
         timeout = budget.command_timeout_s or task.limits.timeout_s
         agent = task_pool(task, dataclasses.replace(task.limits, timeout_s=timeout), workspace=True)
         # While the judge grades, the agent's sandbox is still held (its workspace is read from it).
-        return Requirements(cpus=cpus, memory_bytes=task.limits.memory_bytes + judge.memory_bytes, pool=agent)
+        return requested(payload, "episode", memory_bytes=task.limits.memory_bytes + judge.memory_bytes, pool=agent)
 
     async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
         task, name, budget, _ = _parse(payload)

@@ -7,10 +7,11 @@ failure is retried, then recorded as an ``infra_error`` result. Exceptions are f
     └── SchedulerError
         ├── QueueFull              the queue is at its bound; retry after ``retry_after_s``
         ├── IdempotencyConflict    a key already names a job with another payload
-        ├── Unplaceable            a job needs more CPU or memory than any worker has
+        ├── Unplaceable            a job needs more CPU or memory than any worker has, or its tenant's quota is 0
         ├── IllegalTransition      a job was asked to move between states the state machine does not link
         ├── JobNotFound            no job has that id or key
-        └── PayloadError           a job's payload cannot be run as given (its kind, task or fields)
+        ├── PayloadError           a job's payload cannot be run as given (its kind, task or fields)
+        └── StoreError             the job store's file cannot be read or written (damaged, disk full, locked)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "PayloadError",
     "QueueFull",
     "SchedulerError",
+    "StoreError",
     "Unplaceable",
 ]
 
@@ -49,7 +51,8 @@ class IdempotencyConflict(SchedulerError):
 
 
 class Unplaceable(SchedulerError):
-    """A job asks for more CPU, memory or resources than any worker of the scheduler has: it could never run."""
+    """A job asks for more CPU, memory or resources than any worker of the scheduler has, or its tenant may hold no
+    job at once: it could never run."""
 
 
 class IllegalTransition(SchedulerError):
@@ -63,3 +66,17 @@ class JobNotFound(SchedulerError):
 class PayloadError(SchedulerError):
     """A job's payload cannot be run as given (unknown kind, missing task, invalid fields): the submitter's fault,
     so the job ends ``failed`` instead of being retried."""
+
+
+class StoreError(SchedulerError):
+    """The job store's SQLite file could not be read or written: it is damaged or is not a job store, its disk is
+    full, it cannot be written, or another process held it locked too long. The message says which, where the file
+    is and what to do. Nothing committed is lost: a transaction that fails is rolled back whole.
+
+    Attributes:
+        path: The store's file.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

@@ -23,13 +23,14 @@ from typing import IO
 
 from rollbox.telemetry import Event
 
-from ._home import run_dir
+from ._home import run_dir, run_file_error
 
 __all__ = ["RunEvents", "working_on"]
 
 _current_run: contextvars.ContextVar[str | None] = contextvars.ContextVar("rollbox_job_run", default=None)
 #: JSON as :class:`rollbox.telemetry.JsonlSink` writes it, its encoder made once.
 _ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_KEPT = "every move of every job is in the job store (rollbox jobs show JOB)"
 _TRANSITION = frozenset({"job_id", "run_id", "attempt", "source", "target", "transition_at", "reason"})
 
 
@@ -75,17 +76,27 @@ class RunEvents:
         line = _line(event)
         with self._lock:
             out = self._files.get(run_id)
-            if out is None:
-                path = run_dir(run_id, self.home) / "events.jsonl"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                out = self._files[run_id] = path.open("a", encoding="utf-8", buffering=1 << 16)
-            out.write(line)
+            path = run_dir(run_id, self.home) / "events.jsonl"
+            try:
+                if out is None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    out = self._files[run_id] = path.open("a", encoding="utf-8", buffering=1 << 16)
+                out.write(line)
+            except OSError as exc:
+                raise run_file_error(path, exc, _KEPT) from exc
 
     def flush(self) -> None:
-        """Write out what is buffered."""
+        """Write out what is buffered.
+
+        Raises:
+            OSError: a run's events file could not be written (the message says what to do).
+        """
         with self._lock:
             for out in self._files.values():
-                out.flush()
+                try:
+                    out.flush()
+                except OSError as exc:
+                    raise run_file_error(Path(out.name), exc, _KEPT) from exc
 
     def close(self) -> None:
         """Flush and close every file (idempotent)."""

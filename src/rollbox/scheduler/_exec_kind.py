@@ -18,7 +18,7 @@ from typing import Any
 from rollbox.sandbox import Limits, Network, Program
 
 from ._errors import PayloadError
-from ._kinds import JobContext, Outcome
+from ._kinds import JobContext, Outcome, requested
 from ._model import Requirements
 from ._pool_key import pool_key
 
@@ -68,14 +68,7 @@ class ExecKind:
 
     def requirements(self, payload: Mapping[str, Any]) -> Requirements:
         _, limits, network = _parse(payload)
-        try:
-            cpus = float(payload.get("cpus", 1.0))
-            resources = {str(k): float(v) for k, v in dict(payload.get("resources") or {}).items()}
-        except (TypeError, ValueError) as exc:
-            raise PayloadError(f"invalid exec payload: cpus and resources must be numbers: {exc}") from exc
-        return Requirements(
-            cpus=cpus, memory_bytes=limits.memory_bytes, resources=resources, pool=pool_key(limits, network)
-        )
+        return requested(payload, "exec", memory_bytes=limits.memory_bytes, pool=pool_key(limits, network))
 
     async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
         program, limits, network = _parse(payload)

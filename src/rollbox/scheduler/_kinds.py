@@ -8,6 +8,7 @@ named by ``module:attribute`` so that a worker on another machine (a Ray node) f
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,17 @@ from rollbox.sandbox import SandboxSource
 from ._errors import PayloadError
 from ._model import Requirements
 
-__all__ = ["JobContext", "JobKind", "Outcome", "get_kind", "kind_names", "register_kind"]
+__all__ = [
+    "JobContext",
+    "JobKind",
+    "Outcome",
+    "failed_attempt",
+    "get_kind",
+    "kind_names",
+    "own_cancellation",
+    "register_kind",
+    "requested",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +90,37 @@ class JobKind(Protocol):
         ...
 
 
+def own_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the cancellation of the running task by its owner (the scheduler stopping, a deadline, a
+    cancelled job), which must propagate; a ``CancelledError`` that a kind raised of itself is its failure."""
+    task = asyncio.current_task()
+    return isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+
+
+def failed_attempt(exc: BaseException) -> Outcome:
+    """The outcome of an attempt that raised ``exc`` (any exception, ``SystemExit`` and ``KeyboardInterrupt``
+    included, but the owner's cancellation): rollbox's failure, retried and counted, never the model's."""
+    return Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
+
+
+def requested(payload: Mapping[str, Any], kind: str, *, memory_bytes: int, pool: str = "") -> Requirements:
+    """What a job needs: its payload's ``cpus`` (default 1) and ``resources`` (default none), with the memory and
+    pool its kind works out.
+
+    Raises:
+        PayloadError: ``cpus`` or a resource is not a finite number in range (a need placement could not honour).
+    """
+    try:
+        return Requirements(
+            cpus=payload.get("cpus", 1.0),
+            memory_bytes=memory_bytes,
+            resources=payload.get("resources") or {},
+            pool=pool,
+        )
+    except ValueError as exc:
+        raise PayloadError(f"invalid {kind} payload: {exc}") from None
+
+
 _KINDS: dict[str, str] = {
     "exec": "rollbox.scheduler._exec_kind:ExecKind",
     "grade": "rollbox.scheduler._grade_kind:GradeKind",
@@ -118,8 +160,8 @@ def get_kind(name: str) -> JobKind:
     module, _, attribute = target.partition(":")
     try:
         found = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise PayloadError(f"job kind {name!r} ({target}) cannot be loaded here: {exc}") from exc
+    except (Exception, SystemExit, GeneratorExit) as exc:  # whatever its module does on import, this process lives
+        raise PayloadError(f"job kind {name!r} ({target}) cannot be loaded here: {type(exc).__name__}: {exc}") from exc
     kind: JobKind = found() if isinstance(found, type) else found
     _loaded[name] = kind
     return kind

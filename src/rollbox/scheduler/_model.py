@@ -4,13 +4,32 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._states import JobState
 
-__all__ = ["Attempt", "Job", "JobResult", "JobSpec", "Requirements", "Transition", "canonical_json", "encoded"]
+__all__ = [
+    "MIN_CPUS",
+    "Attempt",
+    "Job",
+    "JobResult",
+    "JobSpec",
+    "Requirements",
+    "Transition",
+    "canonical_json",
+    "check_needs",
+    "encoded",
+]
+
+#: The smallest share of a CPU a job may reserve (a thousandth, as the finest CPU share Kubernetes schedules): below
+#: it, placement would start jobs without bound.
+MIN_CPUS = 0.001
+#: The largest integer SQLite stores (priorities, attempts).
+_INT64 = 2**63 - 1
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -34,6 +53,12 @@ class Requirements:
     resources: Mapping[str, float] = field(default_factory=dict)
     #: Which warm pool serves it: jobs with the same pool key use sandboxes of the same configuration.
     pool: str = ""
+
+    def __post_init__(self) -> None:
+        cpus, memory_bytes, resources = check_needs(self.cpus, self.memory_bytes, self.resources)
+        object.__setattr__(self, "cpus", cpus)
+        object.__setattr__(self, "memory_bytes", memory_bytes)
+        object.__setattr__(self, "resources", resources)
 
     def to_json(self) -> dict[str, Any]:
         """As stored."""
@@ -66,9 +91,13 @@ class JobSpec:
     deadline_s: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("priority", "max_attempts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not -_INT64 <= value <= _INT64:
+                raise ValueError(f"JobSpec.{name} must be a whole number (a 64-bit integer), got {value!r}")
         if self.max_attempts < 1:
             raise ValueError(f"JobSpec.max_attempts must be at least 1, got {self.max_attempts}")
-        if self.deadline_s is not None and not self.deadline_s > 0:
+        if self.deadline_s is not None and not _real("JobSpec.deadline_s", self.deadline_s) > 0:
             raise ValueError(f"JobSpec.deadline_s must be positive, got {self.deadline_s}")
         if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
             raise ValueError(f"JobSpec.run_id must be a plain name (no '/', no leading '.'), got {self.run_id!r}")
@@ -76,6 +105,49 @@ class JobSpec:
     def digest(self) -> str:
         """What makes two submissions of one key the same job: its kind and payload."""
         return encoded(self)[1]
+
+
+def _real(name: str, value: object) -> float:
+    """``value`` as a float, if it is a finite real number (not a bool, not text)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r:.80}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r:.80}")
+    return number
+
+
+def check_needs(cpus: object, memory_bytes: object, resources: object) -> tuple[float, int, dict[str, float]]:
+    """What a job needs, checked: ``(cpus, memory_bytes, resources)`` as placement adds and subtracts them.
+
+    A negative, zero or non-finite need would let placement start jobs without bound (a job asking for -100 CPUs
+    gave its worker 100 more), so each must be a finite number: at least :data:`MIN_CPUS` CPUs, a whole number of
+    bytes from 0, resources from 0.
+
+    Raises:
+        ValueError: which need is wrong, with its value.
+    """
+    cpus = _real("cpus", cpus)
+    if not cpus >= MIN_CPUS:
+        raise ValueError(f"cpus must be at least {MIN_CPUS:g} (a share of one CPU), got {cpus!r}")
+    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, numbers.Integral):
+        raise ValueError(f"memory_bytes must be a whole number of bytes, got {memory_bytes!r:.80}")
+    memory = int(memory_bytes)
+    if not 0 <= memory <= _INT64:
+        raise ValueError(f"memory_bytes must be between 0 and 2**63 - 1, got {memory!r}")
+    if not isinstance(resources, Mapping):
+        raise ValueError(f"resources must map names to amounts, got {resources!r:.80}")
+    checked: dict[str, float] = {}
+    for name, amount in resources.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a resource is named by a non-empty string, got {name!r:.80}")
+        checked[name] = _real(f"resources[{name!r}]", amount)
+        if checked[name] < 0:
+            raise ValueError(f"resources[{name!r}] must be at least 0, got {amount!r}")
+    return cpus, memory, checked
 
 
 def encoded(spec: JobSpec) -> tuple[str, str]:

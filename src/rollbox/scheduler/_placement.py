@@ -137,12 +137,20 @@ class Placement:
             self.workers.pop(name, None)
             return [job_id for job_id, (_, worker, _) in self._assigned.items() if worker == name]
 
-    def check(self, needs: Requirements) -> None:
-        """Refuse what no worker could ever hold.
+    def check(self, needs: Requirements, tenant: str | None = None) -> None:
+        """Refuse what could never run: more than any worker could ever hold, or a job of a ``tenant`` whose quota
+        lets it hold none.
 
         Raises:
-            Unplaceable: no worker has that much CPU, memory or resources; the message shows the largest.
+            Unplaceable: no worker has that much CPU, memory or resources (the message shows the largest), or the
+                tenant's quota is 0.
         """
+        quota = None if tenant is None else self.quota(tenant)
+        if quota is not None and quota < 1:
+            raise Unplaceable(
+                f"tenant {tenant!r} may hold {quota} jobs at once (its quota), so its jobs could never run; raise its "
+                "quota to at least 1"
+            )
         with self._lock:
             capacities = list(self.workers.values())
         if not any(_fits(needs, capacity) for capacity in capacities):
@@ -152,6 +160,11 @@ class Placement:
                 f"{dict(needs.resources)}, more than any worker has (the largest: {largest}); lower its limits, or "
                 "give the scheduler larger workers"
             )
+
+    def set_quotas(self, quotas: Mapping[str, int]) -> None:
+        """Replace the named tenants' quotas (a service's tenants file changed); jobs held now keep their place."""
+        with self._lock:
+            self.quotas = dict(quotas)
 
     def quota(self, tenant: str) -> int | None:
         """The tenant's bound on jobs held at once."""

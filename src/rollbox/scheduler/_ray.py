@@ -16,7 +16,7 @@ from rollbox import telemetry
 
 from ._episode_kind import API_KEY_VARIABLE
 from ._errors import PayloadError, SchedulerError
-from ._kinds import JobContext, Outcome, get_kind
+from ._kinds import JobContext, Outcome, failed_attempt, get_kind, own_cancellation
 from ._model import Job
 from ._placement import Capacity
 from ._pools import ElasticSandboxes
@@ -68,8 +68,10 @@ class NodeActor:
                 outcome = await get_kind(job["kind"]).run(job["payload"], context)
             except PayloadError as exc:
                 return {"payload_error": str(exc), "events": buffer.events}
-            except Exception as exc:  # rollbox's failure on this node: retried
-                outcome = Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:  # rollbox's failure on this node, SystemExit included: the actor lives on
+                if own_cancellation(exc):
+                    raise
+                outcome = failed_attempt(exc)
         return {
             "status": outcome.status,
             "reward": outcome.reward,

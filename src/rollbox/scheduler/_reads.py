@@ -35,9 +35,16 @@ class StoreReads:
             raise JobNotFound(f"no job {job_id} in {self.path}; list them with 'rollbox jobs'")
         return job_from_row(row)
 
-    def jobs(self, *, run_id: str | None = None, state: JobState | None = None, limit: int | None = None) -> list[Job]:
-        """Jobs in id order, of one run and in one state when given."""
-        where, args = _filters(run_id=run_id, state=state)
+    def jobs(
+        self,
+        *,
+        run_id: str | None = None,
+        state: JobState | None = None,
+        tenant: str | None = None,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """Jobs in id order, of one run, in one state and of one tenant when given."""
+        where, args = _filters(run_id=run_id, state=state, tenant=tenant)
         with self.db.read() as db:
             rows = db.execute(
                 f"SELECT {JOB_COLUMNS} FROM jobs {where} ORDER BY id LIMIT ?", (*args, -1 if limit is None else limit)
@@ -50,9 +57,12 @@ class StoreReads:
             row = db.execute(f"SELECT {RESULT_COLUMNS} FROM results WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else result_from_row(row)
 
-    def results(self, *, run_id: str | None = None, after: int = 0) -> list[tuple[Job, JobResult]]:
-        """Results in commit order (those committed after sequence number ``after``), with their jobs."""
-        where, args = _filters(run_id=run_id, prefix="j.")
+    def results(
+        self, *, run_id: str | None = None, tenant: str | None = None, after: int = 0
+    ) -> list[tuple[Job, JobResult]]:
+        """Results in commit order (those committed after sequence number ``after``), with their jobs (of one run
+        and one tenant when given)."""
+        where, args = _filters(run_id=run_id, tenant=tenant, prefix="j.")
         where = f"{where} AND r.seq > ?" if where else "WHERE r.seq > ?"
         columns = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
         results = ", ".join(f"r.{c.strip()}" for c in RESULT_COLUMNS.split(","))
@@ -83,26 +93,33 @@ class StoreReads:
             ).fetchall()
         return [Attempt(*row) for row in rows]
 
-    def counts(self, run_id: str | None = None) -> dict[str, int]:
-        """How many jobs are in each state, plus ``infra_error``: completed jobs whose result is one."""
-        where, args = _filters(run_id=run_id)
+    def counts(self, run_id: str | None = None, *, tenant: str | None = None) -> dict[str, int]:
+        """How many jobs (of one run and one tenant, when given) are in each state, plus ``infra_error``: completed
+        jobs whose result is one."""
+        where, args = _filters(run_id=run_id, tenant=tenant)
         with self.db.read() as db:
             counts = dict(db.execute(f"SELECT state, COUNT(*) FROM jobs {where} GROUP BY state", args).fetchall())
-            where, args = _filters(run_id=run_id, prefix="j.")
+            where, args = _filters(run_id=run_id, tenant=tenant, prefix="j.")
             infra = f"{where} AND r.status = 'infra_error'" if where else "WHERE r.status = 'infra_error'"
             (counts["infra_error"],) = db.execute(
                 f"SELECT COUNT(*) FROM results r JOIN jobs j ON j.id = r.job_id {infra}", args
             ).fetchone()
         return counts
 
-    def runs(self) -> list[tuple[str, float, dict[str, Any], dict[str, int]]]:
-        """Every run: its id, when it was made, what it is, and its jobs counted by state."""
+    def runs(self, *, tenant: str | None = None) -> list[tuple[str, float, dict[str, Any], dict[str, int]]]:
+        """Every run: its id, when it was made, what it is, and its jobs counted by state; with ``tenant``, only the
+        runs that hold jobs of that tenant, and only those jobs counted (a run's name is not its own: two tenants
+        may both use ``nightly``, or the service's default run)."""
+        where, args = _filters(tenant=tenant)
         with self.db.read() as db:
             runs = db.execute("SELECT id, created_at, meta FROM runs ORDER BY created_at").fetchall()
             counts: dict[str, dict[str, int]] = {}
-            for run_id, state, count in db.execute("SELECT run_id, state, COUNT(*) FROM jobs GROUP BY run_id, state"):
+            for run_id, state, count in db.execute(
+                f"SELECT run_id, state, COUNT(*) FROM jobs {where} GROUP BY run_id, state", args
+            ):
                 counts.setdefault(run_id, {})[state] = count
-        return [(id_, at, json.loads(meta), counts.get(id_, {})) for id_, at, meta in runs]
+        shown = [(id_, at, meta) for id_, at, meta in runs if tenant is None or id_ in counts]
+        return [(id_, at, json.loads(meta), counts.get(id_, {})) for id_, at, meta in shown]
 
     def run_meta(self, run_id: str) -> dict[str, Any] | None:
         """What :meth:`set_run_meta` recorded for the run, ``None`` for no such run."""
@@ -133,11 +150,16 @@ class StoreReads:
         return int(count)
 
 
-def _filters(*, run_id: str | None = None, state: JobState | None = None, prefix: str = "") -> tuple[str, list[Any]]:
+def _filters(
+    *, run_id: str | None = None, state: JobState | None = None, tenant: str | None = None, prefix: str = ""
+) -> tuple[str, list[Any]]:
     clauses, args = [], []
     if run_id is not None:
         clauses.append(f"{prefix}run_id = ?")
         args.append(run_id)
+    if tenant is not None:
+        clauses.append(f"{prefix}tenant = ?")
+        args.append(tenant)
     if state is not None:
         clauses.append(f"{prefix}state = ?")
         args.append(state.value)

@@ -7,16 +7,19 @@ commit and its line is mended by the next rewrite, and no line is ever written t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 from typing import IO, Any
 
-from ._home import run_dir
+from ._home import run_dir, run_file_error
 from ._model import Job, JobResult
 from ._store import JobStore
 
 __all__ = ["ResultsFile", "result_line"]
+
+_REMADE = "the job store keeps every result, and the file is made again from it when the run resumes"
 
 
 def result_line(job: Job, result: JobResult) -> dict[str, Any]:
@@ -49,28 +52,44 @@ class ResultsFile:
         self._file: IO[str] | None = None
 
     def rewrite(self) -> int:
-        """Write every result of the run, in (task, sample, job) order; returns how many."""
+        """Write every result of the run, in (task, sample, job) order; returns how many.
+
+        Raises:
+            OSError: the file could not be written (the message says what to do).
+        """
         results = self.store.results(run_id=self.run_id)
         lines = sorted((result_line(job, result) for job, result in results), key=_order)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(f".results.{os.getpid()}.partial")
-        with partial.open("w", encoding="utf-8") as out:
-            out.writelines(json.dumps(line) + "\n" for line in lines)
-            out.flush()
-            os.fsync(out.fileno())
-        partial.replace(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with partial.open("w", encoding="utf-8") as out:
+                out.writelines(json.dumps(line) + "\n" for line in lines)
+                out.flush()
+                os.fsync(out.fileno())
+            partial.replace(self.path)
+            if self._file is not None:
+                self._file.close()
+            self._file = self.path.open("a", encoding="utf-8")
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            raise run_file_error(self.path, exc, _REMADE) from exc
         self.seq = max((result.seq for _, result in results), default=0)
-        if self._file is not None:
-            self._file.close()
-        self._file = self.path.open("a", encoding="utf-8")
         return len(lines)
 
     def follow(self) -> list[tuple[Job, JobResult]]:
-        """Append the results committed since the last call; returns them."""
+        """Append the results committed since the last call; returns them.
+
+        Raises:
+            OSError: the file could not be written (the message says what to do).
+        """
         fresh = self.store.results(run_id=self.run_id, after=self.seq)
         if fresh and self._file is not None:
-            self._file.writelines(json.dumps(result_line(job, result)) + "\n" for job, result in fresh)
-            self._file.flush()
+            try:
+                self._file.writelines(json.dumps(result_line(job, result)) + "\n" for job, result in fresh)
+                self._file.flush()
+            except OSError as exc:
+                raise run_file_error(self.path, exc, _REMADE) from exc
             self.seq = fresh[-1][1].seq
         return fresh
 

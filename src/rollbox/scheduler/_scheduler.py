@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 
 from rollbox import telemetry
 
-from ._errors import PayloadError
+from ._errors import PayloadError, SchedulerError
 from ._events import RunEvents, working_on
 from ._home import rollbox_home, run_dir, store_path
-from ._kinds import Outcome, get_kind
+from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation
 from ._model import Job, JobSpec, Requirements, Transition, canonical_json
 from ._owners import Identity, dead_owners
 from ._placement import Placement
@@ -101,6 +101,8 @@ class Scheduler:
         self._moves: list[Transition] = []
         self._endings: list[Ending] = []
         self._wake = asyncio.Event()
+        #: The loop the scheduler runs on, from when it is opened.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollbox-store")
         self._events = RunEvents(self.home)
         self._rng = random.Random()
@@ -117,6 +119,8 @@ class Scheduler:
         return await asyncio.get_running_loop().run_in_executor(self._thread, work)
 
     async def __aenter__(self) -> Scheduler:
+        self._loop = asyncio.get_running_loop()
+        await self._call(self.store.verify)  # a damaged store is refused before this scheduler writes to it
         for worker in self.workers.values():
             await worker.start()
         me = self.identity
@@ -159,8 +163,17 @@ class Scheduler:
             PayloadError: its kind or payload is invalid.
             Unplaceable: no worker could ever hold it.
         """
-        needs = get_kind(spec.kind).requirements(spec.payload)
-        self.placement.check(needs)
+        kind = get_kind(spec.kind)
+        try:
+            needs = kind.requirements(spec.payload)
+        except SchedulerError:
+            raise
+        except (Exception, SystemExit, GeneratorExit) as exc:  # the kind's own fault: the submitter is told, not ended
+            raise PayloadError(
+                f"job kind {spec.kind!r} could not read this payload ({type(exc).__name__}: {exc}); check the "
+                "payload's fields"
+            ) from exc
+        self.placement.check(needs, spec.tenant)
         return needs
 
     def submit(self, specs: JobSpec | Sequence[JobSpec]) -> list[Job]:
@@ -177,17 +190,32 @@ class Scheduler:
         with telemetry.recording(self._events):
             added = self.store.submit(needed, max_queued=self.max_queued)
         self._events.flush()
-        self._wake.set()
+        self._on_loop(self._wake.set)
         return [job for job, _ in added]
 
     def cancel(self, job_ids: Collection[int]) -> list[int]:
-        """Cancel jobs (those already final stay as they are); returns those cancelled."""
+        """Cancel jobs (those already final stay as they are); returns those cancelled. Their attempts under way
+        stop at once (as soon as the scheduler's loop runs, when called from another thread)."""
         with telemetry.recording(self._events):
             cancelled = self.store.cancel(job_ids)
-        for job_id in cancelled:
-            self._abandon(job_id)
+        self._on_loop(self._abandon, *cancelled)
         self._events.flush()
         return cancelled
+
+    def _on_loop(self, fn: Callable[..., object], *args: Any) -> None:
+        """``fn(*args)`` on the scheduler's event loop: at once from it, else as soon as it runs. :meth:`submit` and
+        :meth:`cancel` may be called from other threads (the service does), and the loop's own state (its jobs
+        ready and running, placement's reservations, its tasks) is only ever touched from the loop: a cancel made
+        from a thread while the loop dispatched left a job queued for a worker with no reservation there."""
+        loop = self._loop
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if loop is None or loop is here or loop.is_closed():
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
 
     # -- the loop ---------------------------------------------------------------------------------------------
 
@@ -290,8 +318,13 @@ class Scheduler:
             except WorkerLost as exc:  # retried elsewhere; the jobs waiting for that worker go back to the queue
                 self._lose(job.worker)
                 outcome = Outcome(status="infra_error", error=str(exc))
-            except Exception as exc:  # the worker's or rollbox's failure, never the model's: retried
-                outcome = Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:
+                if own_cancellation(exc):
+                    raise
+                # The worker's or rollbox's failure, never the model's: counted and retried. SystemExit,
+                # KeyboardInterrupt or GeneratorExit out of a kind included: left to escape, they ended this
+                # scheduler's process, its lease was released uncounted, and the job ran again forever.
+                outcome = failed_attempt(exc)
         return await self._ending(job, outcome)
 
     async def _ending(self, job: Job, outcome: Outcome) -> Ending:
@@ -376,14 +409,17 @@ class Scheduler:
             )
         self._wake.set()
 
-    def _abandon(self, job_id: int) -> None:
-        running = self._running.pop(job_id, None)
-        if running is not None:
-            running.abandoned = True
-            running.task.cancel()
+    def _abandon(self, *job_ids: int) -> None:
+        """Drop these jobs' attempts without an ending of ours (their leases are gone), and start what fits."""
+        for job_id in job_ids:
+            running = self._running.pop(job_id, None)
+            if running is not None:
+                running.abandoned = True
+                running.task.cancel()
+            self.placement.release(job_id)
+        dropped = set(job_ids)
         for ready in self._ready.values():
-            ready[:] = [job for job in ready if job.id != job_id]
-        self.placement.release(job_id)
+            ready[:] = [job for job in ready if job.id not in dropped]
         for worker in self._ready:
             self._dispatch(worker)
 

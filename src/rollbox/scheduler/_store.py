@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._db import JOB_COLUMNS, Database, job_from_row, requirements_from_row
+from ._db import JOB_COLUMNS, Database, job_from_row, requirements_from_row, stored_problem
 from ._errors import IdempotencyConflict, QueueFull
 from ._model import Job, JobSpec, Requirements, Transition, canonical_json, encoded
 from ._reads import StoreReads
@@ -62,6 +62,14 @@ class JobStore(StoreReads, StoreReclaim):
     def close(self) -> None:
         """Close the database (idempotent)."""
         self.db.close()
+
+    def verify(self) -> None:
+        """Check the whole file before writing to it (see :meth:`Database.verify`).
+
+        Raises:
+            StoreError: the file is damaged; nothing will be written to it.
+        """
+        self.db.verify()
 
     # -- submission -------------------------------------------------------------------------------------------
 
@@ -184,9 +192,14 @@ class JobStore(StoreReads, StoreReclaim):
                 f"SELECT id, tenant, priority, requirements, pool {queue} ORDER BY priority DESC, id LIMIT ?",
                 (*args, window),
             ).fetchall()
-            offered = [
-                Candidate(id_, tenant, prio, requirements_from_row(req, pool)) for id_, tenant, prio, req, pool in rows
-            ]
+            offered: list[Candidate] = []
+            invalid: dict[int, str] = {}
+            for id_, tenant, prio, req, pool in rows:
+                if (problem := stored_problem(req, pool)) is None:
+                    offered.append(Candidate(id_, tenant, prio, requirements_from_row(req, pool)))
+                else:  # submitted before rollbox checked requirements: it could never be placed safely
+                    invalid[id_] = f"its requirements are invalid: {problem}; submit it again with valid ones"
+            failed, runs_of = self._fail_pending(db, invalid, now) if invalid else ([], {})
             by_worker: dict[str, list[int]] = {}
             for job_id, worker in pick(offered) if offered else []:
                 by_worker.setdefault(worker, []).append(job_id)
@@ -198,8 +211,6 @@ class JobStore(StoreReads, StoreReclaim):
                         f"AND state = 'pending' RETURNING {JOB_COLUMNS}"
                     )
                     leased.extend(map(job_from_row, db.execute(update, (owner, now + lease_s, worker, now, *chunk))))
-            if not leased:
-                return []
             leased.sort(key=lambda job: job.id)
             db.executemany(
                 "INSERT INTO attempts (job_id, number, owner, worker, started_at) VALUES (?, ?, ?, ?, ?)",
@@ -207,8 +218,27 @@ class JobStore(StoreReads, StoreReclaim):
             )
             moves = [Transition(job.id, job.attempts, JobState.PENDING, JobState.SCHEDULED, now) for job in leased]
             write_moves(db, moves)
-        announce(moves, {job.id: job.run_id for job in leased})
+        announce([*failed, *moves], {**runs_of, **{job.id: job.run_id for job in leased}})
         return leased
+
+    @staticmethod
+    def _fail_pending(
+        db: sqlite3.Connection, why: dict[int, str], now: float
+    ) -> tuple[list[Transition], dict[int, str]]:
+        """End these pending jobs ``failed``, each with its reason; returns their moves and their runs."""
+        moves: list[Transition] = []
+        runs: dict[int, str] = {}
+        for chunk in _chunks(list(why)):
+            for id_, attempt, run_id in db.execute(
+                f"SELECT id, attempts, run_id FROM jobs WHERE id IN ({_marks(chunk)})", chunk
+            ):
+                moves.append(Transition(id_, attempt, JobState.PENDING, JobState.FAILED, now, why[id_]))
+                runs[id_] = run_id
+        end_jobs(
+            db, [Ending(job_id=m.job_id, attempt=m.attempt, target=m.target, error=m.reason, at=now) for m in moves]
+        )
+        write_moves(db, moves)
+        return moves, runs
 
     def advance(self, owner: str, moves: Sequence[Transition]) -> list[int]:
         """Record moves between leased states (``scheduled -> running``, ``running -> grading``) that happened at

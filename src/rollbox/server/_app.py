@@ -24,7 +24,7 @@ from ._guard import Refused
 from ._service import Service
 from ._tenants import Tenant
 
-__all__ = ["SafeJSONResponse", "create_app", "current_tenant", "idempotent", "service_of"]
+__all__ = ["SafeJSONResponse", "create_app", "current_tenant", "idempotent", "optional_tenant", "service_of"]
 
 
 class SafeJSONResponse(JSONResponse):
@@ -160,6 +160,20 @@ async def current_tenant(
     # SandboxFusion's clients cannot send headers: ?api_key= is taken too (it shows in access logs: prefer headers).
     key = key or request.query_params.get("api_key")
     return service_of(request).authenticate(key)
+
+
+async def optional_tenant(
+    request: Request,
+    bearer: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008 (FastAPI's idiom)
+    api_key: str | None = Depends(_api_key),
+) -> Tenant | None:
+    """The tenant of a request that needs no key: ``None`` when it sends none (auth on), else as
+    :func:`current_tenant` (401 for a key that is not valid)."""
+    key = (bearer.credentials if bearer is not None else api_key) or request.query_params.get("api_key")
+    service = service_of(request)
+    if not key and service.config.auth_required:
+        return None
+    return service.authenticate(key)
 
 
 async def idempotent(

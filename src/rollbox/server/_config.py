@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,12 @@ def is_loopback(host: str) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig:
-    """Everything ``rollbox serve`` can be told. Sizes in bytes, times in seconds."""
+    """Everything ``rollbox serve`` can be told. Sizes in bytes, times in seconds.
+
+    Raises:
+        ValueError: a port outside 0..65535, a count below 1, a time that is not a positive finite number of
+            seconds (the message names the field).
+    """
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -52,6 +58,7 @@ class ServerConfig:
     max_output_bytes: int = 8 * 2**20
     max_disk_bytes: int = 2 * 2**30
     max_pids: int = 1024
+    max_open_files: int = 4096
     #: The largest request body, and the largest file read back (``fetch_files``, ``GET .../files``).
     max_body_bytes: int = 32 * 2**20
     #: A request's whole body must arrive within this many seconds of the application starting to read it (else 408).
@@ -68,6 +75,21 @@ class ServerConfig:
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     #: How often alerts are evaluated and gauges refreshed.
     tick_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be a whole number from 0 to 65535, got {self.port!r}")
+        counts = ("workers", "max_memory_bytes", "max_output_bytes", "max_disk_bytes", "max_pids", "max_open_files")
+        for name in (*counts, "max_body_bytes", "max_file_bytes", "pool_size", "max_queue"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if isinstance(self.warm_configs, bool) or not isinstance(self.warm_configs, int) or self.warm_configs < 0:
+            raise ValueError(f"warm_configs must be a whole number of at least 0, got {self.warm_configs!r}")
+        for name in ("max_timeout_s", "body_timeout_s", "idle_timeout_s", "tick_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a number of seconds above 0, got {value!r}")
 
     @property
     def auth_required(self) -> bool:

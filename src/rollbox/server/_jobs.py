@@ -24,6 +24,8 @@ from ._tenants import Tenant
 __all__ = ["Jobs"]
 
 _KINDS = ("exec", "grade")
+#: Each limit of an exec job's payload, and the server's maximum of it (every field of ``Limits``: a limit left
+#: unbounded here was taken at any size the sandbox accepts).
 _LIMITS = {
     "timeout_s": "max_timeout_s",
     "cpu_time_s": "max_timeout_s",
@@ -31,6 +33,8 @@ _LIMITS = {
     "pids": "max_pids",
     "disk_bytes": "max_disk_bytes",
     "output_bytes": "max_output_bytes",
+    "open_files": "max_open_files",
+    "file_size_bytes": "max_disk_bytes",
 }
 
 
@@ -91,9 +95,15 @@ class Jobs:
             if not isinstance(limits, Mapping):
                 raise Refused(400, f"limits must be an object, got {limits!r:.80}")
             for name, value in limits.items():
-                bound = getattr(self.config, _LIMITS.get(name, ""), None)
-                if bound is not None and isinstance(value, int | float) and value > bound:
-                    raise Refused(400, f"limits.{name}={value:g} is above this server's maximum of {bound:g}")
+                if name not in _LIMITS:
+                    raise Refused(400, f"limits.{name} is not a limit; the limits are {', '.join(_LIMITS)}")
+                if value is None and name == "file_size_bytes":
+                    continue  # the disk limit's
+                bound = getattr(self.config, _LIMITS[name])
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise Refused(400, f"limits.{name} must be a number, got {value!r:.40}")
+                if value > bound:
+                    raise Refused(400, f"limits.{name}={value!r:.40} is above this server's maximum of {bound:g}")
         return data
 
     def submit(self, tenant: Tenant, specs: list[JobSpec]) -> list[Job]:

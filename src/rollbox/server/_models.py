@@ -8,9 +8,10 @@ Every string and list has a bound, so that no request can make the service hold 
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal
+import math
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "CommandRunResult",
@@ -37,10 +38,34 @@ __all__ = [
 _TEXT = 16 * 2**20  # characters of code or stdin: the body limit bounds them again
 _PATH = 4096
 _FILES = 1000
+_YEAR_S = 365 * 86_400
+_MOST = 2**62  # the largest limit a sandbox takes
+T = TypeVar("T")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Each field takes its own type only (no "5" or true for a number, no 2.0 for a count), and no number field
+    # NaN or Infinity: they are not JSON, though Python's parser takes them.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _finite(value: T) -> T:
+    """``value`` (plain JSON), if no number in it is NaN or infinite: such a number is no JSON, and could be
+    neither compared nor answered back.
+
+    Raises:
+        ValueError: where the first such number is (``limits.timeout_s``).
+    """
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{where or 'the value'} must be a finite number, got {item}")
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{key}".lstrip("."), v) for key, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{index}]", v) for index, v in enumerate(item))
+    return value
 
 
 # --- SandboxFusion ---------------------------------------------------------------------------------------------
@@ -49,12 +74,19 @@ class _Strict(BaseModel):
 class RunCodeRequest(BaseModel):
     """SandboxFusion's ``POST /run_code`` request. Unknown fields are ignored, as SandboxFusion does."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
+
     code: str = Field(max_length=_TEXT, description="the program's source")
     language: str = Field(max_length=64, examples=["python"], description="see GET /v1/languages")
     stdin: str | None = Field(default=None, max_length=_TEXT)
-    compile_timeout: float = Field(10, gt=0, description="seconds; at most the server's maximum timeout")
-    run_timeout: float = Field(10, gt=0, description="seconds (wall clock); at most the server's maximum timeout")
-    memory_limit_MB: int = Field(-1, description="-1: the server's default; else at most the server's maximum")
+    # Numbers are numbers only (no true for a timeout, no "256" for megabytes).
+    compile_timeout: float = Field(10, gt=0, strict=True, description="seconds; at most the server's maximum timeout")
+    run_timeout: float = Field(
+        10, gt=0, strict=True, description="seconds (wall clock); at most the server's maximum timeout"
+    )
+    memory_limit_MB: int = Field(
+        -1, strict=True, description="-1: the server's default; else at most the server's maximum"
+    )
     files: dict[str, str | None] = Field({}, max_length=_FILES, description="path -> base64 content")
     fetch_files: list[str] = Field([], max_length=_FILES, description="paths read back after the run")
 
@@ -153,10 +185,10 @@ class CreateSandbox(_Strict):
 
     timeout_s: float | None = Field(default=None, gt=0, description="default wall-clock limit of each command")
     cpu_time_s: float | None = Field(default=None, gt=0)
-    memory_bytes: int | None = Field(default=None, ge=8 * 2**20)
-    pids: int | None = Field(default=None, ge=2)
-    disk_bytes: int | None = Field(default=None, gt=0)
-    output_bytes: int | None = Field(default=None, gt=0)
+    memory_bytes: int | None = Field(default=None, ge=8 * 2**20, le=_MOST)
+    pids: int | None = Field(default=None, ge=2, le=_MOST)
+    disk_bytes: int | None = Field(default=None, gt=0, le=_MOST)
+    output_bytes: int | None = Field(default=None, gt=0, le=_MOST)
     network: Literal["none", "loopback"] = "none"
     warm_python: bool = False
 
@@ -226,11 +258,16 @@ class SubmitJob(_Strict):
     {path: text}}`` or ``{"task": ID, "reference": true}``)."""
 
     kind: Literal["exec", "grade"]
-    payload: dict[str, Any]
+    payload: dict[str, Any] = Field(description="its kind's payload; for exec, also cpus (default 1, at least 0.001)")
     key: str | None = Field(default=None, max_length=512, description="idempotency key: submitted once")
     priority: int = Field(default=0, ge=-1000, le=1000)
     max_attempts: int = Field(default=3, ge=1, le=20)
-    deadline_s: float | None = Field(default=None, gt=0)
+    deadline_s: float | None = Field(default=None, gt=0, le=_YEAR_S, description="seconds from submission")
+
+    @field_validator("payload")
+    @classmethod
+    def _finite_payload(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        return _finite(payload)
 
 
 class SubmitJobs(_Strict):

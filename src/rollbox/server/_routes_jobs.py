@@ -77,8 +77,9 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     """The caller's jobs (of one run, in one state), oldest first."""
-    jobs = await asyncio.to_thread(service_of(request).jobs.store.jobs, run_id=run, state=state)
-    return [job.to_json() for job in jobs if job.tenant == tenant.name][:limit]
+    store = service_of(request).jobs.store
+    jobs = await asyncio.to_thread(store.jobs, run_id=run, state=state, tenant=tenant.name, limit=limit)
+    return [job.to_json() for job in jobs]
 
 
 @router.get("/v1/jobs/{job_id}")
@@ -109,17 +110,11 @@ async def cancel_job(job_id: JobId, request: Request, tenant: TenantDep) -> dict
 
 @router.get("/v1/runs")
 async def runs(request: Request, tenant: TenantDep) -> list[dict[str, Any]]:
-    """The runs with jobs of the caller's (an admin: every run), with their jobs counted by state."""
+    """The runs that hold jobs of the caller's, with those jobs counted by state (an admin: every run, every job
+    counted). A run is named by its submitters: another tenant's jobs in a run of the same name are not counted."""
     store = service_of(request).jobs.store
-    found = await asyncio.to_thread(store.runs)
-    shown = []
-    for run_id, created, meta, counts in found:
-        if not tenant.admin:
-            mine = await asyncio.to_thread(store.jobs, run_id=run_id)
-            if not any(job.tenant == tenant.name for job in mine):
-                continue
-        shown.append({"id": run_id, "created_at": created, "meta": meta, "counts": counts})
-    return shown
+    found = await asyncio.to_thread(store.runs, tenant=None if tenant.admin else tenant.name)
+    return [{"id": run_id, "created_at": at, "meta": meta, "counts": counts} for run_id, at, meta, counts in found]
 
 
 @router.get("/v1/runs/{run_id}/results", response_class=StreamingResponse)
@@ -131,21 +126,21 @@ async def results(
     after: Annotated[int, Query(ge=0, le=2**63 - 1, description="only results after this sequence number")] = 0,
 ) -> StreamingResponse:
     """The run's results of the caller's jobs as a stream: one JSON object a line (the job, its result, and its
-    ``seq`` to resume from with ``after``), as they are committed."""
+    ``seq`` to resume from with ``after``), as they are committed, until every job of the caller's in the run is
+    final (another tenant's jobs in a run of the same name neither show nor hold the stream open)."""
     store = service_of(request).jobs.store
 
     async def lines() -> AsyncIterator[bytes]:
         seq = after
         while True:
-            found = await asyncio.to_thread(store.results, run_id=run_id, after=seq)
+            found = await asyncio.to_thread(store.results, run_id=run_id, tenant=tenant.name, after=seq)
             for job, result in found:
                 seq = max(seq, result.seq)
-                if job.tenant == tenant.name:
-                    line = {"seq": result.seq, "job": job.to_json(), "result": result.to_json()}
-                    yield (json.dumps(line, separators=(",", ":")) + "\n").encode()
+                line = {"seq": result.seq, "job": job.to_json(), "result": result.to_json()}
+                yield (json.dumps(line, separators=(",", ":")) + "\n").encode()
             if not follow:
                 return
-            counts = await asyncio.to_thread(store.counts, run_id)
+            counts = await asyncio.to_thread(store.counts, run_id, tenant=tenant.name)
             if not any(counts.get(state.value, 0) for state in JobState if state not in TERMINAL) and not found:
                 return
             if await request.is_disconnected():

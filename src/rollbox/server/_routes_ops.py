@@ -8,12 +8,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from rollbox.telemetry import prometheus_rules
 
-from ._app import current_tenant, service_of
+from ._app import current_tenant, optional_tenant, service_of
 from ._guard import Refused
+from ._metrics_view import exposition
 from ._tenants import Tenant
 
 __all__ = ["router"]
@@ -38,11 +39,14 @@ async def ready(request: Request) -> Response:
 
 
 @router.get("/metrics", tags=["operations"], response_class=PlainTextResponse)
-async def metrics(request: Request) -> Response:
-    """Prometheus metrics (no key needed: they carry counts and tenant names, never code or output)."""
+async def metrics(request: Request, viewer: Annotated[Tenant | None, Depends(optional_tenant)]) -> Response:
+    """Prometheus metrics. No key is needed for the service's totals; the series of each tenant are shown to an
+    admin key (every tenant's) and to a tenant's own key (its own). They carry counts, never code or output."""
     service = service_of(request)
     service.refresh_gauges()
-    return Response(generate_latest(service.metrics().registry), media_type=CONTENT_TYPE_LATEST)
+    operator = viewer is not None and viewer.admin
+    text = exposition(service.metrics().registry, operator=operator, tenant=viewer.name if viewer else None)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/stats", tags=["operations"])

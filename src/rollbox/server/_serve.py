@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,39 @@ def app_from_environment() -> FastAPI:
     return create_app(_from_json(os.environ[_ENVIRONMENT]))
 
 
+def _check_address(host: str, port: int) -> None:
+    """Refuse an address this machine cannot listen on, before the service starts anything.
+
+    Raises:
+        ValueError: the host does not resolve, or the address cannot be bound (in use, not this machine's).
+    """
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ValueError(
+            f"cannot listen on {host!r} ({exc.strerror}): give an address of this machine (127.0.0.1, 0.0.0.0, ::)"
+        ) from None
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ValueError(
+                f"cannot listen on {host}:{port} ({exc.strerror}): stop what listens there, or choose another "
+                "--port or --host"
+            ) from None
+
+
 def serve(config: ServerConfig) -> None:
     """Serve until interrupted: one process, or ``config.workers`` processes sharing the socket.
 
     Raises:
-        ValueError: the configuration cannot serve (auth is on and there is no key; the message says what to do).
+        ValueError: the configuration cannot serve (auth is on and there is no key, the address cannot be listened
+            on; the message says what to do).
     """
+    _check_address(config.host, config.port)
     if config.workers <= 1:
         uvicorn.run(create_app(config), host=config.host, port=config.port, **_UVICORN)
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ from ._sessions import Sessions
 from ._tenants import Tenant, TenantStore
 
 __all__ = ["LOCAL", "Service"]
+
+_log = logging.getLogger("uvicorn.error")
 
 #: Whom requests come from when auth is off: every request is the machine's own user's.
 LOCAL = Tenant(name="local", admin=True, rate_per_s=1e6, burst=10**6, max_in_flight=8192, max_sandboxes=1024)
@@ -49,8 +52,7 @@ class Service:
         self.sessions = Sessions(config, run=config.run)
         self.episodes: Registry[Episode] = Registry("episode", idle_timeout_s=config.idle_timeout_s)
         self.grader = Grader(config, run=config.run)
-        quotas = {t.name: t.max_running_jobs for t in self.tenants.tenants() if t.max_running_jobs is not None}
-        self.jobs = Jobs(config, self.grader, quotas=quotas)
+        self.jobs = Jobs(config, self.grader, quotas=self._quotas())
         self.guard = Guard()
         self.idempotency = IdempotencyCache()
         self.ready = False
@@ -118,8 +120,26 @@ class Service:
             except Exception as exc:  # the ticker must outlive any one failure; say what happened
                 telemetry.emit("service.error", where="tick", error=f"{type(exc).__name__}: {exc}")
 
+    def _quotas(self) -> dict[str, int]:
+        return {t.name: t.max_running_jobs for t in self.tenants.tenants() if t.max_running_jobs is not None}
+
+    def reload_tenants(self) -> None:
+        """Read the tenants file again if it changed (keys added or revoked, settings edited while the service
+        runs); the scheduler's quotas follow. A file that is no longer valid is reported once, as a
+        ``service.error`` event and in the log, and the tenants read before stay in force."""
+        try:
+            changed = self.tenants.refresh()
+        except ValueError as exc:
+            _log.warning("rollbox serve: %s; the tenants read before stay in force", exc)
+            telemetry.emit("service.error", where="tenants", error=str(exc))
+            return
+        if changed:
+            self.jobs.scheduler.placement.set_quotas(self._quotas())
+
     async def tick(self) -> None:
-        """Report new job results, refresh the gauges, evaluate the alerts, close idle sandboxes and episodes."""
+        """Read the tenants file again if it changed, report new job results, refresh the gauges, evaluate the
+        alerts, close idle sandboxes and episodes."""
+        self.reload_tenants()
         await asyncio.to_thread(self.jobs.report_results)
         self.refresh_gauges()
         self.alerts.evaluate(time.time())
@@ -162,6 +182,9 @@ class Service:
             raise Refused(401, "this service needs an API key: send 'Authorization: Bearer KEY' (or X-API-Key: KEY)")
         else:
             found = self.tenants.authenticate(key)
+            if found is None:  # a key made since the file was last read works at once
+                self.reload_tenants()
+                found = self.tenants.authenticate(key)
             if found is None:
                 raise Refused(401, "the API key is not valid (revoked, mistyped, or made for another server)")
             tenant = found

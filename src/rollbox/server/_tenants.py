@@ -52,7 +52,8 @@ def _digest(key: str) -> str:
 
 
 class TenantStore:
-    """The tenants file, read at start and rewritten when a key is added or revoked.
+    """The tenants file, read at start, read again by :meth:`refresh` when it changed (a key added or revoked by
+    another process, a setting edited), and rewritten when a key is added or revoked here.
 
     Raises:
         ValueError: the file exists and is not a tenants file (the message names it and what is wrong).
@@ -63,8 +64,37 @@ class TenantStore:
         self._lock = threading.Lock()
         self._tenants: dict[str, Tenant] = {}
         self._by_digest: dict[str, str] = {}
+        #: The file as it was when last read (inode, modification time, size): a change is a new one.
+        self._seen: tuple[int, int, int] | None = None
         if self.path.exists():
+            self._seen = self._version()
             self._load()
+
+    def _version(self) -> tuple[int, int, int] | None:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def refresh(self) -> bool:
+        """Read the file again if it changed since it was last read (a missing file holds no tenant); returns
+        whether it changed.
+
+        Raises:
+            ValueError: the file changed into something that is not a tenants file; the tenants read before stay in
+                force (and it is not read again until it changes again).
+        """
+        version = self._version()
+        if version == self._seen:
+            return False
+        with self._lock:
+            self._seen = version
+            if version is None:
+                self._tenants, self._by_digest = {}, {}
+            else:
+                self._load()
+        return True
 
     def _load(self) -> None:
         try:
@@ -87,6 +117,7 @@ class TenantStore:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2)
         staging.replace(self.path)
+        self._seen = self._version()
 
     @property
     def empty(self) -> bool:
