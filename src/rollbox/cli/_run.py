@@ -11,8 +11,9 @@ import secrets
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import httpx
 
@@ -249,26 +250,35 @@ def _probe(base_url: str) -> None:
         ) from None
 
 
-def _archive(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
-    """The event archive as a recording sink (as ``rollbox serve`` keeps it), or nothing when it is off."""
+@contextlib.contextmanager
+def _archive(args: argparse.Namespace) -> Iterator[None]:
+    """Inside this block, events are also kept in the event archive (as ``rollbox serve`` keeps them), unless it
+    is off; the archive is closed when the block ends, however it ends."""
     url = str(rollbox_home() / "archive") if args.archive is None else args.archive
     if not url:
-        return contextlib.nullcontext()
+        yield
+        return
     try:
         archive = telemetry.Archive(url)
     except ImportError as exc:
         if args.archive is not None:
             raise _Usage(f"--archive needs the archive extra: pip install 'rollbox[archive]' ({exc})") from None
         print("rollbox run: events are not archived as Parquet: pip install 'rollbox[archive]'", file=sys.stderr)
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.callback(archive.close)
-    stack.enter_context(telemetry.recording(archive))
-    return stack
+        yield
+        return
+    try:
+        with telemetry.recording(archive):
+            yield
+    finally:
+        archive.close()
 
 
 async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress: _Progress) -> Counter[str]:
-    archive = _archive(args)
+    with _archive(args):
+        return await _run(args, tasks, run_id, progress)
+
+
+async def _run(args: argparse.Namespace, tasks: list[Task], run_id: str, progress: _Progress) -> Counter[str]:
     home = rollbox_home()
     store = JobStore(store_path(home))
     results = ResultsFile(store, run_id, home)
@@ -288,7 +298,7 @@ async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress
             results.rewrite()
             for _, result in store.results(run_id=run_id):
                 progress.add(result.state.value, result.status, fresh=False)
-            with archive, telemetry.bound(run=run_id):  # every event of the run's tasks, archived under its id
+            with telemetry.bound(run=run_id):  # every event of the run's tasks, archived under its id
                 running = asyncio.create_task(scheduler.run())
                 while not running.done():
                     await asyncio.wait([running], timeout=0.2)
