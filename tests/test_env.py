@@ -348,17 +348,18 @@ def test_steps_that_come_together_are_taken_one_at_a_time_and_each_counts(calc: 
     assert len(ends) == 1 and len(env.trajectory.turns) == 1
 
 
-def test_a_step_ending_while_another_waits_and_end_called_meanwhile_are_in_order(calc: Task) -> None:
+def test_end_called_while_a_step_runs_waits_for_it_then_judges_what_it_did(calc: Task) -> None:
     async def scenario() -> None:
         async with rollbox.make(calc) as env:
             await env.reset()
-            stepping = asyncio.ensure_future(env.step(call("bash", command="sleep 0.3; echo done")))
+            fix = call("bash", command="sleep 0.3; sed -i 's/a - b/a + b/' calc.py; echo fixed")
+            stepping = asyncio.ensure_future(env.step(fix))
             await asyncio.sleep(0.05)
-            verdict = await env.end()  # waits for the step, then judges
+            verdict = await env.end()  # waits for the step, then judges the workspace the fix left
             result = await stepping
-            assert result.observation.text.startswith("done") and not result.done
-            assert env.trajectory.end_reason == "stopped" and verdict.status is VerdictStatus.FAILED
-            assert len(env.trajectory.turns) == 1
+            assert result.observation.text.startswith("fixed") and not result.done
+            assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0
+            assert env.trajectory.end_reason == "stopped" and len(env.trajectory.turns) == 1
 
     run(scenario())
 

@@ -191,25 +191,32 @@ def _record(data: dict[str, Any], latency_s: float, retries: int) -> dict[str, A
     return record
 
 
-def _action(call: object) -> dict[str, Any]:
+def _function(call: object) -> dict[str, Any] | None:
+    """The ``function`` of a tool call of the model's, when it has one of the right shape."""
+    function = call.get("function") if isinstance(call, dict) else None
+    return function if isinstance(function, dict) else None
+
+
+def _action(call: object) -> Any:
     """The action a tool call of the model's asks for; a call of no known shape is handed on as it is, for the
     episode to answer with an error observation."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict):
-        return {"name": None, "tool_call": call}
-    return {"name": function.get("name"), "arguments": function.get("arguments")}
+    function = _function(call)
+    return call if function is None else {"name": function.get("name"), "arguments": function.get("arguments")}
 
 
 def _echo(call: object, call_id: str) -> dict[str, Any]:
     """The tool call as the conversation sends it back to the server: always well-formed (its name and its
     arguments as text), whatever shape the model gave it, so that a malformed call never makes the server refuse
     the rest of the conversation."""
-    action = _action(call)
-    name, arguments = action["name"], action.get("arguments", action.get("tool_call"))
+    function = _function(call) or {}
+    name = function.get("name")
     return {
         "id": call_id,
         "type": "function",
-        "function": {"name": name if isinstance(name, str) else "", "arguments": _text(arguments, "{}")},
+        "function": {
+            "name": name if isinstance(name, str) else "",
+            "arguments": _text(function.get("arguments"), "{}"),
+        },
     }
 
 
