@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
@@ -307,3 +308,133 @@ def test_every_turn_and_the_end_are_reported_to_telemetry(calc: Task) -> None:
     assert kinds == [("episode.turn", 1), ("episode.turn", 2), ("episode.end", None)]
     end = next(e for e in events if e.kind == "episode.end")
     assert end.fields["episode_id"] == env.trajectory.episode_id and end.fields["reward"] == 0.0
+
+
+def test_steps_that_come_together_are_taken_one_at_a_time_and_each_counts(calc: Task) -> None:
+    """Four steps at once with max_turns=2: two run, one after the other, and the episode ends on the second; the
+    others find it ended. Two submits at once: one is graded, once."""
+    events: list[telemetry.Event] = []
+
+    class Sink:
+        def write(self, event: telemetry.Event) -> None:
+            events.append(event)
+
+    async def together(env: Episode, actions: list[Any]) -> list[StepResult | BaseException]:
+        await env.reset()
+        return await asyncio.gather(*(env.step(a) for a in actions), return_exceptions=True)
+
+    slow = call("bash", command="echo start >> log; sleep 0.3; echo end >> log; cat log")
+    with telemetry.recording(Sink()):
+        env = rollbox.make(calc, max_turns=2)
+        outcomes = run(together(env, [slow] * 4))
+        run(env.close())
+    ran = [o for o in outcomes if isinstance(o, StepResult)]
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(ran) == 2 and len(refused) == 2 and len(env.trajectory.turns) == 2
+    assert all(isinstance(e, EpisodeStateError) and "ended" in str(e) for e in refused)
+    assert [r.info.turn for r in ran] == [1, 2] and ran[1].done and ran[1].info.end_reason is EndReason.MAX_TURNS
+    # One after the other: the second command saw the first one's whole run in the log.
+    assert ran[1].observation.text.startswith("start\nend\nstart\nend\n")
+    first, second = env.trajectory.turns
+    assert second.started_s >= first.started_s + first.wall_s
+
+    with telemetry.recording(Sink()):
+        env = rollbox.make(calc)
+        outcomes = run(together(env, [SUBMIT, SUBMIT]))
+        run(env.close())
+    graded = [o for o in outcomes if isinstance(o, StepResult)]
+    assert len(graded) == 1 and graded[0].done and isinstance(outcomes[1], EpisodeStateError)
+    ends = [e for e in events if e.kind == "episode.end" and e.fields["episode_id"] == env.trajectory.episode_id]
+    assert len(ends) == 1 and len(env.trajectory.turns) == 1
+
+
+def test_end_called_while_a_step_runs_waits_for_it_then_judges_what_it_did(calc: Task) -> None:
+    async def scenario() -> None:
+        async with rollbox.make(calc) as env:
+            await env.reset()
+            fix = call("bash", command="sleep 0.3; sed -i 's/a - b/a + b/' calc.py; echo fixed")
+            stepping = asyncio.ensure_future(env.step(fix))
+            await asyncio.sleep(0.05)
+            verdict = await env.end()  # waits for the step, then judges the workspace the fix left
+            result = await stepping
+            assert result.observation.text.startswith("fixed") and not result.done
+            assert verdict.status is VerdictStatus.PASSED and verdict.reward == 1.0
+            assert env.trajectory.end_reason == "stopped" and len(env.trajectory.turns) == 1
+
+    run(scenario())
+
+
+def _adding(count: int) -> str:
+    return "".join(f"--- /dev/null\n+++ b/new/f{i}.txt\n@@ -0,0 +1 @@\n+line {i}\n" for i in range(count))
+
+
+def test_a_patch_of_thousands_of_files_is_written_in_batches_within_the_wall_budget(calc: Task) -> None:
+    """2,500 new files in one apply_patch: no process per file (it took 20-25 s), and the call ends by the wall
+    budget whatever it holds."""
+    begin = time.monotonic()
+    _env, turns = run(play(calc, [call("apply_patch", unified_diff=_adding(2500)), SUBMIT], wall_s=1))
+    took = time.monotonic() - begin
+    patch = turns[0]
+    assert took < 8, took  # reset, the step and the judge's grading together
+    assert patch.info.wall_s < 2.5, patch.info.wall_s
+    if patch.done:  # the wall time ran out during it
+        assert patch.info.end_reason is EndReason.WALL_TIME
+    else:
+        assert (
+            patch.observation.text.startswith("Wrote new/f0.txt (7 bytes)")
+            and "and 2450 more" in patch.observation.text
+        )
+
+    _env, turns = run(
+        play(calc, [call("apply_patch", unified_diff=_adding(2500)), call("bash", command="ls new | wc -l")])
+    )
+    assert turns[1].observation.text.startswith("2500\n")
+
+
+def test_a_patch_that_computes_past_the_wall_budget_is_stopped_there(calc: Task) -> None:
+    """A 3.9 MB file named 1,200 times, each hunk found far from where its header says: the call ends with the wall
+    budget (it ran 8-19 s on the event loop), changing nothing, and the episode ends there."""
+    make = call("bash", command="seq 1 580000 > big.txt")
+    diff = "--- a/big.txt\n+++ b/big.txt\n@@ -1,1 +1,1 @@\n-579990\n+579990\n" * 1200
+    _env, turns = run(play(calc, [make, call("apply_patch", unified_diff=diff), SUBMIT], wall_s=3))
+    patch = turns[1]
+    assert patch.done and patch.info.end_reason is EndReason.WALL_TIME, patch.observation.text
+    assert "ran out of time" in patch.observation.text and "nothing changed" in patch.observation.text
+    assert patch.observation.status is Status.TIMEOUT and patch.info.wall_s < 4, patch.info.wall_s
+    assert patch.reward == 0.0 and patch.info.verdict is not None
+
+
+def test_writes_keep_a_files_mode_refuse_links_and_fill_the_disk_as_the_agents_own(calc: Task) -> None:
+    actions = [
+        call("bash", command="printf '#!/bin/sh\\necho one\\n' > run.sh && chmod 755 run.sh && ln -s calc.py link"),
+        call("edit", path="run.sh", old="one", new="two"),
+        call("bash", command="./run.sh && stat -c %a run.sh"),
+        call("write_file", path="link", content="x"),
+        call("write_file", path="calc.py/inside", content="x"),
+        call("bash", command="head -c 20M /dev/zero > big; true"),
+        call("write_file", path="more.txt", content="y" * 1_000_000),
+        call("write_file", path="huge.txt", content="z" * 17_000_000),
+        call("bash", command="rm big; cat calc.py | head -2"),
+        SUBMIT,
+    ]
+    _env, turns = run(play(calc, actions))
+    assert turns[2].observation.text.startswith("two\n755\n")  # edited in place: still executable
+    assert turns[3].observation.error and "symbolic link" in turns[3].observation.text
+    assert turns[4].observation.error and "not a directory" in turns[4].observation.text
+    full = turns[6].observation
+    assert full.error and full.status is Status.DISK_LIMIT and "disk is full" in full.text, full.text
+    assert turns[7].observation.status is Status.DISK_LIMIT and "file size limit" in turns[7].observation.text
+    assert turns[8].observation.text.startswith("def add(a, b):")  # the link was never followed
+    assert all(t.observation.status is not Status.INFRA_ERROR for t in turns)
+
+
+def test_a_tree_deeper_than_the_judge_takes_is_the_agents_failure(calc: Task) -> None:
+    """A workspace holding a path 2,100 directories deep (4,200 bytes, past PATH_MAX) is refused at submission,
+    reward 0.0: the export crashed on it with RecursionError (and would have been infra_error)."""
+    deep = "import os\nfor _ in range(2100):\n    os.mkdir('x')\n    os.chdir('x')\nopen('f', 'w').write('hi')\n"
+    actions = [call("write_file", path="deep.py", content=deep), call("bash", command="python3 deep.py"), SUBMIT]
+    _env, turns = run(play(calc, actions))
+    last = turns[-1]
+    assert last.done and last.reward == 0.0 and last.info.verdict.status is VerdictStatus.ERROR
+    (flag,) = last.info.verdict.flags
+    assert flag["code"] == "workspace_refused" and "deeper than 256 directories" in flag["detail"]

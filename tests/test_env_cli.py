@@ -1,4 +1,5 @@
-"""``rollbox episode``: turns shown as they happen, JSON lines, trajectories, replays, and its exit codes."""
+"""``rollbox episode``: turns shown as they happen, JSON lines, trajectories, replays, and its exit codes; and an
+episode job of ``rollbox run`` whose model sends what no tool can take."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from rollbox.cli._main import main
+from rollbox.env import Observation, Trajectory, Turn, read_trajectories, write_trajectories
 from test_env_tasks import write_calc_task
+from test_scheduler_cli import lines, rollbox
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +45,28 @@ def test_budget_override_and_bad_arguments(task_dir: Path, tmp_path: Path, capsy
     assert "task.toml" in capsys.readouterr().err
     assert main(["episode", str(task_dir), "--policy", "openai:m", "--base-url", "http://127.0.0.1:9/v1"]) == 1
     assert "ConnectError" in capsys.readouterr().err
+
+
+def test_a_model_that_sends_what_crashed_step_fails_its_job_through_rollbox_run(task_dir: Path, tmp_path: Path) -> None:
+    """Arguments nested 1,000 deep, a 2 MB command, a value nested 500 deep: through ``rollbox run`` they are the
+    model's turns and its failure (reward 0.0, one attempt), never infra_error with a null reward."""
+    actions = [
+        {"name": "bash", "arguments": "[" * 1000 + "]" * 1000},
+        {"name": "bash", "arguments": {"command": "x" * 2_000_000}},
+        {"name": "bash", "arguments": {"command": json.loads("[" * 500 + "]" * 500)}},
+        {"name": "submit", "arguments": {}},
+    ]
+    turns = [
+        Turn(turn=i + 1, action=action, observation=Observation(text=""), started_s=0.0, wall_s=0.0)
+        for i, action in enumerate(actions)
+    ]
+    recorded = write_trajectories(
+        tmp_path / "hostile.jsonl", [Trajectory(episode_id="recorded", task_id="calc", task_path="", turns=turns)]
+    )
+    home = tmp_path / "home"
+    done = rollbox(home, "run", str(task_dir), "--policy", f"replay:{recorded}", "--run-id", "hostile")
+    assert done.returncode == 0, done.stderr
+    (result,) = lines(home, "hostile")
+    assert (result["status"], result["reward"], result["attempts"]) == ("failed", 0.0, 1), result
+    (trajectory,) = read_trajectories(home / "runs" / "hostile" / str(result["trajectory"]))
+    assert [t.observation.error for t in trajectory.turns] == [True, True, True, False]

@@ -251,3 +251,62 @@ def test_parquet_trajectories_read_back_exactly(calc: Task, tmp_path: Path) -> N
     ]
     replayed = run(run_episode(rollbox.make(calc), policy_from_name(f"replay:{path}")))
     assert replayed.reward == 1.0
+
+
+#: What a model (or the server's parser of its text) may put in its message: each is the model's turn.
+ODD_MESSAGES: list[dict[str, Any]] = [
+    {"role": "assistant", "content": None, "tool_calls": {"id": "one", "function": {"name": "bash"}}},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": 7, "function": "bash ls"}]},
+    {"role": "assistant", "content": None, "tool_calls": ["bash", None, 3]},
+    {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "bash", "arguments": {"command": 1}}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "deep", "function": {"name": "bash", "arguments": "[" * 1000 + "]" * 1000}}],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "big", "function": {"name": "bash", "arguments": json.dumps({"command": "x" * 2**21})}}],
+    },
+    {"role": "assistant", "content": [{"type": "text", "text": "parts"}, {"deep": [[[[[]]]]]}]},
+    {"role": "assistant", "content": 42, "tool_calls": [{"id": "", "function": {"name": ["bash"], "arguments": None}}]},
+]
+
+
+class OddServer(Server):
+    """A server whose model answers with the odd messages above, then submits; with usage and logprobs that are
+    no counts and no tokens."""
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        replies = sum(m["role"] == "assistant" for m in body["messages"])
+        message = ODD_MESSAGES[replies] if replies < len(ODD_MESSAGES) else tool_call("submit")
+        choice = {"index": 0, "message": message, "finish_reason": None, "logprobs": {"content": [1, "x", None]}}
+        return {"choices": [choice], "usage": {"prompt_tokens": "many", "completion_tokens": -3}}
+
+
+def test_whatever_the_model_writes_in_its_message_is_its_turn(calc: Task) -> None:
+    """Tool calls of every wrong shape, arguments nested 1,000 deep or 2 MB long, content that is no text: error
+    observations the model reads, one turn each, never a PolicyError (a failed job) or an exception (infra_error);
+    the conversation sent back to the server stays well-formed."""
+    server = OddServer(fixer)
+    try:
+        policy = OpenAIPolicy("m", base_url=server.url, logprobs=True)
+        trajectory = run(with_policy(policy, rollbox.make(calc)))
+    finally:
+        server.close()
+    assert trajectory.status == "failed" and trajectory.reward == 0.0 and trajectory.end_reason == "submitted"
+    turns = trajectory.turns
+    assert len(turns) == 1 + 1 + 3 + 1 + 1 + 1 + 1 + 1 + 1  # every call of every odd message, then submit
+    assert all(t.observation.error for t in turns[:-1]) and not turns[-1].observation.error
+    texts = [t.observation.text for t in turns]
+    assert "missing the argument 'command'" in texts[0] and "nested too deeply" in texts[6]
+    assert "a command line holds at most" in texts[7] and "no tool call" in texts[8]
+    assert policy.usage.prompt_tokens == 0 and policy.usage.completion_tokens == 0
+    assert turns[0].policy["tokens"] == [None, None, None]
+    for request in server.requests:
+        for message in request["messages"]:
+            for sent in message.get("tool_calls", []):
+                assert isinstance(sent["id"], str) and sent["id"] and sent["type"] == "function"
+                assert isinstance(sent["function"]["name"], str) and isinstance(sent["function"]["arguments"], str)
+            assert message.get("content") is None or isinstance(message["content"], str)

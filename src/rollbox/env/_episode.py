@@ -9,6 +9,11 @@
 
 The final reward never comes from the agent's sandbox: the judge grades the agent's final workspace in a fresh
 sandbox of its own, from the pristine task plus the agent's allowed changes.
+
+Whatever the agent sends is its own turn: an action that is malformed, huge, nested deep or not text at all is an
+error observation that counts a turn, never an exception and never ``infra_error``. An episode takes one step at
+a time: calls that come together (two requests of a remote trainer) wait their turn, in order, and each counts
+against the budget; a step that finds the episode ended meanwhile raises :class:`EpisodeStateError`.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from rollbox.tasks import Task, load_task
 from ._budget import Budget
 from ._errors import EpisodeStateError
 from ._toolbox import Outcome, Toolbox
-from ._tools import TOOLS, ActionError, ToolCall, parse_action
+from ._tools import TOOLS, ActionError, ToolCall, parse_action, show
 from ._trajectory import Trajectory, Turn
 from ._types import EndReason, EpisodeState, Observation, StepInfo, StepResult
 from ._visible import VisibleTests
@@ -111,6 +116,8 @@ class Episode:
         self._judge_sandboxes = judge_sandboxes
         self._limits = dataclasses.replace(task.limits, timeout_s=budget.command_timeout_s or task.limits.timeout_s)
         self._stack = contextlib.AsyncExitStack()
+        #: Held by reset, step, end and close: one of them at a time, the others waiting in order.
+        self._turn = asyncio.Lock()
         self._toolbox: Toolbox | None = None
         self._scan: WorkspaceScan | None = None
         self._visible: VisibleTests | None = None
@@ -187,6 +194,10 @@ class Episode:
             SandboxError, IsolationUnavailable: the sandbox could not be made (rollbox's or the host's failure).
             OSError: the task's workspace could not be read.
         """
+        async with self._turn:
+            return await self._reset()
+
+    async def _reset(self) -> Observation:
         self._require(EpisodeState.NEW, "reset")
         self.state = EpisodeState.RUNNING
         try:
@@ -207,7 +218,7 @@ class Episode:
                         await grade(visible.grading_task(), {}, sandboxes=self._judge_sandboxes)
                     )
         except BaseException:
-            await self.close()
+            await self._close()
             raise
         self._started = time.monotonic()
         self.trajectory.started_at = time.time()
@@ -256,13 +267,20 @@ class Episode:
     async def step(self, action: object, *, record: Mapping[str, Any] | None = None) -> StepResult:
         """Carry out one action (a tool call) and return ``(observation, reward, done, info)``.
 
-        A malformed action gets an error observation and counts a turn. On the last step ``done`` is true,
-        ``info.verdict`` holds the judge's verdict and ``reward`` its reward (``None`` when rollbox or the host
-        failed: mask the episode). ``record`` is kept with the turn in the trajectory (a policy's tokens).
+        Any action gets an observation and counts a turn: a malformed one (of any size, depth or type) an error
+        observation. The tool call ends by its deadline: the command timeout, or what is left of the wall
+        budget, whichever comes first. On the last step ``done`` is true, ``info.verdict`` holds the judge's
+        verdict and ``reward`` its reward (``None`` when rollbox or the host failed: mask the episode).
+        ``record`` is kept with the turn in the trajectory (a policy's tokens). A step called while another
+        runs waits for it.
 
         Raises:
-            EpisodeStateError: the episode was not reset, or has ended.
+            EpisodeStateError: the episode was not reset, or has ended (also while this step waited its turn).
         """
+        async with self._turn:
+            return await self._step(action, record)
+
+    async def _step(self, action: object, record: Mapping[str, Any] | None) -> StepResult:
         self._require(EpisodeState.RUNNING, "step")
         begin = time.monotonic()
         number = self.turns + 1
@@ -286,8 +304,7 @@ class Episode:
         elif call.name == "submit":
             outcome, end = Outcome("Submitted: the workspace is graded as it is."), EndReason.SUBMITTED
         else:
-            timeout = min(self._limits.timeout_s, left)
-            outcome = await self._toolbox.run(call, timeout)
+            outcome = await self._toolbox.run(call, begin + min(self._limits.timeout_s, left))
             result = outcome.result
         observation = self._cut(outcome.observation(call.name if call else None))
         if end is None:
@@ -336,6 +353,10 @@ class Episode:
         Raises:
             EpisodeStateError: the episode was never reset, or was closed before its end.
         """
+        async with self._turn:
+            return await self._end_now()
+
+    async def _end_now(self) -> Verdict:
         if self.state is EpisodeState.DONE or (self.state is EpisodeState.CLOSED and self._verdict is not None):
             assert self._verdict is not None
             return self._verdict
@@ -464,8 +485,12 @@ class Episode:
         )
 
     async def close(self) -> None:
-        """Release the agent's sandbox and the episode's files (idempotent). An episode closed before its end
-        is not judged."""
+        """Release the agent's sandbox and the episode's files (idempotent), once a step under way has finished.
+        An episode closed before its end is not judged."""
+        async with self._turn:
+            await self._close()
+
+    async def _close(self) -> None:
         try:
             await self._stack.aclose()
         finally:
@@ -474,12 +499,34 @@ class Episode:
             self.state = EpisodeState.CLOSED
 
 
+#: The deepest action a trajectory keeps as JSON: every reader and writer of trajectories (the service's answers
+#: among them) can then nest it in a few levels of their own without reaching Python's recursion limit.
+_MAX_NESTING = 100
+
+
 def _plain(action: object) -> Any:
-    """The action as JSON can hold it (a ToolCall as its dict; anything else as its text)."""
+    """The action as strict JSON can hold it, for the trajectory: a ToolCall as its dict; an action JSON cannot
+    hold (a float NaN, an object, an integer of thousands of digits, nesting deeper than 100) as its short text."""
     if isinstance(action, ToolCall):
-        return {"name": action.name, "arguments": dict(action.arguments)}
+        action = {"name": action.name, "arguments": dict(action.arguments)}
     try:
-        json.dumps(action)
-    except (TypeError, ValueError):
-        return repr(action)
+        if _nesting(action) > _MAX_NESTING:
+            raise ValueError("nested too deeply")
+        json.dumps(action, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return show(action, limit=4096)
     return action
+
+
+def _nesting(value: object) -> int:
+    """How deep lists and dicts nest in ``value`` (0 for a scalar), found without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            if level <= _MAX_NESTING:
+                stack.extend((child, level + 1) for child in children)
+    return deepest

@@ -2,7 +2,10 @@
 
 Each episode is one conversation: the first observation as the user's message, every tool call the model makes
 as an action, and each observation back as that call's ``tool`` message. A reply without a tool call is shown to
-the episode as an action without one (an error observation the model then reads as a user message). Requests
+the episode as an action without one (an error observation the model then reads as a user message). Whatever
+the model wrote inside its message (a tool call of any shape, arguments that are no JSON, a content that is no
+text) is its turn, answered by an error observation; only an answer that holds no chat message at all (the
+server's failure) is a :class:`PolicyError`. Requests
 are retried on connection errors, timeouts, 429 and 5xx answers, with exponential backoff; at most
 ``max_concurrency`` are in flight at once, whatever the number of episodes. Token usage is counted, and token
 ids and logprobs are recorded with each turn when the server returns them.
@@ -11,6 +14,7 @@ ids and logprobs are recorded with each turn when the server returns them.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -145,21 +149,31 @@ class OpenAIPolicy:
                 raise PolicyError(f"{self.url} refused the request: HTTP {response.status_code}: {response.text[:500]}")
             try:
                 data = response.json()
-                data["choices"][0]["message"]
-            except (ValueError, KeyError, IndexError, TypeError):
+                if not isinstance(data["choices"][0]["message"], dict):
+                    raise TypeError("the message is no JSON object")
+            except (ValueError, KeyError, IndexError, TypeError, RecursionError):
                 raise PolicyError(f"{self.url} answered with no chat completion: {response.text[:500]}") from None
             self.usage.requests += 1
-            usage = data.get("usage") or {}
-            self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-            self.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
+            usage = _mapping(data.get("usage"))
+            self.usage.prompt_tokens += _count(usage.get("prompt_tokens"))
+            self.usage.completion_tokens += _count(usage.get("completion_tokens"))
             return data, latency, attempt
         raise PolicyError(f"{self.url} failed {self.retries + 1} times; the last: {problem}. Is the server up?")
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value: object) -> int:
+    """A token count as the server gave it; anything that is no count counts nothing."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _record(data: dict[str, Any], latency_s: float, retries: int) -> dict[str, Any]:
     """What a response says about itself: usage, finish reason, and tokens with their ids and logprobs."""
     choice = data["choices"][0]
-    usage = data.get("usage") or {}
+    usage = _mapping(data.get("usage"))
     record: dict[str, Any] = {
         "prompt_tokens": usage.get("prompt_tokens"),
         "completion_tokens": usage.get("completion_tokens"),
@@ -167,14 +181,59 @@ def _record(data: dict[str, Any], latency_s: float, retries: int) -> dict[str, A
         "latency_s": round(latency_s, 6),
         "retries": retries,
     }
-    content = (choice.get("logprobs") or {}).get("content")
-    if content:
-        record["tokens"] = [t.get("token") for t in content]
-        record["logprobs"] = [t.get("logprob") for t in content]
+    content = _mapping(choice.get("logprobs")).get("content")
+    if isinstance(content, list) and content:
+        record["tokens"] = [_mapping(t).get("token") for t in content]
+        record["logprobs"] = [_mapping(t).get("logprob") for t in content]
     for key, source in (("token_ids", choice), ("prompt_token_ids", data), ("prompt_token_ids", choice)):
         if source.get(key) is not None:
             record[key] = source[key]
     return record
+
+
+def _function(call: object) -> dict[str, Any] | None:
+    """The ``function`` of a tool call of the model's, when it has one of the right shape."""
+    function = call.get("function") if isinstance(call, dict) else None
+    return function if isinstance(function, dict) else None
+
+
+def _action(call: object) -> Any:
+    """The action a tool call of the model's asks for; a call of no known shape is handed on as it is, for the
+    episode to answer with an error observation."""
+    function = _function(call)
+    return call if function is None else {"name": function.get("name"), "arguments": function.get("arguments")}
+
+
+def _echo(call: object, call_id: str) -> dict[str, Any]:
+    """The tool call as the conversation sends it back to the server: always well-formed (its name and its
+    arguments as text), whatever shape the model gave it, so that a malformed call never makes the server refuse
+    the rest of the conversation."""
+    function = _function(call) or {}
+    name = function.get("name")
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {
+            "name": name if isinstance(name, str) else "",
+            "arguments": _text(function.get("arguments"), "{}"),
+        },
+    }
+
+
+def _text(value: object, empty: str = "") -> str:
+    """``value`` as text: a string as it is, anything else as its JSON (``empty`` for None or what JSON cannot
+    write)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return empty if value is None else json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return empty
+
+
+def _call_id(call: object, fallback: str) -> str:
+    found = call.get("id") if isinstance(call, dict) else None
+    return found if isinstance(found, str) and found else fallback
 
 
 class _Conversation:
@@ -204,17 +263,22 @@ class _Conversation:
         data, latency, retries = await self.policy.complete(self.messages, self.tools)
         record = _record(data, latency, retries)
         message = data["choices"][0]["message"]
-        calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
-        kept: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        content = message.get("content")
+        content = content if content is None else _text(content)
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            calls = [calls]  # one call not in a list: still the model's call, to be answered
+        ids = [_call_id(call, f"call_{len(self.messages)}_{index}") for index, call in enumerate(calls)]
+        kept: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
-            kept["tool_calls"] = calls
+            kept["tool_calls"] = [_echo(call, call_id) for call, call_id in zip(calls, ids, strict=True)]
         self.messages.append(kept)
         if not calls:
-            self.pending.append(Decision({"name": None, "content": message.get("content")}, record))
+            self.pending.append(Decision({"name": None, "content": content}, record))
             self.answering.append(None)
             return
-        for index, call in enumerate(calls):
-            function = call.get("function") or {}
-            action = {"name": function.get("name"), "arguments": function.get("arguments")}
-            self.pending.append(Decision(action, record if index == 0 else {"same_response_as_turn_before": True}))
-            self.answering.append(call.get("id") or f"call_{len(self.messages)}_{index}")
+        for index, (call, call_id) in enumerate(zip(calls, ids, strict=True)):
+            self.pending.append(
+                Decision(_action(call), record if index == 0 else {"same_response_as_turn_before": True})
+            )
+            self.answering.append(call_id)

@@ -4,22 +4,47 @@ The episode reads the files a diff names from the sandbox, applies every hunk he
 through the sandbox, all or nothing. Hunks must match their context exactly; a hunk that does not sit at the line
 its header names is looked for nearby (as ``patch`` does with an offset), never fuzzily. Paths are whatever the
 diff names, ``a/`` and ``b/`` prefixes removed; the caller checks that they stay inside the workspace.
+
+A diff is what a model wrote, so the work it asks for is bounded: lines are split on ``\n`` only (as ``diff``
+splits them), a file patched many times is split once, and both parsing and applying stop at a ``deadline``
+(:class:`PatchTimeout`), so that the caller can run them in a worker thread within its time.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["FilePatch", "PatchError", "apply_patch", "parse_patch"]
+__all__ = ["FilePatch", "PatchError", "PatchTimeout", "apply_patch", "parse_patch"]
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NULL = "/dev/null"
+#: How many lines or candidate places are looked at between two looks at the clock.
+_TICK = 4096
 
 
 class PatchError(Exception):
     """The diff cannot be read, or does not apply; the message says which file and hunk, and why."""
+
+
+class PatchTimeout(PatchError):
+    """Parsing or applying the diff ran past its deadline; nothing was applied."""
+
+
+def _on_time(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise PatchTimeout("the diff took longer to apply than the time left")
+
+
+def _split(text: str) -> list[str]:
+    """``text`` as lines, each with its ``\n`` (the last without one when the text does not end in one)."""
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    if not lines[-1]:
+        lines.pop()
+    return lines
 
 
 @dataclass
@@ -59,19 +84,24 @@ def _strip_prefixes(patch: FilePatch) -> None:
         patch.new_path = new[2:] if new else None
 
 
-def parse_patch(text: str) -> list[FilePatch]:
+def parse_patch(text: str, *, deadline: float | None = None) -> list[FilePatch]:
     """The file patches of a unified diff, in order.
 
     Raises:
         PatchError: there is no file header, a hunk comes before one, a hunk header is malformed, or a hunk
             holds a line that is no context, removal or addition.
+        PatchTimeout: ``deadline`` (``time.monotonic()``) came first.
     """
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     patches: list[FilePatch] = []
     i = 0
+    ticks = 0
     while i < len(lines):
+        ticks += 1
+        if ticks % _TICK == 0:
+            _on_time(deadline)
         line = lines[i]
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
             patch = FilePatch(_header_path(line), _header_path(lines[i + 1]))
@@ -101,9 +131,11 @@ def _read_hunk(lines: list[str], i: int, patch: FilePatch) -> int:
         raise PatchError(
             f"line {i + 1}: malformed hunk header {lines[i]!r}; expected '@@ -START,COUNT +START,COUNT @@'"
         )
-    old_count = int(match.group(2)) if match.group(2) is not None else 1
-    new_count = int(match.group(4)) if match.group(4) is not None else 1
-    hunk = _Hunk(old_start=int(match.group(1)))
+    try:
+        old_count, new_count = (int(n) if n is not None else 1 for n in match.group(2, 4))
+        hunk = _Hunk(old_start=int(match.group(1)))
+    except ValueError:  # a number of thousands of digits, which int() refuses
+        raise PatchError(f"line {i + 1}: a hunk header's line number is too long: {lines[i][:60]!r}...") from None
     i += 1
     while i < len(lines):
         line = lines[i]
@@ -134,69 +166,117 @@ def _is_header(lines: list[str], i: int) -> bool:
     return lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
 
 
-def _find(content: list[str], old: list[str], expected: int, start: int) -> int | None:
-    """Where ``old`` sits in ``content`` at or after ``start``, nearest to ``expected``."""
+def _find(content: list[str], old: list[str], expected: int, start: int, deadline: float | None) -> int | None:
+    """Where ``old`` sits in ``content`` at or after ``start``, nearest to ``expected`` (before it on a tie)."""
     last = len(content) - len(old)
     if last < start:
         return None
     expected = min(max(expected, start), last)
-    for offset in range(max(expected - start, last - expected) + 1):
-        for at in (expected - offset, expected + offset):
-            if start <= at <= last and content[at : at + len(old)] == old:
-                return at
+    after = _first_match(content, old, expected, last + 1, deadline)
+    reach = after - expected if after is not None else expected - start
+    before = _last_match(content, old, max(start, expected - reach), expected, deadline)
+    return before if before is not None else after
+
+
+def _first_match(content: list[str], old: list[str], low: int, high: int, deadline: float | None) -> int | None:
+    """The first place in [low, high) where ``old`` starts. Candidates are found by ``list.index`` (a scan at the
+    speed of C), and only those whose first line matches are compared whole."""
+    at, tried = low, 0
+    while at < high:
+        try:
+            at = content.index(old[0], at, high)
+        except ValueError:
+            return None
+        if content[at : at + len(old)] == old:
+            return at
+        at, tried = at + 1, tried + 1
+        if tried % _TICK == 0:
+            _on_time(deadline)
     return None
 
 
-def _apply_hunks(path: str, text: str, hunks: list[_Hunk]) -> str:
-    content = text.splitlines(keepends=True)
-    result: list[str] = []
-    position = 0  # the first line of content not yet copied
-    delta = 0
+def _last_match(content: list[str], old: list[str], low: int, high: int, deadline: float | None) -> int | None:
+    """The last place in [low, high) where ``old`` starts: windows of doubling size, scanned as
+    :func:`_first_match` scans, from ``high`` down."""
+    top, window = high, 64
+    while top > low:
+        bottom = max(low, top - window)
+        found = None
+        at = _first_match(content, old, bottom, top, deadline)
+        while at is not None:
+            found, at = at, _first_match(content, old, at + 1, top, deadline)
+        if found is not None:
+            return found
+        _on_time(deadline)
+        top, window = bottom, window * 2
+    return None
+
+
+def _apply_hunks(path: str, content: list[str], hunks: list[_Hunk], deadline: float | None) -> None:
+    """Apply ``hunks`` to ``content`` in place (each a slice assignment: a file of 500,000 lines is not copied once
+    a hunk)."""
+    position = 0  # the first line after the last hunk applied
+    delta = 0  # what the hunks applied so far added: a hunk's header counts lines of the file before them
     for number, hunk in enumerate(hunks, 1):
-        expected = max(hunk.old_start - 1, 0) + delta
-        at = _find(content, hunk.old, expected, position) if hunk.old else min(max(expected, position), len(content))
+        _on_time(deadline)
+        if hunk.old:
+            at = _find(content, hunk.old, max(hunk.old_start - 1, 0) + delta, position, deadline)
+        else:  # "-L,0": lines added after line L (diff -U0 writes such hunks)
+            at = min(max(hunk.old_start + delta, position), len(content))
         if at is None:
             shown = "".join(hunk.old[:3]).rstrip("\n")
             raise PatchError(
                 f"{path}: hunk {number} (at line {hunk.old_start}) does not apply: its lines {shown!r}... are not "
                 "in the file as given; read the file and make the diff against its current content"
             )
-        result += content[position:at]
-        result += hunk.new
-        position = at + len(hunk.old)
+        content[at : at + len(hunk.old)] = hunk.new
+        position = at + len(hunk.new)
         delta += len(hunk.new) - len(hunk.old)
-    result += content[position:]
-    return "".join(result)
 
 
-def apply_patch(text: str, read: Callable[[str], str | None]) -> dict[str, str | None]:
-    """The new content of every file the diff ``text`` changes (``None``: delete it).
+def apply_patch(
+    patches: Sequence[FilePatch], read: Callable[[str], str | None], *, deadline: float | None = None
+) -> dict[str, str | None]:
+    """The new content of every file the parsed diff ``patches`` changes (``None``: delete it).
 
-    ``read(path)`` gives a file's current text, or ``None`` when it does not exist. Nothing is applied unless
-    everything applies.
+    ``read(path)`` gives a file's current text, or ``None`` when it does not exist; it is asked once a path.
+    Nothing is applied unless everything applies.
 
     Raises:
-        PatchError: the diff is malformed, creates a file that exists, changes or deletes one that does not, or
-            a hunk's context is not in the file.
+        PatchError: the diff creates a file that exists, changes or deletes one that does not, or a hunk's
+            context is not in the file.
+        PatchTimeout: ``deadline`` (``time.monotonic()``) came first.
 
-    >>> apply_patch("--- a/f\\n+++ b/f\\n@@ -1 +1 @@\\n-x\\n+y\\n", lambda p: "x\\n")
+    >>> apply_patch(parse_patch("--- a/f\\n+++ b/f\\n@@ -1 +1 @@\\n-x\\n+y\\n"), lambda p: "x\\n")
     {'f': 'y\\n'}
     """
-    changes: dict[str, str | None] = {}
-    for patch in parse_patch(text):
+    # As lines, changed in place: a file patched many times is split once, joined once, and copied once.
+    changes: dict[str, list[str] | None] = {}
+    read_once: dict[str, list[str] | None] = {}
+
+    def current(path: str) -> list[str] | None:
+        if path in changes:
+            return changes[path]
+        if path not in read_once:
+            text = read(path)
+            read_once[path] = None if text is None else _split(text)
+        return read_once[path]
+
+    for patch in patches:
         source = patch.old_path
-        current = changes[source] if source in changes else (read(source) if source else None)
-        if source is not None and current is None:
+        lines = current(source) if source is not None else None
+        if source is not None and lines is None:
             raise PatchError(f"{source}: the diff changes this file, but it does not exist")
-        if source is None and patch.new_path is not None and read(patch.new_path) is not None:
+        if source is None and patch.new_path is not None and current(patch.new_path) is not None:
             raise PatchError(f"{patch.new_path}: the diff creates this file, but it exists already")
-        new_text = _apply_hunks(patch.path, current or "", patch.hunks)
+        new_lines = lines if source in changes and lines is not None else list(lines or [])
+        _apply_hunks(patch.path, new_lines, patch.hunks, deadline)
         if patch.new_path is None:
-            if new_text:
+            if new_lines:
                 raise PatchError(f"{source}: the diff deletes this file, but its hunks do not remove all of it")
             changes[patch.path] = None
             continue
         if source is not None and source != patch.new_path:
             changes[source] = None  # a rename
-        changes[patch.new_path] = new_text
-    return changes
+        changes[patch.new_path] = new_lines
+    return {path: None if lines is None else "".join(lines) for path, lines in changes.items()}

@@ -40,7 +40,7 @@ def parse_tool_calls(text: str) -> list[Any]:
     for block in blocks:
         try:
             calls.append(json.loads(block))
-        except ValueError:
+        except (ValueError, RecursionError):  # no JSON, or nested deeper than the parser goes
             calls.append(block)  # the episode answers: "an action is a tool call ..., got '...'"
     return calls
 

@@ -3,18 +3,20 @@
 An action is a tool call in OpenAI's shape, ``{"name": TOOL, "arguments": {...}}``, where the arguments may also
 be a JSON string (as OpenAI-compatible servers send them); the wrapped form ``{"type": "function", "function":
 {...}}`` is accepted too. Whatever is wrong with an action becomes an :class:`ActionError`, which the episode
-shows the agent as an error observation: a malformed action never ends or crashes an episode.
+shows the agent as an error observation: a malformed action never ends or crashes an episode, however large,
+deep or strange it is (what a model can write is its own turn).
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TOOLS", "ActionError", "ToolCall", "parse_action", "workspace_path"]
+__all__ = ["TOOLS", "ActionError", "ToolCall", "parse_action", "show", "workspace_path"]
 
 
 def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -84,6 +86,8 @@ TOOLS: list[dict[str, Any]] = [
 
 _SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
 _JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int}
+#: The largest integer argument (a line number): beyond it, a number is no line of any file.
+_MAX_INTEGER = 2**63 - 1
 
 
 class ActionError(Exception):
@@ -107,8 +111,10 @@ def parse_action(action: object) -> ToolCall:
     """
     if isinstance(action, ToolCall):
         action = {"name": action.name, "arguments": dict(action.arguments)}
+    if isinstance(action, str):
+        _check_readable(action)
     if not isinstance(action, Mapping):
-        raise ActionError(f"an action is a tool call {{'name': ..., 'arguments': {{...}}}}, got {_show(action)}")
+        raise ActionError(f"an action is a tool call {{'name': ..., 'arguments': {{...}}}}, got {show(action)}")
     call: Mapping[str, Any] = action
     if isinstance(call.get("function"), Mapping):  # OpenAI's wrapped form
         call = call["function"]
@@ -116,22 +122,24 @@ def parse_action(action: object) -> ToolCall:
     if name is None:
         raise ActionError(f"no tool call: reply with a call of one of {', '.join(_SCHEMAS)} (submit() when done)")
     if not isinstance(name, str) or name not in _SCHEMAS:
-        raise ActionError(f"unknown tool {_show(name)}: call one of {', '.join(_SCHEMAS)}")
+        raise ActionError(f"unknown tool {show(name)}: call one of {', '.join(_SCHEMAS)}")
     arguments = call.get("arguments", {})
-    if arguments is None or arguments == "":
+    if arguments is None or (isinstance(arguments, str) and not arguments):
         arguments = {}
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError as exc:
-            raise ActionError(f"{name}: the arguments are not valid JSON ({exc}): {_show(arguments)}") from None
+        except json.JSONDecodeError as exc:
+            raise ActionError(f"{name}: the arguments are not valid JSON ({exc}): {show(arguments)}") from None
+        except (ValueError, RecursionError) as exc:  # valid JSON beyond what the parser holds
+            raise ActionError(f"{name}: the arguments cannot be read: {_reason(exc)}: {show(arguments)}") from None
     if not isinstance(arguments, Mapping):
-        raise ActionError(f"{name}: the arguments must be a JSON object, got {_show(arguments)}")
+        raise ActionError(f"{name}: the arguments must be a JSON object, got {show(arguments)}")
     schema = _SCHEMAS[name]
-    unknown = sorted(set(arguments) - set(schema["properties"]))
+    unknown = [key for key in arguments if key not in schema["properties"]]
     if unknown:
         raise ActionError(
-            f"{name}: unknown argument {unknown[0]!r}; it takes {', '.join(schema['properties']) or 'none'}"
+            f"{name}: unknown argument {show(unknown[0])}; it takes {', '.join(schema['properties']) or 'none'}"
         )
     for key in schema["required"]:
         if key not in arguments:
@@ -141,9 +149,11 @@ def parse_action(action: object) -> ToolCall:
         if value is None and key not in schema["required"]:
             continue
         if not isinstance(value, _JSON_TYPES[kind]) or isinstance(value, bool):
-            raise ActionError(f"{name}: {key!r} must be a{'n' if kind == 'integer' else ''} {kind}, got {_show(value)}")
+            raise ActionError(f"{name}: {key!r} must be a{'n' if kind == 'integer' else ''} {kind}, got {show(value)}")
         if isinstance(value, str):
             _check_text(name, key, value)
+        elif isinstance(value, int) and abs(value) > _MAX_INTEGER:
+            raise ActionError(f"{name}: {key!r} must be a line number, got an integer of {value.bit_length()} bits")
     return ToolCall(name, {k: v for k, v in arguments.items() if v is not None})
 
 
@@ -172,6 +182,38 @@ def workspace_path(path: str) -> str:
     return clean
 
 
-def _show(value: object, limit: int = 200) -> str:
-    text = repr(value)
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 3, 160, 160, 40
+
+
+def show(value: object, limit: int = 200) -> str:
+    """``value`` as the agent is shown it: a short repr (at most ``limit`` characters), whatever its size, depth
+    or type."""
+    try:
+        text = _SHOWN.repr(value)
+    except Exception:  # a value whose repr fails (an integer of 10,000 digits) is still an action to answer
+        text = f"a value of type {type(value).__name__}"
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_readable(text: str) -> None:
+    """Say why a tool call given as text (one a service could not parse) cannot be read, when it is JSON that
+    Python's parser cannot hold; text that is no JSON at all is answered as any other action that is no call."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return
+    except (RecursionError, ValueError) as exc:
+        raise ActionError(
+            f"the tool call cannot be read: {_reason(exc)}; call a tool as {{'name': ..., 'arguments': {{...}}}} with "
+            f"plain arguments, got {show(text)}"
+        ) from None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why JSON could not be read, in words (not Python's advice on its own limits)."""
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply (a few hundred levels at most)"
+    if "digits" in str(exc):
+        return "it holds a number of more than 4,300 digits"
+    return str(exc)

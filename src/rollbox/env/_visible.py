@@ -12,6 +12,8 @@ fresh sandbox, from the agent's workspace exported as for the final verdict: a t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -38,15 +40,23 @@ class VisibleTests:
         self.task = task
         self.tests, self.support = scan.tests, scan.support
         self._graded: tuple[Task, tempfile.TemporaryDirectory[str]] | None = None
+        #: The files a run writes in the sandbox (the pristine tests, their support, the configuration).
+        self._files: dict[str, bytes | str | None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.tests)
 
     async def run(self, sandbox: Sandbox, timeout_s: float) -> ExecResult:
-        """Run them in the agent's ``sandbox`` against its /workspace."""
-        for rel in (*self.tests, *self.support):
-            await sandbox.write_file(f"{_DIR}/{rel}", (self.task.workspace / rel).read_bytes())
-        await sandbox.write_file(f"{_DIR}/pytest.ini", _INI)
+        """Run them in the agent's ``sandbox`` against its /workspace, within ``timeout_s``.
+
+        Raises:
+            OSError: the tests could not be laid out in the sandbox (the agent filled its disk).
+        """
+        if self._files is None:
+            self._files = await asyncio.to_thread(self._read)
+        with contextlib.suppress(FileNotFoundError):
+            await sandbox.remove(_DIR)  # whatever the agent put there (a link, a file of its own) goes first
+        await sandbox.write_files(self._files)
         argv = ["python3", "-m", "pytest", "-c", f"{_DIR}/pytest.ini", f"--rootdir={_DIR}", f"--confcutdir={_DIR}"]
         argv += [
             "-p",
@@ -62,6 +72,13 @@ class VisibleTests:
         # is what grading sees, and a runtime's stray plugins cost nothing.
         variables = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         return await sandbox.exec(argv, timeout_s=timeout_s, env=variables, cwd=_DIR)
+
+    def _read(self) -> dict[str, bytes | str | None]:
+        files: dict[str, bytes | str | None] = {
+            f"{_DIR}/{rel}": (self.task.workspace / rel).read_bytes() for rel in (*self.tests, *self.support)
+        }
+        files[f"{_DIR}/pytest.ini"] = _INI
+        return files
 
     def grading_task(self) -> Task:
         """The task the judge grades for shaped rewards: the visible tests as hidden ones, reward ``pass_rate``."""

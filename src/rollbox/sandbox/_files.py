@@ -36,6 +36,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 #: Writable places in a sandbox and the name of their directory in the sandbox's host-side tree.
 WRITABLE_ROOTS = {"/workspace": "workspace", "/tmp": "tmp"}
+#: The deepest and the longest path a tree copied out may hold: the host names every copy by its path (PATH_MAX is
+#: 4,096 bytes) and its tools walk trees by recursion, so a program that made a deeper one made a tree too large.
+MAX_DEPTH = 256
+MAX_PATH_BYTES = 2048
 
 
 def resolve_sandbox_path(path: str | os.PathLike[str], *, directory: bool = False) -> tuple[str, str]:
@@ -111,7 +115,8 @@ def copy_out_beneath(root: str, relative: str, dest: str, *, max_bytes: int | No
     counted as read, not as ``st_size`` says (a file may grow while it is copied). Returns the entry count.
 
     Raises:
-        TreeTooLarge: more than ``max_files`` entries or ``max_bytes`` bytes (what is copied so far stays).
+        TreeTooLarge: more than ``max_files`` entries or ``max_bytes`` bytes, or a path deeper than
+            :data:`MAX_DEPTH` directories or longer than :data:`MAX_PATH_BYTES` (what is copied so far stays).
     """
     return _copy_out(root, relative, dest, max_bytes=max_bytes, max_files=max_files, removed=None)
 
@@ -131,7 +136,7 @@ def copy_upper_out(upper: str, dest: str, *, max_bytes: int | None, max_files: i
     overlayfs refuses to let the program set those, so the reading is the overlay's own.
 
     Raises:
-        TreeTooLarge: more than ``max_files`` entries or ``max_bytes`` bytes (what is copied so far stays).
+        TreeTooLarge: as :func:`copy_out_beneath`.
         OverlayNotPlain: the upper directory holds a redirect or a metacopy (``redirect_dir`` or ``metacopy``
             on); ``dest`` then holds part of it.
     """
@@ -186,6 +191,11 @@ def _copy_out(
                     if max_files is not None and count > max_files:
                         raise TreeTooLarge(f"the tree {relative or '.'!r} holds more than {max_files} entries")
                     child = f"{directory}/{name}" if directory else name
+                    if child.count("/") >= MAX_DEPTH or len(os.fsencode(child)) > MAX_PATH_BYTES:
+                        raise TreeTooLarge(
+                            f"the tree {relative or '.'!r} holds a path deeper than {MAX_DEPTH} directories or longer "
+                            f"than {MAX_PATH_BYTES} bytes: {child[:80]!r}..."
+                        )
                     if whiteout:
                         assert removed is not None
                         removed.append(child)
@@ -253,18 +263,29 @@ def _open_parent(root: str, relative: str, *, uid: int, gid: int) -> int:
     return dirfd
 
 
-def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, mode: int = 0o644) -> None:
-    """Write ``data`` to ``relative`` under ``root``, making parent directories, owned by ``uid``/``gid``."""
+def write_beneath(root: str, relative: str, data: bytes, *, uid: int, gid: int, mode: int | None = 0o644) -> None:
+    """Write ``data`` to ``relative`` under ``root``, making parent directories, owned by ``uid``/``gid``. With
+    ``mode`` None, a file that exists keeps its mode (as a program's ``cat > FILE`` leaves it) and a new one is
+    0644."""
     dirfd = _open_parent(root, relative, uid=uid, gid=gid)
+    name = relative.rsplit("/", 1)[-1]
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-        fd = _regular(_openat2(dirfd, relative.rsplit("/", 1)[-1], flags, mode), relative)
+        fd = None
+        if mode is None:
+            with contextlib.suppress(FileNotFoundError):
+                fd = _openat2(dirfd, name, flags)
+        if fd is None:
+            mode = 0o644 if mode is None else mode
+            fd = _openat2(dirfd, name, flags | os.O_CREAT, mode)
+        fd = _regular(fd, relative)
         os.ftruncate(fd, 0)
     finally:
         os.close(dirfd)
     with os.fdopen(fd, "wb") as f:
         os.fchown(f.fileno(), uid, gid)
-        os.fchmod(f.fileno(), mode)
+        if mode is not None:
+            os.fchmod(f.fileno(), mode)
         f.write(data)
 
 

@@ -410,6 +410,36 @@ class Sandbox:
             mode=mode & ~0o222 if read_only else mode,
         )
 
+    async def write_files(self, files: Mapping[str, bytes | str | None]) -> None:
+        """Write several files in /workspace (relative paths) or /tmp, or, for ``None``, remove the path as
+        :meth:`remove` does; in order, all in one worker thread: a thousand files cost one hand-off, and none of
+        them holds the event loop. As a program's ``cat > FILE`` would, a file that exists keeps its mode, and a
+        new one gets 0644 and its missing parent directories.
+
+        Raises:
+            ValueError: a path is outside /workspace and /tmp (every path is checked before anything is written).
+            OSError: a write or removal failed (the disk limit, a symbolic link on the path); its ``filename`` is
+                the path as given, and the files before it were written.
+        """
+        impl = self._open()
+        planned = [
+            (path, *resolve_sandbox_path(path), data.encode() if isinstance(data, str) else data)
+            for path, data in files.items()
+        ]
+
+        def write_all() -> None:
+            for path, root, relative, data in planned:
+                tree = _tree(impl, root)
+                try:
+                    if data is None:
+                        remove_beneath(tree, relative)
+                    else:
+                        write_beneath(tree, relative, data, uid=impl.uid, gid=impl.uid, mode=None)
+                except OSError as exc:
+                    raise OSError(exc.errno, exc.strerror, path) from exc
+
+        await asyncio.to_thread(write_all)
+
     async def write_tree(self, source: str | os.PathLike[str], dest: str = ".", *, read_only: bool = False) -> int:
         """Copy the files and symbolic links under the host directory ``source`` to ``dest`` (relative: under
         /workspace).
@@ -465,7 +495,8 @@ class Sandbox:
                 ``max_bytes`` (EFBIG).
         """
         root, relative = resolve_sandbox_path(path)
-        return read_beneath(_tree(self._open(), root), relative, max_bytes)
+        # In a worker thread, as every read of the program's files: a file of megabytes does not hold the event loop.
+        return await asyncio.to_thread(read_beneath, _tree(self._open(), root), relative, max_bytes)
 
     async def read_tree(
         self,
@@ -484,8 +515,9 @@ class Sandbox:
 
         Raises:
             ValueError: ``path`` is outside /workspace and /tmp.
-            TreeTooLarge: the tree holds more than ``max_files`` entries or ``max_bytes`` bytes of files; what
-                the program wrote, so a caller grading it treats this as the program's failure.
+            TreeTooLarge: the tree holds more than ``max_files`` entries or ``max_bytes`` bytes of files, or a
+                path deeper than 256 directories or longer than 2,048 bytes (more than the host can name or walk);
+                what the program wrote, so a caller grading it treats this as the program's failure.
             OSError: the directory is missing or passes through a symbolic link.
         """
         root, relative = resolve_sandbox_path(path, directory=True)
@@ -514,7 +546,8 @@ class Sandbox:
                 added to them.
 
         Raises:
-            TreeTooLarge: the changes hold more than that (what the program wrote: its failure, not the host's).
+            TreeTooLarge: the changes hold more than that, or a path too deep (as :meth:`read_tree`): what the
+                program wrote, its failure, not the host's.
             OSError: copying failed on the host.
         """
         impl = self._open()

@@ -1,8 +1,16 @@
 """Episodes over HTTP (``rollbox.env``'s reset and step) for trainers whose rollouts run elsewhere: an episode
-lives on the service across requests, one tenant's, closed when idle like a sandbox."""
+lives on the service across requests, one tenant's, closed when idle like a sandbox.
+
+Whatever a step's ``action`` holds is the model's turn (an error observation, a counted turn), never a 4xx or a
+5xx: even valid JSON that Python's parser cannot hold (nested thousands deep, a number of thousands of digits).
+Only a body that is not a JSON object ``{"action": ...}`` at all is the caller's error (422). Steps of one
+episode that arrive together are taken one at a time, in order; one that finds the episode ended meanwhile is
+409.
+"""
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Annotated, Any
 
@@ -85,18 +93,54 @@ async def create_episode(body: CreateEpisode, request: Request, tenant: TenantDe
     return await idempotent(request, tenant, call)
 
 
-@router.post("/v1/episodes/{episode_id}/step")
-async def step(episode_id: str, body: StepRequest, request: Request, tenant: TenantDep) -> Response:
-    """Take one tool call: the observation, the reward (the verdict's on the last step; ``null`` for an infra
-    error: mask it), whether the episode is done, and the step's info (``verdict`` on the last step). A retry with
-    the same ``Idempotency-Key`` gets the first answer: the step is taken once."""
+def _action(body: bytes) -> Any:
+    """The action a step's body carries.
+
+    Read here rather than by FastAPI, which answers 400 to valid JSON its parser cannot hold: such a body carries
+    the model's own tool call (arguments nested thousands deep, a number of thousands of digits), so its text is
+    the action, which the episode answers with an error observation like any malformed one.
+
+    Raises:
+        Refused: 422, the body is not UTF-8 JSON, or not an object whose one key is ``action``.
+    """
+    usage = 'send {"action": TOOL_CALL}, the tool call as {"name": ..., "arguments": {...}}'
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise Refused(422, f"the body is not UTF-8 text ({exc.reason} at byte {exc.start}): {usage}") from None
+    except json.JSONDecodeError as exc:
+        raise Refused(422, f"the body is not JSON ({exc}): {usage}") from None
+    except (RecursionError, ValueError):  # valid JSON beyond the parser: the model's turn
+        return body.decode("utf-8")
+    if not isinstance(data, dict) or "action" not in data or len(data) != 1:
+        keys = sorted(data)[:5] if isinstance(data, dict) else type(data).__name__
+        raise Refused(422, f"the body must be an object with the one key 'action', got {keys}: {usage}")
+    return data["action"]
+
+
+_STEP_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": StepRequest.model_json_schema()}},
+    }
+}
+
+
+@router.post("/v1/episodes/{episode_id}/step", openapi_extra=_STEP_BODY)
+async def step(episode_id: str, request: Request, tenant: TenantDep) -> Response:
+    """Take one tool call (the body: ``{"action": TOOL_CALL}``): the observation, the reward (the verdict's on the
+    last step; ``null`` for an infra error: mask it), whether the episode is done, and the step's info (``verdict``
+    on the last step). Whatever the action holds is the model's turn. Steps of one episode are taken one at a
+    time: a step sent while another runs waits for it. A retry with the same ``Idempotency-Key`` gets the first
+    answer: the step is taken once."""
     service = service_of(request)
+    action = _action(await request.body())
 
     async def call() -> tuple[int, Any]:
         async with service.guard.executing(tenant), service.episodes.use(tenant, episode_id) as entry:
             with telemetry.bound(tenant=tenant.name, run=entry.run or service.config.run):
                 try:
-                    result = await entry.thing.step(body.action)
+                    result = await entry.thing.step(action)
                 except EpisodeStateError as exc:
                     raise Refused(409, str(exc)) from None
         stepped = {
