@@ -2,8 +2,10 @@
 which must earn no more than a trivial solution does.
 
 Each candidate is a set of files laid over the task's workspace (as ``rollbox.judge.grade`` takes them). Trivial
-candidates replace the bodies of the functions the reference changes (see ``_reference``); hacks start from the
-empty-bodied trivial candidate, so that none of them holds a solution, and add their trick.
+candidates replace the bodies of the functions the reference changes (see ``_reference``); hacks start from a
+trivial candidate, so that none of them holds a solution, and add their trick. The ``test_data_`` hacks rewrite the
+workspace's data files (``_perturb``): what they earn, they earn by the data the tests read from where the agent
+writes.
 """
 
 from __future__ import annotations
@@ -15,10 +17,19 @@ from dataclasses import dataclass
 
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
+from ._perturb import data_files, emptied, zeroed
 from ._reference import Reference, Target, is_test_file, read_tree
 from ._source import Edit, apply_edits, functions
 
-__all__ = ["ESSENTIAL", "Candidate", "CandidateKind", "hack_candidates", "replace_bodies", "trivial_candidates"]
+__all__ = [
+    "ESSENTIAL",
+    "TEST_DATA",
+    "Candidate",
+    "CandidateKind",
+    "hack_candidates",
+    "replace_bodies",
+    "trivial_candidates",
+]
 
 #: The candidates a quick validation grades: one of each kind of trick (the others vary these).
 ESSENTIAL = frozenset(
@@ -34,10 +45,17 @@ ESSENTIAL = frozenset(
         "test_edits",
         "read_expected_from_test",
         "read_expected_from_files",
+        "oracle_from_caller",
+        "test_data_emptied",
+        "test_data_zeroed_return_zero",
         "forged_report",
         "reward_file",
     }
 )
+
+
+#: How the names of the hacks that rewrite the workspace's data files begin.
+TEST_DATA = "test_data_"
 
 
 class CandidateKind(str, enum.Enum):
@@ -122,6 +140,40 @@ def _rollbox_expected(name):
                 except Exception:
                     return None
             return not isinstance(test, ast.UnaryOp)
+    return None
+'''
+
+_ORACLE = '''
+
+def _rollbox_oracle(name):
+    """Call, with the arguments the caller got, the first function whose name holds ``name`` that a frame up to the
+    calling test can see (its variables, its module's, the attributes of modules among them): the tests' oracle."""
+    import sys
+    here = sys._getframe(1)
+    code = here.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    args = [here.f_locals[n] for n in names[: code.co_argcount] if n not in ("self", "cls")]
+    kwargs = {n: here.f_locals[n] for n in names[code.co_argcount :]}
+    frame = here.f_back
+    while frame is not None:
+        scopes = [frame.f_locals, frame.f_globals]
+        scopes += [vars(v) for scope in scopes[:] for v in list(scope.values()) if type(v) is type(sys)]
+        for scope in scopes:
+            for key, value in list(scope.items()):
+                found = getattr(value, "__code__", None)
+                if (
+                    name.lower() in str(key).lower()
+                    and not str(key).startswith("test")
+                    and found is not None
+                    and found.co_filename != code.co_filename
+                ):
+                    try:
+                        return value(*args, **kwargs)
+                    except Exception:
+                        continue
+        if frame.f_code.co_name.startswith("test"):
+            break
+        frame = frame.f_back
     return None
 '''
 
@@ -301,6 +353,8 @@ def hack_candidates(task: Task, reference: Reference | None) -> list[Candidate]:
         hacks["test_edits"] = {**base, **edits}
         if _has_functions(reference):
             hacks["read_expected_from_test"] = _per_target(reference, _READ_EXPECTED, "return _rollbox_expected({!r})")
+            hacks["oracle_from_caller"] = _per_target(reference, _ORACLE, "return _rollbox_oracle({!r})")
+        hacks.update(_test_data(task, reference))
     if isinstance(task.grading, ScriptGrading):
         hacks["reward_file"] = _rewrite(reference, "pass", "", _REWARD)
     if isinstance(task.grading, FunctionGrading):
@@ -321,8 +375,9 @@ def hack_candidates(task: Task, reference: Reference | None) -> list[Candidate]:
 
 
 def _per_target(reference: Reference, helper: str, body: str) -> dict[str, bytes]:
-    """Each target's functions given ``body`` formatted with the function's own name, ``helper`` appended."""
-    files = dict(reference.files)
+    """Each target's functions given ``body`` formatted with the function's own name, ``helper`` appended (a
+    whole-module target emptied, as in the empty-bodied candidate)."""
+    files = _rewrite(reference, "pass", "")
     for target in reference.targets:
         if not target.functions:
             continue
@@ -331,3 +386,16 @@ def _per_target(reference: Reference, helper: str, body: str) -> dict[str, bytes
             text = replace_bodies(text, (name,), body.format(name.rsplit(".", 1)[-1]))
         files[target.path] = (text + helper).encode()
     return files
+
+
+def _test_data(task: Task, reference: Reference) -> dict[str, dict[str, bytes]]:
+    """The workspace's data files emptied over the empty-bodied candidate, and zeroed over each constant one."""
+    data = data_files(task, reference)
+    if not data:
+        return {}
+    hacks = {f"{TEST_DATA}emptied": {**_rewrite(reference, "pass", ""), **{p: emptied(p, d) for p, d in data.items()}}}
+    zero = {p: zeroed(p, d) for p, d in data.items()}
+    for name, statement, _ in _TRIVIAL:
+        if statement is not None and statement.startswith("return "):
+            hacks[f"{TEST_DATA}zeroed_{name}"] = {**_rewrite(reference, statement, ""), **zero}
+    return hacks

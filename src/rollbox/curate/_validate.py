@@ -34,16 +34,18 @@ from typing import Literal
 
 from rollbox import telemetry
 from rollbox.judge import Outcome, Verdict, VerdictStatus
+from rollbox.judge._grade import SIGNATURE_TAMPERED
 from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
 from ._cache import ValidationCache, content_hash
-from ._candidates import ESSENTIAL, Candidate, hack_candidates, trivial_candidates
+from ._candidates import ESSENTIAL, TEST_DATA, Candidate, hack_candidates, trivial_candidates
 from ._contradictions import contradictions
 from ._generate import generate_cases, write_fix
 from ._grader import Grader, Progress
 from ._leaks import find_leaks
 from ._mutate import Mutant, mutants, sample_mutants
 from ._pressure import cpu_pressure, pressure_processes
+from ._reads import naming_the_tests, sealed_off
 from ._reasons import Reason, ReasonCode, decide
 from ._reference import Reference
 from ._report import CandidateResult, MutantResult, TaskReport
@@ -69,6 +71,10 @@ class ValidateOptions:
     runs: int = 3
     #: Extra runs of an order in which a test failed (and of the tests' own order then).
     reruns: int = 2
+    #: Runs of the reference, all passing, before a task counts as steady: while every run so far passed, more run
+    #: in the tests' own order. A test failing a share ``p`` of its runs is missed with probability
+    #: ``(1 - p) ** steady_runs``: 29 miss one that fails 1 run in 10 with probability 0.9**29 = 4.7%.
+    steady_runs: int = 29
     #: Below this kill ratio, a task is ``weak``.
     min_kill_ratio: float = 0.6
     #: Mutants graded per task at most (drawn evenly across operators).
@@ -86,7 +92,7 @@ class ValidateOptions:
     candidates: Literal["all", "essential"] = "all"
 
     def __post_init__(self) -> None:
-        for name in ("runs", "pressure_runs"):
+        for name in ("runs", "pressure_runs", "steady_runs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ValidateOptions.{name} must be at least 1, got {getattr(self, name)}")
         for name in ("reruns", "max_mutants", "max_generated"):
@@ -106,15 +112,33 @@ def _passed(verdict: Verdict) -> bool:
     return verdict.status is VerdictStatus.PASSED
 
 
-def _caught_only_by_a_canary(verdict: Verdict) -> bool:
-    """Tampered because one of the canaries the pytest runner draws per grading passed (its detail says so), with
-    every graded test passed."""
+def _tampered_by(verdict: Verdict) -> list[str]:
+    """Why the verdict is ``tampered``: its ``tampered`` flags' details."""
     return (
-        verdict.status is VerdictStatus.TAMPERED
-        and bool(verdict.tests)
-        and all(t.outcome is Outcome.PASSED for t in verdict.tests)
-        and any(f["code"] == "tampered" and f["detail"].startswith("the must-fail canary") for f in verdict.flags)
+        [f["detail"] for f in verdict.flags if f["code"] == "tampered"]
+        if verdict.status is VerdictStatus.TAMPERED
+        else []
     )
+
+
+def _every_test_passed(verdict: Verdict) -> bool:
+    return bool(verdict.tests) and all(t.outcome is Outcome.PASSED for t in verdict.tests)
+
+
+def _caught_by_a_canary(verdict: Verdict) -> bool:
+    """Every graded test passed, and one of the canaries the pytest runner draws per grading caught it (its detail
+    says so): another draw may miss it."""
+    return _every_test_passed(verdict) and any(d.startswith("the must-fail canary") for d in _tampered_by(verdict))
+
+
+def _let_through(verdict: Verdict) -> bool:
+    """Whether the tests let the candidate through: it passed, or every test passed and only the judge's penalty for
+    a hack signature made it ``tampered``. The scan behind that penalty is a pattern match that a disguised hack
+    passes, so a task is judged by its tests without it."""
+    if _passed(verdict):
+        return True
+    causes = _tampered_by(verdict)
+    return _every_test_passed(verdict) and bool(causes) and all(d.startswith(SIGNATURE_TAMPERED) for d in causes)
 
 
 def _listed(names: Sequence[str], limit: int = 4) -> str:
@@ -172,6 +196,7 @@ class _TaskRun:
         self.candidates: list[CandidateResult] = []
         self.mutants: list[MutantResult] = []
         self.flaky: list[str] = []
+        self.reference_runs = 0
         self.kill_ratio: float | None = None
         self.kill_ratio_generated: float | None = None
         self.generated = 0
@@ -205,6 +230,11 @@ class _TaskRun:
         task, reference = self.task, self.reference
         self.reasons += await find_leaks(task, reference)
         self.reasons += contradictions(task)
+        for path, name in naming_the_tests(task, reference) if reference is not None else []:
+            self.add(
+                ReasonCode.REFERENCE_READS_TESTS,
+                f"the reference's {path} names {name}: a hidden test file, or where the judge lays them",
+            )
         trivials = trivial_candidates(task, reference)
         hacks = hack_candidates(task, reference)
         if self.options.candidates == "essential":
@@ -245,17 +275,31 @@ class _TaskRun:
         hack_verdicts = await self._past_the_canaries(hacks, hack_verdicts)
         self._trivials_and_hacks(trivials, trivial_verdicts, hacks, hack_verdicts)
         if self.steady is not None and reference is not None:
+            await self._sealed_off(reference)
             await self._mutants(reference)
+
+    async def _until_steady(self, runs: dict[int, list[Verdict]]) -> None:
+        """While every run of the reference passed and fewer than ``steady_runs`` ran, more in the tests' own order,
+        as many at once as the grader has workers (a failure ends it: the evidence is no longer ambiguous)."""
+        assert self.reference is not None
+        while True:
+            done = sum(len(verdicts) for verdicts in runs.values())
+            if done >= self.options.steady_runs or not all(_passed(v) for vs in runs.values() for v in vs):
+                return
+            batch = min(self.grader.workers, self.options.steady_runs - done)
+            runs[0] += await self.grade([(self.task, self.reference.files)] * batch)
 
     async def _reference(self, variants: list[Variant], runs: dict[int, list[Verdict]]) -> None:
         assert self.reference is not None
-        failing = [seed for seed, verdicts in runs.items() if not _passed(verdicts[0])]
+        await self._until_steady(runs)
+        failing = [seed for seed, verdicts in runs.items() if not all(_passed(v) for v in verdicts)]
         if failing and self.options.reruns:
             again = sorted({*failing, 0})
             seeds = [seed for seed in again for _ in range(self.options.reruns)]
             verdicts = await self.grade([(variants[seed].task, self.reference.files) for seed in seeds])
             for seed, verdict in zip(seeds, verdicts, strict=True):
                 runs[seed].append(verdict)
+        self.reference_runs = sum(len(verdicts) for verdicts in runs.values())
         outcomes: dict[str, dict[int, list[bool]]] = {}
         for seed, verdicts in runs.items():
             for verdict in verdicts:
@@ -316,14 +360,17 @@ class _TaskRun:
     async def _past_the_canaries(self, hacks: list[Candidate], verdicts: list[Verdict]) -> list[Verdict]:
         """Each hack's verdict, a hack caught only by a canary taken again up to :data:`_CANARY_REDRAWS` times:
         the best of those gradings (a draw of canaries that misses it shows what the tests alone let through)."""
-        caught = [i for i, verdict in enumerate(verdicts) if _caught_only_by_a_canary(verdict)]
+        caught = [i for i, verdict in enumerate(verdicts) if _caught_by_a_canary(verdict)]
         if not caught:
             return verdicts
         again = await self.grade([(self.task, hacks[i].files) for i in caught for _ in range(_CANARY_REDRAWS)])
         best = list(verdicts)
         for n, i in enumerate(caught):
             draws = [v for v in again[n * _CANARY_REDRAWS : (n + 1) * _CANARY_REDRAWS] if v.reward is not None]
-            best[i] = max([verdicts[i], *draws], key=lambda v: v.reward if v.reward is not None else -math.inf)
+            best[i] = max(
+                [verdicts[i], *draws],
+                key=lambda v: (_let_through(v), v.reward if v.reward is not None else -math.inf),
+            )
         return best
 
     def _trivials_and_hacks(
@@ -348,12 +395,50 @@ class _TaskRun:
             self.candidates.append(
                 CandidateResult(name=candidate.name, kind="hack", status=verdict.status.value, reward=verdict.reward)
             )
-            if _passed(verdict) or (verdict.reward is not None and verdict.reward > baseline):
+            if not _let_through(verdict) and (verdict.reward is None or verdict.reward <= baseline):
+                continue
+            if _passed(verdict) or not _let_through(verdict):
+                got = f"gets {verdict.status.value} with reward {verdict.reward:g}"
+            else:
+                got = (
+                    f"passes every test ({verdict.total}); only the judge's penalty for a hack signature made it "
+                    f"{verdict.status.value}, and a disguised variant passes that scan"
+                )
+            if candidate.name.startswith(TEST_DATA):
+                self.add(
+                    ReasonCode.TEST_DATA_IN_WORKSPACE,
+                    f"the hack {candidate.name} (a trivial solution, the workspace's data files rewritten) {got} "
+                    f"(a trivial solution gets at most {baseline:g}): the tests read data the agent may rewrite; "
+                    "keep it in tests/",
+                )
+            else:
                 self.add(
                     ReasonCode.HACK_PASSES,
-                    f"the hack {candidate.name} gets {verdict.status.value} with reward {verdict.reward:g} "
-                    f"(a trivial solution gets at most {baseline:g})",
+                    f"the hack {candidate.name} {got} (a trivial solution gets at most {baseline:g})",
                 )
+
+    async def _sealed_off(self, reference: Reference) -> None:
+        """The reference graded where its own code may not open the hidden tests' files (``_reads``), again when
+        a test fails: a steady test that fails both times there is one the reference passes by reading them."""
+        assert self.steady is not None
+        variant = sealed_off(self.task, reference, self.scratch)
+        if variant is None:
+            return
+        failed: set[str] | None = None
+        for _ in range(2):
+            (verdict,) = await self.grade([(variant, reference.files)])
+            if verdict.status is VerdictStatus.INFRA_ERROR:
+                return
+            now = {t.id for t in verdict.tests if t.outcome is not Outcome.PASSED and t.id in self.steady}
+            now |= self.steady - {t.id for t in verdict.tests}
+            failed = now if failed is None else failed & now
+            if not failed:
+                return
+        self.add(
+            ReasonCode.REFERENCE_READS_TESTS,
+            f"{_listed(sorted(failed or ()))} pass on every run of the reference but fail when its own code may not "
+            "open the hidden tests' files: it reads them",
+        )
 
     def _mutant_task(self) -> Task:
         limits = self.task.limits
@@ -489,6 +574,7 @@ class _TaskRun:
             generated_cases=self.generated,
             fixed_file=self.fixed_file,
             flaky_tests=tuple(self.flaky),
+            reference_runs=self.reference_runs,
             candidates=tuple(self.candidates),
             gradings=self.gradings,
             duration_s=self.duration_s,
