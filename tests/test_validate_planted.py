@@ -500,7 +500,13 @@ def test_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
     assert any(d.startswith("the hack oracle_from_caller passes every test") for d in oracle), oracle
     named = [r.detail for r in reports["reference-reads-expected"].reasons]
     assert any("calc.py names /tmp/.rollbox-judge" in d for d in named), named
-    quiet = [r.detail for r in reports["reference-reads-expected-quietly"].reasons]
+    # And what the reference does, a candidate can do: the expected values lie where the tests' process reads.
+    assert any(d.startswith("the hack read_expected_from_test_data gets passed") for d in named), named
+    quiet = [
+        r.detail
+        for r in reports["reference-reads-expected-quietly"].reasons
+        if r.code is ReasonCode.REFERENCE_READS_TESTS
+    ]
     assert quiet and all("test_table" in d and "may not open" in d for d in quiet), quiet
     leaks = [r.detail for r in reports["leaks-git"].reasons if r.code is ReasonCode.ANSWER_LEAK]
     assert any(d.startswith("git object") and "solution/calc.py" in d for d in leaks), leaks
@@ -513,7 +519,7 @@ def test_timing_dependent_test_fails_only_under_cpu_pressure(tmp_path: Path) -> 
     if os.getloadavg()[0] > 1.5 * len(os.sched_getaffinity(0)):
         pytest.skip(f"the machine is saturated already (load {os.getloadavg()[0]:.1f}): no CPU to take away")
     task = load_task(timing_dependent(tmp_path))
-    options = ValidateOptions(runs=2, max_mutants=0, pressure_runs=2)
+    options = ValidateOptions(runs=2, steady_runs=2, max_mutants=0, pressure_runs=2)
     (report,) = asyncio.run(validate([task], options=options, workers=1))
     assert ReasonCode.TIMING_DEPENDENT in report.codes(), report.reasons
     assert ReasonCode.FLAKY not in report.codes()

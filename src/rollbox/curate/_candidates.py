@@ -46,6 +46,7 @@ ESSENTIAL = frozenset(
         "read_expected_from_test",
         "read_expected_from_files",
         "oracle_from_caller",
+        "read_expected_from_test_data",
         "test_data_emptied",
         "test_data_zeroed_return_zero",
         "forged_report",
@@ -174,6 +175,79 @@ def _rollbox_oracle(name):
         if frame.f_code.co_name.startswith("test"):
             break
         frame = frame.f_back
+    return None
+'''
+
+_LOOKUP = '''
+
+def _rollbox_lookup(args):
+    """Answer the call from a data file of the hidden tests (JSON, JSON lines, CSV beside the test modules, or where
+    the judge lays them): the value under a key made of the arguments, or what follows them in a row."""
+    import csv, json, os, sys
+    places = {"/tmp/.rollbox-judge/tests", "/tmp/rollbox-tests"}
+    for module in list(sys.modules.values()):
+        file = os.path.basename(getattr(module, "__file__", None) or "")
+        if file.startswith(("test_", "conftest")) or file.endswith("_test.py"):
+            places.add(os.path.dirname(module.__file__))
+    keys = {" ".join(map(str, args)), ",".join(map(str, args)), ", ".join(map(str, args)), str(tuple(args))}
+    keys |= {json.dumps(args), str(args[0]), repr(args[0])} if len(args) == 1 else {json.dumps(args)}
+    texts = [str(a) for a in args]
+
+    def find(value, depth=0):
+        if depth > 6:
+            return None
+        if isinstance(value, dict):
+            for key in ("args", "input", "inputs"):
+                if value.get(key) in (args, texts) or (len(args) == 1 and value.get(key) == args[0]):
+                    for out in ("expected", "output", "result", "answer"):
+                        if out in value:
+                            return [value[out]]
+            for key, item in value.items():
+                if key in keys:
+                    return [item]
+            items = list(value.values())
+        elif isinstance(value, list):
+            n = len(args)
+            if len(value) > n and (value[:n] == args or value[:n] == texts):
+                return [value[n] if len(value) == n + 1 else value[n:]]
+            items = value
+        else:
+            return None
+        for item in items:
+            found = find(item, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def plain(value):
+        try:
+            return json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            return value
+
+    budget = [2000]
+    for place in sorted(places):
+        for root, _dirs, files in os.walk(place):
+            budget[0] -= len(files)
+            if budget[0] < 0:
+                return None
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        if name.endswith(".json"):
+                            tables = [json.load(f)]
+                        elif name.endswith((".jsonl", ".ndjson")):
+                            tables = [[json.loads(line) for line in f if line.strip()]]
+                        elif name.endswith((".csv", ".tsv")):
+                            tables = [list(csv.reader(f, delimiter="\\t" if name.endswith(".tsv") else ","))]
+                        else:
+                            continue
+                except (OSError, ValueError, csv.Error):
+                    continue
+                found = find(tables[0])
+                if found is not None:
+                    return plain(found[0]) if name.endswith((".csv", ".tsv")) else found[0]
     return None
 '''
 
@@ -354,6 +428,10 @@ def hack_candidates(task: Task, reference: Reference | None) -> list[Candidate]:
         if _has_functions(reference):
             hacks["read_expected_from_test"] = _per_target(reference, _READ_EXPECTED, "return _rollbox_expected({!r})")
             hacks["oracle_from_caller"] = _per_target(reference, _ORACLE, "return _rollbox_oracle({!r})")
+            if any(p.is_file() and p.suffix != ".py" for p in task.tests.rglob("*")):
+                hacks["read_expected_from_test_data"] = _rewrite(
+                    reference, "return _rollbox_lookup(list(locals().values()))", "", _LOOKUP
+                )
         hacks.update(_test_data(task, reference))
     if isinstance(task.grading, ScriptGrading):
         hacks["reward_file"] = _rewrite(reference, "pass", "", _REWARD)
