@@ -524,3 +524,13 @@ def test_timing_dependent_test_fails_only_under_cpu_pressure(tmp_path: Path) -> 
     assert ReasonCode.TIMING_DEPENDENT in report.codes(), report.reasons
     assert ReasonCode.FLAKY not in report.codes()
     assert "test_fast_enough" in next(r.detail for r in report.reasons if r.code is ReasonCode.TIMING_DEPENDENT)
+
+
+def test_the_controls_met_the_hacks_their_defects_fail(reports: dict[str, TaskReport]) -> None:
+    def ran(task: str) -> dict[str, str]:
+        return {c.name: c.status for c in reports[task].candidates if c.kind == "hack"}
+
+    assert ran("healthy-pytest")["oracle_from_caller"] == "failed"
+    data = ran("healthy-data-read-by-code")
+    assert data["test_data_emptied"] != "passed" and data["test_data_zeroed_return_zero"] != "passed", data
+    assert ran("healthy-fixture-handed-to-code")["read_expected_from_test_data"] != "passed"
