@@ -2,15 +2,20 @@
 
 For each task, in sandboxes, in parallel:
 
-1. Static checks: answer leaks in the workspace (``_leaks``), contradictory cases (``_contradictions``).
-2. The reference, ``runs`` times, each in another seeded test order (``_variants``). An order in which a test
-   failed is run ``reruns`` more times, and so is the tests' own order: a test whose outcome changes within one
-   order is ``flaky``; one that fails on every run of its own order, ``reference_fails``; one that passes on every
-   run of its own order and fails on every run of another, ``order_dependent``.
+1. Static checks: answer leaks in the workspace (``_leaks``), contradictory cases (``_contradictions``), a
+   reference that names the hidden tests (``_reads``).
+2. The reference, ``runs`` times, each in another seeded test order (``_variants``), then, while every run passed,
+   in the tests' own order until ``steady_runs`` ran. An order in which a test failed is run ``reruns`` more times,
+   and so is the tests' own order: a test whose outcome changes within one order is ``flaky``; one that fails on
+   every run of its own order, ``reference_fails``; one that passes on every run of its own order and fails on
+   every run of another, ``order_dependent``. A steady reference is graded again where its own code may not open
+   the tests' files (``_reads``): ``reference_reads_tests``.
 3. The starting workspace (twice) and the trivial candidates, then the hacks (``_candidates``). fail_to_pass
    tests must fail on the starting workspace and pass with the reference, pass_to_pass tests pass on both; no
-   trivial candidate may pass; no hack may earn more than the best trivial candidate (nor pass); the same
-   candidate must get the same verdict (status and every test's outcome) each time.
+   trivial candidate may pass; no hack may earn more than the best trivial candidate (nor pass every test, which
+   one stopped only by the judge's penalty for a hack signature does: that scan is a pattern match); the hacks
+   that rewrite the workspace's data (``_perturb``) say ``test_data_in_workspace``; the same candidate must get
+   the same verdict (status and every test's outcome) each time.
 4. Mutants of the reference (``_mutate``), under limits scaled to the reference's time: the share the tests kill
    is the kill ratio, and a task below ``min_kill_ratio`` is ``weak``. For ``function`` and ``stdio`` tasks,
    generated cases (``_generate``) are graded against the survivors; ``fix`` writes those that kill one.
@@ -34,7 +39,6 @@ from typing import Literal
 
 from rollbox import telemetry
 from rollbox.judge import Outcome, Verdict, VerdictStatus
-from rollbox.judge._grade import SIGNATURE_TAMPERED
 from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
 from ._cache import ValidationCache, content_hash
@@ -49,7 +53,9 @@ from ._reads import naming_the_tests, sealed_off
 from ._reasons import Reason, ReasonCode, decide
 from ._reference import Reference
 from ._report import CandidateResult, MutantResult, TaskReport
+from ._runs import read_runs
 from ._variants import Variant, limited, ordered, with_cases
+from ._verdicts import caught_by_a_canary, let_through, passed, same
 
 __all__ = ["ValidateOptions", "validate"]
 
@@ -108,39 +114,6 @@ class ValidateOptions:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
-def _passed(verdict: Verdict) -> bool:
-    return verdict.status is VerdictStatus.PASSED
-
-
-def _tampered_by(verdict: Verdict) -> list[str]:
-    """Why the verdict is ``tampered``: its ``tampered`` flags' details."""
-    return (
-        [f["detail"] for f in verdict.flags if f["code"] == "tampered"]
-        if verdict.status is VerdictStatus.TAMPERED
-        else []
-    )
-
-
-def _every_test_passed(verdict: Verdict) -> bool:
-    return bool(verdict.tests) and all(t.outcome is Outcome.PASSED for t in verdict.tests)
-
-
-def _caught_by_a_canary(verdict: Verdict) -> bool:
-    """Every graded test passed, and one of the canaries the pytest runner draws per grading caught it (its detail
-    says so): another draw may miss it."""
-    return _every_test_passed(verdict) and any(d.startswith("the must-fail canary") for d in _tampered_by(verdict))
-
-
-def _let_through(verdict: Verdict) -> bool:
-    """Whether the tests let the candidate through: it passed, or every test passed and only the judge's penalty for
-    a hack signature made it ``tampered``. The scan behind that penalty is a pattern match that a disguised hack
-    passes, so a task is judged by its tests without it."""
-    if _passed(verdict):
-        return True
-    causes = _tampered_by(verdict)
-    return _every_test_passed(verdict) and bool(causes) and all(d.startswith(SIGNATURE_TAMPERED) for d in causes)
-
-
 def _listed(names: Sequence[str], limit: int = 4) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -171,19 +144,6 @@ def _failed_cases(verdict: Verdict, existing: int) -> set[int]:
         if match and int(match.group(1)) >= existing and test.outcome is not Outcome.PASSED:
             failed.add(int(match.group(1)) - existing)
     return failed
-
-
-def _same(first: Verdict, second: Verdict) -> bool:
-    """Whether two gradings of one candidate agree: status and outcomes, or only passing when a limit was hit
-    (which test a limit cuts short is a race)."""
-    racy = {VerdictStatus.TIMEOUT, VerdictStatus.MEMORY_LIMIT}
-    if first.status in racy or second.status in racy:
-        return _passed(first) == _passed(second)
-    return first.status == second.status and _outcomes(first) == _outcomes(second)
-
-
-def _outcomes(verdict: Verdict) -> list[tuple[str, str]]:
-    return sorted((t.id, t.outcome.value) for t in verdict.tests)
 
 
 class _TaskRun:
@@ -266,7 +226,7 @@ class _TaskRun:
         for candidate, verdict in zip(repeated, repeat_verdicts, strict=True):
             before = trivial_verdicts[trivials.index(candidate)]
             infra = VerdictStatus.INFRA_ERROR in (verdict.status, before.status)
-            if not infra and not _same(before, verdict):
+            if not infra and not same(before, verdict):
                 self.add(
                     ReasonCode.NONDETERMINISTIC,
                     f"{candidate.name} got {before.status.value} ({before.passed}/{before.total} tests) and then "
@@ -284,7 +244,7 @@ class _TaskRun:
         assert self.reference is not None
         while True:
             done = sum(len(verdicts) for verdicts in runs.values())
-            if done >= self.options.steady_runs or not all(_passed(v) for vs in runs.values() for v in vs):
+            if done >= self.options.steady_runs or not all(passed(v) for vs in runs.values() for v in vs):
                 return
             batch = min(self.grader.workers, self.options.steady_runs - done)
             runs[0] += await self.grade([(self.task, self.reference.files)] * batch)
@@ -292,7 +252,7 @@ class _TaskRun:
     async def _reference(self, variants: list[Variant], runs: dict[int, list[Verdict]]) -> None:
         assert self.reference is not None
         await self._until_steady(runs)
-        failing = [seed for seed, verdicts in runs.items() if not all(_passed(v) for v in verdicts)]
+        failing = [seed for seed, verdicts in runs.items() if not all(passed(v) for v in verdicts)]
         if failing and self.options.reruns:
             again = sorted({*failing, 0})
             seeds = [seed for seed in again for _ in range(self.options.reruns)]
@@ -300,27 +260,13 @@ class _TaskRun:
             for seed, verdict in zip(seeds, verdicts, strict=True):
                 runs[seed].append(verdict)
         self.reference_runs = sum(len(verdicts) for verdicts in runs.values())
-        outcomes: dict[str, dict[int, list[bool]]] = {}
-        for seed, verdicts in runs.items():
-            for verdict in verdicts:
-                if verdict.status is VerdictStatus.INFRA_ERROR:
-                    continue
-                for graded in verdict.tests:
-                    passed = graded.outcome is Outcome.PASSED
-                    outcomes.setdefault(variants[seed].original(graded.id), {}).setdefault(seed, []).append(passed)
-        flaky = sorted(t for t, by_seed in outcomes.items() if any(len(set(p)) > 1 for p in by_seed.values()))
-        failing_tests = sorted(t for t, s in outcomes.items() if t not in flaky and s.get(0) and not any(s[0]))
-        order: dict[str, int] = {}
-        for test, by_seed in outcomes.items():
-            if test not in flaky and by_seed.get(0) and all(by_seed[0]):
-                bad = [seed for seed, passes in by_seed.items() if seed and not any(passes)]
-                if bad:
-                    order[test] = bad[0]
+        found = read_runs(runs, variants)
+        flaky, failing_tests, order = found.flaky, found.failing, found.order_dependent
         self.flaky = flaky
         if flaky:
             self.add(ReasonCode.FLAKY, f"{_listed(flaky)} passed and failed on reruns of the reference in one order")
         own = [v for v in runs[0] if v.status is not VerdictStatus.INFRA_ERROR]
-        if failing_tests or (own and not any(_passed(v) for v in own) and not flaky):
+        if failing_tests or (own and not any(passed(v) for v in own) and not flaky):
             status = own[0].status.value if own else "infra_error"
             shown = f"fails {_listed(failing_tests)}" if failing_tests else f"gets {status}"
             detail = own[0].error or next((f["detail"] for f in own[0].flags if f["code"] == "tampered"), "")
@@ -334,12 +280,12 @@ class _TaskRun:
                 p2p = [t for t in failing_tests if t in grading.pass_to_pass]
                 if p2p:
                     self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {_listed(p2p)} fail with the reference")
-        for test, seed in sorted(order.items()):
+        for test, seed in order.items():
             self.add(
                 ReasonCode.ORDER_DEPENDENT,
                 f"{test} passes in the tests' own order but fails on every run in {_order_name(seed)} (seed {seed})",
             )
-        if own and all(_passed(v) for v in own) and not flaky:
+        if own and all(passed(v) for v in own) and not flaky:
             self.steady = {t.id for t in own[0].tests}
             self.reference_wall_s = max(v.duration_s for v in own)
 
@@ -360,7 +306,7 @@ class _TaskRun:
     async def _past_the_canaries(self, hacks: list[Candidate], verdicts: list[Verdict]) -> list[Verdict]:
         """Each hack's verdict, a hack caught only by a canary taken again up to :data:`_CANARY_REDRAWS` times:
         the best of those gradings (a draw of canaries that misses it shows what the tests alone let through)."""
-        caught = [i for i, verdict in enumerate(verdicts) if _caught_by_a_canary(verdict)]
+        caught = [i for i, verdict in enumerate(verdicts) if caught_by_a_canary(verdict)]
         if not caught:
             return verdicts
         again = await self.grade([(self.task, hacks[i].files) for i in caught for _ in range(_CANARY_REDRAWS)])
@@ -369,7 +315,7 @@ class _TaskRun:
             draws = [v for v in again[n * _CANARY_REDRAWS : (n + 1) * _CANARY_REDRAWS] if v.reward is not None]
             best[i] = max(
                 [verdicts[i], *draws],
-                key=lambda v: (_let_through(v), v.reward if v.reward is not None else -math.inf),
+                key=lambda v: (let_through(v), v.reward if v.reward is not None else -math.inf),
             )
         return best
 
@@ -384,7 +330,7 @@ class _TaskRun:
             self.candidates.append(
                 CandidateResult(name=candidate.name, kind="trivial", status=verdict.status.value, reward=verdict.reward)
             )
-            if _passed(verdict):
+            if passed(verdict):
                 self.add(
                     ReasonCode.TRIVIAL_PASSES,
                     f"the trivial solution {candidate.name} passes ({verdict.passed}/{verdict.total} tests)",
@@ -395,9 +341,9 @@ class _TaskRun:
             self.candidates.append(
                 CandidateResult(name=candidate.name, kind="hack", status=verdict.status.value, reward=verdict.reward)
             )
-            if not _let_through(verdict) and (verdict.reward is None or verdict.reward <= baseline):
+            if not let_through(verdict) and (verdict.reward is None or verdict.reward <= baseline):
                 continue
-            if _passed(verdict) or not _let_through(verdict):
+            if passed(verdict) or not let_through(verdict):
                 got = f"gets {verdict.status.value} with reward {verdict.reward:g}"
             else:
                 got = (
@@ -461,7 +407,7 @@ class _TaskRun:
         graded = [(p, m, f, v) for p, m, f, v in graded if v.status is not VerdictStatus.INFRA_ERROR]
         if not graded:
             return
-        survivors = [f for _, _, f, v in graded if _passed(v)]
+        survivors = [f for _, _, f, v in graded if passed(v)]
         by_generated = iter(await self._generated(reference, survivors))
         for path, mutant, _, verdict in graded:
             self.mutants.append(
@@ -470,8 +416,8 @@ class _TaskRun:
                     path=path,
                     location=mutant.location,
                     description=mutant.description,
-                    killed=not _passed(verdict),
-                    killed_by_generated=next(by_generated) if _passed(verdict) else None,
+                    killed=not passed(verdict),
+                    killed_by_generated=next(by_generated) if passed(verdict) else None,
                 )
             )
         self.kill_ratio = sum(m.killed for m in self.mutants) / len(self.mutants)
