@@ -84,10 +84,16 @@ def _rollbox_oracle(name):
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     args = [here.f_locals[n] for n in names[: code.co_argcount] if n not in ("self", "cls")]
     kwargs = {n: here.f_locals[n] for n in names[code.co_argcount :]}
+    installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+    def own(module):
+        # the tests' modules and the task's, never the standard library's or an installed package's
+        return not (getattr(module, "__file__", None) or sys.prefix).startswith(installed)
+
     frame = here.f_back
     while frame is not None:
         scopes = [frame.f_locals, frame.f_globals]
-        scopes += [vars(v) for scope in scopes[:] for v in list(scope.values()) if type(v) is type(sys)]
+        scopes += [vars(v) for scope in scopes[:] for v in list(scope.values()) if type(v) is type(sys) and own(v)]
         for scope in scopes:
             for key, value in list(scope.items()):
                 found = getattr(value, "__code__", None)
