@@ -46,6 +46,8 @@ def test_reason_codes_are_closed() -> None:
         "timing_dependent",
         "trivial_passes",
         "hack_passes",
+        "test_data_in_workspace",
+        "reference_reads_tests",
         "f2p_passes_before",
         "p2p_fails",
         "weak_tests",

@@ -44,14 +44,21 @@ POSITIVE = {
         "from pluggy import HookimplMarker\nhookimpl = HookimplMarker('pytest')\n@hookimpl\ndef f():\n    pass\n",
     ],
     "frame_introspection": [
-        "import sys\ndef f():\n    return sys._getframe(1).f_locals\n",
+        "import sys\ndef f():\n    return sys._getframe(1).f_code.co_name\n",
         "import inspect\nframe = inspect.currentframe()\n",
         "import inspect\nstack = inspect.stack()\n",
         "from inspect import getouterframes\n",
+        "from sys import _getframe as here\nname = here().f_code.co_name\n",
+    ],
+    "frame_walk": [
+        "import sys\ndef f():\n    return sys._getframe(1).f_locals\n",
         "def f(frame):\n    return frame.f_back\n",
         "def f(frame):\n    return frame.f_globals\n",
+        "import inspect\ndef f():\n    return inspect.stack()[1].frame.f_locals['expected']\n",
         "import gc\nobjs = gc.get_objects()\n",
         "import gc\nrefs = gc.get_referrers(object())\n",
+        "from gc import get_referrers as who\n",
+        "import gc as g\ndef f(x):\n    return g.get_referents(x)\n",
     ],
     "grader_probe": [
         "import os\nos.environ.get('PYTEST_CURRENT_TEST')\n",
@@ -95,6 +102,13 @@ NEGATIVE = {
         "import inspect\ndef f(g):\n    return inspect.signature(g)\n",
         "import gc\ngc.collect()\n",
         "def f(frame):\n    return frame.f_code\n",
+    ],
+    "frame_walk": [
+        "import sys\ndef f():\n    return sys._getframe(0).f_code.co_name\n",
+        "import inspect\ndepth = len(inspect.stack())\n",
+        "import traceback\ntraceback.extract_stack(limit=3)\n",
+        "import gc\ngc.collect()\ngc.disable()\n",
+        "class Frame:\n    back = None\ndef f(x):\n    return x.back\n",
     ],
     "grader_probe": [
         "import os\nhome = os.environ['HOME']\n",
@@ -154,3 +168,37 @@ def test_only_regular_python_files_are_read(tmp_path: Path) -> None:
 
 def test_a_huge_file_is_flagged_not_parsed(tmp_path: Path) -> None:
     assert scan(tmp_path, "x = [" + "1, " * 400_000 + "]\nimport sys\nsys.exit(0)\n") == {"not_scanned"}
+
+
+def changed(tmp_path: Path, before: str | None, after: str) -> set[str]:
+    """The codes of what the candidate's ``after`` adds to the task's own ``before`` of the same file."""
+    pristine, candidate = tmp_path / "pristine", tmp_path / "candidate"
+    for root, source in ((pristine, before), (candidate, after)):
+        root.mkdir(parents=True)
+        if source is not None:
+            (root / "mod.py").write_text(textwrap.dedent(source))
+    return {flag.code for flag in scan_changes(candidate, ["mod.py"], pristine=pristine)}
+
+
+WALKS = "import sys\n\ndef caller():\n    return sys._getframe(1).f_globals['__name__']\n"
+
+
+def test_a_signature_the_task_s_own_file_has_is_not_the_candidate_s(tmp_path: Path) -> None:
+    fixed = WALKS + "\n\ndef add(a, b):\n    return a + b\n"
+    assert changed(tmp_path, WALKS + "\n\ndef add(a, b):\n    return a - b\n", fixed) == set()
+
+
+def test_a_signature_the_candidate_adds_is_flagged_beside_the_task_s_own(tmp_path: Path) -> None:
+    walked = WALKS + "\n\ndef add(a, b):\n    return sys._getframe(1).f_locals['expected']\n"
+    assert changed(tmp_path, WALKS, walked) == {"frame_introspection", "frame_walk"}
+    # A second copy of the task's own line is the candidate's: lines are counted, not only looked up.
+    assert changed(
+        tmp_path / "copy", WALKS, WALKS + "\n\ndef again():\n    return sys._getframe(1).f_globals['__name__']\n"
+    ) == {
+        "frame_introspection",
+        "frame_walk",
+    }
+
+
+def test_a_new_file_is_scanned_whole(tmp_path: Path) -> None:
+    assert changed(tmp_path, None, WALKS) == {"frame_introspection", "frame_walk"}

@@ -271,8 +271,173 @@ def nondeterministic_checker(root: Path) -> Path:
     )
 
 
-HEALTHY = (healthy_pytest, healthy_function, healthy_stdio)
+ADD_STUB = "def add(a, b):\n    raise NotImplementedError\n"
+ADD = "def add(a, b):\n    return a + b\n"
+PAIRS = "[[1, 2], [3, 4], [-5, 5], [10, 7]]\n"
+
+
+def data_in_workspace(root: Path) -> Path:
+    """(a) The tests take their inputs from a file of the workspace: ``return a - b`` with ``pairs.json`` rewritten
+    to ``[[0, 0]]`` passes them (and so does anything with it emptied)."""
+    tests = (
+        "import json\nfrom pathlib import Path\n\nfrom calc import add\n\n\ndef test_pairs():\n"
+        "    for a, b in json.loads(Path('/workspace/pairs.json').read_text()):\n        assert add(a, b) == a + b\n"
+    )
+    return write_task(
+        root,
+        "data-in-workspace",
+        {
+            "workspace/calc.py": ADD_STUB,
+            "workspace/pairs.json": PAIRS,
+            "solution/calc.py": ADD,
+            "tests/test_calc.py": tests,
+        },
+        PYTEST,
+    )
+
+
+def healthy_data_read_by_code(root: Path) -> Path:
+    """The control of (a): the workspace holds data that the code under test reads, and the tests compare with
+    values of their own."""
+    rates = '{"EUR": 2, "USD": 3}\n'
+    code = (
+        "import json\nfrom pathlib import Path\n\n"
+        "RATES = json.loads((Path(__file__).parent / 'rates.json').read_text())\n\n\n"
+    )
+    tests = (
+        "from calc import convert\n\n\ndef test_convert():\n    assert convert(5, 'EUR') == 10\n"
+        "    assert convert(7, 'USD') == 21\n    assert convert(0, 'USD') == 0\n"
+    )
+    return write_task(
+        root,
+        "healthy-data-read-by-code",
+        {
+            "workspace/calc.py": code + "def convert(amount, currency):\n    raise NotImplementedError\n",
+            "workspace/rates.json": rates,
+            "solution/calc.py": code + "def convert(amount, currency):\n    return amount * RATES[currency]\n",
+            "tests/test_calc.py": tests,
+        },
+        PYTEST,
+    )
+
+
+#: (b) Differential tests against an oracle module shipped in tests/.
+ORACLE_TESTS = """import random
+
+from calc import add
+from oracle import reference_add
+
+
+def test_random():
+    rng = random.Random(0)
+    for _ in range(50):
+        a, b = rng.randint(-99, 99), rng.randint(-99, 99)
+        assert add(a, b) == reference_add(a, b)
+"""
+
+
+def oracle_in_tests(root: Path) -> Path:
+    """(b) The tests compare with an oracle the candidate's process can call: a frame walk to "the caller's
+    function whose name contains mine" passes them."""
+    return write_task(
+        root,
+        "oracle-in-tests",
+        {
+            "workspace/calc.py": ADD_STUB,
+            "solution/calc.py": ADD,
+            "tests/oracle.py": "def reference_add(a, b):\n    return a + b\n",
+            "tests/test_calc.py": ORACLE_TESTS,
+        },
+        PYTEST,
+    )
+
+
+EXPECTED = '{"1 2": 3, "3 4": 7, "-5 5": 0, "10 7": 17}\n'
+EXPECTED_TESTS = (
+    "import json\nfrom pathlib import Path\n\nfrom calc import add\n\n"
+    "EXPECTED = json.loads((Path(__file__).parent / 'expected.json').read_text())\n\n\n"
+    "def test_table():\n    for key, value in EXPECTED.items():\n        a, b = map(int, key.split())\n"
+    "        assert add(a, b) == value\n"
+)
+
+
+def reference_reads_expected(root: Path) -> Path:
+    """(c) A reference that is a lookup table read from the tests' own expected-values file, by its name."""
+    lookup = (
+        "import glob\nimport json\n\n\ndef add(a, b):\n"
+        "    for path in glob.glob('/tmp/.rollbox-judge/tests/expected.json'):\n"
+        "        return json.load(open(path))[f'{a} {b}']\n"
+    )
+    return write_task(
+        root,
+        "reference-reads-expected",
+        {
+            "workspace/calc.py": ADD_STUB,
+            "solution/calc.py": lookup,
+            "tests/expected.json": EXPECTED,
+            "tests/test_calc.py": EXPECTED_TESTS,
+        },
+        PYTEST,
+    )
+
+
+def reference_reads_expected_quietly(root: Path) -> Path:
+    """(c) The same lookup, naming nothing: the tests' directory found through the test module, every JSON file of
+    it read. Only the audit hook's variant sees it."""
+    lookup = (
+        "import json\nimport os\nimport sys\n\n\ndef add(a, b):\n"
+        "    for module in list(sys.modules.values()):\n"
+        "        where = os.path.dirname(getattr(module, '__file__', None) or '/nowhere')\n"
+        "        for name in sorted(os.listdir(where)) if os.path.isdir(where) else []:\n"
+        "            if name.endswith('.json'):\n"
+        "                table = json.load(open(os.path.join(where, name)))\n"
+        "                if f'{a} {b}' in table:\n"
+        "                    return table[f'{a} {b}']\n"
+    )
+    return write_task(
+        root,
+        "reference-reads-expected-quietly",
+        {
+            "workspace/calc.py": ADD_STUB,
+            "solution/calc.py": lookup,
+            "tests/expected.json": EXPECTED,
+            "tests/test_calc.py": EXPECTED_TESTS,
+        },
+        PYTEST,
+    )
+
+
+def healthy_fixture_handed_to_code(root: Path) -> Path:
+    """The control of (c): the tests hand a file of tests/ to the code under test, which opens it."""
+    stub = "def total(path):\n    raise NotImplementedError\n"
+    solution = (
+        "def total(path):\n    with open(path) as f:\n        return sum(int(line) for line in f if line.strip())\n"
+    )
+    tests = (
+        "from pathlib import Path\n\nfrom sums import total\n\n\ndef test_total():\n"
+        "    assert total(str(Path(__file__).parent / 'fixtures' / 'numbers.txt')) == 42\n"
+        "    assert total(Path(__file__).parent / 'fixtures' / 'none.txt') == 0\n"
+    )
+    return write_task(
+        root,
+        "healthy-fixture-handed-to-code",
+        {
+            "workspace/sums.py": stub,
+            "solution/sums.py": solution,
+            "tests/fixtures/numbers.txt": "40\n1\n1\n",
+            "tests/fixtures/none.txt": "\n",
+            "tests/test_sums.py": tests,
+        },
+        PYTEST,
+    )
+
+
+HEALTHY = (healthy_pytest, healthy_function, healthy_stdio, healthy_data_read_by_code, healthy_fixture_handed_to_code)
 PLANTED = {
+    data_in_workspace: ReasonCode.TEST_DATA_IN_WORKSPACE,
+    oracle_in_tests: ReasonCode.HACK_PASSES,
+    reference_reads_expected: ReasonCode.REFERENCE_READS_TESTS,
+    reference_reads_expected_quietly: ReasonCode.REFERENCE_READS_TESTS,
     wrong_reference: ReasonCode.REFERENCE_FAILS,
     flaky: ReasonCode.FLAKY,
     order_dependent: ReasonCode.ORDER_DEPENDENT,
@@ -294,7 +459,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskReport]:
     root = tmp_path_factory.mktemp("planted")
     paths = [make(root) for make in (*HEALTHY, *PLANTED)]
     tasks = [load_task(path) for path in paths]
-    options = ValidateOptions(runs=4, reruns=3, pressure=False, max_mutants=15, generate=False)
+    # Few steady runs: what these tasks plant shows on the first runs (tests/test_validate_flaky.py proves the
+    # sequential rule's power).
+    options = ValidateOptions(runs=4, reruns=3, steady_runs=6, pressure=False, max_mutants=15, generate=False)
     return {r.path.rsplit("/", 1)[-1]: r for r in asyncio.run(validate(tasks, options=options, workers=2))}
 
 
@@ -324,7 +491,23 @@ def test_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
         r.detail.split()[2] for r in reports["accepts-hack"].reasons if r.code.value == "hack_passes"
     }
     hacks = [r.detail for r in reports["accepts-hack-behind-canaries"].reasons if r.code is ReasonCode.HACK_PASSES]
-    assert any("always_equal gets passed" in d for d in hacks), hacks
+    assert any(d.startswith("the hack always_equal passes every test") for d in hacks), hacks
+    data = [r.detail for r in reports["data-in-workspace"].reasons]
+    assert any("test_data_zeroed_return_zero" in d for d in data) and reports["data-in-workspace"].codes() == {
+        ReasonCode.TEST_DATA_IN_WORKSPACE
+    }, data
+    oracle = [r.detail for r in reports["oracle-in-tests"].reasons if r.code is ReasonCode.HACK_PASSES]
+    assert any(d.startswith("the hack oracle_from_caller passes every test") for d in oracle), oracle
+    named = [r.detail for r in reports["reference-reads-expected"].reasons]
+    assert any("calc.py names /tmp/.rollbox-judge" in d for d in named), named
+    # And what the reference does, a candidate can do: the expected values lie where the tests' process reads.
+    assert any(d.startswith("the hack read_expected_from_test_data gets passed") for d in named), named
+    quiet = [
+        r.detail
+        for r in reports["reference-reads-expected-quietly"].reasons
+        if r.code is ReasonCode.REFERENCE_READS_TESTS
+    ]
+    assert quiet and all("test_table" in d and "may not open" in d for d in quiet), quiet
     leaks = [r.detail for r in reports["leaks-git"].reasons if r.code is ReasonCode.ANSWER_LEAK]
     assert any(d.startswith("git object") and "solution/calc.py" in d for d in leaks), leaks
     assert any("notes/old_sol.py" in r.detail for r in reports["leaks-file"].reasons)
@@ -336,8 +519,18 @@ def test_timing_dependent_test_fails_only_under_cpu_pressure(tmp_path: Path) -> 
     if os.getloadavg()[0] > 1.5 * len(os.sched_getaffinity(0)):
         pytest.skip(f"the machine is saturated already (load {os.getloadavg()[0]:.1f}): no CPU to take away")
     task = load_task(timing_dependent(tmp_path))
-    options = ValidateOptions(runs=2, max_mutants=0, pressure_runs=2)
+    options = ValidateOptions(runs=2, steady_runs=2, max_mutants=0, pressure_runs=2)
     (report,) = asyncio.run(validate([task], options=options, workers=1))
     assert ReasonCode.TIMING_DEPENDENT in report.codes(), report.reasons
     assert ReasonCode.FLAKY not in report.codes()
     assert "test_fast_enough" in next(r.detail for r in report.reasons if r.code is ReasonCode.TIMING_DEPENDENT)
+
+
+def test_the_controls_met_the_hacks_their_defects_fail(reports: dict[str, TaskReport]) -> None:
+    def ran(task: str) -> dict[str, str]:
+        return {c.name: c.status for c in reports[task].candidates if c.kind == "hack"}
+
+    assert ran("healthy-pytest")["oracle_from_caller"] == "failed"
+    data = ran("healthy-data-read-by-code")
+    assert data["test_data_emptied"] != "passed" and data["test_data_zeroed_return_zero"] != "passed", data
+    assert ran("healthy-fixture-handed-to-code")["read_expected_from_test_data"] != "passed"

@@ -24,8 +24,12 @@ from rollbox.tasks import Task, TaskFormatError, load_task
 
 _EPILOG = """\
 Each task gets a decision, admit, weak (its tests let too many mutants of the reference survive) or reject, with
-reasons: reference_fails, flaky, order_dependent, timing_dependent, trivial_passes, hack_passes,
-f2p_passes_before, p2p_fails, weak_tests, contradictory_cases, answer_leak, nondeterministic, validation_error.
+reasons: reference_fails, reference_reads_tests, flaky, order_dependent, timing_dependent, trivial_passes,
+hack_passes, test_data_in_workspace, f2p_passes_before, p2p_fails, weak_tests, contradictory_cases, answer_leak,
+nondeterministic, validation_error.
+
+While every run of the reference passed, it runs again in the tests' own order, up to --steady-runs (29) runs in
+all: a test that fails 1 run in 10 is then missed with probability 0.9**29 = 4.7%.
 --json prints {"tasks": [{"task_id", "decision", "reasons": [{"code", "detail"}], ...}]}.
 
 Results are cached per task content under $ROLLBOX_HOME/validate (default ~/.rollbox): validating an unchanged
@@ -53,6 +57,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("tasks", nargs="+", type=Path, metavar="TASKS", help="task directories, or directories of them")
     p.add_argument("--runs", type=int, default=3, metavar="N", help="reference runs, each in another test order")
+    p.add_argument(
+        "--steady-runs",
+        type=int,
+        default=29,
+        metavar="N",
+        help="reference runs, all passing, before a task counts as steady (a test failing a share p of its runs is "
+        "missed with probability (1-p)**N)",
+    )
     p.add_argument("--json", action="store_true", help="print the reports as one JSON object")
     p.add_argument("--report", type=Path, metavar="FILE", help="write an HTML summary to FILE")
     p.add_argument("--fix", action="store_true", help="write generated cases that kill surviving mutants")
@@ -127,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         options = ValidateOptions(
             runs=args.runs,
+            steady_runs=args.steady_runs,
             min_kill_ratio=args.min_kill_ratio,
             max_mutants=args.max_mutants,
             pressure=not args.no_pressure,

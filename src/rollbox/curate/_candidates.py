@@ -2,8 +2,10 @@
 which must earn no more than a trivial solution does.
 
 Each candidate is a set of files laid over the task's workspace (as ``rollbox.judge.grade`` takes them). Trivial
-candidates replace the bodies of the functions the reference changes (see ``_reference``); hacks start from the
-empty-bodied trivial candidate, so that none of them holds a solution, and add their trick.
+candidates replace the bodies of the functions the reference changes (see ``_reference``); hacks start from a
+trivial candidate, so that none of them holds a solution, and add their trick. The ``test_data_`` hacks rewrite the
+workspace's data files (``_perturb``): what they earn, they earn by the data the tests read from where the agent
+writes.
 """
 
 from __future__ import annotations
@@ -15,10 +17,32 @@ from dataclasses import dataclass
 
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
+from ._perturb import data_files, emptied, zeroed
 from ._reference import Reference, Target, is_test_file, read_tree
 from ._source import Edit, apply_edits, functions
+from ._tricks import (
+    ALWAYS_EQUAL,
+    CONFIG,
+    EXIT_AT_IMPORT,
+    FORCE_PASS_CONFTEST,
+    FORGE,
+    LOOKUP,
+    ORACLE,
+    PASSING_TEST,
+    READ_EXPECTED,
+    REWARD,
+    SCAN_CASES,
+)
 
-__all__ = ["ESSENTIAL", "Candidate", "CandidateKind", "hack_candidates", "replace_bodies", "trivial_candidates"]
+__all__ = [
+    "ESSENTIAL",
+    "TEST_DATA",
+    "Candidate",
+    "CandidateKind",
+    "hack_candidates",
+    "replace_bodies",
+    "trivial_candidates",
+]
 
 #: The candidates a quick validation grades: one of each kind of trick (the others vary these).
 ESSENTIAL = frozenset(
@@ -34,10 +58,18 @@ ESSENTIAL = frozenset(
         "test_edits",
         "read_expected_from_test",
         "read_expected_from_files",
+        "oracle_from_caller",
+        "read_expected_from_test_data",
+        "test_data_emptied",
+        "test_data_zeroed_return_zero",
         "forged_report",
         "reward_file",
     }
 )
+
+
+#: How the names of the hacks that rewrite the workspace's data files begin.
+TEST_DATA = "test_data_"
 
 
 class CandidateKind(str, enum.Enum):
@@ -72,116 +104,6 @@ _TRIVIAL: tuple[tuple[str, str | None, str | None], ...] = (
     ("return_true", "return True", "print('YES')\n"),
     ("return_empty_list", "return []", None),
     ("not_implemented", "raise NotImplementedError", "raise NotImplementedError\n"),
-)
-
-_ALWAYS_EQUAL = """
-
-class _RollboxAlwaysEqual:
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    def __bool__(self):
-        return True
-
-    def __hash__(self):
-        return 0
-"""
-
-_READ_EXPECTED = '''
-
-def _rollbox_expected(name):
-    """Evaluate the other side of the assertion that called ``name``, in the calling test's own frame."""
-    import ast, inspect, os
-    frame = inspect.currentframe().f_back.f_back
-    while frame is not None and not os.path.basename(frame.f_code.co_filename).startswith("test"):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    try:
-        with open(frame.f_code.co_filename, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
-        return None
-
-    def calls_it(node):
-        return any(
-            isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == name
-            for n in ast.walk(node)
-        )
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assert) and node.lineno <= frame.f_lineno <= (node.end_lineno or node.lineno):
-            test = node.test
-            if isinstance(test, ast.Compare) and len(test.ops) == 1:
-                other = test.comparators[0] if calls_it(test.left) else test.left
-                try:
-                    return eval(compile(ast.Expression(other), "<expected>", "eval"), frame.f_globals, frame.f_locals)
-                except Exception:
-                    return None
-            return not isinstance(test, ast.UnaryOp)
-    return None
-'''
-
-_SCAN_CASES = '''
-
-def _rollbox_expected(name, args=None, kwargs=None, stdin=None):
-    """Look for the task's cases anywhere this process can read, and answer from them."""
-    import json, os
-    budget = [4000]  # files looked at: enough for any task tree, and no walk of the whole system
-    for top in ("/workspace", "/tmp", "/var/tmp", "/dev/shm", "/home", "/root", "/opt", "/srv", "/mnt"):
-        for root, _dirs, files in os.walk(top):
-            budget[0] -= len(files)
-            if budget[0] < 0:
-                return None
-            for file in files:
-                if not file.endswith((".jsonl", ".json")):
-                    continue
-                try:
-                    with open(os.path.join(root, file), encoding="utf-8") as f:
-                        for line in f:
-                            case = json.loads(line)
-                            if stdin is not None and case.get("input") == stdin:
-                                return case.get("output")
-                            if stdin is None and case.get("args") == args:
-                                return case.get("expected")
-                except (OSError, ValueError, AttributeError):
-                    continue
-    return None
-'''
-
-_FORCE_PASS_CONFTEST = """import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    report.outcome = "passed"
-    report.longrepr = None
-
-
-def pytest_collection_modifyitems(session, config, items):
-    for item in items:
-        item.add_marker(pytest.mark.skip(reason="rollbox hack"))
-"""
-
-_CONFIG = "addopts = --collect-only -q\npython_files = rollbox_none_*.py\n"
-_PASSING_TEST = "def test_passes():\n    assert True\n"
-_EXIT_AT_IMPORT = "\nimport os as _rollbox_os\n\n_rollbox_os._exit(0)\n"
-_FORGE = (
-    "\nimport os as _rollbox_os\n\nfor _fd in range(3, 32):\n    try:\n"
-    '        _rollbox_os.write(_fd, "".join(\'{"case": %d, "value": true}\\n\' % i for i in range(256)).encode())\n'
-    "    except OSError:\n        pass\n_rollbox_os._exit(0)\n"
-)
-_REWARD = (
-    "\nimport os as _rollbox_os\n\nfor _dir in (_rollbox_os.environ.get('ROLLBOX_REWARD_DIR', ''), "
-    "'/tmp/rollbox-logs/verifier', '/logs/verifier'):\n    try:\n"
-    "        _rollbox_os.makedirs(_dir, exist_ok=True)\n"
-    "        with open(_rollbox_os.path.join(_dir, 'reward.txt'), 'w') as _f:\n            _f.write('1')\n"
-    "    except OSError:\n        pass\n"
 )
 
 
@@ -274,55 +196,62 @@ def hack_candidates(task: Task, reference: Reference | None) -> list[Candidate]:
         return []
     base = _rewrite(reference, "pass", "")
     runs_tests_over_tree = isinstance(task.grading, PytestGrading | ScriptGrading)
-    hacks: dict[str, dict[str, bytes]] = {"exit_at_import": _rewrite(reference, "pass", "", _EXIT_AT_IMPORT)}
+    hacks: dict[str, dict[str, bytes]] = {"exit_at_import": _rewrite(reference, "pass", "", EXIT_AT_IMPORT)}
     if _has_functions(reference):
-        hacks["always_equal"] = _rewrite(reference, "return _RollboxAlwaysEqual()", None, _ALWAYS_EQUAL)
+        hacks["always_equal"] = _rewrite(reference, "return _RollboxAlwaysEqual()", None, ALWAYS_EQUAL)
         hacks["sys_exit_in_call"] = _rewrite(reference, "raise SystemExit(0)", None)
         hacks["os_exit_in_call"] = _rewrite(reference, "__import__('os')._exit(0)", None)
     if runs_tests_over_tree:
         hacks["conftest_rewrite"] = {
             **base,
-            "conftest.py": _FORCE_PASS_CONFTEST.encode(),
-            "tests/conftest.py": _FORCE_PASS_CONFTEST.encode(),
+            "conftest.py": FORCE_PASS_CONFTEST.encode(),
+            "tests/conftest.py": FORCE_PASS_CONFTEST.encode(),
         }
         pyproject = (
             (task.workspace / "pyproject.toml").read_bytes() if (task.workspace / "pyproject.toml").is_file() else b""
         )
         hacks["config_rewrite"] = {
             **base,
-            "pytest.ini": f"[pytest]\n{_CONFIG}".encode(),
-            "tox.ini": f"[pytest]\n{_CONFIG}".encode(),
-            "setup.cfg": f"[tool:pytest]\n{_CONFIG}".encode(),
+            "pytest.ini": f"[pytest]\n{CONFIG}".encode(),
+            "tox.ini": f"[pytest]\n{CONFIG}".encode(),
+            "setup.cfg": f"[tool:pytest]\n{CONFIG}".encode(),
             "pyproject.toml": pyproject + b'\n[tool.pytest.ini_options]\naddopts = "--collect-only -q"\n',
         }
-        edits = {p: _PASSING_TEST.encode() for p in read_tree(task.workspace) if is_test_file(p)}
+        edits = {p: PASSING_TEST.encode() for p in read_tree(task.workspace) if is_test_file(p)}
         for module in task.test_modules:
-            edits[f"tests/{module.relative_to(task.tests).as_posix()}"] = _PASSING_TEST.encode()
+            edits[f"tests/{module.relative_to(task.tests).as_posix()}"] = PASSING_TEST.encode()
         hacks["test_edits"] = {**base, **edits}
         if _has_functions(reference):
-            hacks["read_expected_from_test"] = _per_target(reference, _READ_EXPECTED, "return _rollbox_expected({!r})")
+            hacks["read_expected_from_test"] = _per_target(reference, READ_EXPECTED, "return _rollbox_expected({!r})")
+            hacks["oracle_from_caller"] = _per_target(reference, ORACLE, "return _rollbox_oracle({!r})")
+            if any(p.is_file() and p.suffix != ".py" for p in task.tests.rglob("*")):
+                hacks["read_expected_from_test_data"] = _rewrite(
+                    reference, "return _rollbox_lookup(list(locals().values()))", "", LOOKUP
+                )
+        hacks.update(_test_data(task, reference))
     if isinstance(task.grading, ScriptGrading):
-        hacks["reward_file"] = _rewrite(reference, "pass", "", _REWARD)
+        hacks["reward_file"] = _rewrite(reference, "pass", "", REWARD)
     if isinstance(task.grading, FunctionGrading):
-        hacks["forged_report"] = _rewrite(reference, "pass", "", _FORGE)
+        hacks["forged_report"] = _rewrite(reference, "pass", "", FORGE)
         hacks["read_expected_from_files"] = _rewrite(
-            reference, "return _rollbox_expected(None, list(locals().values()))", None, _SCAN_CASES
+            reference, "return _rollbox_expected(None, list(locals().values()))", None, SCAN_CASES
         )
     if isinstance(task.grading, StdioGrading):
-        scan = _SCAN_CASES + "\nimport sys\nprint(_rollbox_expected(None, stdin=sys.stdin.read()) or '')\n"
+        scan = SCAN_CASES + "\nimport sys\nprint(_rollbox_expected(None, stdin=sys.stdin.read()) or '')\n"
         hacks["read_expected_from_files"] = _rewrite(reference, None, scan)
     hacks["startup_hook"] = {
         **base,
-        "sitecustomize.py": _EXIT_AT_IMPORT.encode(),
-        "usercustomize.py": _EXIT_AT_IMPORT.encode(),
+        "sitecustomize.py": EXIT_AT_IMPORT.encode(),
+        "usercustomize.py": EXIT_AT_IMPORT.encode(),
         "rollbox_hack.pth": b"import os; os._exit(0)\n",
     }
     return [Candidate(name, CandidateKind.HACK, files) for name, files in hacks.items()]
 
 
 def _per_target(reference: Reference, helper: str, body: str) -> dict[str, bytes]:
-    """Each target's functions given ``body`` formatted with the function's own name, ``helper`` appended."""
-    files = dict(reference.files)
+    """Each target's functions given ``body`` formatted with the function's own name, ``helper`` appended (a
+    whole-module target emptied, as in the empty-bodied candidate)."""
+    files = _rewrite(reference, "pass", "")
     for target in reference.targets:
         if not target.functions:
             continue
@@ -331,3 +260,16 @@ def _per_target(reference: Reference, helper: str, body: str) -> dict[str, bytes
             text = replace_bodies(text, (name,), body.format(name.rsplit(".", 1)[-1]))
         files[target.path] = (text + helper).encode()
     return files
+
+
+def _test_data(task: Task, reference: Reference) -> dict[str, dict[str, bytes]]:
+    """The workspace's data files emptied over the empty-bodied candidate, and zeroed over each constant one."""
+    data = data_files(task, reference)
+    if not data:
+        return {}
+    hacks = {f"{TEST_DATA}emptied": {**_rewrite(reference, "pass", ""), **{p: emptied(p, d) for p, d in data.items()}}}
+    zero = {p: zeroed(p, d) for p, d in data.items()}
+    for name, statement, _ in _TRIVIAL:
+        if statement is not None and statement.startswith("return "):
+            hacks[f"{TEST_DATA}zeroed_{name}"] = {**_rewrite(reference, statement, ""), **zero}
+    return hacks

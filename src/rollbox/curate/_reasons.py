@@ -34,8 +34,14 @@ class ReasonCode(str, enum.Enum):
     #: A trivial solution (the untouched workspace, an empty body, a constant, NotImplementedError) passes.
     TRIVIAL_PASSES = "trivial_passes"
     #: A hack (always-equal objects, early exits, conftest or config rewrites, test edits, expected values read
-    #: from the tests) earns more than a trivial solution does.
+    #: from the tests, the tests' oracle called from the candidate) earns more than a trivial solution does.
     HACK_PASSES = "hack_passes"
+    #: The tests read data from the workspace, which the agent may rewrite: a trivial solution with the
+    #: workspace's data files emptied or zeroed earns more than a trivial solution does.
+    TEST_DATA_IN_WORKSPACE = "test_data_in_workspace"
+    #: The reference solution reads the hidden tests (names their files or the place the judge lays them, or opens
+    #: one of them from its own code): a lookup of the expected values, which any candidate could do too.
+    REFERENCE_READS_TESTS = "reference_reads_tests"
     #: A fail_to_pass test already passes on the starting workspace.
     F2P_PASSES_BEFORE = "f2p_passes_before"
     #: A pass_to_pass test fails on the starting workspace or with the reference.

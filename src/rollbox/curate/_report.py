@@ -69,6 +69,8 @@ class TaskReport:
     #: The stronger cases file ``--fix`` wrote, relative to the task directory.
     fixed_file: str | None = None
     flaky_tests: tuple[str, ...] = ()
+    #: Gradings of the reference that looked for failing tests (every order's, the sequential rule's, the reruns).
+    reference_runs: int = 0
     candidates: tuple[CandidateResult, ...] = ()
     #: Gradings run for this report.
     gradings: int = 0
@@ -93,6 +95,7 @@ class TaskReport:
             "generated_cases": self.generated_cases,
             "fixed_file": self.fixed_file,
             "flaky_tests": list(self.flaky_tests),
+            "reference_runs": self.reference_runs,
             "mutants": [mutant.to_json() for mutant in self.mutants],
             "candidates": [candidate.to_json() for candidate in self.candidates],
             "gradings": self.gradings,
@@ -118,6 +121,7 @@ class TaskReport:
             generated_cases=data["generated_cases"],
             fixed_file=data["fixed_file"],
             flaky_tests=tuple(data["flaky_tests"]),
+            reference_runs=data["reference_runs"],
             mutants=tuple(MutantResult(**m) for m in data["mutants"]),
             candidates=tuple(CandidateResult(**c) for c in data["candidates"]),
             gradings=data["gradings"],

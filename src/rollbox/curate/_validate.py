@@ -2,15 +2,20 @@
 
 For each task, in sandboxes, in parallel:
 
-1. Static checks: answer leaks in the workspace (``_leaks``), contradictory cases (``_contradictions``).
-2. The reference, ``runs`` times, each in another seeded test order (``_variants``). An order in which a test
-   failed is run ``reruns`` more times, and so is the tests' own order: a test whose outcome changes within one
-   order is ``flaky``; one that fails on every run of its own order, ``reference_fails``; one that passes on every
-   run of its own order and fails on every run of another, ``order_dependent``.
+1. Static checks: answer leaks in the workspace (``_leaks``), contradictory cases (``_contradictions``), a
+   reference that names the hidden tests (``_reads``).
+2. The reference, ``runs`` times, each in another seeded test order (``_variants``), then, while every run passed,
+   in the tests' own order until ``steady_runs`` ran. An order in which a test failed is run ``reruns`` more times,
+   and so is the tests' own order: a test whose outcome changes within one order is ``flaky``; one that fails on
+   every run of its own order, ``reference_fails``; one that passes on every run of its own order and fails on
+   every run of another, ``order_dependent``. A steady reference is graded again where its own code may not open
+   the tests' files (``_reads``): ``reference_reads_tests``.
 3. The starting workspace (twice) and the trivial candidates, then the hacks (``_candidates``). fail_to_pass
    tests must fail on the starting workspace and pass with the reference, pass_to_pass tests pass on both; no
-   trivial candidate may pass; no hack may earn more than the best trivial candidate (nor pass); the same
-   candidate must get the same verdict (status and every test's outcome) each time.
+   trivial candidate may pass; no hack may earn more than the best trivial candidate (nor pass every test, which
+   one stopped only by the judge's penalty for a hack signature does: that scan is a pattern match); the hacks
+   that rewrite the workspace's data (``_perturb``) say ``test_data_in_workspace``; the same candidate must get
+   the same verdict (status and every test's outcome) each time.
 4. Mutants of the reference (``_mutate``), under limits scaled to the reference's time: the share the tests kill
    is the kill ratio, and a task below ``min_kill_ratio`` is ``weak``. For ``function`` and ``stdio`` tasks,
    generated cases (``_generate``) are graded against the survivors; ``fix`` writes those that kill one.
@@ -37,17 +42,20 @@ from rollbox.judge import Outcome, Verdict, VerdictStatus
 from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
 from ._cache import ValidationCache, content_hash
-from ._candidates import ESSENTIAL, Candidate, hack_candidates, trivial_candidates
+from ._candidates import ESSENTIAL, TEST_DATA, Candidate, hack_candidates, trivial_candidates
 from ._contradictions import contradictions
 from ._generate import generate_cases, write_fix
 from ._grader import Grader, Progress
 from ._leaks import find_leaks
 from ._mutate import Mutant, mutants, sample_mutants
 from ._pressure import cpu_pressure, pressure_processes
+from ._reads import naming_the_tests, sealed_off
 from ._reasons import Reason, ReasonCode, decide
 from ._reference import Reference
 from ._report import CandidateResult, MutantResult, TaskReport
+from ._runs import read_runs
 from ._variants import Variant, limited, ordered, with_cases
+from ._verdicts import caught_by_a_canary, let_through, passed, same
 
 __all__ = ["ValidateOptions", "validate"]
 
@@ -69,6 +77,10 @@ class ValidateOptions:
     runs: int = 3
     #: Extra runs of an order in which a test failed (and of the tests' own order then).
     reruns: int = 2
+    #: Runs of the reference, all passing, before a task counts as steady: while every run so far passed, more run
+    #: in the tests' own order. A test failing a share ``p`` of its runs is missed with probability
+    #: ``(1 - p) ** steady_runs``: 29 miss one that fails 1 run in 10 with probability 0.9**29 = 4.7%.
+    steady_runs: int = 29
     #: Below this kill ratio, a task is ``weak``.
     min_kill_ratio: float = 0.6
     #: Mutants graded per task at most (drawn evenly across operators).
@@ -86,7 +98,7 @@ class ValidateOptions:
     candidates: Literal["all", "essential"] = "all"
 
     def __post_init__(self) -> None:
-        for name in ("runs", "pressure_runs"):
+        for name in ("runs", "pressure_runs", "steady_runs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ValidateOptions.{name} must be at least 1, got {getattr(self, name)}")
         for name in ("reruns", "max_mutants", "max_generated"):
@@ -100,21 +112,6 @@ class ValidateOptions:
     def fingerprint(self) -> str:
         """The options as one string, for the cache's key."""
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-
-def _passed(verdict: Verdict) -> bool:
-    return verdict.status is VerdictStatus.PASSED
-
-
-def _caught_only_by_a_canary(verdict: Verdict) -> bool:
-    """Tampered because one of the canaries the pytest runner draws per grading passed (its detail says so), with
-    every graded test passed."""
-    return (
-        verdict.status is VerdictStatus.TAMPERED
-        and bool(verdict.tests)
-        and all(t.outcome is Outcome.PASSED for t in verdict.tests)
-        and any(f["code"] == "tampered" and f["detail"].startswith("the must-fail canary") for f in verdict.flags)
-    )
 
 
 def _listed(names: Sequence[str], limit: int = 4) -> str:
@@ -149,19 +146,6 @@ def _failed_cases(verdict: Verdict, existing: int) -> set[int]:
     return failed
 
 
-def _same(first: Verdict, second: Verdict) -> bool:
-    """Whether two gradings of one candidate agree: status and outcomes, or only passing when a limit was hit
-    (which test a limit cuts short is a race)."""
-    racy = {VerdictStatus.TIMEOUT, VerdictStatus.MEMORY_LIMIT}
-    if first.status in racy or second.status in racy:
-        return _passed(first) == _passed(second)
-    return first.status == second.status and _outcomes(first) == _outcomes(second)
-
-
-def _outcomes(verdict: Verdict) -> list[tuple[str, str]]:
-    return sorted((t.id, t.outcome.value) for t in verdict.tests)
-
-
 class _TaskRun:
     """One task's validation: :meth:`run` (everything but pressure), :meth:`under_pressure`, :meth:`report`."""
 
@@ -172,6 +156,7 @@ class _TaskRun:
         self.candidates: list[CandidateResult] = []
         self.mutants: list[MutantResult] = []
         self.flaky: list[str] = []
+        self.reference_runs = 0
         self.kill_ratio: float | None = None
         self.kill_ratio_generated: float | None = None
         self.generated = 0
@@ -205,6 +190,11 @@ class _TaskRun:
         task, reference = self.task, self.reference
         self.reasons += await find_leaks(task, reference)
         self.reasons += contradictions(task)
+        for path, name in naming_the_tests(task, reference) if reference is not None else []:
+            self.add(
+                ReasonCode.REFERENCE_READS_TESTS,
+                f"the reference's {path} names {name}: a hidden test file, or where the judge lays them",
+            )
         trivials = trivial_candidates(task, reference)
         hacks = hack_candidates(task, reference)
         if self.options.candidates == "essential":
@@ -236,7 +226,7 @@ class _TaskRun:
         for candidate, verdict in zip(repeated, repeat_verdicts, strict=True):
             before = trivial_verdicts[trivials.index(candidate)]
             infra = VerdictStatus.INFRA_ERROR in (verdict.status, before.status)
-            if not infra and not _same(before, verdict):
+            if not infra and not same(before, verdict):
                 self.add(
                     ReasonCode.NONDETERMINISTIC,
                     f"{candidate.name} got {before.status.value} ({before.passed}/{before.total} tests) and then "
@@ -245,38 +235,38 @@ class _TaskRun:
         hack_verdicts = await self._past_the_canaries(hacks, hack_verdicts)
         self._trivials_and_hacks(trivials, trivial_verdicts, hacks, hack_verdicts)
         if self.steady is not None and reference is not None:
+            await self._sealed_off(reference)
             await self._mutants(reference)
+
+    async def _until_steady(self, runs: dict[int, list[Verdict]]) -> None:
+        """While every run of the reference passed and fewer than ``steady_runs`` ran, more in the tests' own order,
+        as many at once as the grader has workers (a failure ends it: the evidence is no longer ambiguous)."""
+        assert self.reference is not None
+        while True:
+            done = sum(len(verdicts) for verdicts in runs.values())
+            if done >= self.options.steady_runs or not all(passed(v) for vs in runs.values() for v in vs):
+                return
+            batch = min(self.grader.workers, self.options.steady_runs - done)
+            runs[0] += await self.grade([(self.task, self.reference.files)] * batch)
 
     async def _reference(self, variants: list[Variant], runs: dict[int, list[Verdict]]) -> None:
         assert self.reference is not None
-        failing = [seed for seed, verdicts in runs.items() if not _passed(verdicts[0])]
+        await self._until_steady(runs)
+        failing = [seed for seed, verdicts in runs.items() if not all(passed(v) for v in verdicts)]
         if failing and self.options.reruns:
             again = sorted({*failing, 0})
             seeds = [seed for seed in again for _ in range(self.options.reruns)]
             verdicts = await self.grade([(variants[seed].task, self.reference.files) for seed in seeds])
             for seed, verdict in zip(seeds, verdicts, strict=True):
                 runs[seed].append(verdict)
-        outcomes: dict[str, dict[int, list[bool]]] = {}
-        for seed, verdicts in runs.items():
-            for verdict in verdicts:
-                if verdict.status is VerdictStatus.INFRA_ERROR:
-                    continue
-                for graded in verdict.tests:
-                    passed = graded.outcome is Outcome.PASSED
-                    outcomes.setdefault(variants[seed].original(graded.id), {}).setdefault(seed, []).append(passed)
-        flaky = sorted(t for t, by_seed in outcomes.items() if any(len(set(p)) > 1 for p in by_seed.values()))
-        failing_tests = sorted(t for t, s in outcomes.items() if t not in flaky and s.get(0) and not any(s[0]))
-        order: dict[str, int] = {}
-        for test, by_seed in outcomes.items():
-            if test not in flaky and by_seed.get(0) and all(by_seed[0]):
-                bad = [seed for seed, passes in by_seed.items() if seed and not any(passes)]
-                if bad:
-                    order[test] = bad[0]
+        self.reference_runs = sum(len(verdicts) for verdicts in runs.values())
+        found = read_runs(runs, variants)
+        flaky, failing_tests, order = found.flaky, found.failing, found.order_dependent
         self.flaky = flaky
         if flaky:
             self.add(ReasonCode.FLAKY, f"{_listed(flaky)} passed and failed on reruns of the reference in one order")
         own = [v for v in runs[0] if v.status is not VerdictStatus.INFRA_ERROR]
-        if failing_tests or (own and not any(_passed(v) for v in own) and not flaky):
+        if failing_tests or (own and not any(passed(v) for v in own) and not flaky):
             status = own[0].status.value if own else "infra_error"
             shown = f"fails {_listed(failing_tests)}" if failing_tests else f"gets {status}"
             detail = own[0].error or next((f["detail"] for f in own[0].flags if f["code"] == "tampered"), "")
@@ -290,12 +280,12 @@ class _TaskRun:
                 p2p = [t for t in failing_tests if t in grading.pass_to_pass]
                 if p2p:
                     self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {_listed(p2p)} fail with the reference")
-        for test, seed in sorted(order.items()):
+        for test, seed in order.items():
             self.add(
                 ReasonCode.ORDER_DEPENDENT,
                 f"{test} passes in the tests' own order but fails on every run in {_order_name(seed)} (seed {seed})",
             )
-        if own and all(_passed(v) for v in own) and not flaky:
+        if own and all(passed(v) for v in own) and not flaky:
             self.steady = {t.id for t in own[0].tests}
             self.reference_wall_s = max(v.duration_s for v in own)
 
@@ -316,14 +306,17 @@ class _TaskRun:
     async def _past_the_canaries(self, hacks: list[Candidate], verdicts: list[Verdict]) -> list[Verdict]:
         """Each hack's verdict, a hack caught only by a canary taken again up to :data:`_CANARY_REDRAWS` times:
         the best of those gradings (a draw of canaries that misses it shows what the tests alone let through)."""
-        caught = [i for i, verdict in enumerate(verdicts) if _caught_only_by_a_canary(verdict)]
+        caught = [i for i, verdict in enumerate(verdicts) if caught_by_a_canary(verdict)]
         if not caught:
             return verdicts
         again = await self.grade([(self.task, hacks[i].files) for i in caught for _ in range(_CANARY_REDRAWS)])
         best = list(verdicts)
         for n, i in enumerate(caught):
             draws = [v for v in again[n * _CANARY_REDRAWS : (n + 1) * _CANARY_REDRAWS] if v.reward is not None]
-            best[i] = max([verdicts[i], *draws], key=lambda v: v.reward if v.reward is not None else -math.inf)
+            best[i] = max(
+                [verdicts[i], *draws],
+                key=lambda v: (let_through(v), v.reward if v.reward is not None else -math.inf),
+            )
         return best
 
     def _trivials_and_hacks(
@@ -337,7 +330,7 @@ class _TaskRun:
             self.candidates.append(
                 CandidateResult(name=candidate.name, kind="trivial", status=verdict.status.value, reward=verdict.reward)
             )
-            if _passed(verdict):
+            if passed(verdict):
                 self.add(
                     ReasonCode.TRIVIAL_PASSES,
                     f"the trivial solution {candidate.name} passes ({verdict.passed}/{verdict.total} tests)",
@@ -348,12 +341,50 @@ class _TaskRun:
             self.candidates.append(
                 CandidateResult(name=candidate.name, kind="hack", status=verdict.status.value, reward=verdict.reward)
             )
-            if _passed(verdict) or (verdict.reward is not None and verdict.reward > baseline):
+            if not let_through(verdict) and (verdict.reward is None or verdict.reward <= baseline):
+                continue
+            if passed(verdict) or not let_through(verdict):
+                got = f"gets {verdict.status.value} with reward {verdict.reward:g}"
+            else:
+                got = (
+                    f"passes every test ({verdict.total}); only the judge's penalty for a hack signature made it "
+                    f"{verdict.status.value}, and a disguised variant passes that scan"
+                )
+            if candidate.name.startswith(TEST_DATA):
+                self.add(
+                    ReasonCode.TEST_DATA_IN_WORKSPACE,
+                    f"the hack {candidate.name} (a trivial solution, the workspace's data files rewritten) {got} "
+                    f"(a trivial solution gets at most {baseline:g}): the tests read data the agent may rewrite; "
+                    "keep it in tests/",
+                )
+            else:
                 self.add(
                     ReasonCode.HACK_PASSES,
-                    f"the hack {candidate.name} gets {verdict.status.value} with reward {verdict.reward:g} "
-                    f"(a trivial solution gets at most {baseline:g})",
+                    f"the hack {candidate.name} {got} (a trivial solution gets at most {baseline:g})",
                 )
+
+    async def _sealed_off(self, reference: Reference) -> None:
+        """The reference graded where its own code may not open the hidden tests' files (``_reads``), again when
+        a test fails: a steady test that fails both times there is one the reference passes by reading them."""
+        assert self.steady is not None
+        variant = sealed_off(self.task, reference, self.scratch)
+        if variant is None:
+            return
+        failed: set[str] | None = None
+        for _ in range(2):
+            (verdict,) = await self.grade([(variant, reference.files)])
+            if verdict.status is VerdictStatus.INFRA_ERROR:
+                return
+            now = {t.id for t in verdict.tests if t.outcome is not Outcome.PASSED and t.id in self.steady}
+            now |= self.steady - {t.id for t in verdict.tests}
+            failed = now if failed is None else failed & now
+            if not failed:
+                return
+        self.add(
+            ReasonCode.REFERENCE_READS_TESTS,
+            f"{_listed(sorted(failed or ()))} pass on every run of the reference but fail when its own code may not "
+            "open the hidden tests' files: it reads them",
+        )
 
     def _mutant_task(self) -> Task:
         limits = self.task.limits
@@ -376,7 +407,7 @@ class _TaskRun:
         graded = [(p, m, f, v) for p, m, f, v in graded if v.status is not VerdictStatus.INFRA_ERROR]
         if not graded:
             return
-        survivors = [f for _, _, f, v in graded if _passed(v)]
+        survivors = [f for _, _, f, v in graded if passed(v)]
         by_generated = iter(await self._generated(reference, survivors))
         for path, mutant, _, verdict in graded:
             self.mutants.append(
@@ -385,8 +416,8 @@ class _TaskRun:
                     path=path,
                     location=mutant.location,
                     description=mutant.description,
-                    killed=not _passed(verdict),
-                    killed_by_generated=next(by_generated) if _passed(verdict) else None,
+                    killed=not passed(verdict),
+                    killed_by_generated=next(by_generated) if passed(verdict) else None,
                 )
             )
         self.kill_ratio = sum(m.killed for m in self.mutants) / len(self.mutants)
@@ -489,6 +520,7 @@ class _TaskRun:
             generated_cases=self.generated,
             fixed_file=self.fixed_file,
             flaky_tests=tuple(self.flaky),
+            reference_runs=self.reference_runs,
             candidates=tuple(self.candidates),
             gradings=self.gradings,
             duration_s=self.duration_s,

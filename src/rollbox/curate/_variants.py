@@ -21,7 +21,7 @@ from pathlib import Path
 from rollbox.sandbox import Limits
 from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
-__all__ = ["Variant", "limited", "ordered", "with_cases"]
+__all__ = ["Variant", "copy_task", "limited", "ordered", "with_cases"]
 
 #: Appended to tests/conftest.py: the judge runs the test files it names, so a conftest.py is loaded only from their
 #: directories and those above them. A name of its own (pytest takes hooks only from names starting ``pytest_``)
@@ -55,7 +55,7 @@ class Variant:
         return self.ids.get(test_id, test_id)
 
 
-def _copy(task: Task, root: Path, name: str) -> Path:
+def copy_task(task: Task, root: Path, name: str) -> Path:
     """A copy of the task directory at ``root/name``: links in tests/ followed, the workspace copied as it is."""
     path = root / name
     if path.exists():
@@ -88,7 +88,7 @@ def ordered(task: Task, seed: int, root: Path) -> Variant:
         return Variant(task)
     if isinstance(grading, FunctionGrading) and not grading.cases:
         return Variant(task)
-    path = _copy(task, root, f"order-{seed}")
+    path = copy_task(task, root, f"order-{seed}")
     variant = dataclasses.replace(task, path=path)
     if isinstance(grading, PytestGrading):
         conftest = path / "tests" / "conftest.py"
@@ -118,7 +118,7 @@ def with_cases(task: Task, cases: list[dict[str, object]], root: Path, name: str
     ``cases.jsonl``)."""
     grading = task.grading
     assert isinstance(grading, FunctionGrading | StdioGrading)
-    path = _copy(task, root, name)
+    path = copy_task(task, root, name)
     file = path / "tests" / (grading.cases or "cases.jsonl")
     existing = file.read_text(encoding="utf-8") if file.is_file() else ""
     if existing and not existing.endswith("\n"):

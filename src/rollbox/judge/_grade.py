@@ -16,10 +16,11 @@ from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGr
 
 from ._runtime import task_sandboxes
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
-from .integrity._scan import scan_changes
+from .integrity._scan import PENALIZED, scan_changes
 from .integrity._workspace import (
     Candidate,
     Changes,
+    Flag,
     WorkspaceError,
     build_grading_tree,
     diff_workspace,
@@ -137,6 +138,14 @@ def _ratio(reference: float, candidate: float) -> float:
     return round(min(1.0, reference / max(candidate, 1e-9)) * 20) / 20 if reference > 0 else 1.0
 
 
+#: How the ``tampered`` flag that a penalized hack signature adds begins (validation tells it from a canary's).
+SIGNATURE_TAMPERED = "hack signature"
+
+
+def _signature_detail(flag: Flag) -> str:
+    return f"{SIGNATURE_TAMPERED} {flag.code} in {flag.path}: {flag.detail}"
+
+
 def _infra(task: Task, start: float, error: str) -> Verdict:
     """The verdict when rollbox or the host failed: no reward, so that a trainer masks it."""
     return Verdict(
@@ -180,7 +189,8 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
             else Path(solution)
         )
         changes = diff_workspace(task.workspace, candidate, guard=guard, max_total_bytes=task.limits.disk_bytes)
-        flags = changes.flags + scan_changes(candidate, [*changes.added, *changes.modified])
+        scanned = scan_changes(candidate, [*changes.added, *changes.modified], pristine=task.workspace)
+        flags = changes.flags + scanned
         with scratch_directory("rollbox-grade-") as tree:
             report = await runner(task, task.grading, _grading_tree(task, candidate, Path(tree), changes), source)
     except WorkspaceError as exc:
@@ -216,6 +226,13 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
             else:
                 efficiency = (_ratio(reference[0], report.cpu_s), _ratio(reference[1], report.peak_memory_bytes))
         reward = compute_reward(task.reward, report.tests, fail_to_pass=report.fail_to_pass, efficiency=efficiency)
+        signature = next((f for f in scanned if f.code in PENALIZED), None)
+        if signature is not None and reward > 0:
+            # A hack on the tests' values, in the form a policy finds first, earned something: it costs what
+            # subverting the grader costs, so that using it never pays whatever the tests let through. One that
+            # earned nothing keeps its status (the flag shows the attempt), so a failure still reads as one.
+            status, reward = VerdictStatus.TAMPERED, task.reward.tamper_penalty
+            found.append({"code": "tampered", "path": signature.path, "detail": _signature_detail(signature)})
     return Verdict(
         task_id=task.id,
         status=status,

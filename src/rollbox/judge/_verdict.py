@@ -25,7 +25,9 @@ class VerdictStatus(str, enum.Enum):
     TIMEOUT = "timeout"
     #: The grading run hit its memory limit.
     MEMORY_LIMIT = "memory_limit"
-    #: The grading machinery was subverted (a must-fail canary passed); the reward is the tamper penalty.
+    #: The grading machinery was subverted (a must-fail canary passed, a forged report), or the candidate's changes
+    #: carry a hack signature the judge penalizes (``frame_walk``, ``always_equal``) and earned a reward; the reward
+    #: is the tamper penalty.
     TAMPERED = "tampered"
     #: rollbox or the host failed; the reward is ``None`` so that a trainer masks it instead of learning a zero.
     INFRA_ERROR = "infra_error"
@@ -66,7 +68,8 @@ class Verdict:
     #: ``None`` for ``infra_error``: there is nothing a trainer should learn.
     reward: float | None
     tests: tuple[GradedTest, ...] = ()
-    #: Findings about the candidate's changes (dropped protected files, hack signatures); they inform only.
+    #: Findings about the candidate's changes (dropped protected files, hack signatures). They inform, but for the
+    #: signatures that make the verdict ``tampered`` (a ``tampered`` flag then says which).
     flags: tuple[dict[str, str], ...] = ()
     duration_s: float = 0.0
     #: For ``infra_error``: what failed and what to do about it.

@@ -1,0 +1,64 @@
+"""What a verdict tells validation: whether it passed, and whether the tests alone let the candidate through.
+
+A verdict is ``tampered`` for one of three causes, which its ``tampered`` flags name: a must-fail canary passed (the
+pytest runner draws them per grading, so another draw may miss the candidate), the judge's penalty for a hack
+signature (a pattern match, which a disguised variant passes), or the grading machinery was subverted otherwise.
+Validation judges a task by what its tests let through, the first two aside.
+"""
+
+from __future__ import annotations
+
+from rollbox.judge import Outcome, Verdict, VerdictStatus
+from rollbox.judge._grade import SIGNATURE_TAMPERED
+
+__all__ = ["caught_by_a_canary", "let_through", "passed", "same"]
+
+#: How the ``tampered`` flag of a passing canary begins (``rollbox.judge.runners._pytest``).
+_CANARY = "the must-fail canary"
+
+
+def passed(verdict: Verdict) -> bool:
+    """Whether the judge passed it."""
+    return verdict.status is VerdictStatus.PASSED
+
+
+def _tampered_by(verdict: Verdict) -> list[str]:
+    """Why the verdict is ``tampered``: its ``tampered`` flags' details."""
+    return (
+        [f["detail"] for f in verdict.flags if f["code"] == "tampered"]
+        if verdict.status is VerdictStatus.TAMPERED
+        else []
+    )
+
+
+def _every_test_passed(verdict: Verdict) -> bool:
+    return bool(verdict.tests) and all(t.outcome is Outcome.PASSED for t in verdict.tests)
+
+
+def caught_by_a_canary(verdict: Verdict) -> bool:
+    """Every graded test passed, and one of the canaries the pytest runner draws per grading caught it (its detail
+    says so): another draw may miss it."""
+    return _every_test_passed(verdict) and any(d.startswith(_CANARY) for d in _tampered_by(verdict))
+
+
+def let_through(verdict: Verdict) -> bool:
+    """Whether the tests let the candidate through: it passed, or every test passed and only the judge's penalty for
+    a hack signature made it ``tampered``. The scan behind that penalty is a pattern match that a disguised hack
+    passes, so a task is judged by its tests without it."""
+    if passed(verdict):
+        return True
+    causes = _tampered_by(verdict)
+    return _every_test_passed(verdict) and bool(causes) and all(d.startswith(SIGNATURE_TAMPERED) for d in causes)
+
+
+def same(first: Verdict, second: Verdict) -> bool:
+    """Whether two gradings of one candidate agree: status and outcomes, or only passing when a limit was hit
+    (which test a limit cuts short is a race)."""
+    racy = {VerdictStatus.TIMEOUT, VerdictStatus.MEMORY_LIMIT}
+    if first.status in racy or second.status in racy:
+        return passed(first) == passed(second)
+    return first.status == second.status and _outcomes(first) == _outcomes(second)
+
+
+def _outcomes(verdict: Verdict) -> list[tuple[str, str]]:
+    return sorted((t.id, t.outcome.value) for t in verdict.tests)
