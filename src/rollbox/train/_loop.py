@@ -108,6 +108,8 @@ class TrainResult:
     timings: list[dict[str, float]]
     #: Per arm: each task's final distribution over its actions (name -> probability); empty for a model.
     final: dict[str, dict[str, dict[str, float]]]
+    #: Per arm: the learned policy (empty for a model).
+    policies: dict[str, PoolPolicy] = field(default_factory=dict)
     report: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -301,4 +303,5 @@ async def train(
         timings.append(timing)
         for arm in ARMS:
             arms[arm].append(IterationStats.of([r for r in rollouts if r.arm == arm]))
-    return TrainResult(run_id=config.run_id, arms=arms, timings=timings, final=loop.final())
+    policies = loop.policies if config.policy == "pool" else {}
+    return TrainResult(run_id=config.run_id, arms=arms, timings=timings, final=loop.final(), policies=policies)
