@@ -106,11 +106,14 @@ def test_rollbox_train_end_to_end_json_determinism_and_the_judges_rewards(tmp_pa
     page = report.read_text()
     assert page.count("<svg") == 4 and "naive arm" in page and "rollbox arm" in page
     assert "validating 3 tasks" in first.stderr and "iteration 2/2" in first.stderr
+    # The stdio problem's cases kill too few mutants of its reference: validation refuses it, and says why.
+    assert "humaneval: 2 of 2 admitted" in first.stderr
+    assert "stdio: 0 of 1 admitted, 0 used; refused: weak_tests 1" in first.stderr
 
     # The rollbox arm's reward is the judge's verdict, rollout by rollout; the judge grading the same files
     # again gives the same reward; the reward mean printed is theirs.
     rows = [json.loads(line) for line in (report.parent / "rollouts.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 2 * 3 * 3  # iterations x arms x tasks x samples
+    assert len(rows) == 2 * 2 * 2 * 3  # iterations x arms x admitted tasks x samples
     ours = [r for r in rows if r["arm"] == "rollbox"]
     assert all(r["reward"] == r["judge_reward"] for r in ours)
     assert all(r["reward"] == r["naive_reward"] for r in rows if r["arm"] == "naive")
@@ -151,7 +154,7 @@ def test_infrastructure_failures_are_masked_counted_and_never_learned_from(tmp_p
     (good,) = _humaneval(tmp_path, 2)
     broken = _broken_runtime(_humaneval(tmp_path, 0)[0], tmp_path / "broken")
     tasks = [load_task(good), load_task(broken)]
-    config = TrainConfig(iterations=2, samples=3, max_attempts=1, run_id="masked")
+    config = TrainConfig(iterations=2, samples=8, max_attempts=1, run_id="masked")
 
     async def go() -> Any:
         async with Scheduler(JobStore(store_path(home)), runs=["masked"], home=home) as scheduler:
@@ -160,10 +163,10 @@ def test_infrastructure_failures_are_masked_counted_and_never_learned_from(tmp_p
     result = asyncio.run(go())
     for arm in ARMS:
         for stats in result.arms[arm]:
-            assert stats.infra_errors == 3 and stats.rollouts == 6  # the broken task's three, every iteration
+            assert stats.infra_errors == 8 and stats.rollouts == 16  # the broken task's eight, every iteration
     rows = [json.loads(line) for line in (home / "runs" / "masked" / "rollouts.jsonl").read_text().splitlines()]
     broken_rows = [r for r in rows if r["task_id"] == "broken-runtime"]
-    assert len(broken_rows) == 2 * 2 * 3
+    assert len(broken_rows) == 2 * 2 * 8
     assert all(r["masked"] and r["reward"] is None and r["status"] == "infra_error" for r in broken_rows)
     good_rows = [r for r in rows if r["task_id"] != "broken-runtime"]
     assert not any(r["masked"] for r in good_rows)

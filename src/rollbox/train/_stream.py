@@ -49,13 +49,13 @@ class StreamSpec:
     """Which tasks the stream offers, and how they are checked."""
 
     #: HumanEval problems (the first N).
-    humaneval: int = 20
+    humaneval: int = 24
     #: stdio problems (at most the six shipped).
     stdio: int = 6
     #: Packages to synthesize repository tasks from (``name==version``).
     packages: tuple[str, ...] = ("toolz==1.2.0",)
     #: Repository tasks taken from each package (the first N synthesis admitted, by name).
-    repo_tasks: int = 4
+    repo_tasks: int = 2
     #: Mutants synthesis grades per package (each kept bug becomes a task).
     synth_mutants: int = 6
     #: How HumanEval and stdio tasks are validated (no CPU-pressure phase, no generated cases: minutes, not hours).
