@@ -55,7 +55,9 @@ def _chart(title: str, series: Mapping[str, list[float | None]], unit_range: boo
         drawn = [(x(i), y(v)) for i, v in enumerate(values) if v is not None]
         if drawn:
             path = " ".join(f"{'M' if j == 0 else 'L'}{px:.1f},{py:.1f}" for j, (px, py) in enumerate(drawn))
-            parts.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2.5"/>')
+            # The second arm's line is dashed: where the arms agree, both stay visible.
+            dash = ' stroke-dasharray="7 4"' if index else ""
+            parts.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2.5"{dash}/>')
             parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{colour}"/>' for px, py in drawn]
         legend_x = _PAD + 10 + index * 120
         parts.append(
