@@ -64,7 +64,8 @@ class IterationStats:
     true_pass_rate: float | None
     #: The share that were reward hacks.
     hack_rate: float | None
-    #: Rollouts masked because rollbox or the host failed (never counted as 0).
+    #: Rollouts masked (never counted as 0): rollbox or the host failed past the job's attempts, or the job ended
+    #: without a result (the model's server refused every request).
     infra_errors: int
     rollouts: int
 
