@@ -199,7 +199,7 @@ def test_doctor_json_says_everything_works_here() -> None:
 
 def test_help_teaches() -> None:
     top = rollbox("--help").stdout
-    for command in ("exec", "grade", "eval humaneval", "doctor", "demo"):
+    for command in ("train", "exec", "grade", "eval humaneval", "doctor", "tour"):
         assert f"rollbox {command}" in top
     exec_help = rollbox("exec", "--help").stdout
     for flag in (

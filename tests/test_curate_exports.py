@@ -27,6 +27,7 @@ def test_curate_exports() -> None:
             "TaskReport",
             "ValidateOptions",
             "ValidationCache",
+            "candidate_pool",
             "content_hash",
             "mutants",
             "render_html",

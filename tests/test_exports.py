@@ -143,6 +143,7 @@ def test_layers_import_only_downwards() -> None:
         "curate": {"judge", "tasks", "sandbox"},
         "env": {"judge", "tasks", "sandbox"},
         "scheduler": {"env", "curate", "judge", "tasks", "sandbox"},
+        "train": {"scheduler", "env", "curate", "judge", "tasks", "sandbox"},
         "client": {"judge", "tasks", "sandbox"},  # data types only; never the server it talks to
     }
     allowed = {layer: may | ({"telemetry"} if layer != "telemetry" else set()) for layer, may in below.items()}

@@ -1,4 +1,4 @@
-"""``rollbox demo``: a short tour — the machine's isolation, commands and contained attacks, and a judge that
+"""``rollbox tour``: a short tour — the machine's isolation, commands and contained attacks, and a judge that
 reward hacks do not fool."""
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ _RUNS: list[tuple[str, list[str]]] = [
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``demo`` subcommand."""
-    p = commands.add_parser("demo", help="a short tour: isolation checks, contained attacks, a judge hacks do not fool")
+    """Add the ``tour`` subcommand."""
+    p = commands.add_parser("tour", help="a short tour: isolation checks, contained attacks, a judge hacks do not fool")
     p.set_defaults(run=_run)
 
 

@@ -25,6 +25,7 @@ from . import (
     _serve,
     _tasks,
     _top,
+    _train,
     _validate,
 )
 
@@ -33,6 +34,8 @@ rollbox runs untrusted code in kernel-isolated sandboxes and turns what really h
 can train on.
 
 examples:
+  rollbox train                                    the loop: a validated task stream, rollouts through the
+                                                   scheduler, GRPO, a naive grader's arm beside the judge's
   rollbox doctor                                   what isolation works on this machine
   rollbox exec -- python3 -c 'print(42)'           run one command in a fresh sandbox
   rollbox exec --json --memory 256M --timeout 5 --file solve.py:solve.py -- python3 solve.py
@@ -44,7 +47,7 @@ examples:
   rollbox env build tasks/numpy-task               build the runtime layer a task runs in (env list, env gc)
   rollbox episode tasks/add --policy reference     run one agent episode, turn by turn
   rollbox run tasks/ --samples 4 --run-id r1       (task, sample) jobs, durable and resumable; rollbox jobs, runs
-  rollbox demo                                     a tour, including a contained attack
+  rollbox tour                                     a tour, including a contained attack
   rollbox serve                                    the HTTP service (SandboxFusion-compatible) and dashboard
   rollbox report RUN_ID                            a run's HTML report
   rollbox top                                      a service's live figures in the terminal
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         _validate,
         _env,
         _episode,
+        _train,
         _run,
         _jobs,
         _doctor,

@@ -11,6 +11,7 @@ from ._candidates import Candidate, CandidateKind
 from ._grader import Progress
 from ._html import render_html
 from ._mutate import Mutant, Operator, mutants
+from ._pool import candidate_pool
 from ._pypi import SynthError
 from ._reasons import Decision, Reason, ReasonCode
 from ._report import CandidateResult, MutantResult, TaskReport
@@ -35,6 +36,7 @@ __all__ = [
     "TaskReport",
     "ValidateOptions",
     "ValidationCache",
+    "candidate_pool",
     "content_hash",
     "mutants",
     "render_html",

@@ -141,6 +141,12 @@ def register_kind(name: str, target: str) -> None:
     _loaded.pop(name, None)
 
 
+def kind_target(name: str) -> str | None:
+    """The ``module:attribute`` a kind is registered by here (``None`` for an unknown name): a job sent to
+    another process carries it, so that a kind registered in the driver is found there too."""
+    return _KINDS.get(name)
+
+
 def kind_names() -> list[str]:
     """The names of the kinds known here."""
     return sorted(_KINDS)

@@ -16,7 +16,7 @@ from rollbox import telemetry
 
 from ._episode_kind import API_KEY_VARIABLE
 from ._errors import PayloadError, SchedulerError
-from ._kinds import JobContext, Outcome, failed_attempt, get_kind, own_cancellation
+from ._kinds import JobContext, Outcome, failed_attempt, get_kind, kind_target, own_cancellation, register_kind
 from ._model import Job
 from ._placement import Capacity
 from ._pools import ElasticSandboxes
@@ -65,6 +65,8 @@ class NodeActor:
         )
         with telemetry.recording(buffer):
             try:
+                if job.get("target") and kind_target(job["kind"]) != job["target"]:
+                    register_kind(job["kind"], job["target"])
                 outcome = await get_kind(job["kind"]).run(job["payload"], context)
             except PayloadError as exc:
                 return {"payload_error": str(exc), "events": buffer.events}
@@ -111,6 +113,8 @@ class RayWorker:
             "attempt": job.attempts,
             "run_id": job.run_id,
             "kind": job.kind,
+            # A kind registered in the driver (rollbox.train's rollout) is registered on the node from its name.
+            "target": kind_target(job.kind),
             "payload": job.payload,
         }
         try:

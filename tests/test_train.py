@@ -1,0 +1,225 @@
+"""The loop, end to end with real sandboxes, the real scheduler and the real judge: the JSON it prints, its
+determinism by seed, the rollbox arm's rewards against the judge's own verdicts, infrastructure failures masked
+(never counted as 0), and a served model (a scripted OpenAI-compatible server on loopback) through the same loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rollbox.train
+from rollbox.judge import grade
+from rollbox.scheduler import JobStore, Scheduler, store_path
+from rollbox.tasks import humaneval_tasks, load_task
+from rollbox.train import ARMS, PoolPolicy, Sample, TrainConfig, action_pool, train
+from test_policy import Server, tool_call
+
+ROLLBOX = [sys.executable, "-m", "rollbox"]
+
+
+def test_train_exports() -> None:
+    assert sorted(rollbox.train.__all__) == sorted(
+        [
+            "ARMS",
+            "Action",
+            "ActionKind",
+            "IterationStats",
+            "NaiveCheck",
+            "PoolPolicy",
+            "Progress",
+            "Rollout",
+            "RolloutKind",
+            "Sample",
+            "TrainConfig",
+            "TrainResult",
+            "action_pool",
+            "naive_check",
+            "rollout_payload",
+            "train",
+        ]
+    )
+    for name in rollbox.train.__all__:
+        assert hasattr(rollbox.train, name)
+
+
+def test_grpo_moves_mass_to_what_the_group_rewarded_and_ignores_masked_samples() -> None:
+    policy = PoolPolicy({"t": ["reference", "return_none", "always_equal"]}, learning_rate=1.0)
+    before = policy.probabilities("t")
+    assert before == pytest.approx([1 / 3] * 3)
+    policy.update({"t": [Sample(0, 1.0), Sample(1, 0.0), Sample(2, 0.0), Sample(2, None)]})
+    after = policy.probabilities("t")
+    assert after[0] > before[0] and after[1] < before[1] and sum(after) == pytest.approx(1.0)
+    # The masked sample changed nothing: the same update without it gives the same numbers.
+    again = PoolPolicy({"t": ["reference", "return_none", "always_equal"]}, learning_rate=1.0)
+    again.update({"t": [Sample(0, 1.0), Sample(1, 0.0), Sample(2, 0.0)]})
+    assert again.probabilities("t") == after
+    # Equal rewards, or a group with one graded sample, carry no signal.
+    flat = PoolPolicy({"t": ["a", "b"]})
+    flat.update({"t": [Sample(0, 1.0), Sample(1, 1.0)]})
+    flat.update({"t": [Sample(0, 1.0), Sample(1, None)]})
+    assert flat.theta["t"] == [0.0, 0.0] and flat.shared == {"a": 0.0, "b": 0.0}
+
+
+def test_a_shared_family_carries_what_one_task_taught_to_another() -> None:
+    policy = PoolPolicy({"t1": ["reference", "always_equal"], "t2": ["reference", "always_equal"]}, learning_rate=2.0)
+    policy.update({"t1": [Sample(0, 0.0), Sample(1, 1.0)]})  # a grader that rewards the hack, on t1 only
+    assert policy.probabilities("t2")[1] > 0.5
+
+
+def _humaneval(root: Path, *numbers: int) -> list[Path]:
+    found = humaneval_tasks(root / "humaneval")
+    return [found[f"HumanEval/{n}"] for n in numbers]
+
+
+def _rollbox(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ROLLBOX_HOME": str(home)}
+    return subprocess.run([*ROLLBOX, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_rollbox_train_end_to_end_json_determinism_and_the_judges_rewards(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    common = ["train", "--humaneval", "2", "--stdio", "1", "--package", "", "--iterations", "2", "--samples", "3"]
+    first = _rollbox(home, *common, "--seed", "7", "--run-id", "a", "--json")
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)  # stdout holds the one object, and nothing else
+    assert set(summary) == {"arms", "report"} and set(summary["arms"]) == {"naive", "rollbox"}
+    for arm in ARMS:
+        iterations = summary["arms"][arm]["iterations"]
+        assert len(iterations) == 2
+        for figures in iterations:
+            assert set(figures) == {"reward_mean", "true_pass_rate", "hack_rate", "infra_errors"}
+            assert 0.0 <= figures["true_pass_rate"] <= 1.0 and 0.0 <= figures["hack_rate"] <= 1.0
+            assert figures["infra_errors"] == 0
+    report = Path(summary["report"])
+    page = report.read_text()
+    assert page.count("<svg") == 4 and "naive arm" in page and "rollbox arm" in page
+    assert "validating 3 tasks" in first.stderr and "iteration 2/2" in first.stderr
+    # The stdio problem's cases kill too few mutants of its reference: validation refuses it, and says why.
+    assert "humaneval: 2 of 2 admitted" in first.stderr
+    assert "stdio: 0 of 1 admitted, 0 used; refused: weak_tests 1" in first.stderr
+
+    # The rollbox arm's reward is the judge's verdict, rollout by rollout; the judge grading the same files
+    # again gives the same reward; the reward mean printed is theirs.
+    rows = [json.loads(line) for line in (report.parent / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 2 * 2 * 3  # iterations x arms x admitted tasks x samples
+    ours = [r for r in rows if r["arm"] == "rollbox"]
+    assert all(r["reward"] == r["judge_reward"] for r in ours)
+    assert all(r["reward"] == r["naive_reward"] for r in rows if r["arm"] == "naive")
+    for iteration in (0, 1):
+        rewards = [r["reward"] for r in ours if r["iteration"] == iteration]
+        mean = summary["arms"]["rollbox"]["iterations"][iteration]["reward_mean"]
+        assert mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-6)
+    paths = {load_task(p).id: p for p in (home / "train").glob("*/*") if (p / "task.toml").is_file()}
+    for row in random.Random(0).sample(ours, 6):
+        task = load_task(paths[row["task_id"]])
+        (action,) = [a for a in action_pool(task) if a.name == row["action"]]
+        verdict = asyncio.run(grade(task, dict(action.files)))
+        assert (verdict.status.value, verdict.reward) == (row["status"], row["judge_reward"]), row
+
+    # The same command and seed give the same curves (validation now comes from its cache); another seed may not.
+    second = _rollbox(home, *common, "--seed", "7", "--run-id", "b", "--json")
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["arms"] == summary["arms"]
+    assert "validating 3 tasks" in second.stderr
+
+    plain = _rollbox(home, *common, "--seed", "7", "--run-id", "c")
+    assert plain.returncode == 0, plain.stderr
+    assert "true_pass_rate" in plain.stdout and "report: " in plain.stdout and "dashboard: " in plain.stdout
+
+
+def _broken_runtime(source: Path, dest: Path) -> Path:
+    """A copy of a task whose runtime cannot be had on any machine (a Python that does not exist)."""
+    shutil.copytree(source, dest)
+    toml = (dest / "task.toml").read_text().replace('id = "HumanEval/0"', 'id = "broken-runtime"')
+    (dest / "task.toml").write_text(toml + '\n[environment]\npython = "3.99"\n')
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_infrastructure_failures_are_masked_counted_and_never_learned_from(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (good,) = _humaneval(tmp_path, 2)
+    broken = _broken_runtime(_humaneval(tmp_path, 0)[0], tmp_path / "broken")
+    tasks = [load_task(good), load_task(broken)]
+    config = TrainConfig(iterations=2, samples=8, max_attempts=1, run_id="masked")
+
+    async def go() -> Any:
+        async with Scheduler(JobStore(store_path(home)), runs=["masked"], home=home) as scheduler:
+            return await train(tasks, config, scheduler=scheduler)
+
+    result = asyncio.run(go())
+    for arm in ARMS:
+        for stats in result.arms[arm]:
+            assert stats.infra_errors == 8 and stats.rollouts == 16  # the broken task's eight, every iteration
+    rows = [json.loads(line) for line in (home / "runs" / "masked" / "rollouts.jsonl").read_text().splitlines()]
+    broken_rows = [r for r in rows if r["task_id"] == "broken-runtime"]
+    assert len(broken_rows) == 2 * 2 * 8
+    assert all(r["masked"] and r["reward"] is None and r["status"] == "infra_error" for r in broken_rows)
+    good_rows = [r for r in rows if r["task_id"] != "broken-runtime"]
+    assert not any(r["masked"] for r in good_rows)
+    for arm in ARMS:
+        for iteration, stats in enumerate(result.arms[arm]):
+            rewards = [r["reward"] for r in good_rows if r["arm"] == arm and r["iteration"] == iteration]
+            assert stats.reward_mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-6)  # not diluted by zeros
+        # Nothing was learned from the broken task: its own logits never moved (the shared preferences, learned
+        # on the good task, may have).
+        policy = result.policies[arm]
+        assert policy.theta["broken-runtime"] == [0.0] * len(policy.theta["broken-runtime"])
+        assert any(t != 0.0 for t in policy.theta["HumanEval/2"])
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Iterator[Server]:
+    """A model that writes HumanEval/2's reference, and gives every other task an exit at import (a hack the naive
+    grader takes for a pass), then submits; one tool call a reply."""
+    (two,) = _humaneval(tmp_path, 2)
+    reference = (two / "solution" / "solution.py").read_text()
+
+    def scripted(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if any(m["role"] == "assistant" for m in messages):
+            return tool_call("submit")
+        if any("truncate_number" in str(m.get("content")) for m in messages):
+            return tool_call("write_file", path="solution.py", content=reference)
+        return tool_call("write_file", path="solution.py", content="import os\nos._exit(0)\n")
+
+    server = Server(scripted)
+    yield server
+    server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_served_model_through_the_loop_with_both_rewards_for_the_trainer(tmp_path: Path, model: Server) -> None:
+    home = tmp_path / "home"
+    zero, two = _humaneval(tmp_path, 0, 2)
+    done = _rollbox(
+        home, "train", "--tasks", str(zero), str(two), "--no-validate", "--policy", "openai", "--model", "scripted",
+        "--base-url", model.url, "--iterations", "1", "--samples", "2", "--run-id", "served", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    naive, ours = (summary["arms"][arm]["iterations"][0] for arm in ARMS)
+    # Two samples of each task: the reference passes both graders, the exit at import only the naive one.
+    assert naive == {"reward_mean": 1.0, "true_pass_rate": 0.5, "hack_rate": 0.5, "infra_errors": 0}
+    assert ours == {"reward_mean": 0.5, "true_pass_rate": 0.5, "hack_rate": 0.5, "infra_errors": 0}
+    assert {r["model"] for r in model.requests} == {"scripted"} and len(model.requests) == 4 * 2
+    assert model.requests[0]["tools"]  # the episode's tools, offered to the model
+    rows = [json.loads(x) for x in (home / "runs" / "served" / "rollouts.jsonl").read_text().splitlines()]
+    assert {(r["task_id"], r["naive_reward"], r["judge_reward"]) for r in rows} == {
+        ("HumanEval/0", 1.0, 0.0),
+        ("HumanEval/2", 1.0, 1.0),
+    }
+    assert len(list((home / "runs" / "served" / "trajectories").iterdir())) == 4
