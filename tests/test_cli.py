@@ -380,7 +380,7 @@ BAD_INPUT = [
     (["validate", "{MISSING}"], "invalid task"),
     (["validate", "{TASK}", "--runs", "0"], "runs must be at least 1"),
     (["doctor", "--bogus"], "unrecognized arguments"),
-    (["demo", "--bogus"], "unrecognized arguments"),
+    (["tour", "--bogus"], "unrecognized arguments"),
 ]
 
 
