@@ -378,7 +378,10 @@ BAD_INPUT = [
     (["run", "{TASK}", "--max-attempts", "99999999999999999999"], "--max-attempts"),
     (["run", "{TASK}", "--wall-time", "nan"], "--wall-time"),
     (["validate", "{MISSING}"], "invalid task"),
-    (["validate", "{TASK}", "--runs", "0"], "runs must be at least 1"),
+    (["validate", "{TASK}", "--runs", "0"], "--runs: must be a whole number from 1"),
+    (["validate", "{TASK}", "--workers", "99999999999999999999"], "--workers: must be a whole number"),
+    (["validate", "{TASK}", "--min-kill-ratio", "nan"], "--min-kill-ratio: must be a number from 0 to 1"),
+    (["validate", "{TASK}", "--max-mutants", "-1"], "--max-mutants: must be a whole number"),
     (["doctor", "--bogus"], "unrecognized arguments"),
     (["tour", "--bogus"], "unrecognized arguments"),
 ]

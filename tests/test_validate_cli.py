@@ -83,4 +83,4 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     result = rollbox(tmp_path, str(tmp_path / "nothing"))
     assert result.returncode == 2 and "neither a task directory" in result.stderr
     result = rollbox(tmp_path, str(task(tmp_path, "t")), "--runs", "0")
-    assert result.returncode == 2 and "runs must be at least 1" in result.stderr
+    assert result.returncode == 2 and "--runs: must be a whole number from 1" in result.stderr

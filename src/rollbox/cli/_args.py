@@ -8,7 +8,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["PORT", "non_negative_days", "positive_seconds", "whole"]
+__all__ = ["PORT", "non_negative_days", "positive_seconds", "share", "whole"]
 
 
 def whole(low: int, high: int) -> Callable[[str], int]:
@@ -44,6 +44,11 @@ def positive_seconds(text: str) -> float:
 def non_negative_days(text: str) -> float:
     """A type for a number of days: finite, 0 or more."""
     return _finite(text, "a number of days, 0 or more", lambda v: v >= 0)
+
+
+def share(text: str) -> float:
+    """A type for a share: a number from 0 to 1."""
+    return _finite(text, "a number from 0 to 1", lambda v: 0 <= v <= 1)
 
 
 #: A TCP port (0: any free one).

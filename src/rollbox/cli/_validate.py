@@ -22,6 +22,8 @@ from rollbox.curate import (
 from rollbox.sandbox import IsolationUnavailable
 from rollbox.tasks import Task, TaskFormatError, load_task
 
+from ._args import share, whole
+
 _EPILOG = """\
 Each task gets a decision, admit, weak (its tests let too many mutants of the reference survive) or reject, with
 reasons: reference_fails, reference_reads_tests, flaky, order_dependent, timing_dependent, trivial_passes,
@@ -56,10 +58,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("tasks", nargs="+", type=Path, metavar="TASKS", help="task directories, or directories of them")
-    p.add_argument("--runs", type=int, default=3, metavar="N", help="reference runs, each in another test order")
+    p.add_argument(
+        "--runs", type=whole(1, 1000), default=3, metavar="N", help="reference runs, each in another test order"
+    )
     p.add_argument(
         "--steady-runs",
-        type=int,
+        type=whole(0, 10_000),
         default=29,
         metavar="N",
         help="reference runs, all passing, before a task counts as steady (a test failing a share p of its runs is "
@@ -68,9 +72,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--json", action="store_true", help="print the reports as one JSON object")
     p.add_argument("--report", type=Path, metavar="FILE", help="write an HTML summary to FILE")
     p.add_argument("--fix", action="store_true", help="write generated cases that kill surviving mutants")
-    p.add_argument("--workers", type=int, metavar="N", help="gradings at once (default: the CPUs)")
-    p.add_argument("--min-kill-ratio", type=float, default=0.6, metavar="R", help="below it a task is weak")
-    p.add_argument("--max-mutants", type=int, default=40, metavar="N", help="mutants graded per task at most")
+    p.add_argument("--workers", type=whole(1, 1024), metavar="N", help="gradings at once (default: the CPUs)")
+    p.add_argument("--min-kill-ratio", type=share, default=0.6, metavar="R", help="below it a task is weak")
+    p.add_argument(
+        "--max-mutants", type=whole(0, 100_000), default=40, metavar="N", help="mutants graded per task at most"
+    )
     p.add_argument("--no-pressure", action="store_true", help="skip the reruns under CPU pressure")
     p.add_argument("--no-cache", action="store_true", help="validate again even tasks validated before")
     p.set_defaults(run=_run)
@@ -145,8 +151,6 @@ def _run(args: argparse.Namespace) -> int:
             pressure=not args.no_pressure,
             fix=args.fix,
         )
-        if args.workers is not None and args.workers < 1:
-            raise ValueError(f"--workers must be at least 1, got {args.workers}")
     except ValueError as exc:
         print(f"rollbox validate: {exc}", file=sys.stderr)
         return 2
