@@ -372,7 +372,7 @@ BAD_INPUT = [
     (["episode", "{TASK}", "--policy", "noop", "--wall-time", "nan"], "--wall-time"),
     (["episode", "{TASK}", "--policy", "telepathy"], "unknown policy 'telepathy'"),
     (["episode", "{TASK}", "--policy", "noop", "--trajectories", "{DIR}"], "cannot write the trajectory to {DIR}"),
-    (["run", "{MISSING}"], "is not a directory"),
+    (["run", "{MISSING}"], "does not exist"),
     (["run", "{TASK}", "--samples", "0"], "--samples"),
     (["run", "{TASK}", "--samples", "99999999999999999999"], "--samples"),
     (["run", "{TASK}", "--max-attempts", "99999999999999999999"], "--max-attempts"),

@@ -81,6 +81,9 @@ def test_json_cache_and_report(tmp_path: Path) -> None:
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     result = rollbox(tmp_path, str(tmp_path / "nothing"))
+    assert result.returncode == 2 and "does not exist" in result.stderr
+    (tmp_path / "empty").mkdir()
+    result = rollbox(tmp_path, str(tmp_path / "empty"))
     assert result.returncode == 2 and "neither a task directory" in result.stderr
     result = rollbox(tmp_path, str(task(tmp_path, "t")), "--runs", "0")
     assert result.returncode == 2 and "--runs: must be a whole number from 1" in result.stderr

@@ -38,7 +38,7 @@ from rollbox.scheduler import (
     validate_payload,
 )
 from rollbox.scheduler._runs import ResultsFile
-from rollbox.tasks import Task, TaskFormatError, load_task
+from rollbox.tasks import Task, TaskFormatError, load_tasks
 
 from ._args import positive_seconds, whole
 from ._run_summary import read_lines, summarize, write_episodes
@@ -136,22 +136,10 @@ class _Usage(Exception):
 
 
 def _find_tasks(roots: list[Path]) -> list[Task]:
-    found: dict[str, Task] = {}
-    for root in roots:
-        if not root.is_dir():
-            raise _Usage(f"{root} is not a directory: give task directories, or folders of them")
-        paths = [root] if (root / "task.toml").exists() else sorted(p.parent for p in root.glob("*/task.toml"))
-        if not paths:
-            raise _Usage(f"{root} holds no task: neither {root}/task.toml nor {root}/*/task.toml exists")
-        for path in paths:
-            try:
-                task = load_task(path)
-            except TaskFormatError as exc:
-                raise _Usage(str(exc)) from None
-            if task.id in found and found[task.id].path != task.path:
-                raise _Usage(f"two tasks have the id {task.id!r}: {found[task.id].path} and {task.path}")
-            found[task.id] = task
-    return sorted(found.values(), key=lambda t: t.id)
+    try:
+        return load_tasks(roots)
+    except TaskFormatError as exc:
+        raise _Usage(str(exc)) from None
 
 
 def _specs(tasks: list[Task], args: argparse.Namespace, run_id: str) -> list[JobSpec]:

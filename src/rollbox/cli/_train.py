@@ -29,7 +29,7 @@ from rollbox.scheduler import (
     run_dir,
     store_path,
 )
-from rollbox.tasks import Task, TaskFormatError, load_task
+from rollbox.tasks import Task, TaskFormatError, load_tasks
 from rollbox.train import ARMS, Progress, TrainConfig, TrainResult, train
 from rollbox.train._report import METRICS, render_report, sparkline, summary_table
 from rollbox.train._stream import StreamSpec, TaskStream, build_stream, refused_lines
@@ -144,18 +144,10 @@ def _config(args: argparse.Namespace, run_id: str) -> TrainConfig:
 
 
 def _given(paths: list[Path]) -> list[Task]:
-    found: dict[str, Task] = {}
-    for root in paths:
-        dirs = [root] if (root / "task.toml").exists() else sorted(p.parent for p in root.glob("*/task.toml"))
-        if not dirs:
-            raise _Usage(f"{root} holds no task: neither {root}/task.toml nor {root}/*/task.toml exists")
-        for path in dirs:
-            try:
-                task = load_task(path)
-            except TaskFormatError as exc:
-                raise _Usage(str(exc)) from None
-            found[task.id] = task
-    return sorted(found.values(), key=lambda t: t.id)
+    try:
+        return load_tasks(paths)
+    except TaskFormatError as exc:
+        raise _Usage(str(exc)) from None
 
 
 class _Display:

@@ -20,7 +20,7 @@ from rollbox.curate import (
     validate,
 )
 from rollbox.sandbox import IsolationUnavailable
-from rollbox.tasks import Task, TaskFormatError, load_task
+from rollbox.tasks import Task, TaskFormatError, find_tasks, load_task
 
 from ._args import share, whole
 
@@ -80,24 +80,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--no-pressure", action="store_true", help="skip the reruns under CPU pressure")
     p.add_argument("--no-cache", action="store_true", help="validate again even tasks validated before")
     p.set_defaults(run=_run)
-
-
-def find_tasks(paths: list[Path]) -> list[Path]:
-    """The task directories ``paths`` name: each one with a task.toml, and the children with one of the others.
-
-    Raises:
-        TaskFormatError: a path is neither.
-    """
-    found: list[Path] = []
-    for path in paths:
-        if (path / "task.toml").is_file():
-            found.append(path)
-            continue
-        children = sorted(p for p in path.iterdir() if (p / "task.toml").is_file()) if path.is_dir() else []
-        if not children:
-            raise TaskFormatError(path, "neither a task directory (with task.toml) nor a directory of them")
-        found += children
-    return found
 
 
 class ProgressBar:

@@ -9,6 +9,7 @@ from ._audit import AuditFinding, AuditReport, audit_task
 from ._digest import WorkspaceChangedError, workspace_sha256
 from ._environment import Environment
 from ._errors import TaskFormatError
+from ._find import find_tasks, load_tasks
 from ._git import GitError
 from ._humaneval import humaneval_tasks
 from ._import import FORMATS, import_tasks
@@ -56,9 +57,11 @@ __all__ = [
     "TaskSummary",
     "WorkspaceChangedError",
     "audit_task",
+    "find_tasks",
     "humaneval_tasks",
     "import_tasks",
     "load_task",
+    "load_tasks",
     "rehash_task",
     "scrub_repository",
     "summarize_task",
