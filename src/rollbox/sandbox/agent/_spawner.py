@@ -34,7 +34,7 @@ from ._protocol import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
 __all__ = ["Launched", "Spawner"]
 
 _MSG_SPAWN, _MSG_HOLD, _MSG_RELEASE = 7, 8, 9
-_SPAWN_WITH_TREE = 1
+_SPAWN_WITH_TREE, _SPAWN_LAUNCH = 1, 2  # a SPAWN's flags (agent.c)
 _ANSWER = struct.Struct("<i")
 _MAX_FDS = 6  # besides the reply socket and stderr (SPAWN_FDS in agent.c)
 _ANSWER_TIMEOUT_S = 10.0
@@ -159,11 +159,18 @@ class Spawner:
         return current if current is not None and current.alive and current._owner == os.getpid() else None
 
     async def spawn(
-        self, argv: Sequence[str], *, pass_fds: Sequence[int] = (), cwd: str = "/", tree: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        pass_fds: Sequence[int] = (),
+        cwd: str = "/",
+        tree: str | None = None,
+        launch: bool = False,
     ) -> Launched:
         """Start ``argv`` (a path, not looked up) in ``cwd`` with an empty environment, stdin and stdout on
         /dev/null, stderr on a new pipe, and ``pass_fds`` as its fds 3, 4, ... in that order; with ``tree``, a
-        clone of that held tree (see :meth:`hold`) as the fd after them.
+        clone of that held tree (see :meth:`hold`) as the fd after them. With ``launch``, ``argv`` is the agent's
+        ``launch`` command line, which the spawner's child runs without executing the agent again.
 
         Raises:
             SandboxError: the spawner could not start it (the program not being runnable shows later, as a
@@ -172,7 +179,8 @@ class Spawner:
         if len(pass_fds) > _MAX_FDS:
             raise ValueError(f"at most {_MAX_FDS} fds can be passed, got {len(pass_fds)}")
         strings = [cwd, *argv, *([tree] if tree is not None else [])]
-        header = EXEC_HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, _SPAWN_WITH_TREE if tree else 0, 0, 0, 0)
+        flags = (_SPAWN_WITH_TREE if tree else 0) | (_SPAWN_LAUNCH if launch else 0)
+        header = EXEC_HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, flags, 0, 0, 0)
         message = header + b"".join(s.encode() + b"\0" for s in strings)
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stderr_r = stderr_w = -1

@@ -44,6 +44,7 @@ from rollbox.sandbox.runtime._store import Layer
 
 from ._cgroup import Cgroup, CgroupStats, CgroupTree
 from ._overlay import OverlayProbe, UpperState, open_merged
+from ._root import SharedRoots
 from ._seccomp import build_filter
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
@@ -57,6 +58,8 @@ _DEVICE_LINKS = (
     ("stderr", "/proc/self/fd/2"),
     ("ptmx", "pts/ptmx"),
 )
+#: Where each sandbox's writable tree is mounted (its workspace/, tmp/ and shm/).
+_WRITABLE = ("/workspace", "/tmp", "/dev/shm")
 _AGENT_PATH = "/opt/rollbox/agent"
 _ZYGOTE_PATH = "/opt/rollbox/zygote.py"
 _ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox.agent").joinpath("zygote.py"))
@@ -88,6 +91,8 @@ class NamespaceHost:
         self._layer_mounts: dict[str, RuntimeMounts] = {}
         #: Whether a workspace's filesystem can be overlaid here (see ``_overlay``).
         self.overlays = OverlayProbe(self.agent, self.state.stage)
+        #: The read-only roots sandboxes share, one per runtime (see ``_root``).
+        self.roots = SharedRoots(self.agent, self.state.stage)
         #: Sandboxes whose close failed part-way for want of descriptors or memory: closed again at the next start.
         #: (Other failures, such as processes that survive SIGKILL, are left to the next process's ``reap``.)
         self.unclosed: list[NamespaceSandbox] = []
@@ -127,10 +132,15 @@ class NamespaceHost:
         return cls._instance
 
 
-async def _spawn(argv: list[str], pass_fds: list[int], tree: str | None) -> Launched:
+async def _spawn(argv: list[str], pass_fds: list[int], tree: str | None = None, *, launch: bool = False) -> Launched:
     """Start ``argv`` through this process's spawner, started (again) first if need be: its failure to start is the
     spawn's, so that the caller's cleanup covers it."""
-    return await Spawner.get().spawn(argv, pass_fds=pass_fds, tree=tree)
+    return await Spawner.get().spawn(argv, pass_fds=pass_fds, tree=tree, launch=launch)
+
+
+def _below_writable(dest: str) -> bool:
+    """Whether a mount at ``dest`` is made inside a sandbox's writable tree, so in each sandbox's own copy."""
+    return any(dest == w or dest.startswith(f"{w}/") for w in _WRITABLE)
 
 
 def _short_of_resources(exc: BaseException | None) -> bool:
@@ -342,6 +352,8 @@ class NamespaceSandbox:
         # Descriptors passed to the launcher are closed here once it has them; those the sandbox keeps, only on
         # failure (which may be the host running out of descriptors at any of these steps).
         with contextlib.ExitStack() as passed_fds, contextlib.ExitStack() as kept:
+            root = await self.host.roots.get(self._shared_ops(), _spawn)
+            passed_fds.callback(os.close, root)
             host_end, sandbox_end = roomy_socketpair()
             kept.callback(host_end.close)
             passed_fds.callback(sandbox_end.close)
@@ -358,18 +370,18 @@ class NamespaceSandbox:
             fs_fd, held = self._dir.fs_fd, self._dir.held_as
             assert fs_fd is not None
             # The launcher gets the agent's socket as fd 3, the filter as 4, the pipe for its report of the agent's
-            # end as 5, and the writable tree as 6: the host's detached mount, or the spawner's clone of the tree it
-            # holds.
-            passed = [sandbox_end.fileno(), seccomp_r, status_w, *([] if held else [fs_fd])]
+            # end as 5, the shared root as 6, and the writable tree as 7: the host's detached mount, or the
+            # spawner's clone of the tree it holds.
+            passed = [sandbox_end.fileno(), seccomp_r, status_w, root, *([] if held else [fs_fd])]
             launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
             launcher += ["--id", str(SANDBOX_UID), "--seccomp", "4", "--status", "5", "--hostname", "rollbox"]
             launcher += ["--chdir", "/workspace", "--net", self.network.value, "--stage", str(self.host.state.stage)]
-            launcher += ["--fs-tree" if held else "--fs", "6"]
-            argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
+            launcher += ["--root", "6", "--fs-tree" if held else "--fs", "7"]
+            argv = [*launcher, *self._own_ops(), "--", _AGENT_PATH, "serve", "3"]
             # Cancelled meanwhile, the spawn still ends (the spawner answers within moments), and the launcher is
             # then ended as a close ends it (the agent sees its socket close and exits, and the launcher reaps it):
             # killed instead, it would leave its agent to die in its own time, after the sandbox has closed.
-            spawning = asyncio.ensure_future(_spawn(argv, passed, held))
+            spawning = asyncio.ensure_future(_spawn(argv, passed, held, launch=True))
             cancelled = await settled(spawning)
             try:
                 process = spawning.result()
@@ -393,7 +405,7 @@ class NamespaceSandbox:
     def _open_merged(self) -> None:
         """Open the overlay's merged view; over a new tree, note how its upper directory looks: pristine."""
         assert self._launcher is not None and self._dir is not None and self._dir.fs_fd is not None
-        merged = open_merged(self._launcher.pid, self.host.state.stage)
+        merged = open_merged(self._launcher.pid)
         if self._launcher.exited():
             os.close(merged)
             raise SandboxError("the sandbox's launcher ended while its workspace overlay was being opened")
@@ -406,8 +418,10 @@ class NamespaceSandbox:
             os.close(self._merged)
             self._merged = None
 
-    def _root(self) -> list[str]:
-        """The launcher's operations that build the sandbox's root (see ``agent.c``), which it pivots into."""
+    def _shared_ops(self) -> list[str]:
+        """The operations of the read-only root this sandbox shares with every other of its runtime (``agent.c
+        template``): the system directories, /etc, the devices, the runtime and the agent, and the mount points of
+        the sandbox's own mounts."""
         ops: list[str] = []
         for path in SYSTEM_DIRS:
             if os.path.islink(path):
@@ -419,16 +433,25 @@ class NamespaceSandbox:
             ops += ["--dev", device]
         for name, target in _DEVICE_LINKS:
             ops += ["--symlink", target, f"/dev/{name}"]
-        ops += ["--devpts", "/dev/pts"]
-        fs = f"{self.host.state.stage}/fs"  # where the launcher attaches the writable tree, in its own namespace
-        if self.workspace is None:
-            ops += ["--rw", f"{fs}/workspace", "/workspace"]
-        else:
-            ops += ["--overlay", str(self.workspace), f"{fs}/workspace", f"{fs}/.work", "/workspace"]
-        ops += ["--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
+        for point in ("/dev/pts", *_WRITABLE):
+            ops += ["--dir", point]
         for source, dest in self.runtime.binds:
-            ops += ["--ro", source, dest]
+            if not _below_writable(dest):
+                ops += ["--ro", source, dest]
         ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
+        return ops
+
+    def _own_ops(self) -> list[str]:
+        """The launcher's operations for this sandbox's own mounts, in its copy of the shared root: its writable tree
+        (its directories by name), its ptys, and any runtime bound below a writable directory."""
+        if self.workspace is None:
+            ops = ["--rw", "workspace", "/workspace"]
+        else:
+            ops = ["--overlay", str(self.workspace), "workspace", ".work", "/workspace"]
+        ops += ["--rw", "tmp", "/tmp", "--rw", "shm", "/dev/shm", "--devpts", "/dev/pts"]
+        for source, dest in self.runtime.binds:
+            if _below_writable(dest):
+                ops += ["--ro", source, dest]
         return ops
 
     async def reset(self, *, fresh: bool = False) -> bool:

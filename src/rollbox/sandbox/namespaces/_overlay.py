@@ -8,8 +8,8 @@ starting on an empty one does, every sandbox on one workspace shares its bytes (
 disk limit counts only what the program writes. Because root mounts it in a namespace that no user namespace
 owns, none of the kernel's limits on overlays made inside user namespaces applies.
 
-The host reaches the merged view through the launcher's mount namespace
-(``/proc/<launcher>/root<stage>/root/workspace``), opened once per start and held as a descriptor: it writes
+The host reaches the merged view through the launcher's mount namespace (``/proc/<launcher>/root/workspace``,
+the launcher's copy of the sandboxes' shared root), opened once per start and held as a descriptor: it writes
 and reads the workspace through it as through the writable tree, never following a link. The upper directory
 is never touched while the overlay is mounted (overlayfs leaves that undefined): a sandbox whose upper layer is
 exactly as it started (nothing written, no attribute changed) is reset in place; any other restarts with a new
@@ -83,14 +83,14 @@ class UpperState:
         return cls(any_entry, st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def open_merged(launcher_pid: int, stage: Path) -> int:
+def open_merged(launcher_pid: int) -> int:
     """A descriptor of the sandbox's /workspace overlay, reached through its launcher's mount namespace (the
     caller checks that the launcher still lives after: only then was ``launcher_pid`` surely its).
 
     Raises:
         SandboxError: the overlay could not be reached.
     """
-    path = f"/proc/{launcher_pid}/root{stage}/root/workspace"
+    path = f"/proc/{launcher_pid}/root/workspace"
     try:
         fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
