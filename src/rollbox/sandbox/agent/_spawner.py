@@ -45,37 +45,76 @@ _STARTING = threading.Lock()
 
 class Launched:
     """A process the spawner started: its pid, a pidfd that follows it (its pid may be reused once it is gone;
-    the pidfd never refers to another process), and the read end of its stderr."""
+    the pidfd never refers to another process), and the read end of its stderr. A launcher is watched through its
+    status pipe instead (see :meth:`watch_by_hangup`)."""
 
     def __init__(self, pid: int, pidfd: int, stderr: int) -> None:
         self.pid = pid
         self._pidfd = pidfd
+        self._hangup = -1
         self.stderr = stderr
+
+    def watch_by_hangup(self, hangup: int) -> None:
+        """See its end from now on as the pipe ``hangup`` (the caller's, which it keeps open meanwhile) hanging up,
+        for it holds that pipe's only write end, and hold no pidfd: one is opened only to signal it or wait for it.
+        With thousands of sandboxes open, a descriptor fewer per launcher counts."""
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+        self._pidfd = -1
+        self._hangup = hangup
 
     def exited(self, timeout_s: float = 0.0) -> bool:
         """Whether it has ended, waiting up to ``timeout_s`` (blocking) for it to."""
+        if self._hangup >= 0:
+            return _hung_up(self._hangup, timeout_s)
         return self._pidfd < 0 or pidfd_ended(self._pidfd, timeout_s)
+
+    def _pinned(self) -> tuple[int, bool]:
+        """A pidfd of it while it runs (-1 when it has ended, or none could be had), and whether it was opened for
+        this use only. Opened before the check that it still runs: if it does, the pid was still its own."""
+        if self._hangup < 0:
+            return self._pidfd, False
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            return -1, False
+        if _hung_up(self._hangup, 0.0):
+            os.close(pidfd)
+            return -1, False
+        return pidfd, True
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait, without blocking the event loop, up to ``timeout_s`` for it to end; whether it did."""
         if self.exited():
             return True
+        pidfd, opened = self._pinned()
+        if pidfd < 0:  # ended meanwhile, or no descriptor to be had: its pipe is watched from a thread then
+            return await asyncio.to_thread(self.exited, timeout_s)
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(self._pidfd, resolve, ended)
+        loop.add_reader(pidfd, resolve, ended)
         try:
             await asyncio.wait_for(ended, timeout_s)
             return True
         except TimeoutError:
             return False
         finally:
-            loop.remove_reader(self._pidfd)
+            loop.remove_reader(pidfd)
+            if opened:
+                os.close(pidfd)
 
     def kill(self) -> None:
         """SIGKILL it (nothing when it has ended)."""
-        if self._pidfd >= 0:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        pidfd, opened = self._pinned()
+        if pidfd < 0:
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            if opened:
+                os.close(pidfd)
 
     def read_stderr(self) -> str:
         """What it wrote to stderr so far (never waits)."""
@@ -95,11 +134,19 @@ class Launched:
             self.stderr = -1
 
     def close(self) -> None:
-        """Release the pidfd and stderr (idempotent; the process itself is not touched)."""
+        """Release the pidfd and stderr (idempotent; the process itself is not touched, nor a hangup pipe)."""
         for fd in (self._pidfd, self.stderr):
             if fd >= 0:
                 os.close(fd)
-        self._pidfd = self.stderr = -1
+        self._pidfd = self.stderr = self._hangup = -1
+
+
+def _hung_up(fd: int, timeout_s: float) -> bool:
+    """Whether every write end of the pipe whose read end is ``fd`` has closed, waiting up to ``timeout_s``
+    (blocking); what is left to read there does not count."""
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLHUP is reported whatever is asked for; POLLIN would fire for a pending report
+    return bool(poller.poll(timeout_s * 1000))
 
 
 class Spawner:

@@ -276,7 +276,6 @@ class NamespaceSandbox:
         self.uid = -1
         self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}", sockets=network is Network.LOOPBACK)
         self._dir: SandboxDir | None = None
-        self._uid_lock: int | None = None
         self._agent: AgentConnection | None = None
         self._zygote: AgentConnection | None = None
         self._execs = 0
@@ -304,8 +303,8 @@ class NamespaceSandbox:
         made: asyncio.Future[None] | None = None
         try:
             self._hold_layer()
-            self.uid, self._uid_lock = self.host.state.allocate_uid()
-            self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
+            self.uid = self.host.state.uids.take()
+            self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups, uid=self.uid)
             self._dir.record_cgroup(self._cgroup)
             # The agent is in no cgroup of rollbox's: the sandbox's cgroup is made in a thread (see ``in_thread``)
             # while the launcher starts, and is there before the first command's cgroup is made inside it.
@@ -391,6 +390,7 @@ class NamespaceSandbox:
                 if isinstance(exc, SandboxError):
                     raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
                 raise
+            process.watch_by_hangup(status_r)
             self._agent = AgentConnection(
                 host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
             )
@@ -596,9 +596,9 @@ class NamespaceSandbox:
             if self._agent is not None:
                 self._agent.reap()
                 self._agent = None
-        if self._uid_lock is not None:
-            os.close(self._uid_lock)
-            self._uid_lock = None
+        if self.uid >= 0:
+            self.host.state.uids.release(self.uid)
+            self.uid = -1
         if self._layer_lock is not None:
             os.close(self._layer_lock)
             self._layer_lock = None
