@@ -17,6 +17,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 
 from rollbox.sandbox._errors import SandboxError
 from rollbox.sandbox._settle import settled
+from rollbox.sandbox._shortage import host_error
 
 from ._build import agent_binary
 from ._protocol import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
@@ -172,9 +174,12 @@ class Spawner:
             self.pid = _LASTING_THREAD.submit(
                 os.posix_spawn, agent, [agent, "spawner", "3"], {}, file_actions=actions
             ).result()
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # RuntimeError: its thread could not be started
             ours.close()
-            raise SandboxError(f"cannot start rollbox's spawner {agent_binary()}: {exc.strerror}") from exc
+            if isinstance(exc, RuntimeError) and "can't start new thread" not in str(exc):
+                raise
+            cause = exc if isinstance(exc, OSError) else errno.EAGAIN
+            raise SandboxError(host_error(f"cannot start rollbox's spawner {agent}", cause, "process")) from exc
         finally:
             os.close(devnull)
             theirs.close()
@@ -291,12 +296,12 @@ class Spawner:
                 poller.register(reply, select.POLLIN)
                 data = reply.recv(_ANSWER.size) if poller.poll(_ANSWER_TIMEOUT_S * 1000) else b""
             except OSError as exc:
-                raise SandboxError(f"rollbox's spawner could not {what}: {exc.strerror}") from exc
+                raise SandboxError(host_error(f"rollbox's spawner could not {what}", exc)) from exc
         if len(data) != _ANSWER.size:
             raise SandboxError(f"rollbox's spawner could not {what}: it did not answer")
         (error,) = _ANSWER.unpack(data)
         if error < 0:
-            raise SandboxError(f"rollbox's spawner could not {what}: {os.strerror(-error)}")
+            raise SandboxError(host_error(f"rollbox's spawner could not {what}", -error))
 
     def close(self) -> None:
         """Stop the spawner (what it started dies with it) and reap it (idempotent)."""
@@ -320,9 +325,11 @@ async def _read_answer(reply: socket.socket) -> tuple[int, int]:
     loop.add_reader(reply.fileno(), resolve, ready)
     try:
         await asyncio.wait_for(ready, _ANSWER_TIMEOUT_S)
-        data, ancillary, _flags, _addr = reply.recvmsg(_ANSWER.size, socket.CMSG_SPACE(4))
-    except (TimeoutError, OSError) as exc:
-        raise SandboxError(f"rollbox's spawner did not answer: {exc or 'timed out'}") from None
+        data, ancillary, flags, _addr = reply.recvmsg(_ANSWER.size, socket.CMSG_SPACE(4))
+    except TimeoutError:
+        raise SandboxError("rollbox's spawner did not answer: timed out") from None
+    except OSError as exc:
+        raise SandboxError(host_error("rollbox's spawner did not answer", exc)) from None
     finally:
         loop.remove_reader(reply.fileno())
     received = [
@@ -339,5 +346,10 @@ async def _read_answer(reply: socket.socket) -> tuple[int, int]:
     if pid < 0 or len(received) != 1:
         for fd in received:
             os.close(fd)
-        raise SandboxError(f"rollbox's spawner could not start a process: {os.strerror(-pid) if pid < 0 else pid}")
+        if pid < 0:
+            raise SandboxError(host_error("rollbox's spawner could not start a process", -pid, "process"))
+        # Started, but its pidfd did not arrive: the kernel drops a descriptor this process has no room for. What
+        # it started has nobody to talk to once the caller closes its end, and ends.
+        reason = errno.EMFILE if flags & socket.MSG_CTRUNC else errno.EBADMSG
+        raise SandboxError(host_error(f"cannot watch process {pid}, which rollbox's spawner started", reason))
     return pid, received[0]

@@ -151,8 +151,10 @@ struct exited_msg {
     uint32_t reserved;
 };
 
+/* Report a failed step and exit. The errno goes with the C library's words: rollbox says what ran out by it. */
 static void die(const char *what) {
-    dprintf(2, "rollbox-agent: %s: %s\n", what, strerror(errno));
+    int error = errno;
+    dprintf(2, "rollbox-agent: %s: %s (errno %d)\n", what, strerror(error), error);
     _exit(125);
 }
 
@@ -1095,7 +1097,8 @@ static void spawned(int *fds, int nfds, const char *tree, const char *cwd, int l
     environ = env;
     if (launching) _exit(launch(argc, args));
     execv(args[0], args);
-    dprintf(2, "rollbox-agent: cannot execute %s: %s\n", args[0], strerror(errno));
+    int error = errno;
+    dprintf(2, "rollbox-agent: cannot execute %s: %s (errno %d)\n", args[0], strerror(error), error);
     _exit(127);
 }
 
@@ -1237,7 +1240,8 @@ static int overlay_probe(int argc, char **argv) {
     snprintf(hold, sizeof hold, "%s/lower", stage);
     if (mkdir(upper, 0755) < 0 || mkdir(work, 0700) < 0 || mkdir(target, 0755) < 0) die(stage);
     if (mount_overlay(argv[4], upper, work, target, hold, 65534, 65534, &what) < 0) {
-        dprintf(2, "%s: %s\n", what, strerror(errno));
+        int error = errno;
+        dprintf(2, "rollbox-agent: %s: %s (errno %d)\n", what, strerror(error), error);
         return 1;
     }
     return 0;

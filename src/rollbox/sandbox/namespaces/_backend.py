@@ -36,6 +36,7 @@ from rollbox.sandbox._errors import IsolationUnavailable, SandboxError
 from rollbox.sandbox._kernel import in_thread
 from rollbox.sandbox._limits import Limits, Network
 from rollbox.sandbox._settle import settled
+from rollbox.sandbox._shortage import host_error
 from rollbox.sandbox.agent._build import agent_binary
 from rollbox.sandbox.agent._protocol import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
 from rollbox.sandbox.agent._spawner import Launched, Spawner
@@ -281,6 +282,11 @@ class NamespaceSandbox:
         self._execs = 0
 
     @property
+    def memory_cgroup(self) -> str:
+        """The directory of the sandbox's cgroup in the memory controller's hierarchy."""
+        return self._cgroup.directory("memory")
+
+    @property
     def writable_root(self) -> Path:
         """The host directory holding workspace/, tmp/ and shm/."""
         assert self._dir is not None
@@ -324,7 +330,7 @@ class NamespaceSandbox:
             except Exception as cleanup:  # the same shortage, often: the first error is the one to see
                 exc.add_note(f"removing what was made failed too ({cleanup}); the next sandbox start retries it")
             if isinstance(exc, OSError):
-                raise SandboxError(f"cannot start a sandbox: {exc}") from exc
+                raise SandboxError(host_error("cannot start a sandbox", exc)) from exc
             raise
 
     def _hold_layer(self) -> None:
@@ -333,11 +339,13 @@ class NamespaceSandbox:
             return
         try:
             self._layer_lock = self.layer.hold()
-        except OSError as exc:
+        except (FileNotFoundError, BlockingIOError) as exc:
             raise SandboxError(
-                f"the runtime layer {self.layer.key[:12]} ({self.layer.path}) is gone or being removed ({exc}); "
+                f"the runtime layer {self.layer.key[:12]} ({self.layer.path}) is gone or being removed; "
                 "build it again with LayerStore().ensure(spec) or 'rollbox env build TASK'"
             ) from exc
+        except OSError as exc:
+            raise SandboxError(host_error(f"cannot hold the runtime layer {self.layer.key[:12]}", exc)) from exc
 
     def _make_cgroup(self) -> None:
         self._cgroup.create(delegate=True)

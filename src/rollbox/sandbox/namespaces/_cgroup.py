@@ -29,8 +29,9 @@ from typing import TypeVar
 
 from rollbox.sandbox._errors import IsolationUnavailable, SandboxError
 from rollbox.sandbox._kernel import read_kernel_file
+from rollbox.sandbox._shortage import host_error
 
-__all__ = ["Cgroup", "CgroupStats", "CgroupTree"]
+__all__ = ["Cgroup", "CgroupStats", "CgroupTree", "cgroup_mounts", "own_cgroup_paths"]
 
 T = TypeVar("T")
 
@@ -62,7 +63,7 @@ def _write(path: str | Path, value: str) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise SandboxError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+        raise SandboxError(host_error(f"cannot write {value!r} to {path}", exc)) from exc
 
 
 def _keyed(text: str, key: str) -> int:
@@ -83,7 +84,16 @@ def _mounts() -> Iterator[tuple[str, Path, set[str]]]:
             yield fstype, Path(before.split(" ")[4]), set(options.split(","))
 
 
-def _own_paths() -> dict[str, str]:
+def cgroup_mounts() -> dict[str, Path]:
+    """The mount point of each v1 hierarchy, by controller, and under ``""`` the v2 hierarchy's (first seen)."""
+    found: dict[str, Path] = {}
+    for fstype, point, options in _mounts():
+        for controller in options if fstype == "cgroup" else {""}:
+            found.setdefault(controller, point)
+    return found
+
+
+def own_cgroup_paths() -> dict[str, str]:
     """This process's cgroup path per v1 controller, and under ``""`` its v2 path."""
     paths: dict[str, str] = {}
     for line in read_kernel_file(Path("/proc/self/cgroup")).splitlines():
@@ -102,7 +112,7 @@ class CgroupTree:
         self.mounts = mounts
         #: The parent cgroup's path inside each hierarchy.
         self.parents = parents
-        own = _own_paths().get("memory" if version == 1 else "", "/")
+        own = own_cgroup_paths().get("memory" if version == 1 else "", "/")
         # Where the sandboxes' agents and zygotes run: rollbox's own cgroup, outside every sandbox's. The kernel
         # counts OOM kills there alone in v1's oom_control, in v2's memory.events.local (none at a v2 root).
         home = mounts["memory" if version == 1 else ""] / own.lstrip("/")
@@ -119,7 +129,7 @@ class CgroupTree:
             IsolationUnavailable: neither version is usable; the message says what is missing.
         """
         override = os.environ.get(_PARENT_ENV)
-        own = _own_paths()
+        own = own_cgroup_paths()
         mounts = list(_mounts())
         for fstype, point, _ in mounts:
             if fstype == "cgroup2" and {"memory", "pids"} <= set(
@@ -154,8 +164,9 @@ class CgroupTree:
                 (point / parent.lstrip("/")).mkdir(exist_ok=True)
                 _enable_v2_controllers(point, parent)
             except (OSError, SandboxError) as exc:
+                why = host_error(f"{point / parent.lstrip('/')}", exc) if isinstance(exc, OSError) else str(exc)
                 raise IsolationUnavailable(
-                    f"cannot delegate the memory and pids controllers to sandboxes ({own_error}; {exc}). Run "
+                    f"cannot delegate the memory and pids controllers to sandboxes ({own_error}; {why}). Run "
                     f"rollbox as root, or set {_PARENT_ENV} to a delegated cgroup with no processes of its own."
                 ) from exc
         return cls(2, {"": point}, {"": parent})
@@ -196,8 +207,10 @@ def _enable_v2_controllers(point: Path, parent: str) -> None:
             with open(control, "w") as f:
                 f.write("+memory +pids")
         except OSError as exc:
-            reason = "it holds processes" if exc.errno == errno.EBUSY else exc.strerror
-            raise SandboxError(f"cannot enable memory and pids below {directory}: {reason}") from exc
+            what = f"cannot enable memory and pids below {directory}"
+            if exc.errno == errno.EBUSY:
+                raise SandboxError(f"{what}: it holds processes") from exc
+            raise SandboxError(host_error(what, exc)) from exc
 
 
 _features: dict[str, bool] = {}
@@ -231,11 +244,12 @@ class Cgroup:
         # v2 restarts a peak only for reads through the file descriptor that asked for it (Linux 6.12+).
         self._peak_fd: int | None = None
 
-    def _dir(self, controller: str) -> str:
+    def directory(self, controller: str) -> str:
+        """The cgroup's directory in ``controller``'s hierarchy (the one directory on v2)."""
         return self._dirs["" if self.version == 2 else controller]
 
     def _file(self, controller: str, name: str) -> str:
-        return f"{self._dir(controller)}/{name}"
+        return f"{self.directory(controller)}/{name}"
 
     @property
     def dirs(self) -> list[str]:
@@ -271,7 +285,7 @@ class Cgroup:
                     os.rmdir(d)
             if isinstance(exc, SandboxError):
                 raise
-            raise SandboxError(f"cannot create cgroup {exc.filename}: {exc.strerror}") from exc
+            raise SandboxError(host_error(f"cannot create cgroup {exc.filename}", exc, "cgroup")) from exc
 
     def set_limits(self, *, memory_bytes: int, pids: int) -> None:
         """Limit memory including swap, and processes plus threads. Out of memory, the kernel kills the process
@@ -467,7 +481,7 @@ class Cgroup:
                 for pid in pids:
                     self._kill_member(pid)
         except OSError as exc:
-            raise SandboxError(f"cannot kill the processes in {self.dirs[0]}: {exc}") from exc
+            raise SandboxError(host_error(f"cannot kill the processes in {self.dirs[0]}", exc)) from exc
         return pids
 
     def _killing(self, timeout_s: float) -> Iterator[float]:
@@ -543,5 +557,5 @@ class Cgroup:
                     break
                 except OSError as exc:
                     if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                        raise SandboxError(f"cannot remove cgroup {d}: {exc.strerror}") from exc
+                        raise SandboxError(host_error(f"cannot remove cgroup {d}", exc)) from exc
                     time.sleep(0.001)

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox._shortage import agent_error
 from rollbox.sandbox.agent._protocol import resolve
 from rollbox.sandbox.agent._spawner import Launched
 
@@ -91,7 +92,7 @@ class SharedRoots:
                     for fd in fds:
                         os.close(fd)
                     await builder.wait(_BUILD_TIMEOUT_S)
-                    reason = builder.read_stderr() or "no message (the agent died)"
+                    reason = agent_error(builder.read_stderr()) or "no message (the agent died)"
                     raise SandboxError(f"the sandbox failed to start: its root could not be built: {reason}")
                 return fds[0]
             finally:

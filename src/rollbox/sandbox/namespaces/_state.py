@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox._shortage import host_error
 from rollbox.sandbox.agent._spawner import Spawner
 
 from ._cgroup import Cgroup, CgroupTree
@@ -143,7 +144,10 @@ _TMPFS_MAGIC = 0x01021994
 def _check(result: int, what: str) -> int:
     if result < 0:
         err = ctypes.get_errno()
-        raise SandboxError(f"cannot {what}: {os.strerror(err)} (rollbox needs root and Linux >= 5.12)")
+        said = host_error(f"cannot {what}", err)
+        if err in (errno.EPERM, errno.ENOSYS):  # not root, or a kernel without the new mount API
+            said += " (rollbox needs root and Linux >= 5.12)"
+        raise SandboxError(said)
     return result
 
 
@@ -208,10 +212,10 @@ class StateDir:
                 os.chmod(d, 0o755 if d == self.stage else 0o711)
             self.etc = self._make_etc()
         except OSError as exc:
-            raise SandboxError(
-                f"cannot prepare rollbox's state directory {self.root}: {exc.strerror}. Run as root, or set "
-                "ROLLBOX_STATE_DIR to a directory root can write."
-            ) from exc
+            said = host_error(f"cannot prepare rollbox's state directory {self.root}", exc, "state")
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                said += ". Run as root, or set ROLLBOX_STATE_DIR to a directory root can write."
+            raise SandboxError(said) from exc
 
     def _hold_in_memory(self) -> None:
         """Mount a tmpfs on the state directory when it is new (absent or empty) and not on a tmpfs already.
@@ -325,7 +329,7 @@ class SandboxDir:
         try:
             making.mkdir(mode=0o711)
         except OSError as exc:
-            raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
+            raise SandboxError(host_error(f"cannot create {path}", exc, "state")) from exc
         try:
             (making / "uid").write_text(str(uid))
             making.rename(path)
@@ -334,7 +338,7 @@ class SandboxDir:
             with contextlib.suppress(OSError):
                 (making / "uid").unlink(missing_ok=True)
                 making.rmdir()
-            raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
+            raise SandboxError(host_error(f"cannot create {path}", exc, "state")) from exc
         return cls(path, tree)
 
     def record_cgroup(self, cgroup: Cgroup) -> None:
