@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import functools
 import os
 import resource
 from collections.abc import Callable
@@ -35,13 +36,24 @@ def read_kernel_file(path: str | Path) -> str:
 
 def open_files_ceiling() -> int:
     """The most open files a sandboxed command can be allowed: ``fs.nr_open`` where rollbox may raise a hard limit
-    (it has ``CAP_SYS_RESOURCE``), else rollbox's own hard limit, which nothing it starts can go past."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    (it has ``CAP_SYS_RESOURCE``), else rollbox's own hard limit, which nothing it starts can go past. Needs no
+    descriptor (it is asked on every start, also when none is left)."""
+    try:
+        nr_open = _nr_open_if_raisable()
+    except OSError:  # no descriptor to read it with: the start fails for that a step later, saying so
+        nr_open = None
+    if nr_open is not None:
+        return nr_open
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+@functools.cache
+def _nr_open_if_raisable() -> int | None:
+    """``fs.nr_open`` when this process has ``CAP_SYS_RESOURCE`` (read once: capabilities stay), else None."""
     status = read_kernel_file("/proc/self/status")
-    effective = int(status.split("CapEff:", 1)[1].split()[0], 16)
-    if effective >> _CAP_SYS_RESOURCE & 1:
+    if int(status.split("CapEff:", 1)[1].split()[0], 16) >> _CAP_SYS_RESOURCE & 1:
         return int(read_kernel_file("/proc/sys/fs/nr_open"))
-    return hard
+    return None
 
 
 #: Threads for cgroup changes off a command's path (see ``in_thread``).
