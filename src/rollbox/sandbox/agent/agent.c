@@ -158,8 +158,8 @@ static void die(const char *what) {
     _exit(125);
 }
 
-/* The sandbox's root, built by the launcher in its private mount namespace for the sandbox to pivot into, with
- * the new mount API (bubblewrap, used before, parsed /proc/self/mountinfo for each mount: a third of a start). */
+/* A root being built (the shared one, see template), or a launcher's copy of it (see launch), with the new mount
+ * API (bubblewrap, used before, parsed /proc/self/mountinfo for each mount: a third of a start). */
 struct root {
     char path[4096];
     const char *writable[16];  /* the DESTs of --rw: directories made below them belong to the sandbox's uid */

@@ -6,17 +6,19 @@ writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net, cgroup, moun
 capabilities, no_new_privs, and a host uid of its own.
 
 Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``) → launcher
-(``agent.c launch``: builds the root, makes the namespaces, writes the uid maps, then waits as the sandbox's
-monitor under the sandbox's host uid) → agent (pid 1 inside, so that no signal from inside can kill or stop it;
+(``agent.c launch``, run in the spawner's child: adds the sandbox's own mounts to a copy of the root it shares,
+makes the namespaces, writes the uid maps, then waits as the sandbox's monitor under the sandbox's host uid) → agent (pid 1 inside, so that no signal from inside can kill or stop it;
 it reaps orphans) → one command at a time. Each command's first process is forked ahead of the command (a spare,
 while the sandbox is idle) and moved into its cgroup before it execs, so everything the program runs is counted,
 limited and killed there. The spawner, the launcher and the agent run nothing of the program's; each dies with
 its parent (parent-death signals from rollbox down), so none of them outlives rollbox.
 
-The launcher does what bubblewrap did for earlier versions, with less work per sandbox: one ``pivot_root`` (each
-walks every thread on the machine, and a thousand open sandboxes make thousands), no second program to exec, no
-``/proc/self/mountinfo`` to parse, and no nested user namespace (the sandbox's ``user.max_user_namespaces`` is 0,
-and the syscall filter refuses new namespaces besides).
+The launcher does what bubblewrap did for earlier versions, with less work per sandbox: no ``pivot_root`` (each
+walks every thread on the machine, and ten thousand open sandboxes make thirty thousand: the root, built once per
+runtime, is pivoted to once; see ``_root``), no program to exec but the agent, no ``/proc/self/mountinfo`` to
+parse, and no nested user namespace (the sandbox's ``user.max_user_namespaces`` is 0, and the syscall filter
+refuses new namespaces besides). A live sandbox holds four of this process's descriptors (see ``_uids`` and
+``Launched.watch_by_hangup``) and is three processes: the launcher, the agent and the next command's.
 """
 
 from __future__ import annotations
