@@ -6,8 +6,9 @@ writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net, cgroup, moun
 capabilities, no_new_privs, and a host uid of its own.
 
 Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``) → launcher
-(``agent.c launch``, run in the spawner's child: adds the sandbox's own mounts to a copy of the root it shares,
-makes the namespaces, writes the uid maps, then waits as the sandbox's monitor under the sandbox's host uid) → agent (pid 1 inside, so that no signal from inside can kill or stop it;
+(``agent.c launch``, run in the spawner's child: adds the sandbox's own mounts to a copy of the root it
+shares, makes the namespaces, writes the uid maps, then waits as the sandbox's monitor under the sandbox's host
+uid) → agent (pid 1 inside, so that no signal from inside can kill or stop it;
 it reaps orphans) → one command at a time. Each command's first process is forked ahead of the command (a spare,
 while the sandbox is idle) and moved into its cgroup before it execs, so everything the program runs is counted,
 limited and killed there. The spawner, the launcher and the agent run nothing of the program's; each dies with
@@ -202,6 +203,17 @@ class _CgroupExecGroup:
 
     def adopt(self, pid: int) -> None:
         finished, self._finished = self._finished, None
+        if self.cgroup.shared:  # v1: the command's memory is its sandbox's (see ``_cgroup``)
+            if finished is not None and not finished.cgroup.pids():
+                self.cgroup = finished.cgroup  # its pids and cpuacct cgroups serve again, counted from here
+            else:
+                if finished is not None:
+                    finished.cgroup.remove()
+                self.cgroup.create()
+                self.cgroup.set_limits(memory_bytes=None, pids=self._limits.pids)  # memory: begin's
+            self._before = self.cgroup.begin(memory_bytes=self._limits.memory_bytes, most_left=self._limits.disk_bytes)
+            self.cgroup.add(pid)
+            return
         if finished is not None:
             memory = self._limits.memory_bytes
             before = finished.cgroup.recycle(memory_bytes=memory, most_left=int(memory * _MOST_LEFT_SHARE))
@@ -533,7 +545,8 @@ class NamespaceSandbox:
             await self._restart()
         assert finished is None or isinstance(finished, _CgroupExecGroup)
         self._execs += 1
-        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self._cgroup, self.limits, finished)
+        command = self._cgroup.child(f"exec-{self._execs}", share_memory=True)
+        return _CgroupExecGroup(command, self._cgroup, self.limits, finished)
 
     @property
     def agent(self) -> AgentConnection:

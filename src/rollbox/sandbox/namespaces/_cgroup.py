@@ -5,7 +5,11 @@ a cgroup around rollbox, such as the test suite's guard, also bounds every sandb
 commands leave behind. Inside it each command gets a fresh ``exec-<n>`` with its own limits, so that its
 resource report is its own and killing it kills exactly what it started. (The sandbox's own supervisor runs
 nothing of the program's and is in no cgroup of rollbox's.) On cgroup v1 the same relative
-path exists once per hierarchy (memory, pids, cpuacct); on v2 once.
+path exists once per hierarchy (pids, cpuacct), but for memory: there a command runs in its sandbox's own memory
+cgroup, whose limit each command sets to its own plus what earlier commands left charged (see :meth:`Cgroup.begin`),
+and its report counts from there. Each memory cgroup costs the kernel an array over every filesystem's shrinker,
+and each sandbox mounts four filesystems: with two memory cgroups a sandbox, ten thousand sandboxes took a MiB
+each in those arrays alone. On v2 the cgroup holds every controller, and the command's has its own memory.
 
 A command's cgroup is passed on to the next command when its processes are all dead and it holds almost no
 memory any more (see :meth:`Cgroup.recycle`): removing a memory cgroup makes the kernel walk every mounted
@@ -230,8 +234,18 @@ class Cgroup:
     Paths are plain strings: a command's cgroup is made or passed on, and used, on every exec, on the hot path.
     """
 
-    def __init__(self, version: int, mounts: dict[str, Path], paths: dict[str, str], *, sockets: bool = False) -> None:
+    def __init__(
+        self,
+        version: int,
+        mounts: dict[str, Path],
+        paths: dict[str, str],
+        *,
+        sockets: bool = False,
+        shared: frozenset[str] = frozenset(),
+    ) -> None:
         self.version = version
+        #: The v1 controllers whose directory is its parent's, which this cgroup neither makes nor removes.
+        self.shared = shared
         #: Whether its processes may have sockets whose buffers v1 counts apart (see :meth:`set_limits`); its
         #: children inherit it.
         self.sockets = sockets
@@ -261,10 +275,17 @@ class Cgroup:
         """The ``cgroup.procs`` file of each hierarchy (a process joins by writing its pid to all of them)."""
         return [f"{d}/cgroup.procs" for d in self._dirs.values()]
 
-    def child(self, name: str) -> Cgroup:
-        """The child cgroup ``name`` (it need not exist yet)."""
-        paths = {c: f"{p}/{name}" for c, p in self.paths.items()}
-        return Cgroup(self.version, self._mounts, paths, sockets=self.sockets)
+    def child(self, name: str, *, share_memory: bool = False) -> Cgroup:
+        """The child cgroup ``name`` (it need not exist yet); with ``share_memory``, on v1, one whose memory
+        controller is this cgroup's own (see the module's docstring)."""
+        shared = frozenset({"memory"}) if share_memory and self.version == 1 else frozenset()
+        paths = {c: p if c in shared else f"{p}/{name}" for c, p in self.paths.items()}
+        return Cgroup(self.version, self._mounts, paths, sockets=self.sockets, shared=shared)
+
+    @property
+    def _own_dirs(self) -> list[str]:
+        """Its directories that are its own, not a parent's (see ``shared``)."""
+        return [d for c, d in self._dirs.items() if c not in self.shared]
 
     def create(self, *, delegate: bool = False) -> None:
         """Make the cgroup in every hierarchy; with ``delegate``, let its children use memory and pids (v2).
@@ -274,7 +295,7 @@ class Cgroup:
         """
         made: list[str] = []
         try:
-            for d in self._dirs.values():
+            for d in self._own_dirs:
                 os.mkdir(d)
                 made.append(d)
             if delegate and self.version == 2:
@@ -287,7 +308,7 @@ class Cgroup:
                 raise
             raise SandboxError(host_error(f"cannot create cgroup {exc.filename}", exc, "cgroup")) from exc
 
-    def set_limits(self, *, memory_bytes: int, pids: int) -> None:
+    def set_limits(self, *, memory_bytes: int | None, pids: int) -> None:
         """Limit memory including swap, and processes plus threads. Out of memory, the kernel kills the process
         that allocated, on v2 as on v1 (no ``memory.oom.group``): a parent waiting for it sees it die.
 
@@ -299,13 +320,17 @@ class Cgroup:
         (:meth:`sockets_over_limit`). A command's memory and its socket buffers together can reach twice the limit
         on v1. (A sandbox without a network has no such sockets: its cgroups spend no file access on them.)
         """
-        if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
-            _write(swap, "0")
-        self._set_memory_limit(memory_bytes)
+        if memory_bytes is not None:
+            if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
+                _write(swap, "0")
+            self._set_memory_limit(memory_bytes)
+            self._set_socket_limit(memory_bytes)
+        _write(self._file("pids", "pids.max"), str(pids))
+
+    def _set_socket_limit(self, memory_bytes: int) -> None:
         if self.sockets and self.version == 1 and _has(tcp := self._file("memory", _V1_TCP + "limit_in_bytes")):
             _write(tcp, str(memory_bytes))
             self._socket_limit = memory_bytes
-        _write(self._file("pids", "pids.max"), str(pids))
 
     def sockets_over_limit(self) -> bool:
         """Whether, on v1, the socket buffers charged here went past their limit (see :meth:`set_limits`)."""
@@ -318,8 +343,12 @@ class Cgroup:
             files = [self._file("memory", "memory.limit_in_bytes")]
             if _has(memsw := self._file("memory", "memory.memsw.limit_in_bytes")):
                 files.append(memsw)
-            # v1 refuses a memory limit above the memory+swap one: raise memory+swap first, lower memory first.
-            if self._memory_limit is not None and memory_bytes > self._memory_limit:
+            # v1 refuses a memory limit above the memory+swap one: raise memory+swap first, lower memory first. A
+            # memory cgroup shared with the sandbox (``shared``) had its limit set by another command's cgroup.
+            now = self._memory_limit
+            if now is None and "memory" in self.shared:
+                now = int(read_kernel_file(files[0]))
+            if now is not None and memory_bytes > now:
                 files.reverse()
             for path in files:
                 _write(path, str(memory_bytes))
@@ -345,6 +374,24 @@ class Cgroup:
         except OSError:  # gone, or not what it was: a fresh one serves
             return None
         self._set_memory_limit(memory_bytes + left)
+        return dataclasses.replace(self.stats(), peak_memory_bytes=left)
+
+    def begin(self, *, memory_bytes: int, most_left: int) -> CgroupStats:
+        """Ready this cgroup, whose memory cgroup is its sandbox's (``shared``), for a command: the memory limit
+        becomes ``memory_bytes`` plus what earlier commands left charged there, at most ``most_left`` (the
+        sandbox's disk: what it leaves is bounded by memory and disk together, as before), the memory peak restarts,
+        and the counters returned are where the command's report starts (``peak_memory_bytes``: what was left).
+
+        Raises:
+            SandboxError: a limit could not be set, or the memory cgroup read.
+        """
+        try:
+            left = self._charged_bytes()
+        except OSError as exc:
+            raise SandboxError(host_error(f"cannot read {self.directory('memory')}", exc)) from exc
+        self._set_memory_limit(memory_bytes + min(left, most_left))
+        self._set_socket_limit(memory_bytes)
+        self._restart_peak()
         return dataclasses.replace(self.stats(), peak_memory_bytes=left)
 
     def _charged_bytes(self) -> int:
@@ -542,13 +589,13 @@ class Cgroup:
         self._close_peak()
         self.kill(timeout_s=timeout_s)
         children: set[str] = set()
-        for d in self._dirs.values():
+        for d in self._own_dirs:
             with contextlib.suppress(FileNotFoundError), os.scandir(d) as entries:
                 children.update(e.name for e in entries if e.is_dir(follow_symlinks=False))
         for name in sorted(children):
             self.child(name).remove(timeout_s=timeout_s)
         deadline = time.monotonic() + timeout_s
-        for d in self._dirs.values():
+        for d in self._own_dirs:
             while True:
                 try:
                     os.rmdir(d)
