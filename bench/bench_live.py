@@ -17,8 +17,10 @@ kept open while each worker in turn times its execs. What it reports (the target
   [<= 2 ms, <= 5 ms]; then, in the same worker, a bare ``posix_spawn`` + ``waitpid`` of ``/usr/bin/true`` (the floor);
 - what each sandbox takes of each limit, measured: host descriptors, processes and threads, memory cgroups, and
   each limit's numbers (RLIMIT_NOFILE, kernel.pid_max, kernel.threads-max, memory cgroup ids);
-- the machine's CPU per creation and per exec (``/proc/stat``: user, system and interrupt time of all CPUs), and
-  the worker's own CPU per exec (its event loop and the host side of the command);
+- the machine's CPU per creation and per exec (``/proc/stat``: user, system and interrupt time of all CPUs), the
+  CPU of this run's own cgroup per creation (workers, spawners, launchers, agents: what the case spent, whatever
+  else runs on the machine), and the worker's own CPU per exec (its event loop and the host side of the command);
+- the worker's cyclic garbage collections during its execs: how many, and the longest (a pause of the event loop);
 - pool hand-out and in-place reset, p50, in the first worker of the smallest case.
 
 Run it under the guard with room for N sandboxes (three processes each, about a MiB and a half of memory each):
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -70,6 +73,18 @@ def _machine_cpu_ms() -> float:
     with open("/proc/stat") as f:
         ticks = [int(v) for v in f.readline().split()[1:]]
     return sum(ticks[i] for i in (0, 1, 2, 5, 6)) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _cgroup_cpu_ms() -> float:
+    """CPU milliseconds of every process in this process's cgroup (its workers, their spawners, launchers, agents and
+    commands, under the guard): what the case itself spent, whatever else the machine runs."""
+    with open("/proc/self/cgroup") as f:
+        paths = {names: path for _id, names, path in (line.rstrip("\n").split(":", 2) for line in f)}
+    for names, path in paths.items():
+        if "cpuacct" in names.split(","):
+            return _read_int(f"/sys/fs/cgroup/cpuacct{path}/cpuacct.usage") / 1e6
+    with open(f"/sys/fs/cgroup{paths['']}/cpu.stat") as f:
+        return int(f.readline().split()[1]) / 1000
 
 
 def _tasks() -> int:
@@ -128,6 +143,16 @@ class Worker:
 
     async def execs(self, count: int) -> dict[str, Any]:
         samples: list[float] = []
+        pauses: list[float] = []  # the interpreter's cyclic garbage collections meanwhile, in ms
+        started: list[float] = []
+
+        def timed(phase: str, _info: dict[str, int]) -> None:
+            if phase == "start":
+                started.append(time.perf_counter())
+            elif started:
+                pauses.append((time.perf_counter() - started.pop()) * 1000)
+
+        gc.callbacks.append(timed)
         machine, own = _machine_cpu_ms(), time.process_time()
         for i in range(count):
             start = time.perf_counter()
@@ -136,6 +161,7 @@ class Worker:
             if not result.ok:
                 return {"error": f"exec failed in a live sandbox: {result}"}
         machine_ms, own_ms = _machine_cpu_ms() - machine, (time.process_time() - own) * 1000
+        gc.callbacks.remove(timed)
         bare: list[float] = []
         for _ in range(count):
             start = time.perf_counter()
@@ -146,6 +172,7 @@ class Worker:
             "bare": bare,
             "machine_cpu_ms": machine_ms / count,
             "own_cpu_ms": own_ms / count,
+            "gc_pauses_ms": pauses,
         }
 
     async def pool(self, rounds: int) -> dict[str, Any]:
@@ -225,12 +252,13 @@ def _case(sandboxes: int, args: argparse.Namespace, pool: bool) -> dict[str, Any
     load_before = os.getloadavg()
     time.sleep(1)  # the workers' interpreters start
     memory, kmalloc_1k, tasks, memcgs = _meminfo(), _slab("kmalloc-1k"), _tasks(), _memory_cgroups()
-    cpu, start = _machine_cpu_ms(), time.perf_counter()
+    cpu, own_cpu, start = _machine_cpu_ms(), _cgroup_cpu_ms(), time.perf_counter()
     try:
         for worker, share in zip(workers, shares, strict=True):  # all create at once
             worker.send("open", share)
         opened = [worker.receive() for worker in workers]
         creation_s, creation_cpu = time.perf_counter() - start, _machine_cpu_ms() - cpu
+        creation_own_cpu = _cgroup_cpu_ms() - own_cpu
         total = sum(o["opened"] for o in opened)
         errors = [e for o in opened for e in o["errors"]]
         time.sleep(2)  # deferred kernel work (namespace setup, RCU, page cache) settles
@@ -242,6 +270,7 @@ def _case(sandboxes: int, args: argparse.Namespace, pool: bool) -> dict[str, Any
             "errors": errors,
             "creation_per_s": total / creation_s,
             "creation_cpu_ms": creation_cpu / max(1, total),
+            "creation_own_cpu_ms": creation_own_cpu / max(1, total),
             "memory_mib_per_sandbox": (memory["MemAvailable"] - after["MemAvailable"]) / max(1, total) / 2**20,
             "memory_kib_each": {k: (after[k] - memory[k]) / max(1, total) / 1024 for k in _MEMINFO if k in memory},
             "kmalloc_1k_kib_each": (_slab("kmalloc-1k") - kmalloc_1k) / max(1, total) / 1024,
@@ -257,7 +286,7 @@ def _case(sandboxes: int, args: argparse.Namespace, pool: bool) -> dict[str, Any
             },
         }
         if total:
-            samples, bare, machine_cpu, own_cpu = [], [], [], []
+            samples, bare, machine_cpu, own_cpu, pauses = [], [], [], [], []
             for worker in workers:  # one at a time, the others idle, all sandboxes open
                 timed = worker.ask("execs", args.execs)
                 if "error" in timed:
@@ -266,12 +295,15 @@ def _case(sandboxes: int, args: argparse.Namespace, pool: bool) -> dict[str, Any
                 bare += timed["bare"]
                 machine_cpu.append(timed["machine_cpu_ms"])
                 own_cpu.append(timed["own_cpu_ms"])
+                pauses += timed["gc_pauses_ms"]
             report |= {
                 "exec_p50_ms": statistics.median(samples),
                 "exec_p99_ms": _percentile(samples, 0.99),
                 "bare_spawn_p50_ms": statistics.median(bare),
                 "exec_cpu_ms": statistics.mean(machine_cpu),
                 "exec_worker_cpu_ms": statistics.mean(own_cpu),
+                "gc_pauses_during_execs": len(pauses),
+                "gc_pause_max_ms": max(pauses, default=0.0),
             }
             if pool:
                 pooled = workers[0].ask("pool", 200)
@@ -296,7 +328,7 @@ def _print(report: dict[str, Any]) -> None:
     for error in report["errors"]:
         print(f"  ERROR {error}")
     for key, value in report.items():
-        if not isinstance(value, float):
+        if not isinstance(value, float | int) or key in ("sandboxes", "asked", "processes", "round"):
             continue
         target = TARGETS.get(key)
         verdict = ""
