@@ -18,8 +18,10 @@ kept open while each worker in turn times its execs. What it reports (the target
 - what each sandbox takes of each limit, measured: host descriptors, processes and threads, memory cgroups, and
   each limit's numbers (RLIMIT_NOFILE, kernel.pid_max, kernel.threads-max, memory cgroup ids);
 - the machine's CPU per creation and per exec (``/proc/stat``: user, system and interrupt time of all CPUs), the
-  CPU of this run's own cgroup per creation (workers, spawners, launchers, agents: what the case spent, whatever
-  else runs on the machine), and the worker's own CPU per exec (its event loop and the host side of the command);
+  CPU of this run's own cgroup per creation and per exec (workers, spawners, launchers, agents, commands: what the
+  case spent, whatever else runs on the machine), the worker's own CPU per exec (its event loop and the host side
+  of the command), and pid 1's CPU per creation and per exec (a container's supervisor as pid 1 may look at every
+  process on every fork: with tens of thousands of processes, milliseconds each);
 - the worker's cyclic garbage collections during its execs: how many, and the longest (a pause of the event loop);
 - pool hand-out and in-place reset, p50, in the first worker of the smallest case.
 
@@ -85,6 +87,14 @@ def _cgroup_cpu_ms() -> float:
             return _read_int(f"/sys/fs/cgroup/cpuacct{path}/cpuacct.usage") / 1e6
     with open(f"/sys/fs/cgroup{paths['']}/cpu.stat") as f:
         return int(f.readline().split()[1]) / 1000
+
+
+def _init_cpu_ms() -> float:
+    """CPU milliseconds of the machine's pid 1 so far. Some init processes (a container's supervisor) look at every
+    process on every process event: with tens of thousands of processes that costs them milliseconds per fork."""
+    with open("/proc/1/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def _tasks() -> int:
@@ -162,18 +172,21 @@ class Worker:
                 return {"error": f"exec failed in a live sandbox: {result}"}
         machine_ms, own_ms = _machine_cpu_ms() - machine, (time.process_time() - own) * 1000
         gc.callbacks.remove(timed)
-        bare: list[float] = []
-        for _ in range(count):
-            start = time.perf_counter()
-            os.waitpid(os.posix_spawn("/usr/bin/true", ["true"], {}), 0)
-            bare.append((time.perf_counter() - start) * 1000)
         return {
             "samples": samples,
-            "bare": bare,
             "machine_cpu_ms": machine_ms / count,
             "own_cpu_ms": own_ms / count,
             "gc_pauses_ms": pauses,
         }
+
+    async def bare(self, count: int) -> dict[str, Any]:
+        """A bare ``posix_spawn`` + ``waitpid`` of /usr/bin/true from this process, ``count`` times (the floor)."""
+        samples: list[float] = []
+        for _ in range(count):
+            start = time.perf_counter()
+            os.waitpid(os.posix_spawn("/usr/bin/true", ["true"], {}), 0)
+            samples.append((time.perf_counter() - start) * 1000)
+        return {"samples": samples}
 
     async def pool(self, rounds: int) -> dict[str, Any]:
         """p50 of handing a warm sandbox out, and of an in-place reset after a command."""
@@ -252,13 +265,13 @@ def _case(sandboxes: int, args: argparse.Namespace, pool: bool) -> dict[str, Any
     load_before = os.getloadavg()
     time.sleep(1)  # the workers' interpreters start
     memory, kmalloc_1k, tasks, memcgs = _meminfo(), _slab("kmalloc-1k"), _tasks(), _memory_cgroups()
-    cpu, own_cpu, start = _machine_cpu_ms(), _cgroup_cpu_ms(), time.perf_counter()
+    cpu, own_cpu, init_cpu, start = _machine_cpu_ms(), _cgroup_cpu_ms(), _init_cpu_ms(), time.perf_counter()
     try:
         for worker, share in zip(workers, shares, strict=True):  # all create at once
             worker.send("open", share)
         opened = [worker.receive() for worker in workers]
         creation_s, creation_cpu = time.perf_counter() - start, _machine_cpu_ms() - cpu
-        creation_own_cpu = _cgroup_cpu_ms() - own_cpu
+        creation_own_cpu, creation_init_cpu = _cgroup_cpu_ms() - own_cpu, _init_cpu_ms() - init_cpu
         total = sum(o["opened"] for o in opened)
         errors = [e for o in opened for e in o["errors"]]
         time.sleep(2)  # deferred kernel work (namespace setup, RCU, page cache) settles
@@ -271,6 +284,7 @@ def _case(sandboxes: int, args: argparse.Namespace, pool: bool) -> dict[str, Any
             "creation_per_s": total / creation_s,
             "creation_cpu_ms": creation_cpu / max(1, total),
             "creation_own_cpu_ms": creation_own_cpu / max(1, total),
+            "creation_init_cpu_ms": creation_init_cpu / max(1, total),
             "memory_mib_per_sandbox": (memory["MemAvailable"] - after["MemAvailable"]) / max(1, total) / 2**20,
             "memory_kib_each": {k: (after[k] - memory[k]) / max(1, total) / 1024 for k in _MEMINFO if k in memory},
             "kmalloc_1k_kib_each": (_slab("kmalloc-1k") - kmalloc_1k) / max(1, total) / 1024,
@@ -286,22 +300,33 @@ def _case(sandboxes: int, args: argparse.Namespace, pool: bool) -> dict[str, Any
             },
         }
         if total:
-            samples, bare, machine_cpu, own_cpu, pauses = [], [], [], [], []
+            samples: list[float] = []
+            bare: list[float] = []
+            machine_cpu: list[float] = []
+            worker_cpu: list[float] = []
+            pauses: list[float] = []
+            own_each: list[float] = []
+            init_each: list[float] = []
             for worker in workers:  # one at a time, the others idle, all sandboxes open
+                own_before, init_before = _cgroup_cpu_ms(), _init_cpu_ms()
                 timed = worker.ask("execs", args.execs)
+                own_each.append((_cgroup_cpu_ms() - own_before) / args.execs)
+                init_each.append((_init_cpu_ms() - init_before) / args.execs)
                 if "error" in timed:
                     raise SystemExit(timed["error"])
                 samples += timed["samples"]
-                bare += timed["bare"]
                 machine_cpu.append(timed["machine_cpu_ms"])
-                own_cpu.append(timed["own_cpu_ms"])
+                worker_cpu.append(timed["own_cpu_ms"])
                 pauses += timed["gc_pauses_ms"]
+                bare += worker.ask("bare", args.execs)["samples"]
             report |= {
                 "exec_p50_ms": statistics.median(samples),
                 "exec_p99_ms": _percentile(samples, 0.99),
                 "bare_spawn_p50_ms": statistics.median(bare),
                 "exec_cpu_ms": statistics.mean(machine_cpu),
-                "exec_worker_cpu_ms": statistics.mean(own_cpu),
+                "exec_worker_cpu_ms": statistics.mean(worker_cpu),
+                "exec_own_cpu_ms": statistics.mean(own_each),
+                "exec_init_cpu_ms": statistics.mean(init_each),
                 "gc_pauses_during_execs": len(pauses),
                 "gc_pause_max_ms": max(pauses, default=0.0),
             }
