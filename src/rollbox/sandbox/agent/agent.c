@@ -1059,6 +1059,19 @@ static int serve(int sock) {
     }
 }
 
+/* The arguments this program was started with, after its path, as one area of memory (see named_as_launcher). */
+static char *own_args = NULL;
+static size_t own_args_size = 0;
+
+/* Show a launcher run in the spawner's child as one (ps, /proc/PID/cmdline: "AGENT launch"): its arguments, which
+ * it shares with the spawner's until it writes them, say "launch" instead of "spawner 3". */
+static void named_as_launcher(void) {
+    if (own_args != NULL && own_args_size > strlen("launch")) {
+        memset(own_args, 0, own_args_size);
+        memcpy(own_args, "launch", strlen("launch"));
+    }
+}
+
 /* The spawner's mount namespace, made at its first HOLD, and the host's, which everything it starts returns to. */
 static int host_mounts = -1;
 static int holding = 0;  /* the tmpfs for held trees is mounted, in the spawner's own namespace */
@@ -1095,7 +1108,10 @@ static void spawned(int *fds, int nfds, const char *tree, const char *cwd, int l
     if (syscall(SYS_close_range, nfds + 1, ~0U, 0) < 0) die("close_range");
     if (chdir(cwd) < 0) die(cwd);
     environ = env;
-    if (launching) _exit(launch(argc, args));
+    if (launching) {
+        named_as_launcher();
+        _exit(launch(argc, args));
+    }
     execv(args[0], args);
     int error = errno;
     dprintf(2, "rollbox-agent: cannot execute %s: %s (errno %d)\n", args[0], strerror(error), error);
@@ -1248,6 +1264,10 @@ static int overlay_probe(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 2) {
+        own_args = argv[1];
+        own_args_size = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) + 1 - argv[1]);
+    }
     if (argc >= 2 && !strcmp(argv[1], "launch")) return launch(argc, argv);
     if (argc == 3 && !strcmp(argv[1], "serve")) return serve(atoi(argv[2]));
     if (argc == 3 && !strcmp(argv[1], "spawner")) return spawner(atoi(argv[2]));
