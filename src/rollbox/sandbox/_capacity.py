@@ -101,13 +101,20 @@ async def measure() -> Capacity:
         impls = [sb._impl for sb in opened if isinstance(sb._impl, NamespaceSandbox)]
         fds = (_open_fds() - before_fds) / len(opened)
         memory = _memory_taken(before_memory, _memory_counts()) / len(opened)
-        by_uid = _tasks_by_uid()
-        tasks = sum(by_uid.get(impl.uid, 0) for impl in impls) / len(impls)
+        # Each pids cgroup above rollbox counts what is below it: the launchers and agents, and the commands'
+        # processes where the sandboxes' cgroups are below it too.
+        where = _sandbox_tasks({impl.uid for impl in impls})
+        tasks = len(where) / len(impls)
+        each_below = {
+            directory: sum(1 for path in where if _below(path, directory)) / len(impls) for directory in _pids_cgroups()
+        }
         memcgs = sum(_memory_cgroups(impl.memory_cgroup) for impl in impls) / len(impls)
     finally:
         for sandbox in opened:
             await sandbox.close()
-    measured = (_open_files(fds), _processes(tasks), _memcgs(memcgs))
+    # Each limit's room is read with the probe's sandboxes closed again: how many more than are open now.
+    pids = {d: (most, current, each_below[d]) for d, (most, current) in _pids_cgroups().items() if d in each_below}
+    measured = (_open_files(fds), _processes(tasks, pids), _memcgs(memcgs))
     return Capacity((*measured, _memory(memory)) if memory > 0 else measured)
 
 
@@ -141,18 +148,30 @@ def _mem_available() -> int:
     return 0
 
 
-def _tasks_by_uid() -> dict[int, int]:
-    """Processes and threads on the machine by the uid they run as (a sandbox's host uid is its own: its launcher,
-    agent and next command's process, and whatever runs in it)."""
-    counts: dict[int, int] = {}
+def _sandbox_tasks(uids: set[int]) -> list[Path]:
+    """The pids cgroup directory of every process and thread running as one of ``uids`` (sandboxes' host uids: each
+    is its sandbox's own, for its launcher, agent and next command's process)."""
+    from .namespaces._cgroup import cgroup_mounts
+
+    mounts = cgroup_mounts()
+    mount, controller = (mounts["pids"], "pids") if "pids" in mounts else (mounts[""], "")
+    found = []
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                uid = os.stat(entry.path).st_uid
-                counts[uid] = counts.get(uid, 0) + len(os.listdir(f"{entry.path}/task"))
-            except OSError:
+        try:
+            if not entry.name.isdigit() or os.stat(entry.path).st_uid not in uids:
                 continue
-    return counts
+            for task in os.listdir(f"{entry.path}/task"):
+                for line in read_kernel_file(f"{entry.path}/task/{task}/cgroup").splitlines():
+                    _id, names, path = line.split(":", 2)
+                    if controller in names.split(",") or names == controller:
+                        found.append(mount / path.lstrip("/"))
+        except OSError:
+            continue
+    return found
+
+
+def _below(path: Path, directory: Path) -> bool:
+    return path == directory or directory in path.parents
 
 
 def _memory_cgroups(directory: str) -> int:
@@ -178,12 +197,9 @@ def _open_files(each: float) -> Limit:
     )
 
 
-def _processes(each: float) -> Limit:
-    tasks = machine_tasks() or 0
-    rooms = [
-        (int(read_kernel_file("/proc/sys/kernel/pid_max")) - 300 - tasks, "kernel.pid_max"),
-        (int(read_kernel_file("/proc/sys/kernel/threads-max")) - tasks, "kernel.threads-max"),
-    ]
+def _pids_cgroups() -> dict[Path, tuple[int, int]]:
+    """(pids.max, pids.current) of each pids cgroup rollbox runs in that has a limit."""
+    found = {}
     for directory in own_cgroup_dirs("pids"):
         try:
             most, current = (
@@ -193,15 +209,27 @@ def _processes(each: float) -> Limit:
         except OSError:
             continue
         if most != "max":
-            rooms.append((int(most) - int(current), f"pids.max of {directory}"))
-    room, where = min(rooms)
+            found[directory] = (int(most), int(current))
+    return found
+
+
+def _processes(each: float, cgroups: dict[Path, tuple[int, int, float]]) -> Limit:
+    """The first process limit to run out: the machine's (``each`` processes and threads a sandbox), or a pids
+    cgroup's (what its count rose by, a sandbox)."""
+    tasks = machine_tasks() or 0
+    limits = [
+        (int(read_kernel_file("/proc/sys/kernel/pid_max")) - 300 - tasks, each, "kernel.pid_max"),
+        (int(read_kernel_file("/proc/sys/kernel/threads-max")) - tasks, each, "kernel.threads-max"),
+        *((most - current, rose, f"pids.max of {directory}") for directory, (most, current, rose) in cgroups.items()),
+    ]
+    room, taken, where = min(limits, key=lambda limit: _sandboxes(limit[0], limit[1]))
     return Limit(
         "processes",
-        f"{room:,} more processes and threads before {where} ({tasks:,} on the machine now); "
-        f"{each:.1f} a sandbox (its launcher, its agent, its next command's process)",
+        f"{room:,} more processes and threads before {where} ({tasks:,} on the machine now); {taken:.1f} a "
+        f"sandbox there ({each:.1f} in all: its launcher, its agent, its next command's process)",
         False,
-        each,
-        _sandboxes(room, each),
+        taken,
+        _sandboxes(room, taken),
         f"raise {where}",
     )
 
@@ -218,7 +246,7 @@ def _memcgs(each: float) -> Limit:
     room = _MEMCG_IDS - count
     return Limit(
         "memory cgroups",
-        f"{count:,} of the kernel's {_MEMCG_IDS:,} in use; {each:.1f} a sandbox (its own and its next command's)",
+        f"{count:,} of the kernel's {_MEMCG_IDS:,} in use; {each:.1f} a sandbox",
         False,
         each,
         _sandboxes(room, each),

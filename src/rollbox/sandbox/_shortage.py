@@ -160,7 +160,12 @@ def _processes() -> str:
     found: list[str] = []
     for directory in own_cgroup_dirs("pids"):
         current, most = _read(directory / "pids.current"), _read(directory / "pids.max")
-        if current is not None and most is not None and most != "max" and int(current) >= int(most) - 2:
+        if current is None or most is None or most == "max":
+            continue
+        # Read a moment after the refused fork, what failed may have ended already (a launcher that gave up): a
+        # cgroup whose limit refused a fork ever (pids.events) and that is still near it counts as at it.
+        refused = _keyed_count(_read(directory / "pids.events") or "", "max") > 0
+        if int(current) >= int(most) - 2 or (refused and int(current) >= int(most) * 9 // 10):
             found.append(
                 f"the pids cgroup {directory} is at its limit ({int(current):,} of {int(most):,} processes and "
                 "threads): raise pids.max there (systemd's TasksMax=, docker run --pids-limit, the test guard's "
@@ -185,6 +190,15 @@ def _processes() -> str:
             "forked"
         )
     return "; ".join(found) + f". Each open sandbox is three processes. {_DOCTOR}"
+
+
+def _keyed_count(text: str, key: str) -> int:
+    """The value of ``key`` in a flat-keyed file such as ``pids.events``; 0 when absent."""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
 
 
 def machine_tasks() -> int | None:
