@@ -24,6 +24,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 from collections.abc import Sequence
 
 from rollbox.sandbox._errors import SandboxError
@@ -31,6 +32,7 @@ from rollbox.sandbox._settle import settled
 from rollbox.sandbox._shortage import host_error
 
 from ._build import agent_binary
+from ._health import start_time
 from ._protocol import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
 
 __all__ = ["Launched", "Spawner"]
@@ -54,6 +56,7 @@ class Launched:
         self.pid = pid
         self._pidfd = pidfd
         self._hangup = -1
+        self._started_at: str | None = None  # its start time, while watched by its pipe (see _gone)
         self.stderr = stderr
 
     def watch_by_hangup(self, hangup: int) -> None:
@@ -61,6 +64,8 @@ class Launched:
         for it holds that pipe's only write end, and hold no pidfd: one is opened only to signal it or wait for it.
         With thousands of sandboxes open, a descriptor fewer per launcher counts."""
         if self._pidfd >= 0:
+            # Pinned by the pidfd, its pid is still its own (if it has not ended, its start time names it).
+            self._started_at = None if pidfd_ended(self._pidfd) else start_time(self.pid)
             os.close(self._pidfd)
         self._pidfd = -1
         self._hangup = hangup
@@ -68,8 +73,24 @@ class Launched:
     def exited(self, timeout_s: float = 0.0) -> bool:
         """Whether it has ended, waiting up to ``timeout_s`` (blocking) for it to."""
         if self._hangup >= 0:
-            return _hung_up(self._hangup, timeout_s)
+            deadline = time.monotonic() + timeout_s
+            return _hung_up(self._hangup, timeout_s) and self._gone(max(0.0, deadline - time.monotonic()))
         return self._pidfd < 0 or pidfd_ended(self._pidfd, timeout_s)
+
+    def _gone(self, timeout_s: float) -> bool:
+        """After its pipe hung up, whether it has finished ending (it closes its descriptors a moment before it is
+        gone), waiting up to ``timeout_s``. Its pid is checked by its start time: once it is gone, anyone may have
+        it."""
+        if self._started_at is None:
+            return True
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:  # gone; or no descriptor to be had, which leaves only the pipe's word
+            return True
+        try:
+            return pidfd_ended(pidfd) or start_time(self.pid) != self._started_at or pidfd_ended(pidfd, timeout_s)
+        finally:
+            os.close(pidfd)
 
     def _pinned(self) -> tuple[int, bool]:
         """A pidfd of it while it runs (-1 when it has ended, or none could be had), and whether it was opened for
