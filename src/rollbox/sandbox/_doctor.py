@@ -1,4 +1,5 @@
-"""What isolation this machine really gives: each feature checked for real, with the fix when it is missing."""
+"""What isolation this machine really gives, each feature checked for real with the fix when it is missing, and
+how many live sandboxes it can hold (see ``_capacity``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ._capacity import Capacity, measure
 from ._errors import RollboxError
+from ._kernel import open_files_ceiling
+from ._limits import Limits
 from .agent._build import agent_binary
 from .namespaces._cgroup import CgroupTree
 
@@ -65,6 +69,18 @@ def _static_checks() -> list[Check]:
         checks.append(Check("cgroups", True, f"cgroup v{tree.version}; sandboxes under {parents}"))
     except RollboxError as exc:
         checks.append(Check("cgroups", False, str(exc), "mount cgroup2 at /sys/fs/cgroup with memory and pids"))
+    ceiling, wanted = open_files_ceiling(), Limits().open_files
+    checks.append(
+        Check(
+            "open files",
+            ceiling >= wanted,
+            f"a command may have up to {ceiling:,} open files (Limits.open_files defaults to {wanted:,})",
+            None
+            if ceiling >= wanted
+            else "raise rollbox's hard limit on open files (ulimit -Hn), or give it CAP_SYS_RESOURCE, or lower "
+            "Limits.open_files",
+        )
+    )
     try:
         checks.append(Check("native agent", True, f"built at {agent_binary()}"))
     except RollboxError as exc:
@@ -130,9 +146,35 @@ async def _sandbox_checks() -> list[Check]:
     return checks
 
 
+def _capacity_checks(capacity: Capacity) -> list[Check]:
+    """One line per limit on live sandboxes, then the sum of them: how many this host, and one process, can hold."""
+    checks = [
+        Check(
+            f"capacity: {limit.resource}",
+            True,
+            f"{limit.sandboxes:,} more sandboxes{' per process' if limit.per_process else ''}: {limit.detail}",
+            limit.fix,
+        )
+        for limit in capacity.limits
+    ]
+    per_process, host = capacity.per_process, capacity.host
+    summary = f"about {host.sandboxes:,} more live sandboxes on this host ({host.resource} run out first)"
+    if per_process.per_process:
+        summary += f"; one process holds at most {per_process.sandboxes:,} ({per_process.resource} run out first)"
+    return [*checks, Check("capacity", True, summary)]
+
+
+async def _measured_checks() -> list[Check]:
+    checks = await _sandbox_checks()
+    if all(c.ok for c in checks):
+        checks += _capacity_checks(await measure())
+    return checks
+
+
 def diagnose() -> list[Check]:
-    """Check every isolation feature on this machine, the last ones from inside a real sandbox."""
+    """Check every isolation feature on this machine, the last ones from inside a real sandbox; then measure how
+    many live sandboxes it can hold."""
     checks = _static_checks()
     if all(c.ok for c in checks):
-        checks += asyncio.run(_sandbox_checks())
+        checks += asyncio.run(_measured_checks())
     return checks

@@ -76,8 +76,9 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
     fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), buf, len(how))
     if fd < 0:
         err = ctypes.get_errno()
-        message = "is or passes through a symbolic link" if err == errno.ELOOP else os.strerror(err)
-        raise OSError(err, message, path)
+        if err == errno.ELOOP:
+            raise OSError(err, "is or passes through a symbolic link", path)
+        raise OSError(err, os.strerror(err), path)  # as the OS would: callers put it into words
     return int(fd)
 
 

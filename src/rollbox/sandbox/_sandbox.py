@@ -23,7 +23,7 @@ from typing import Literal, Protocol
 from rollbox import telemetry
 
 from ._changes import WorkspaceChanges, tree_size
-from ._errors import SandboxError, SandboxStateError
+from ._errors import IsolationUnavailable, SandboxError, SandboxStateError
 from ._files import (
     OverlayNotPlain,
     copy_out_beneath,
@@ -34,9 +34,11 @@ from ._files import (
     symlink_beneath,
     write_beneath,
 )
+from ._kernel import open_files_ceiling
 from ._limits import Limits, Network
 from ._process import ProcessSandbox
 from ._result import ExecResult, Status
+from ._shortage import host_error
 from .agent._protocol import AgentConnection, ExecGroup, ExecRequest, Spare
 from .namespaces._backend import PATH, NamespaceSandbox
 from .runtime._store import Layer
@@ -91,7 +93,8 @@ class Sandbox:
             commands on.
 
     Raises:
-        IsolationUnavailable: on entry, when the machine cannot give the isolation asked for.
+        IsolationUnavailable: on entry, when the machine cannot give the isolation asked for (or the limits: a
+            command's open files beyond what rollbox may allow here).
         SandboxError: on entry, when the sandbox could not be built.
     """
 
@@ -141,6 +144,12 @@ class Sandbox:
     async def __aenter__(self) -> Sandbox:
         if self._state is not _State.NEW:
             raise SandboxStateError(f"this sandbox is {self._state.value}; a Sandbox can be entered only once")
+        if self.limits.open_files > (ceiling := open_files_ceiling()):
+            raise IsolationUnavailable(
+                f"a command may have {self.limits.open_files} open files (Limits.open_files), but rollbox can give "
+                f"at most {ceiling} here: its own hard limit on open files, which it cannot raise (no "
+                "CAP_SYS_RESOURCE). Lower Limits.open_files, or start rollbox with a higher hard limit (ulimit -Hn)"
+            )
         impl: _Backend = (
             NamespaceSandbox(self.limits, self.network, self.runtime, self.workspace)
             if self.backend == "namespaces"
@@ -173,7 +182,7 @@ class Sandbox:
         try:
             await self.write_tree(self.workspace)
         except OSError as exc:
-            raise SandboxError(f"cannot copy the workspace {self.workspace} into the sandbox: {exc}") from exc
+            raise SandboxError(host_error(f"cannot copy the workspace {self.workspace} into the sandbox", exc)) from exc
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -219,7 +228,7 @@ class Sandbox:
                 if self.workspace_mode == "copy":
                     await self._fill_workspace(impl)
             except OSError as exc:
-                raise SandboxError(f"cannot reset the sandbox: {exc}") from exc
+                raise SandboxError(host_error("cannot reset the sandbox", exc)) from exc
             finally:
                 if isinstance(spare, Spare) and spare.runner.alive:
                     # The agent and the zygote were kept: the spare, forked from them after the last command had
@@ -357,12 +366,12 @@ class Sandbox:
         try:
             group = await impl.exec_group(finished)
         except (SandboxError, OSError) as exc:
-            return ExecResult.infra_error(f"preparing the next command failed: {exc}")
+            return ExecResult.infra_error(_preparing_failed(exc))
         try:
             runner = await impl.zygote() if warm_python else impl.agent
             spare = await runner.spawn(group, self.limits)
         except (SandboxError, OSError) as exc:
-            spare = ExecResult.infra_error(f"preparing the next command failed: {exc}")
+            spare = ExecResult.infra_error(_preparing_failed(exc))
         except BaseException:
             _finish(impl, group)
             raise
@@ -585,6 +594,11 @@ def _tree(impl: _Backend, root: str) -> str:
     through its merged view, anything else in the writable tree."""
     view = impl.workspace_view if isinstance(impl, NamespaceSandbox) and root == "workspace" else None
     return view or os.path.join(impl.writable_root, root)
+
+
+def _preparing_failed(exc: SandboxError | OSError) -> str:
+    what = "preparing the next command failed"
+    return host_error(what, exc) if isinstance(exc, OSError) else f"{what}: {exc}"
 
 
 def _done(spare: Spare) -> asyncio.Future[Spare | ExecResult]:

@@ -31,8 +31,9 @@ def compile_c(
     what: str,
     error: type[RollboxError] = RollboxError,
 ) -> Path:
-    """The path of ``source`` compiled with ``flags`` in rollbox's cache, as ``rollbox-NAME-DIGEST``; built on first
-    use (by one process at a time or not: each builds its own file and renames it into place).
+    """The path of ``source`` compiled with ``flags`` in rollbox's cache, as ``rollbox-NAME-DIGEST`` (of the source
+    and the options); built on first use (by one process at a time or not: each builds its own file and renames it
+    into place).
 
     Args:
         name: the cached file's name, such as ``agent`` or ``reward-shim.so`` (a suffix goes after the digest).
@@ -44,7 +45,7 @@ def compile_c(
     Raises:
         error: no C compiler, or the build failed; the message says what to install.
     """
-    digest = hashlib.sha256(source).hexdigest()[:16]
+    digest = hashlib.sha256(source + repr((list(flags), list(libraries))).encode()).hexdigest()[:16]
     stem, dot, suffix = name.partition(".")
     target = _cache_dir() / f"rollbox-{stem}-{digest}{dot}{suffix}"
     if target.exists():
@@ -80,4 +81,9 @@ def agent_binary() -> Path:
         IsolationUnavailable: no C compiler, or the build failed; the message says what to install.
     """
     source = resources.files("rollbox.sandbox.agent").joinpath("agent.c").read_bytes()
-    return compile_c(source, name="agent", what="a small native agent", error=IsolationUnavailable)
+    try:
+        # Static: each sandbox executes it once, as its pid 1, and a dynamic one spent its start on the dynamic
+        # linker and kept its mappings (page tables, relocated pages) in the agent and in each command's process.
+        return compile_c(source, name="agent", flags=("-O2", "-static"), what="a small native agent")
+    except RollboxError:  # no static C library (glibc-static on Fedora, for one)
+        return compile_c(source, name="agent", what="a small native agent", error=IsolationUnavailable)

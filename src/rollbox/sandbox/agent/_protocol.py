@@ -26,6 +26,7 @@ from rollbox.sandbox._errors import SandboxError
 from rollbox.sandbox._kernel import in_thread, read_kernel_file
 from rollbox.sandbox._limits import Limits
 from rollbox.sandbox._result import ExecResult, Status
+from rollbox.sandbox._shortage import agent_error, host_error
 
 from ._health import fingerprint, start_time
 from ._streams import OutputCapture, StdinFeeder
@@ -189,6 +190,11 @@ def classify(
     return (Status.OK if exit_code == 0 else Status.NONZERO_EXIT), exit_code, signo
 
 
+def _failed(what: str, exc: OSError | TimeoutError) -> str:
+    """``what``, with why: no answer in time, or the OS error (and what ran out, if that is what it means)."""
+    return f"{what}: no answer in time" if isinstance(exc, TimeoutError) else host_error(what, exc)
+
+
 def roomy_socketpair() -> tuple[socket.socket, socket.socket]:
     """A SOCK_SEQPACKET pair whose first end can send a whole request of up to ``_MAX_REQUEST`` bytes at once.
 
@@ -303,7 +309,7 @@ class AgentConnection:
         self._wait_for_launcher()
         stderr = self._process.read_stderr() if self._process is not None else ""
         self.reap()
-        raise SandboxError(f"the sandbox failed to start: {stderr or 'no message (the launcher died)'}")
+        raise SandboxError(f"the sandbox failed to start: {agent_error(stderr) or 'no message (the launcher died)'}")
 
     async def start_zygote(self, argv: Sequence[str], env: Mapping[str, str], limits: Limits) -> AgentConnection:
         """Have the agent start the Python zygote (``zygote.py``); returns the connection to it, ready.
@@ -320,7 +326,7 @@ class AgentConnection:
             answer = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             host_end.close()
-            raise SandboxError(f"the sandbox's agent did not start the zygote: {exc}") from exc
+            raise SandboxError(_failed("the sandbox's agent did not start the zygote", exc)) from exc
         except BaseException:  # cancelled: the sandbox is closing
             host_end.close()
             raise
@@ -367,7 +373,7 @@ class AgentConnection:
             self._sock.send(request)
             answer = await asyncio.wait_for(self._inbox.get(), _ANNOUNCE_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
-            raise SandboxError(f"the sandbox's agent did not answer a reset: {exc}") from exc
+            raise SandboxError(_failed("the sandbox's agent did not answer a reset", exc)) from exc
         if answer != request:
             raise SandboxError("the sandbox's agent did not answer a reset")
 
@@ -489,7 +495,7 @@ class AgentConnection:
         except OSError as exc:
             sync_host.close()
             self.alive = False
-            return ExecResult.infra_error(f"the sandbox's agent is gone ({exc.strerror}); the sandbox restarts")
+            return ExecResult.infra_error(host_error("the sandbox's agent is gone (the sandbox restarts)", exc))
         finally:
             sync_child.close()
         try:
@@ -541,7 +547,7 @@ class AgentConnection:
             await self.discard(spare)
             if isinstance(exc, ValueError):
                 raise
-            return ExecResult.infra_error(f"cannot set up the command's streams: {exc}")
+            return ExecResult.infra_error(host_error("cannot set up the command's streams", exc))
         (stdin_r, stdin_w), (out_r, out_w), (err_r, err_w) = pipes
         passed = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [stdin_r, out_w, err_w]))]
         # Before the command can run: it may fill the disk, or finish, before the next line of this method.
@@ -625,7 +631,7 @@ class AgentConnection:
         except TimeoutError:
             exited = None
         if exited is not None and exited.wait_status < 0:
-            return ExecResult.infra_error(f"the agent could not fork: {os.strerror(-exited.wait_status)}")
+            return ExecResult.infra_error(host_error("the agent could not fork", -exited.wait_status, "process"))
         return ExecResult.infra_error("the command's process died before it could be started")
 
     async def _supervise(

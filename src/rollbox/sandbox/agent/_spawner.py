@@ -17,24 +17,28 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import errno
 import os
 import select
 import signal
 import socket
 import struct
 import threading
+import time
 from collections.abc import Sequence
 
 from rollbox.sandbox._errors import SandboxError
 from rollbox.sandbox._settle import settled
+from rollbox.sandbox._shortage import host_error
 
 from ._build import agent_binary
+from ._health import start_time
 from ._protocol import EXEC_HEADER, pidfd_ended, resolve, roomy_socketpair
 
 __all__ = ["Launched", "Spawner"]
 
 _MSG_SPAWN, _MSG_HOLD, _MSG_RELEASE = 7, 8, 9
-_SPAWN_WITH_TREE = 1
+_SPAWN_WITH_TREE, _SPAWN_LAUNCH = 1, 2  # a SPAWN's flags (agent.c)
 _ANSWER = struct.Struct("<i")
 _MAX_FDS = 6  # besides the reply socket and stderr (SPAWN_FDS in agent.c)
 _ANSWER_TIMEOUT_S = 10.0
@@ -45,37 +49,95 @@ _STARTING = threading.Lock()
 
 class Launched:
     """A process the spawner started: its pid, a pidfd that follows it (its pid may be reused once it is gone;
-    the pidfd never refers to another process), and the read end of its stderr."""
+    the pidfd never refers to another process), and the read end of its stderr. A launcher is watched through its
+    status pipe instead (see :meth:`watch_by_hangup`)."""
 
     def __init__(self, pid: int, pidfd: int, stderr: int) -> None:
         self.pid = pid
         self._pidfd = pidfd
+        self._hangup = -1
+        self._started_at: str | None = None  # its start time, while watched by its pipe (see _gone)
         self.stderr = stderr
+
+    def watch_by_hangup(self, hangup: int) -> None:
+        """See its end from now on as the pipe ``hangup`` (the caller's, which it keeps open meanwhile) hanging up,
+        for it holds that pipe's only write end, and hold no pidfd: one is opened only to signal it or wait for it.
+        With thousands of sandboxes open, a descriptor fewer per launcher counts."""
+        if self._pidfd >= 0:
+            # Pinned by the pidfd, its pid is still its own (if it has not ended, its start time names it).
+            self._started_at = None if pidfd_ended(self._pidfd) else start_time(self.pid)
+            os.close(self._pidfd)
+        self._pidfd = -1
+        self._hangup = hangup
 
     def exited(self, timeout_s: float = 0.0) -> bool:
         """Whether it has ended, waiting up to ``timeout_s`` (blocking) for it to."""
+        if self._hangup >= 0:
+            deadline = time.monotonic() + timeout_s
+            return _hung_up(self._hangup, timeout_s) and self._gone(max(0.0, deadline - time.monotonic()))
         return self._pidfd < 0 or pidfd_ended(self._pidfd, timeout_s)
+
+    def _gone(self, timeout_s: float) -> bool:
+        """After its pipe hung up, whether it has finished ending (it closes its descriptors a moment before it is
+        gone), waiting up to ``timeout_s``. Its pid is checked by its start time: once it is gone, anyone may have
+        it."""
+        if self._started_at is None:
+            return True
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:  # gone; or no descriptor to be had, which leaves only the pipe's word
+            return True
+        try:
+            return pidfd_ended(pidfd) or start_time(self.pid) != self._started_at or pidfd_ended(pidfd, timeout_s)
+        finally:
+            os.close(pidfd)
+
+    def _pinned(self) -> tuple[int, bool]:
+        """A pidfd of it while it runs (-1 when it has ended, or none could be had), and whether it was opened for
+        this use only. Opened before the check that it still runs: if it does, the pid was still its own."""
+        if self._hangup < 0:
+            return self._pidfd, False
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            return -1, False
+        if _hung_up(self._hangup, 0.0):
+            os.close(pidfd)
+            return -1, False
+        return pidfd, True
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait, without blocking the event loop, up to ``timeout_s`` for it to end; whether it did."""
         if self.exited():
             return True
+        pidfd, opened = self._pinned()
+        if pidfd < 0:  # ended meanwhile, or no descriptor to be had: its pipe is watched from a thread then
+            return await asyncio.to_thread(self.exited, timeout_s)
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(self._pidfd, resolve, ended)
+        loop.add_reader(pidfd, resolve, ended)
         try:
             await asyncio.wait_for(ended, timeout_s)
             return True
         except TimeoutError:
             return False
         finally:
-            loop.remove_reader(self._pidfd)
+            loop.remove_reader(pidfd)
+            if opened:
+                os.close(pidfd)
 
     def kill(self) -> None:
         """SIGKILL it (nothing when it has ended)."""
-        if self._pidfd >= 0:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        pidfd, opened = self._pinned()
+        if pidfd < 0:
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            if opened:
+                os.close(pidfd)
 
     def read_stderr(self) -> str:
         """What it wrote to stderr so far (never waits)."""
@@ -95,11 +157,19 @@ class Launched:
             self.stderr = -1
 
     def close(self) -> None:
-        """Release the pidfd and stderr (idempotent; the process itself is not touched)."""
+        """Release the pidfd and stderr (idempotent; the process itself is not touched, nor a hangup pipe)."""
         for fd in (self._pidfd, self.stderr):
             if fd >= 0:
                 os.close(fd)
-        self._pidfd = self.stderr = -1
+        self._pidfd = self.stderr = self._hangup = -1
+
+
+def _hung_up(fd: int, timeout_s: float) -> bool:
+    """Whether every write end of the pipe whose read end is ``fd`` has closed, waiting up to ``timeout_s``
+    (blocking); what is left to read there does not count."""
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLHUP is reported whatever is asked for; POLLIN would fire for a pending report
+    return bool(poller.poll(timeout_s * 1000))
 
 
 class Spawner:
@@ -125,9 +195,12 @@ class Spawner:
             self.pid = _LASTING_THREAD.submit(
                 os.posix_spawn, agent, [agent, "spawner", "3"], {}, file_actions=actions
             ).result()
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # RuntimeError: its thread could not be started
             ours.close()
-            raise SandboxError(f"cannot start rollbox's spawner {agent_binary()}: {exc.strerror}") from exc
+            if isinstance(exc, RuntimeError) and "can't start new thread" not in str(exc):
+                raise
+            cause = exc if isinstance(exc, OSError) else errno.EAGAIN
+            raise SandboxError(host_error(f"cannot start rollbox's spawner {agent}", cause, "process")) from exc
         finally:
             os.close(devnull)
             theirs.close()
@@ -159,11 +232,18 @@ class Spawner:
         return current if current is not None and current.alive and current._owner == os.getpid() else None
 
     async def spawn(
-        self, argv: Sequence[str], *, pass_fds: Sequence[int] = (), cwd: str = "/", tree: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        pass_fds: Sequence[int] = (),
+        cwd: str = "/",
+        tree: str | None = None,
+        launch: bool = False,
     ) -> Launched:
         """Start ``argv`` (a path, not looked up) in ``cwd`` with an empty environment, stdin and stdout on
         /dev/null, stderr on a new pipe, and ``pass_fds`` as its fds 3, 4, ... in that order; with ``tree``, a
-        clone of that held tree (see :meth:`hold`) as the fd after them.
+        clone of that held tree (see :meth:`hold`) as the fd after them. With ``launch``, ``argv`` is the agent's
+        ``launch`` command line, which the spawner's child runs without executing the agent again.
 
         Raises:
             SandboxError: the spawner could not start it (the program not being runnable shows later, as a
@@ -172,7 +252,8 @@ class Spawner:
         if len(pass_fds) > _MAX_FDS:
             raise ValueError(f"at most {_MAX_FDS} fds can be passed, got {len(pass_fds)}")
         strings = [cwd, *argv, *([tree] if tree is not None else [])]
-        header = EXEC_HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, _SPAWN_WITH_TREE if tree else 0, 0, 0, 0)
+        flags = (_SPAWN_WITH_TREE if tree else 0) | (_SPAWN_LAUNCH if launch else 0)
+        header = EXEC_HEADER.pack(_MSG_SPAWN, len(argv), tree is not None, flags, 0, 0, 0)
         message = header + b"".join(s.encode() + b"\0" for s in strings)
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stderr_r = stderr_w = -1
@@ -236,12 +317,12 @@ class Spawner:
                 poller.register(reply, select.POLLIN)
                 data = reply.recv(_ANSWER.size) if poller.poll(_ANSWER_TIMEOUT_S * 1000) else b""
             except OSError as exc:
-                raise SandboxError(f"rollbox's spawner could not {what}: {exc.strerror}") from exc
+                raise SandboxError(host_error(f"rollbox's spawner could not {what}", exc)) from exc
         if len(data) != _ANSWER.size:
             raise SandboxError(f"rollbox's spawner could not {what}: it did not answer")
         (error,) = _ANSWER.unpack(data)
         if error < 0:
-            raise SandboxError(f"rollbox's spawner could not {what}: {os.strerror(-error)}")
+            raise SandboxError(host_error(f"rollbox's spawner could not {what}", -error))
 
     def close(self) -> None:
         """Stop the spawner (what it started dies with it) and reap it (idempotent)."""
@@ -265,9 +346,11 @@ async def _read_answer(reply: socket.socket) -> tuple[int, int]:
     loop.add_reader(reply.fileno(), resolve, ready)
     try:
         await asyncio.wait_for(ready, _ANSWER_TIMEOUT_S)
-        data, ancillary, _flags, _addr = reply.recvmsg(_ANSWER.size, socket.CMSG_SPACE(4))
-    except (TimeoutError, OSError) as exc:
-        raise SandboxError(f"rollbox's spawner did not answer: {exc or 'timed out'}") from None
+        data, ancillary, flags, _addr = reply.recvmsg(_ANSWER.size, socket.CMSG_SPACE(4))
+    except TimeoutError:
+        raise SandboxError("rollbox's spawner did not answer: timed out") from None
+    except OSError as exc:
+        raise SandboxError(host_error("rollbox's spawner did not answer", exc)) from None
     finally:
         loop.remove_reader(reply.fileno())
     received = [
@@ -284,5 +367,10 @@ async def _read_answer(reply: socket.socket) -> tuple[int, int]:
     if pid < 0 or len(received) != 1:
         for fd in received:
             os.close(fd)
-        raise SandboxError(f"rollbox's spawner could not start a process: {os.strerror(-pid) if pid < 0 else pid}")
+        if pid < 0:
+            raise SandboxError(host_error("rollbox's spawner could not start a process", -pid, "process"))
+        # Started, but its pidfd did not arrive: the kernel drops a descriptor this process has no room for. What
+        # it started has nobody to talk to once the caller closes its end, and ends.
+        reason = errno.EMFILE if flags & socket.MSG_CTRUNC else errno.EBADMSG
+        raise SandboxError(host_error(f"cannot watch process {pid}, which rollbox's spawner started", reason))
     return pid, received[0]

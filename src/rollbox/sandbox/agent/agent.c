@@ -1,35 +1,47 @@
 /*
  * rollbox-agent: the small native pieces of rollbox's sandboxes.
  *
- *   rollbox-agent launch --uid U --gid G --id ID --seccomp FD --status FD --stage DIR [--fs FD | --fs-tree FD]
- *                        [--hostname NAME] [--chdir DIR] [--net none|loopback] [OPERATION]... -- CMD...
- *       Runs on the host, as root, and makes the sandbox. In a private mount namespace it builds the sandbox's
- *       whole root at DIR/root (the sandbox's writable tree is attached at DIR/fs first: a clone of --fs, the
- *       host's detached mount of it, or on kernels that cannot clone a detached mount --fs-tree, a clone the
- *       spawner made of the tree it holds, attached as it is). The root is a small read-only tmpfs; the
- *       operations fill it in order, each DEST an absolute path inside it, made with its missing parents:
+ *   rollbox-agent template --stage DIR [OPERATION]...
+ *       Runs on the host, as root, and builds the root that every sandbox of one runtime shares, in a mount
+ *       namespace of its own, which it sends on fd 3 (SCM_RIGHTS) before it exits. The root is a small tmpfs mounted
+ *       at DIR (in that namespace only); the operations fill it in order, each DEST an absolute path inside it, made
+ *       with its missing parents:
  *           --ro SRC DEST       SRC bound at DEST, recursively, read-only, nosuid, nodev (the runtime, for
  *                               example a Python under /root, which the sandbox's uid could not traverse)
- *           --rw SRC DEST       the same, writable (directories made below it belong to the sandbox's uid)
  *           --dev NAME          a node for the host's character device /dev/NAME, mode 0666 (the root is
  *                               the one filesystem of the sandbox without nodev, and it is read-only)
- *           --devpts DEST       a new instance of devpts, with at most PTYS ptys
  *           --symlink T DEST    a symbolic link to T
- *           --dir DEST          an empty directory (a mount point: /proc)
+ *           --dir DEST          an empty directory (a mount point: /proc, /workspace, /tmp, ...)
+ *       It is then made read-only and pivoted to, the host's tree detached: a pivot_root walks every thread on the
+ *       machine, which with thousands of sandboxes open costs milliseconds, and happens once per runtime this way.
+ *
+ *   rollbox-agent launch --uid U --gid G --id ID --seccomp FD --status FD --stage DIR --root FD
+ *                        (--fs FD | --fs-tree FD) [--hostname NAME] [--chdir DIR] [--net none|loopback]
+ *                        [OPERATION]... -- CMD...
+ *       Runs on the host, as root, and makes the sandbox. Its own mounts are prepared on the host as detached
+ *       trees: directories of its writable tree (--fs, the host's detached mount of it; or --fs-tree, a clone the
+ *       spawner made of the tree it holds, on kernels that cannot clone a detached mount, which is then attached
+ *       in a scratch mount namespace, as for an overlay) and host paths. It then enters the shared root (--root, a
+ *       mount namespace made by `template`), makes a copy of it of its own, and attaches them there in order:
+ *           --rw SUB DEST       the tree's directory SUB at DEST, nosuid, nodev (directories made below DEST
+ *                               belong to the sandbox's uid)
  *           --overlay LOWER UPPER WORK DEST
- *                               an overlayfs: the host directory LOWER, never written, under UPPER (WORK its
- *                               work directory; both in the writable tree, so that only what the program
- *                               writes counts against its size), nosuid, nodev; LOWER's owner appears as U
- *                               and G (an idmapped mount), so that the program may change what it was given
+ *                               an overlayfs: the host directory LOWER, never written, under the tree's
+ *                               directory UPPER (WORK its work directory; both in the writable tree, so that
+ *                               only what the program writes counts against its size), nosuid, nodev; LOWER's
+ *                               owner appears as U and G (an idmapped mount), so that the program may change
+ *                               what it was given
+ *           --ro SRC DEST       as for template (a runtime below a writable directory)
+ *           --devpts DEST       a new instance of devpts, with at most PTYS ptys
  *       It then sets every rlimit of the sandbox's (sandbox_rlimits), clones the sandbox's first process into
- *       new user (U's), mount, pid, ipc, uts, net and cgroup namespaces, maps ID inside to U and G outside, and
- *       drops to U and G itself, an unprivileged monitor that exits as that process does. The process mounts its
- *       own /proc (its sysctls read-only, no user namespace allowed), pivots into the root (the host's tree
- *       detached), sets the hostname, brings the loopback up with --net loopback, starts a session, drops every
- *       capability, installs the syscall filter read from FD, and executes CMD as pid 1 with an empty
- *       environment, in --chdir. It and the monitor die with their parents; when it ends, the monitor writes its
- *       wait status (an int32) on --status, which nothing in the sandbox holds. Nothing the launcher mounts is
- *       visible to the host.
+ *       new user (U's), pid, ipc, uts, net and cgroup namespaces, maps ID inside to U and G outside, mounts the
+ *       sandbox's /proc (see mount_sandbox_proc), and drops to U and G itself, an unprivileged monitor that exits
+ *       as that process does. The process makes its mount namespace (a copy of the launcher's, every mount locked),
+ *       makes its sysctls read-only (no user namespace allowed), sets the hostname, brings the loopback up with
+ *       --net loopback, starts a session, drops every capability, installs the syscall filter read from FD, and
+ *       executes CMD as pid 1 with an empty environment, in --chdir. It and the monitor die with their parents;
+ *       when it ends, the monitor writes its wait status (an int32) on --status, which nothing in the sandbox
+ *       holds. Nothing the launcher mounts is visible to the host.
  *
  *   rollbox-agent serve FD
  *       Runs inside the sandbox as the command the launcher starts. FD is a SOCK_SEQPACKET socket to the
@@ -57,8 +69,8 @@
  *       it: a fork copies the parent's whole table of descriptors and the child closes each one it must not
  *       keep, and rollbox holds a few thousand with a thousand sandboxes open. A SPAWN request on FD carries
  *       the command's cwd, argv and env, and as SCM_RIGHTS a reply socket, the command's stderr and the fds it
- *       gets as 3, 4, ...; the reply is the command's pid (or -errno) with its pidfd. The kernel reaps what it
- *       starts. It dies with rollbox, and everything it started dies with it (parent-death signals).
+ *       gets as 3, 4, ...; the reply is the command's pid (or -errno) with its pidfd. A launcher's is run in the
+ *       child, without an exec (SPAWN_LAUNCH). The kernel reaps what it starts. It dies with rollbox, and everything it started dies with it (parent-death signals).
  *       On kernels that cannot clone a detached mount, HOLD keeps a sandbox's writable tree mounted in the
  *       spawner's own mount namespace (made at the first HOLD; what it starts returns to the host's), RELEASE
  *       unmounts it, and a SPAWN may ask for a clone of a held tree as its last fd.
@@ -111,7 +123,8 @@ extern char **environ;
 #define MSG_SPAWN 7u           /* to the spawner: a header, cwd, argv, env; fds: a reply socket, stderr, then fds 3.. */
 #define MSG_HOLD 8u            /* to the spawner: a header, a tree's name; fds: a reply socket, the tree */
 #define MSG_RELEASE 9u         /* to the spawner: a header, a tree's name; fds: a reply socket */
-#define SPAWN_WITH_TREE 1u     /* a SPAWN's seq: its first env string names a held tree, passed cloned as the last fd */
+#define SPAWN_WITH_TREE 1u     /* a SPAWN's seq flag: its first env string names a held tree, passed cloned as the last fd */
+#define SPAWN_LAUNCH 2u        /* a SPAWN's seq flag: argv is a launcher's, run in the spawner's child (see spawned) */
 #define HELD "/tmp"            /* where held trees are, in the spawner's own mount namespace */
 #define MSG_MAX (1u << 20)
 #define SPAWN_FDS 8
@@ -138,13 +151,15 @@ struct exited_msg {
     uint32_t reserved;
 };
 
+/* Report a failed step and exit. The errno goes with the C library's words: rollbox says what ran out by it. */
 static void die(const char *what) {
-    dprintf(2, "rollbox-agent: %s: %s\n", what, strerror(errno));
+    int error = errno;
+    dprintf(2, "rollbox-agent: %s: %s (errno %d)\n", what, strerror(error), error);
     _exit(125);
 }
 
-/* The sandbox's root, built by the launcher in its private mount namespace for the sandbox to pivot into, with
- * the new mount API (bubblewrap, used before, parsed /proc/self/mountinfo for each mount: a third of a start). */
+/* A root being built (the shared one, see template), or a launcher's copy of it (see launch), with the new mount
+ * API (bubblewrap, used before, parsed /proc/self/mountinfo for each mount: a third of a start). */
 struct root {
     char path[4096];
     const char *writable[16];  /* the DESTs of --rw: directories made below them belong to the sandbox's uid */
@@ -318,29 +333,16 @@ static int mount_overlay(const char *lower, const char *upper, const char *work,
     return failed ? -1 : 0;
 }
 
-/* One operation of the root's: 0 when ARGV[*I] is none (its arguments consumed otherwise). */
+/* One operation of the shared root's (see template): 0 when ARGV[*I] is none (its arguments consumed otherwise). */
 static int root_operation(struct root *r, int argc, char **argv, int *i) {
     const char *op = argv[*i];
-    int arity = !strcmp(op, "--overlay") ? 4
-              : !strcmp(op, "--ro") || !strcmp(op, "--rw") || !strcmp(op, "--symlink") ? 2
-              : !strcmp(op, "--dir") || !strcmp(op, "--dev") || !strcmp(op, "--devpts") ? 1 : 0;
+    int arity = !strcmp(op, "--ro") || !strcmp(op, "--symlink") ? 2 : !strcmp(op, "--dir") || !strcmp(op, "--dev") ? 1 : 0;
     if (arity == 0) return 0;
     if (*i + arity >= argc) { dprintf(2, "rollbox-agent: %s needs %d values\n", op, arity); _exit(125); }
     const char *a = argv[*i + 1], *b = arity >= 2 ? argv[*i + 2] : NULL;
     *i += arity;
-    if (!strcmp(op, "--overlay")) {
-        char target[8192], hold[8192];
-        const char *what;
-        close(make_path(r, argv[*i], 0));
-        snprintf(target, sizeof target, "%s%s", r->path, argv[*i]);
-        snprintf(hold, sizeof hold, "%s/../lower", r->path);
-        if (mount_overlay(a, b, argv[*i - 1], target, hold, r->uid, r->gid, &what) < 0) die(what);
-    } else if (!strcmp(op, "--ro")) {
+    if (!strcmp(op, "--ro")) {
         bind_into(r, a, b, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-    } else if (!strcmp(op, "--rw")) {
-        if (r->nwritable == 16) { dprintf(2, "rollbox-agent: too many --rw\n"); _exit(125); }
-        bind_into(r, a, b, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-        r->writable[r->nwritable++] = b;
     } else if (!strcmp(op, "--dev")) {  /* a node for the host's device /dev/NAME, mode 0666 */
         char src[4096], target[8192];
         struct stat st;
@@ -353,17 +355,110 @@ static int root_operation(struct root *r, int argc, char **argv, int *i) {
         char target[8192];
         snprintf(target, sizeof target, "%s%s", r->path, b);
         if (symlink(a, target) < 0) die(target);
-    } else if (!strcmp(op, "--devpts")) {  /* pseudo-terminals of the sandbox's own, at most PTYS of them */
-        char target[8192];
-        close(make_path(r, a, 0));
-        snprintf(target, sizeof target, "%s%s", r->path, a);
-        if (mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC,
-                  "newinstance,ptmxmode=0666,mode=0620,max=" PTYS) < 0)
-            die(target);
     } else {
         close(make_path(r, a, 0));
     }
     return 1;
+}
+
+/* A mount of one sandbox's own (see launch), made on the host as a detached tree and attached at DEST once the
+ * launcher is in its copy of the shared root: --rw and --overlay from the sandbox's writable tree, --ro from the
+ * host (a runtime below a writable directory), --devpts made in place (TREE -1). */
+struct prepared {
+    const char *op;
+    const char *dest;
+    int tree;
+    int file;
+};
+
+#define MAX_PREPARED 32
+
+/* The sandbox's writable tree, below which --rw and --overlay name directories: the host's detached mount, cloned
+ * from directly; or, for an overlay or a tree cloned from a held one (kernels that cannot clone a detached mount),
+ * that tree attached at STAGE/fs in a scratch mount namespace of the launcher's, left (and so freed) when it
+ * enters the shared root's. Returns a descriptor the tree's directories are looked up from. */
+static int writable_tree(const char *stage, int fs, int fs_tree, int scratch) {
+    if (!scratch) return fs;
+    char target[4096];
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+    if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
+    snprintf(target, sizeof target, "%s/fs", stage);
+    if (mkdir(target, 0711) < 0) die(target);
+    int tree = fs_tree;
+    if (fs >= 0) {
+        /* A clone of the host's detached mount: the host keeps its own, to clone again after a restart. */
+        tree = (int)syscall(SYS_open_tree, fs, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+        if (tree < 0) die(errno == EINVAL ? "open_tree (this kernel cannot clone a detached mount: Linux 6.1 "
+                                            "cannot, 6.18 can)" : "open_tree");
+        close(fs);
+    }
+    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
+    close(tree);
+    int base = open(target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (base < 0) die(target);
+    return base;
+}
+
+/* A detached clone of the directory SUB of the writable tree BASE, with ATTRS. */
+static int clone_below(int base, const char *sub, uint64_t attrs) {
+    int tree = (int)syscall(SYS_open_tree, base, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+    if (tree < 0) die(sub);
+    struct open_mount_attr attr = {.attr_set = attrs};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) die(sub);
+    return tree;
+}
+
+/* One operation of the sandbox's own, prepared on the host: 0 when ARGV[*I] is none. */
+static int prepare_operation(struct root *r, const char *stage, int base, int argc, char **argv, int *i,
+                             struct prepared *out) {
+    const char *op = argv[*i];
+    int arity = !strcmp(op, "--overlay") ? 4 : !strcmp(op, "--ro") || !strcmp(op, "--rw") ? 2
+              : !strcmp(op, "--devpts") ? 1 : 0;
+    if (arity == 0) return 0;
+    if (*i + arity >= argc) { dprintf(2, "rollbox-agent: %s needs %d values\n", op, arity); _exit(125); }
+    const char *a = argv[*i + 1], *b = arity >= 2 ? argv[*i + 2] : NULL;
+    *i += arity;
+    *out = (struct prepared){.op = op, .dest = argv[*i], .tree = -1};
+    if (!strcmp(op, "--rw")) {
+        if (r->nwritable == 16) { dprintf(2, "rollbox-agent: too many --rw\n"); _exit(125); }
+        out->tree = clone_below(base, a, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        r->writable[r->nwritable++] = out->dest;
+    } else if (!strcmp(op, "--overlay")) {
+        char upper[4096], work[4096], target[4096], hold[4096];
+        const char *what;
+        snprintf(upper, sizeof upper, "%s/fs/%s", stage, b);
+        snprintf(work, sizeof work, "%s/fs/%s", stage, argv[*i - 1]);
+        snprintf(target, sizeof target, "%s/merged", stage);
+        snprintf(hold, sizeof hold, "%s/lower", stage);
+        if (mkdir(target, 0755) < 0 && errno != EEXIST) die(target);
+        if (mount_overlay(a, upper, work, target, hold, r->uid, r->gid, &what) < 0) die(what);
+        out->tree = (int)syscall(SYS_open_tree, AT_FDCWD, target, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (out->tree < 0) die(target);
+    } else if (!strcmp(op, "--ro")) {
+        struct stat st;
+        if (stat(a, &st) < 0) die(a);
+        out->file = !S_ISDIR(st.st_mode);
+        out->tree = (int)syscall(SYS_open_tree, AT_FDCWD, a, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+        if (out->tree < 0) die(a);
+        struct open_mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
+        if (syscall(SYS_mount_setattr, out->tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0) die(a);
+    }
+    return 1;
+}
+
+/* Attach a prepared mount at its DEST in the launcher's copy of the shared root (below a --rw directory, DEST is
+ * made as make_path says). */
+static void attach(struct root *r, const struct prepared *p) {
+    int target = make_path(r, p->dest, p->file);
+    if (p->tree < 0) {  /* --devpts: pseudo-terminals of the sandbox's own, at most PTYS of them */
+        if (mount("devpts", p->dest, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max=" PTYS) < 0)
+            die(p->dest);
+    } else if (syscall(SYS_move_mount, p->tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
+        die(p->dest);
+    }
+    if (p->tree >= 0) close(p->tree);
+    close(target);
 }
 
 /* What the sandbox's first process is given, besides its root. */
@@ -371,6 +466,7 @@ struct sandbox {
     uid_t id;               /* its uid and gid inside, mapped to the launcher's --uid and --gid */
     int seccomp;            /* a descriptor holding the syscall filter's raw program */
     int status;             /* the monitor's: where it reports how the sandbox's init ended */
+    int proc;               /* the launcher's: the host's /proc, where it writes the maps */
     int loopback;           /* bring its network namespace's loopback up */
     const char *hostname;
     const char *cwd;
@@ -437,9 +533,9 @@ static const struct { int resource; rlim_t soft, hard; } sandbox_rlimits[] = {
     {RLIMIT_NOFILE, 1024, 0},       /* hard: fs.nr_open, so that a command's open_files can be anything */
 };
 
-static void set_sandbox_rlimits(void) {
+static void set_sandbox_rlimits(int proc) {
     char text[32] = "";
-    int fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+    int fd = openat(proc, "sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, text, sizeof text - 1) <= 0) die("/proc/sys/fs/nr_open");
     close(fd);
     for (size_t k = 0; k < sizeof sandbox_rlimits / sizeof sandbox_rlimits[0]; k++) {
@@ -456,29 +552,22 @@ static void set_sandbox_rlimits(void) {
     }
 }
 
-/* The sandbox's init, in its new namespaces, once the launcher has written its uid and gid maps (a byte on
- * SYNC): its own /proc, the root pivoted to and the host's detached, no capability, the filter, then CMD. */
-static void enter(const struct root *r, const struct sandbox *sandbox, int sync, char **cmd) {
-    char path[8192], c;
+/* The sandbox's init, in its new namespaces but still in the launcher's mount namespace, once the launcher has
+ * written its uid and gid maps and mounted its /proc (a byte on SYNC): a mount namespace of its own (a copy of the
+ * launcher's, every mount locked in it), no capability, the filter, then CMD. */
+static void enter(const struct sandbox *sandbox, int sync, char **cmd) {
+    char c;
     static char *no_env[] = {NULL};
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
     close(sandbox->status);
+    close(sandbox->proc);
     if (read(sync, &c, 1) != 1) _exit(125);
-    /* A mount of our own namespace's making, unlike the root the launcher made: only such a one can be pivoted to. */
-    if (mount(r->path, r->path, NULL, MS_BIND | MS_REC, NULL) < 0) die("bind the root");
-    /* proc can be mounted here only while the host's is visible in this namespace, before the pivot. */
-    snprintf(path, sizeof path, "%s/proc", r->path);
-    if (mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) die(path);
     /* No user namespace can be made inside (the filter refuses it too); its sysctls are read-only then. */
-    snprintf(path, sizeof path, "%s/proc/sys/user/max_user_namespaces", r->path);
-    write_file(path, "0");
-    snprintf(path, sizeof path, "%s/proc/sys", r->path);
-    if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
-        mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-        die(path);
-    /* The host's tree goes with the old root, stacked over the new one by pivot_root and detached. */
-    if (chdir(r->path) < 0 || syscall(SYS_pivot_root, ".", ".") < 0) die("pivot_root");
-    if (umount2(".", MNT_DETACH) < 0) die("detach the host's root");
+    write_file("/proc/sys/user/max_user_namespaces", "0");
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+    if (mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        mount(NULL, "/proc/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        die("/proc/sys");
     if (chdir(sandbox->cwd) < 0) die(sandbox->cwd);
     if (sethostname(sandbox->hostname, strlen(sandbox->hostname)) < 0) die("sethostname");
     if (sandbox->loopback) bring_loopback_up();
@@ -497,28 +586,68 @@ static void enter(const struct root *r, const struct sandbox *sandbox, int sync,
     die(cmd[0]);
 }
 
-/* Close every descriptor from 3 up but A and B. */
-static void close_all_but(int a, int b) {
-    int keep[2] = {a < b ? a : b, a < b ? b : a}, from = 3;
-    for (int k = 0; k < 2; k++) {
+/* Close every descriptor from 3 up but the N in KEEP (sorted, ascending). */
+static void close_all_but(const int *keep, int n) {
+    int from = 3;
+    for (int k = 0; k < n; k++) {
         if (keep[k] > from && syscall(SYS_close_range, from, keep[k] - 1, 0) < 0) die("close_range");
-        from = keep[k] + 1;
+        if (keep[k] + 1 > from) from = keep[k] + 1;
     }
     if (syscall(SYS_close_range, from, ~0U, 0) < 0) die("close_range");
+}
+
+static int by_value(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* The sandbox's /proc, in the launcher's mount namespace (owned by the host's user namespace, so no check on
+ * revealing mounts applies): mounted by a child of ours that enters INIT's pid namespace to do it (proc shows the pid
+ * namespace of the process that mounts it), as root on the host, before anything of the sandbox's runs. */
+static void mount_sandbox_proc(int proc, pid_t init) {
+    char path[64];
+    int status;
+    snprintf(path, sizeof path, "%d/ns/pid", init);
+    int pidns = openat(proc, path, O_RDONLY | O_CLOEXEC);
+    if (pidns < 0 || setns(pidns, CLONE_NEWPID) < 0) die("enter the sandbox's pid namespace");
+    close(pidns);
+    pid_t helper = fork();
+    if (helper == 0) {
+        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) die("mount /proc");
+        _exit(0);
+    }
+    if (helper < 0) die("fork (to mount /proc)");
+    while (waitpid(helper, &status, 0) < 0)
+        if (errno != EINTR) die("waitpid");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(125);  /* it said why */
+}
+
+/* Write the uid and gid maps of INIT's user namespace: ID inside is UID and GID outside, and nothing else. */
+static void write_maps(int proc, pid_t init, uid_t id, uid_t uid, gid_t gid) {
+    char map[64], path[64];
+    int fd;
+    const char *names[] = {"uid_map", "setgroups", "gid_map"};
+    for (int k = 0; k < 3; k++) {
+        if (k == 0) snprintf(map, sizeof map, "%u %u 1\n", (unsigned)id, (unsigned)uid);
+        else if (k == 1) snprintf(map, sizeof map, "deny");
+        else snprintf(map, sizeof map, "%u %u 1\n", (unsigned)id, (unsigned)gid);
+        snprintf(path, sizeof path, "%d/%s", init, names[k]);
+        fd = openat(proc, path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map)) die(path);
+        close(fd);
+    }
 }
 
 static int launch(int argc, char **argv) {
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
     const char *stage = NULL;
-    int fs = -1, fs_tree = -1, i;
+    int fs = -1, fs_tree = -1, shared = -1, i;
     struct sandbox sandbox = {.id = (uid_t)-1, .seccomp = -1, .status = -1, .hostname = "", .cwd = "/"};
 
-    /* The options first (the root's operations need them), then the root's operations, then "--". */
+    /* The options first (the sandbox's operations need them), then the sandbox's operations, then "--". */
     for (i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--uid")) uid = (uid_t)strtoul(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--gid")) gid = (gid_t)strtoul(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--stage")) stage = argv[i + 1];
+        else if (!strcmp(argv[i], "--root")) shared = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--fs")) fs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--fs-tree")) fs_tree = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--id")) sandbox.id = (uid_t)strtoul(argv[i + 1], NULL, 10);
@@ -529,76 +658,66 @@ static int launch(int argc, char **argv) {
         else if (!strcmp(argv[i], "--net")) sandbox.loopback = !strcmp(argv[i + 1], "loopback");
         else break;
     }
-    if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL || sandbox.id == (uid_t)-1 || sandbox.seccomp < 3 ||
-        sandbox.status < 3) {
+    if (uid == (uid_t)-1 || gid == (gid_t)-1 || stage == NULL || shared < 3 || (fs < 0) == (fs_tree < 0) ||
+        sandbox.id == (uid_t)-1 || sandbox.seccomp < 3 || sandbox.status < 3) {
         dprintf(2, "usage: rollbox-agent launch --uid U --gid G --id ID --seccomp FD --status FD --stage DIR "
-                   "[--fs FD | --fs-tree FD] [--hostname NAME] [--chdir DIR] [--net none|loopback] "
-                   "[--ro SRC DEST | --rw SRC DEST | --dev NAME | --devpts DEST | --symlink TARGET DEST | "
-                   "--dir DEST | --overlay LOWER UPPER WORK DEST]... -- CMD...\n");
+                   "--root FD (--fs FD | --fs-tree FD) [--hostname NAME] [--chdir DIR] [--net none|loopback] "
+                   "[--rw SUB DEST | --overlay LOWER UPPER WORK DEST | --ro SRC DEST | --devpts DEST]... "
+                   "-- CMD...\n");
         return 125;
     }
-    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
-    if (mount("rollbox-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die(stage);
-    if (fs >= 0 || fs_tree >= 0) {
-        char target[4096];
-        snprintf(target, sizeof target, "%s/fs", stage);
-        if (mkdir(target, 0711) < 0) die(target);
-        int tree = fs_tree;
-        if (fs >= 0) {
-            /* A clone of the host's detached mount: the host keeps its own, to clone again after a restart. */
-            tree = (int)syscall(SYS_open_tree, fs, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
-            if (tree < 0) die(errno == EINVAL ? "open_tree (this kernel cannot clone a detached mount: Linux 6.1 "
-                                                "cannot, 6.18 can)" : "open_tree");
-            close(fs);
-        }
-        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("move_mount");
-        close(tree);
-    }
-    struct root r = {.uid = uid, .gid = gid};
-    snprintf(r.path, sizeof r.path, "%s/root", stage);
-    if (mkdir(r.path, 0755) < 0) die(r.path);
-    /* Not nodev: the device nodes --dev makes live here (read-only, nothing new can be made in it). */
-    if (mount("rollbox-root", r.path, "tmpfs", MS_NOSUID, "mode=0755,size=256k,nr_inodes=1024") < 0)
-        die(r.path);
+    /* The host's /proc, for the maps of the sandbox's init: there is none in the shared root. */
+    sandbox.proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (sandbox.proc < 0) die("/proc");
+    int scratch = fs_tree >= 0;
+    for (int k = i; k < argc && strcmp(argv[k], "--") != 0; k++) scratch |= !strcmp(argv[k], "--overlay");
+    int base = writable_tree(stage, fs, fs_tree, scratch);
+    struct root r = {.path = "/", .uid = uid, .gid = gid};
+    struct prepared mounts[MAX_PREPARED];
+    int n = 0;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
-        if (!root_operation(&r, argc, argv, &i)) {
+        if (n == MAX_PREPARED) { dprintf(2, "rollbox-agent: too many operations\n"); return 125; }
+        if (!prepare_operation(&r, stage, base, argc, argv, &i, &mounts[n++])) {
             dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]);
             return 125;
         }
     }
     if (i + 1 >= argc) { dprintf(2, "rollbox-agent: launch needs -- CMD...\n"); return 125; }
-    /* Only the root itself: what is bound in it keeps its own attributes (the writable tree stays writable). */
-    if (mount(NULL, r.path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL) < 0) die(r.path);
+    close(base);
+    /* The shared root, read-only and already pivoted to (see template): a copy of it of our own, where the
+     * sandbox's own mounts go. No pivot_root per sandbox (each walks every thread on the machine: with thousands
+     * of sandboxes open, milliseconds). */
+    if (setns(shared, CLONE_NEWNS) < 0) die("enter the sandboxes' shared root");
+    close(shared);
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+    for (int k = 0; k < n; k++) attach(&r, &mounts[k]);
     if (setgroups(0, NULL) < 0) die("setgroups");
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) < 0) die("pipe2");
-    set_sandbox_rlimits();
+    set_sandbox_rlimits(sandbox.proc);
     /* The sandbox's namespaces, made with root's capabilities (so that no policy on unprivileged user namespaces
      * applies) but as the sandbox's uid: the user namespace is that uid's, and the kernel charges what the sandbox
      * takes of the per-user counters (inotify instances and watches, queued signals, ...) to it, never to root's
-     * (one sandbox took all of root's). Its one process outside the sandbox is this monitor, unprivileged. */
+     * (one sandbox took all of root's). Its one process outside the sandbox is this monitor, unprivileged. Its
+     * mount namespace it makes itself, once its /proc is there. */
     if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP) < 0 || setresuid((uid_t)-1, uid, (uid_t)-1) < 0)
         die("become the sandbox's uid");
-    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
-                                             CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP, 0, 0, 0, 0);
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+                                             CLONE_NEWNET | CLONE_NEWCGROUP, 0, 0, 0, 0);
     if (pid < 0) die("clone (new namespaces)");
     if (pid == 0) {
         close(sync[1]);
-        enter(&r, &sandbox, sync[0], &argv[i + 1]);
+        enter(&sandbox, sync[0], &argv[i + 1]);
     }
-    /* The monitor keeps only its sync pipe and its status pipe: the agent's socket must end when the agent does. */
+    /* The monitor keeps only its sync pipe, its status pipe and /proc: the agent's socket must end when the agent
+     * does. */
     close(sync[0]);
-    close_all_but(sync[1], sandbox.status);
-    char map[64], path[64];
-    snprintf(map, sizeof map, "%u %u 1\n", (unsigned)sandbox.id, (unsigned)uid);
-    snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
-    write_file(path, map);
-    snprintf(path, sizeof path, "/proc/%d/setgroups", pid);
-    write_file(path, "deny");
-    snprintf(map, sizeof map, "%u %u 1\n", (unsigned)sandbox.id, (unsigned)gid);
-    snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
-    write_file(path, map);
+    int keep[3] = {sync[1], sandbox.status, sandbox.proc};
+    qsort(keep, 3, sizeof keep[0], by_value);
+    close_all_but(keep, 3);
+    write_maps(sandbox.proc, pid, sandbox.id, uid, gid);
+    mount_sandbox_proc(sandbox.proc, pid);
+    close(sandbox.proc);
     /* From here on no capability: the uid change below clears them all, now that the fixup is on again. */
     if (prctl(PR_SET_SECUREBITS, 0) < 0) die("PR_SET_SECUREBITS");
     if (setresgid(gid, gid, gid) < 0) die("setresgid");
@@ -617,6 +736,47 @@ static int launch(int argc, char **argv) {
     int32_t report = status;
     if (write(sandbox.status, &report, sizeof report) < 0) _exit(125);
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+/* The root every sandbox of one runtime shares, built once in a mount namespace of its own and pivoted to there (a
+ * pivot_root walks every thread on the machine: once per runtime, not once per sandbox), read-only; its mount
+ * namespace is sent on fd 3. Each launcher enters it and makes a copy with the sandbox's own mounts. */
+static int template(int argc, char **argv) {
+    if (argc < 4 || strcmp(argv[2], "--stage") != 0) {
+        dprintf(2, "usage: rollbox-agent template --stage DIR [--ro SRC DEST | --dev NAME | --symlink TARGET DEST | "
+                   "--dir DEST]...\n");
+        return 125;
+    }
+    struct root r = {.uid = 0, .gid = 0};
+    snprintf(r.path, sizeof r.path, "%s", argv[3]);
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(CLONE_NEWNS)");
+    int ns = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    if (ns < 0) die("/proc/self/ns/mnt");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("make / private");
+    /* Not nodev: the device nodes --dev makes live here (read-only, nothing new can be made in it). */
+    if (mount("rollbox-root", r.path, "tmpfs", MS_NOSUID, "mode=0755,size=256k,nr_inodes=1024") < 0) die(r.path);
+    for (int i = 4; i < argc; i++) {
+        if (!root_operation(&r, argc, argv, &i)) {
+            dprintf(2, "rollbox-agent: unknown option %s\n", argv[i]);
+            return 125;
+        }
+    }
+    /* Only the root itself: what is bound in it keeps its own attributes. */
+    if (mount(NULL, r.path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL) < 0) die(r.path);
+    /* The host's tree goes with the old root, stacked over the new one by pivot_root and detached. */
+    if (chdir(r.path) < 0 || syscall(SYS_pivot_root, ".", ".") < 0) die("pivot_root");
+    if (umount2(".", MNT_DETACH) < 0) die("detach the host's root");
+    char cbuf[CMSG_SPACE(sizeof ns)];
+    char byte = 't';
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof ns);
+    memcpy(CMSG_DATA(c), &ns, sizeof ns);
+    if (sendmsg(3, &msg, MSG_NOSIGNAL) != 1) die("send the shared root");
+    return 0;
 }
 
 /* Split a request (header, cwd, argv, env) in place; 0 when it is well formed. */
@@ -899,6 +1059,19 @@ static int serve(int sock) {
     }
 }
 
+/* The arguments this program was started with, after its path, as one area of memory (see named_as_launcher). */
+static char *own_args = NULL;
+static size_t own_args_size = 0;
+
+/* Show a launcher run in the spawner's child as one (ps, /proc/PID/cmdline: "AGENT launch"): its arguments, which
+ * it shares with the spawner's until it writes them, say "launch" instead of "spawner 3". */
+static void named_as_launcher(void) {
+    if (own_args != NULL && own_args_size > strlen("launch")) {
+        memset(own_args, 0, own_args_size);
+        memcpy(own_args, "launch", strlen("launch"));
+    }
+}
+
 /* The spawner's mount namespace, made at its first HOLD, and the host's, which everything it starts returns to. */
 static int host_mounts = -1;
 static int holding = 0;  /* the tmpfs for held trees is mounted, in the spawner's own namespace */
@@ -911,8 +1084,12 @@ static int held_path(char *path, size_t size, const char *name) {
 
 /* The child of a SPAWN request: stdin and stdout are the spawner's (/dev/null), FDS[1] becomes stderr, FDS[2..]
  * become 3, 4, ..., and a clone of the held tree TREE (if named) the next (all through copies above them all, so
- * that no target overwrites a source); nothing else stays. It runs in the host's mount namespace. */
-static void spawned(int *fds, int nfds, const char *tree, const char *cwd, char **args, char **env) {
+ * that no target overwrites a source); nothing else stays. It runs in the host's mount namespace. With LAUNCH,
+ * ARGS are a launcher's (rollbox-agent launch ...), run here without an exec: a second start of this program
+ * (its dynamic linking, the C library's probing of the CPU) for each sandbox would cost more than the rest of its
+ * launcher's work. */
+static void spawned(int *fds, int nfds, const char *tree, const char *cwd, int launching, int argc, char **args,
+                    char **env) {
     int copies[SPAWN_FDS + 1];
     char path[4096];
     signal(SIGCHLD, SIG_DFL);  /* an ignored signal stays ignored across exec */
@@ -931,8 +1108,13 @@ static void spawned(int *fds, int nfds, const char *tree, const char *cwd, char 
     if (syscall(SYS_close_range, nfds + 1, ~0U, 0) < 0) die("close_range");
     if (chdir(cwd) < 0) die(cwd);
     environ = env;
+    if (launching) {
+        named_as_launcher();
+        _exit(launch(argc, args));
+    }
     execv(args[0], args);
-    dprintf(2, "rollbox-agent: cannot execute %s: %s\n", args[0], strerror(errno));
+    int error = errno;
+    dprintf(2, "rollbox-agent: cannot execute %s: %s (errno %d)\n", args[0], strerror(error), error);
     _exit(127);
 }
 
@@ -1031,13 +1213,14 @@ static int spawner(int sock) {
         }
         char *cwd, **args, **env;
         if (nfds < 2 || parse_request(buf, (size_t)n, MSG_SPAWN, &h, &cwd, &args, &env) < 0 ||
-            (h.seq == SPAWN_WITH_TREE && h.envc == 0)) {
+            ((h.seq & SPAWN_WITH_TREE) && h.envc == 0)) {
             dprintf(2, "rollbox-agent: malformed spawn request\n");
             return 125;
         }
-        const char *tree = h.seq == SPAWN_WITH_TREE ? env[0] : NULL;
+        const char *tree = h.seq & SPAWN_WITH_TREE ? env[0] : NULL;
         pid_t pid = fork();
-        if (pid == 0) spawned(fds, nfds, tree, cwd, args, tree != NULL ? env + 1 : env);
+        if (pid == 0)
+            spawned(fds, nfds, tree, cwd, h.seq & SPAWN_LAUNCH, (int)h.argc, args, tree != NULL ? env + 1 : env);
         /* Its pidfd, through which alone rollbox signals it: never a stranger that reused the pid. Without one
          * (no descriptor to be had), the child is killed by pid only if it was still there (ESRCH: it ended, and
          * the kernel reaped it at once, SIGCHLD being ignored: its pid may belong to anyone by now). */
@@ -1073,18 +1256,24 @@ static int overlay_probe(int argc, char **argv) {
     snprintf(hold, sizeof hold, "%s/lower", stage);
     if (mkdir(upper, 0755) < 0 || mkdir(work, 0700) < 0 || mkdir(target, 0755) < 0) die(stage);
     if (mount_overlay(argv[4], upper, work, target, hold, 65534, 65534, &what) < 0) {
-        dprintf(2, "%s: %s\n", what, strerror(errno));
+        int error = errno;
+        dprintf(2, "rollbox-agent: %s: %s (errno %d)\n", what, strerror(error), error);
         return 1;
     }
     return 0;
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 2) {
+        own_args = argv[1];
+        own_args_size = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) + 1 - argv[1]);
+    }
     if (argc >= 2 && !strcmp(argv[1], "launch")) return launch(argc, argv);
     if (argc == 3 && !strcmp(argv[1], "serve")) return serve(atoi(argv[2]));
     if (argc == 3 && !strcmp(argv[1], "spawner")) return spawner(atoi(argv[2]));
+    if (argc >= 2 && !strcmp(argv[1], "template")) return template(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "overlay-probe")) return overlay_probe(argc, argv);
-    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent serve FD | rollbox-agent spawner FD | "
-               "rollbox-agent overlay-probe --stage DIR LOWER\n");
+    dprintf(2, "usage: rollbox-agent launch ... | rollbox-agent template ... | rollbox-agent serve FD | "
+               "rollbox-agent spawner FD | rollbox-agent overlay-probe --stage DIR LOWER\n");
     return 125;
 }

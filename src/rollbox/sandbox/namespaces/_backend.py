@@ -6,17 +6,20 @@ writable /workspace, /tmp and /dev/shm, its own pid, ipc, uts, net, cgroup, moun
 capabilities, no_new_privs, and a host uid of its own.
 
 Process tree: rollbox → spawner (``agent.c spawner``, one per rollbox process, see ``_spawner``) → launcher
-(``agent.c launch``: builds the root, makes the namespaces, writes the uid maps, then waits as the sandbox's
-monitor under the sandbox's host uid) → agent (pid 1 inside, so that no signal from inside can kill or stop it;
+(``agent.c launch``, run in the spawner's child: adds the sandbox's own mounts to a copy of the root it
+shares, makes the namespaces, writes the uid maps, then waits as the sandbox's monitor under the sandbox's host
+uid) → agent (pid 1 inside, so that no signal from inside can kill or stop it;
 it reaps orphans) → one command at a time. Each command's first process is forked ahead of the command (a spare,
 while the sandbox is idle) and moved into its cgroup before it execs, so everything the program runs is counted,
 limited and killed there. The spawner, the launcher and the agent run nothing of the program's; each dies with
 its parent (parent-death signals from rollbox down), so none of them outlives rollbox.
 
-The launcher does what bubblewrap did for earlier versions, with less work per sandbox: one ``pivot_root`` (each
-walks every thread on the machine, and a thousand open sandboxes make thousands), no second program to exec, no
-``/proc/self/mountinfo`` to parse, and no nested user namespace (the sandbox's ``user.max_user_namespaces`` is 0,
-and the syscall filter refuses new namespaces besides).
+The launcher does what bubblewrap did for earlier versions, with less work per sandbox: no ``pivot_root`` (each
+walks every thread on the machine, and ten thousand open sandboxes make thirty thousand: the root, built once per
+runtime, is pivoted to once; see ``_root``), no program to exec but the agent, no ``/proc/self/mountinfo`` to
+parse, and no nested user namespace (the sandbox's ``user.max_user_namespaces`` is 0, and the syscall filter
+refuses new namespaces besides). A live sandbox holds four of this process's descriptors (see ``_uids`` and
+``Launched.watch_by_hangup``) and is three processes: the launcher, the agent and the next command's.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from rollbox.sandbox._errors import IsolationUnavailable, SandboxError
 from rollbox.sandbox._kernel import in_thread
 from rollbox.sandbox._limits import Limits, Network
 from rollbox.sandbox._settle import settled
+from rollbox.sandbox._shortage import host_error
 from rollbox.sandbox.agent._build import agent_binary
 from rollbox.sandbox.agent._protocol import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
 from rollbox.sandbox.agent._spawner import Launched, Spawner
@@ -44,6 +48,7 @@ from rollbox.sandbox.runtime._store import Layer
 
 from ._cgroup import Cgroup, CgroupStats, CgroupTree
 from ._overlay import OverlayProbe, UpperState, open_merged
+from ._root import SharedRoots
 from ._seccomp import build_filter
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
@@ -57,6 +62,8 @@ _DEVICE_LINKS = (
     ("stderr", "/proc/self/fd/2"),
     ("ptmx", "pts/ptmx"),
 )
+#: Where each sandbox's writable tree is mounted (its workspace/, tmp/ and shm/).
+_WRITABLE = ("/workspace", "/tmp", "/dev/shm")
 _AGENT_PATH = "/opt/rollbox/agent"
 _ZYGOTE_PATH = "/opt/rollbox/zygote.py"
 _ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox.agent").joinpath("zygote.py"))
@@ -88,6 +95,8 @@ class NamespaceHost:
         self._layer_mounts: dict[str, RuntimeMounts] = {}
         #: Whether a workspace's filesystem can be overlaid here (see ``_overlay``).
         self.overlays = OverlayProbe(self.agent, self.state.stage)
+        #: The read-only roots sandboxes share, one per runtime (see ``_root``).
+        self.roots = SharedRoots(self.agent, self.state.stage)
         #: Sandboxes whose close failed part-way for want of descriptors or memory: closed again at the next start.
         #: (Other failures, such as processes that survive SIGKILL, are left to the next process's ``reap``.)
         self.unclosed: list[NamespaceSandbox] = []
@@ -127,10 +136,15 @@ class NamespaceHost:
         return cls._instance
 
 
-async def _spawn(argv: list[str], pass_fds: list[int], tree: str | None) -> Launched:
+async def _spawn(argv: list[str], pass_fds: list[int], tree: str | None = None, *, launch: bool = False) -> Launched:
     """Start ``argv`` through this process's spawner, started (again) first if need be: its failure to start is the
     spawn's, so that the caller's cleanup covers it."""
-    return await Spawner.get().spawn(argv, pass_fds=pass_fds, tree=tree)
+    return await Spawner.get().spawn(argv, pass_fds=pass_fds, tree=tree, launch=launch)
+
+
+def _below_writable(dest: str) -> bool:
+    """Whether a mount at ``dest`` is made inside a sandbox's writable tree, so in each sandbox's own copy."""
+    return any(dest == w or dest.startswith(f"{w}/") for w in _WRITABLE)
 
 
 def _short_of_resources(exc: BaseException | None) -> bool:
@@ -189,6 +203,17 @@ class _CgroupExecGroup:
 
     def adopt(self, pid: int) -> None:
         finished, self._finished = self._finished, None
+        if self.cgroup.shared:  # v1: the command's memory is its sandbox's (see ``_cgroup``)
+            if finished is not None and not finished.cgroup.pids():
+                self.cgroup = finished.cgroup  # its pids and cpuacct cgroups serve again, counted from here
+            else:
+                if finished is not None:
+                    finished.cgroup.remove()
+                self.cgroup.create()
+                self.cgroup.set_limits(memory_bytes=None, pids=self._limits.pids)  # memory: begin's
+            self._before = self.cgroup.begin(memory_bytes=self._limits.memory_bytes, most_left=self._limits.disk_bytes)
+            self.cgroup.add(pid)
+            return
         if finished is not None:
             memory = self._limits.memory_bytes
             before = finished.cgroup.recycle(memory_bytes=memory, most_left=int(memory * _MOST_LEFT_SHARE))
@@ -266,10 +291,14 @@ class NamespaceSandbox:
         self.uid = -1
         self._cgroup = self.host.cgroups.cgroup(f"rollbox-{self.id}", sockets=network is Network.LOOPBACK)
         self._dir: SandboxDir | None = None
-        self._uid_lock: int | None = None
         self._agent: AgentConnection | None = None
         self._zygote: AgentConnection | None = None
         self._execs = 0
+
+    @property
+    def memory_cgroup(self) -> str:
+        """The directory of the sandbox's cgroup in the memory controller's hierarchy."""
+        return self._cgroup.directory("memory")
 
     @property
     def writable_root(self) -> Path:
@@ -294,8 +323,8 @@ class NamespaceSandbox:
         made: asyncio.Future[None] | None = None
         try:
             self._hold_layer()
-            self.uid, self._uid_lock = self.host.state.allocate_uid()
-            self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups)
+            self.uid = self.host.state.uids.take()
+            self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups, uid=self.uid)
             self._dir.record_cgroup(self._cgroup)
             # The agent is in no cgroup of rollbox's: the sandbox's cgroup is made in a thread (see ``in_thread``)
             # while the launcher starts, and is there before the first command's cgroup is made inside it.
@@ -315,7 +344,7 @@ class NamespaceSandbox:
             except Exception as cleanup:  # the same shortage, often: the first error is the one to see
                 exc.add_note(f"removing what was made failed too ({cleanup}); the next sandbox start retries it")
             if isinstance(exc, OSError):
-                raise SandboxError(f"cannot start a sandbox: {exc}") from exc
+                raise SandboxError(host_error("cannot start a sandbox", exc)) from exc
             raise
 
     def _hold_layer(self) -> None:
@@ -324,11 +353,13 @@ class NamespaceSandbox:
             return
         try:
             self._layer_lock = self.layer.hold()
-        except OSError as exc:
+        except (FileNotFoundError, BlockingIOError) as exc:
             raise SandboxError(
-                f"the runtime layer {self.layer.key[:12]} ({self.layer.path}) is gone or being removed ({exc}); "
+                f"the runtime layer {self.layer.key[:12]} ({self.layer.path}) is gone or being removed; "
                 "build it again with LayerStore().ensure(spec) or 'rollbox env build TASK'"
             ) from exc
+        except OSError as exc:
+            raise SandboxError(host_error(f"cannot hold the runtime layer {self.layer.key[:12]}", exc)) from exc
 
     def _make_cgroup(self) -> None:
         self._cgroup.create(delegate=True)
@@ -342,6 +373,8 @@ class NamespaceSandbox:
         # Descriptors passed to the launcher are closed here once it has them; those the sandbox keeps, only on
         # failure (which may be the host running out of descriptors at any of these steps).
         with contextlib.ExitStack() as passed_fds, contextlib.ExitStack() as kept:
+            root = await self.host.roots.get(self._shared_ops(), _spawn)
+            passed_fds.callback(os.close, root)
             host_end, sandbox_end = roomy_socketpair()
             kept.callback(host_end.close)
             passed_fds.callback(sandbox_end.close)
@@ -358,18 +391,18 @@ class NamespaceSandbox:
             fs_fd, held = self._dir.fs_fd, self._dir.held_as
             assert fs_fd is not None
             # The launcher gets the agent's socket as fd 3, the filter as 4, the pipe for its report of the agent's
-            # end as 5, and the writable tree as 6: the host's detached mount, or the spawner's clone of the tree it
-            # holds.
-            passed = [sandbox_end.fileno(), seccomp_r, status_w, *([] if held else [fs_fd])]
+            # end as 5, the shared root as 6, and the writable tree as 7: the host's detached mount, or the
+            # spawner's clone of the tree it holds.
+            passed = [sandbox_end.fileno(), seccomp_r, status_w, root, *([] if held else [fs_fd])]
             launcher = [str(self.host.agent), "launch", "--uid", str(self.uid), "--gid", str(self.uid)]
             launcher += ["--id", str(SANDBOX_UID), "--seccomp", "4", "--status", "5", "--hostname", "rollbox"]
             launcher += ["--chdir", "/workspace", "--net", self.network.value, "--stage", str(self.host.state.stage)]
-            launcher += ["--fs-tree" if held else "--fs", "6"]
-            argv = [*launcher, *self._root(), "--", _AGENT_PATH, "serve", "3"]
+            launcher += ["--root", "6", "--fs-tree" if held else "--fs", "7"]
+            argv = [*launcher, *self._own_ops(), "--", _AGENT_PATH, "serve", "3"]
             # Cancelled meanwhile, the spawn still ends (the spawner answers within moments), and the launcher is
             # then ended as a close ends it (the agent sees its socket close and exits, and the launcher reaps it):
             # killed instead, it would leave its agent to die in its own time, after the sandbox has closed.
-            spawning = asyncio.ensure_future(_spawn(argv, passed, held))
+            spawning = asyncio.ensure_future(_spawn(argv, passed, held, launch=True))
             cancelled = await settled(spawning)
             try:
                 process = spawning.result()
@@ -379,6 +412,7 @@ class NamespaceSandbox:
                 if isinstance(exc, SandboxError):
                     raise SandboxError(f"cannot start the sandbox launcher {self.host.agent}: {exc}") from exc
                 raise
+            process.watch_by_hangup(status_r)
             self._agent = AgentConnection(
                 host_end, process, monitor=status_r, oom_kills=self.host.cgroups.helpers_oom_kills
             )
@@ -393,7 +427,7 @@ class NamespaceSandbox:
     def _open_merged(self) -> None:
         """Open the overlay's merged view; over a new tree, note how its upper directory looks: pristine."""
         assert self._launcher is not None and self._dir is not None and self._dir.fs_fd is not None
-        merged = open_merged(self._launcher.pid, self.host.state.stage)
+        merged = open_merged(self._launcher.pid)
         if self._launcher.exited():
             os.close(merged)
             raise SandboxError("the sandbox's launcher ended while its workspace overlay was being opened")
@@ -406,8 +440,10 @@ class NamespaceSandbox:
             os.close(self._merged)
             self._merged = None
 
-    def _root(self) -> list[str]:
-        """The launcher's operations that build the sandbox's root (see ``agent.c``), which it pivots into."""
+    def _shared_ops(self) -> list[str]:
+        """The operations of the read-only root this sandbox shares with every other of its runtime (``agent.c
+        template``): the system directories, /etc, the devices, the runtime and the agent, and the mount points of
+        the sandbox's own mounts."""
         ops: list[str] = []
         for path in SYSTEM_DIRS:
             if os.path.islink(path):
@@ -419,16 +455,25 @@ class NamespaceSandbox:
             ops += ["--dev", device]
         for name, target in _DEVICE_LINKS:
             ops += ["--symlink", target, f"/dev/{name}"]
-        ops += ["--devpts", "/dev/pts"]
-        fs = f"{self.host.state.stage}/fs"  # where the launcher attaches the writable tree, in its own namespace
-        if self.workspace is None:
-            ops += ["--rw", f"{fs}/workspace", "/workspace"]
-        else:
-            ops += ["--overlay", str(self.workspace), f"{fs}/workspace", f"{fs}/.work", "/workspace"]
-        ops += ["--rw", f"{fs}/tmp", "/tmp", "--rw", f"{fs}/shm", "/dev/shm"]
+        for point in ("/dev/pts", *_WRITABLE):
+            ops += ["--dir", point]
         for source, dest in self.runtime.binds:
-            ops += ["--ro", source, dest]
+            if not _below_writable(dest):
+                ops += ["--ro", source, dest]
         ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
+        return ops
+
+    def _own_ops(self) -> list[str]:
+        """The launcher's operations for this sandbox's own mounts, in its copy of the shared root: its writable tree
+        (its directories by name), its ptys, and any runtime bound below a writable directory."""
+        if self.workspace is None:
+            ops = ["--rw", "workspace", "/workspace"]
+        else:
+            ops = ["--overlay", str(self.workspace), "workspace", ".work", "/workspace"]
+        ops += ["--rw", "tmp", "/tmp", "--rw", "shm", "/dev/shm", "--devpts", "/dev/pts"]
+        for source, dest in self.runtime.binds:
+            if _below_writable(dest):
+                ops += ["--ro", source, dest]
         return ops
 
     async def reset(self, *, fresh: bool = False) -> bool:
@@ -500,7 +545,8 @@ class NamespaceSandbox:
             await self._restart()
         assert finished is None or isinstance(finished, _CgroupExecGroup)
         self._execs += 1
-        return _CgroupExecGroup(self._cgroup.child(f"exec-{self._execs}"), self._cgroup, self.limits, finished)
+        command = self._cgroup.child(f"exec-{self._execs}", share_memory=True)
+        return _CgroupExecGroup(command, self._cgroup, self.limits, finished)
 
     @property
     def agent(self) -> AgentConnection:
@@ -573,9 +619,9 @@ class NamespaceSandbox:
             if self._agent is not None:
                 self._agent.reap()
                 self._agent = None
-        if self._uid_lock is not None:
-            os.close(self._uid_lock)
-            self._uid_lock = None
+        if self.uid >= 0:
+            self.host.state.uids.release(self.uid)
+            self.uid = -1
         if self._layer_lock is not None:
             os.close(self._layer_lock)
             self._layer_lock = None

@@ -5,7 +5,11 @@ a cgroup around rollbox, such as the test suite's guard, also bounds every sandb
 commands leave behind. Inside it each command gets a fresh ``exec-<n>`` with its own limits, so that its
 resource report is its own and killing it kills exactly what it started. (The sandbox's own supervisor runs
 nothing of the program's and is in no cgroup of rollbox's.) On cgroup v1 the same relative
-path exists once per hierarchy (memory, pids, cpuacct); on v2 once.
+path exists once per hierarchy (pids, cpuacct), but for memory: there a command runs in its sandbox's own memory
+cgroup, whose limit each command sets to its own plus what earlier commands left charged (see :meth:`Cgroup.begin`),
+and its report counts from there. Each memory cgroup costs the kernel an array over every filesystem's shrinker,
+and each sandbox mounts four filesystems: with two memory cgroups a sandbox, ten thousand sandboxes took a MiB
+each in those arrays alone. On v2 the cgroup holds every controller, and the command's has its own memory.
 
 A command's cgroup is passed on to the next command when its processes are all dead and it holds almost no
 memory any more (see :meth:`Cgroup.recycle`): removing a memory cgroup makes the kernel walk every mounted
@@ -29,8 +33,9 @@ from typing import TypeVar
 
 from rollbox.sandbox._errors import IsolationUnavailable, SandboxError
 from rollbox.sandbox._kernel import read_kernel_file
+from rollbox.sandbox._shortage import host_error
 
-__all__ = ["Cgroup", "CgroupStats", "CgroupTree"]
+__all__ = ["Cgroup", "CgroupStats", "CgroupTree", "cgroup_mounts", "own_cgroup_paths"]
 
 T = TypeVar("T")
 
@@ -62,7 +67,7 @@ def _write(path: str | Path, value: str) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise SandboxError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+        raise SandboxError(host_error(f"cannot write {value!r} to {path}", exc)) from exc
 
 
 def _keyed(text: str, key: str) -> int:
@@ -83,7 +88,16 @@ def _mounts() -> Iterator[tuple[str, Path, set[str]]]:
             yield fstype, Path(before.split(" ")[4]), set(options.split(","))
 
 
-def _own_paths() -> dict[str, str]:
+def cgroup_mounts() -> dict[str, Path]:
+    """The mount point of each v1 hierarchy, by controller, and under ``""`` the v2 hierarchy's (first seen)."""
+    found: dict[str, Path] = {}
+    for fstype, point, options in _mounts():
+        for controller in options if fstype == "cgroup" else {""}:
+            found.setdefault(controller, point)
+    return found
+
+
+def own_cgroup_paths() -> dict[str, str]:
     """This process's cgroup path per v1 controller, and under ``""`` its v2 path."""
     paths: dict[str, str] = {}
     for line in read_kernel_file(Path("/proc/self/cgroup")).splitlines():
@@ -102,7 +116,7 @@ class CgroupTree:
         self.mounts = mounts
         #: The parent cgroup's path inside each hierarchy.
         self.parents = parents
-        own = _own_paths().get("memory" if version == 1 else "", "/")
+        own = own_cgroup_paths().get("memory" if version == 1 else "", "/")
         # Where the sandboxes' agents and zygotes run: rollbox's own cgroup, outside every sandbox's. The kernel
         # counts OOM kills there alone in v1's oom_control, in v2's memory.events.local (none at a v2 root).
         home = mounts["memory" if version == 1 else ""] / own.lstrip("/")
@@ -119,7 +133,7 @@ class CgroupTree:
             IsolationUnavailable: neither version is usable; the message says what is missing.
         """
         override = os.environ.get(_PARENT_ENV)
-        own = _own_paths()
+        own = own_cgroup_paths()
         mounts = list(_mounts())
         for fstype, point, _ in mounts:
             if fstype == "cgroup2" and {"memory", "pids"} <= set(
@@ -154,8 +168,9 @@ class CgroupTree:
                 (point / parent.lstrip("/")).mkdir(exist_ok=True)
                 _enable_v2_controllers(point, parent)
             except (OSError, SandboxError) as exc:
+                why = host_error(f"{point / parent.lstrip('/')}", exc) if isinstance(exc, OSError) else str(exc)
                 raise IsolationUnavailable(
-                    f"cannot delegate the memory and pids controllers to sandboxes ({own_error}; {exc}). Run "
+                    f"cannot delegate the memory and pids controllers to sandboxes ({own_error}; {why}). Run "
                     f"rollbox as root, or set {_PARENT_ENV} to a delegated cgroup with no processes of its own."
                 ) from exc
         return cls(2, {"": point}, {"": parent})
@@ -196,8 +211,10 @@ def _enable_v2_controllers(point: Path, parent: str) -> None:
             with open(control, "w") as f:
                 f.write("+memory +pids")
         except OSError as exc:
-            reason = "it holds processes" if exc.errno == errno.EBUSY else exc.strerror
-            raise SandboxError(f"cannot enable memory and pids below {directory}: {reason}") from exc
+            what = f"cannot enable memory and pids below {directory}"
+            if exc.errno == errno.EBUSY:
+                raise SandboxError(f"{what}: it holds processes") from exc
+            raise SandboxError(host_error(what, exc)) from exc
 
 
 _features: dict[str, bool] = {}
@@ -217,8 +234,18 @@ class Cgroup:
     Paths are plain strings: a command's cgroup is made or passed on, and used, on every exec, on the hot path.
     """
 
-    def __init__(self, version: int, mounts: dict[str, Path], paths: dict[str, str], *, sockets: bool = False) -> None:
+    def __init__(
+        self,
+        version: int,
+        mounts: dict[str, Path],
+        paths: dict[str, str],
+        *,
+        sockets: bool = False,
+        shared: frozenset[str] = frozenset(),
+    ) -> None:
         self.version = version
+        #: The v1 controllers whose directory is its parent's, which this cgroup neither makes nor removes.
+        self.shared = shared
         #: Whether its processes may have sockets whose buffers v1 counts apart (see :meth:`set_limits`); its
         #: children inherit it.
         self.sockets = sockets
@@ -231,11 +258,12 @@ class Cgroup:
         # v2 restarts a peak only for reads through the file descriptor that asked for it (Linux 6.12+).
         self._peak_fd: int | None = None
 
-    def _dir(self, controller: str) -> str:
+    def directory(self, controller: str) -> str:
+        """The cgroup's directory in ``controller``'s hierarchy (the one directory on v2)."""
         return self._dirs["" if self.version == 2 else controller]
 
     def _file(self, controller: str, name: str) -> str:
-        return f"{self._dir(controller)}/{name}"
+        return f"{self.directory(controller)}/{name}"
 
     @property
     def dirs(self) -> list[str]:
@@ -247,10 +275,17 @@ class Cgroup:
         """The ``cgroup.procs`` file of each hierarchy (a process joins by writing its pid to all of them)."""
         return [f"{d}/cgroup.procs" for d in self._dirs.values()]
 
-    def child(self, name: str) -> Cgroup:
-        """The child cgroup ``name`` (it need not exist yet)."""
-        paths = {c: f"{p}/{name}" for c, p in self.paths.items()}
-        return Cgroup(self.version, self._mounts, paths, sockets=self.sockets)
+    def child(self, name: str, *, share_memory: bool = False) -> Cgroup:
+        """The child cgroup ``name`` (it need not exist yet); with ``share_memory``, on v1, one whose memory
+        controller is this cgroup's own (see the module's docstring)."""
+        shared = frozenset({"memory"}) if share_memory and self.version == 1 else frozenset()
+        paths = {c: p if c in shared else f"{p}/{name}" for c, p in self.paths.items()}
+        return Cgroup(self.version, self._mounts, paths, sockets=self.sockets, shared=shared)
+
+    @property
+    def _own_dirs(self) -> list[str]:
+        """Its directories that are its own, not a parent's (see ``shared``)."""
+        return [d for c, d in self._dirs.items() if c not in self.shared]
 
     def create(self, *, delegate: bool = False) -> None:
         """Make the cgroup in every hierarchy; with ``delegate``, let its children use memory and pids (v2).
@@ -260,7 +295,7 @@ class Cgroup:
         """
         made: list[str] = []
         try:
-            for d in self._dirs.values():
+            for d in self._own_dirs:
                 os.mkdir(d)
                 made.append(d)
             if delegate and self.version == 2:
@@ -271,9 +306,9 @@ class Cgroup:
                     os.rmdir(d)
             if isinstance(exc, SandboxError):
                 raise
-            raise SandboxError(f"cannot create cgroup {exc.filename}: {exc.strerror}") from exc
+            raise SandboxError(host_error(f"cannot create cgroup {exc.filename}", exc, "cgroup")) from exc
 
-    def set_limits(self, *, memory_bytes: int, pids: int) -> None:
+    def set_limits(self, *, memory_bytes: int | None, pids: int) -> None:
         """Limit memory including swap, and processes plus threads. Out of memory, the kernel kills the process
         that allocated, on v2 as on v1 (no ``memory.oom.group``): a parent waiting for it sees it die.
 
@@ -285,13 +320,17 @@ class Cgroup:
         (:meth:`sockets_over_limit`). A command's memory and its socket buffers together can reach twice the limit
         on v1. (A sandbox without a network has no such sockets: its cgroups spend no file access on them.)
         """
-        if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
-            _write(swap, "0")
-        self._set_memory_limit(memory_bytes)
+        if memory_bytes is not None:
+            if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
+                _write(swap, "0")
+            self._set_memory_limit(memory_bytes)
+            self._set_socket_limit(memory_bytes)
+        _write(self._file("pids", "pids.max"), str(pids))
+
+    def _set_socket_limit(self, memory_bytes: int) -> None:
         if self.sockets and self.version == 1 and _has(tcp := self._file("memory", _V1_TCP + "limit_in_bytes")):
             _write(tcp, str(memory_bytes))
             self._socket_limit = memory_bytes
-        _write(self._file("pids", "pids.max"), str(pids))
 
     def sockets_over_limit(self) -> bool:
         """Whether, on v1, the socket buffers charged here went past their limit (see :meth:`set_limits`)."""
@@ -304,8 +343,12 @@ class Cgroup:
             files = [self._file("memory", "memory.limit_in_bytes")]
             if _has(memsw := self._file("memory", "memory.memsw.limit_in_bytes")):
                 files.append(memsw)
-            # v1 refuses a memory limit above the memory+swap one: raise memory+swap first, lower memory first.
-            if self._memory_limit is not None and memory_bytes > self._memory_limit:
+            # v1 refuses a memory limit above the memory+swap one: raise memory+swap first, lower memory first. A
+            # memory cgroup shared with the sandbox (``shared``) had its limit set by another command's cgroup.
+            now = self._memory_limit
+            if now is None and "memory" in self.shared:
+                now = int(read_kernel_file(files[0]))
+            if now is not None and memory_bytes > now:
                 files.reverse()
             for path in files:
                 _write(path, str(memory_bytes))
@@ -331,6 +374,24 @@ class Cgroup:
         except OSError:  # gone, or not what it was: a fresh one serves
             return None
         self._set_memory_limit(memory_bytes + left)
+        return dataclasses.replace(self.stats(), peak_memory_bytes=left)
+
+    def begin(self, *, memory_bytes: int, most_left: int) -> CgroupStats:
+        """Ready this cgroup, whose memory cgroup is its sandbox's (``shared``), for a command: the memory limit
+        becomes ``memory_bytes`` plus what earlier commands left charged there, at most ``most_left`` (the
+        sandbox's disk: what it leaves is bounded by memory and disk together, as before), the memory peak restarts,
+        and the counters returned are where the command's report starts (``peak_memory_bytes``: what was left).
+
+        Raises:
+            SandboxError: a limit could not be set, or the memory cgroup read.
+        """
+        try:
+            left = self._charged_bytes()
+        except OSError as exc:
+            raise SandboxError(host_error(f"cannot read {self.directory('memory')}", exc)) from exc
+        self._set_memory_limit(memory_bytes + min(left, most_left))
+        self._set_socket_limit(memory_bytes)
+        self._restart_peak()
         return dataclasses.replace(self.stats(), peak_memory_bytes=left)
 
     def _charged_bytes(self) -> int:
@@ -467,7 +528,7 @@ class Cgroup:
                 for pid in pids:
                     self._kill_member(pid)
         except OSError as exc:
-            raise SandboxError(f"cannot kill the processes in {self.dirs[0]}: {exc}") from exc
+            raise SandboxError(host_error(f"cannot kill the processes in {self.dirs[0]}", exc)) from exc
         return pids
 
     def _killing(self, timeout_s: float) -> Iterator[float]:
@@ -528,13 +589,13 @@ class Cgroup:
         self._close_peak()
         self.kill(timeout_s=timeout_s)
         children: set[str] = set()
-        for d in self._dirs.values():
+        for d in self._own_dirs:
             with contextlib.suppress(FileNotFoundError), os.scandir(d) as entries:
                 children.update(e.name for e in entries if e.is_dir(follow_symlinks=False))
         for name in sorted(children):
             self.child(name).remove(timeout_s=timeout_s)
         deadline = time.monotonic() + timeout_s
-        for d in self._dirs.values():
+        for d in self._own_dirs:
             while True:
                 try:
                     os.rmdir(d)
@@ -543,5 +604,5 @@ class Cgroup:
                     break
                 except OSError as exc:
                     if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                        raise SandboxError(f"cannot remove cgroup {d}: {exc.strerror}") from exc
+                        raise SandboxError(host_error(f"cannot remove cgroup {d}", exc)) from exc
                     time.sleep(0.001)

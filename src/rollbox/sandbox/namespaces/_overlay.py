@@ -8,8 +8,8 @@ starting on an empty one does, every sandbox on one workspace shares its bytes (
 disk limit counts only what the program writes. Because root mounts it in a namespace that no user namespace
 owns, none of the kernel's limits on overlays made inside user namespaces applies.
 
-The host reaches the merged view through the launcher's mount namespace
-(``/proc/<launcher>/root<stage>/root/workspace``), opened once per start and held as a descriptor: it writes
+The host reaches the merged view through the launcher's mount namespace (``/proc/<launcher>/root/workspace``,
+the launcher's copy of the sandboxes' shared root), opened once per start and held as a descriptor: it writes
 and reads the workspace through it as through the writable tree, never following a link. The upper directory
 is never touched while the overlay is mounted (overlayfs leaves that undefined): a sandbox whose upper layer is
 exactly as it started (nothing written, no attribute changed) is reset in place; any other restarts with a new
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox._shortage import agent_error, agent_ran_short, host_error
 
 __all__ = ["OverlayProbe", "UpperState", "open_merged"]
 
@@ -43,22 +44,31 @@ class OverlayProbe:
         self._lock = threading.Lock()
 
     def unavailable(self, workspace: Path) -> str | None:
-        """None when ``workspace`` can be overlaid; otherwise why not (the kernel's own words).
+        """None when ``workspace`` can be overlaid; otherwise why not (the kernel's own words). A try that the
+        host's shortage of something cut short says nothing about the filesystem: it is an error, and is tried again
+        next time.
 
         Raises:
             OSError: ``workspace`` cannot be read.
+            SandboxError: the host ran short of something (descriptors, processes, memory) while trying.
         """
         device = os.stat(workspace).st_dev
         with self._lock:
             if device not in self._known:
-                done = subprocess.run(
-                    [str(self._agent), "overlay-probe", "--stage", str(self._stage), str(workspace)],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                    check=False,
-                )
-                self._known[device] = None if done.returncode == 0 else done.stderr.strip() or f"exit {done.returncode}"
+                try:
+                    done = subprocess.run(
+                        [str(self._agent), "overlay-probe", "--stage", str(self._stage), str(workspace)],
+                        capture_output=True,
+                        text=True,
+                        timeout=30,
+                        check=False,
+                    )
+                except OSError as exc:
+                    raise SandboxError(host_error(f"cannot try overlaying {workspace}", exc, "process")) from exc
+                if done.returncode != 0 and agent_ran_short(done.stderr):
+                    raise SandboxError(f"cannot try overlaying {workspace}: {agent_error(done.stderr.strip())}")
+                reason = agent_error(done.stderr.strip()) or f"exit {done.returncode}"
+                self._known[device] = None if done.returncode == 0 else reason
             return self._known[device]
 
 
@@ -83,16 +93,16 @@ class UpperState:
         return cls(any_entry, st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def open_merged(launcher_pid: int, stage: Path) -> int:
+def open_merged(launcher_pid: int) -> int:
     """A descriptor of the sandbox's /workspace overlay, reached through its launcher's mount namespace (the
     caller checks that the launcher still lives after: only then was ``launcher_pid`` surely its).
 
     Raises:
         SandboxError: the overlay could not be reached.
     """
-    path = f"/proc/{launcher_pid}/root{stage}/root/workspace"
+    path = f"/proc/{launcher_pid}/root/workspace"
     try:
         fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise SandboxError(f"cannot reach the sandbox's workspace overlay at {path}: {exc.strerror}") from exc
+        raise SandboxError(host_error(f"cannot reach the sandbox's workspace overlay at {path}", exc)) from exc
     return fd

@@ -7,17 +7,17 @@ Layout (``ROLLBOX_STATE_DIR``, default ``/run/rollbox``)::
     etc-<hash>/             the sandbox's /etc: passwd, group, hosts and nsswitch.conf of its own, and copies of
                             the host's dynamic-linker files and alternatives (one bind mount instead of many;
                             a new directory whenever they change, so that running sandboxes never see a swap)
-    uids/<n>.lock           held (flock) by the sandbox that runs as uid UID_BASE + n
+    uids.lock               byte n locked by the process whose sandbox runs as uid UID_BASE + n (see ``_uids``)
     runtime/                the host-side pieces of sandboxes' Pythons: the view of the host's environment,
                             interpreter binaries with a relocatable run path (see ``runtime._mounts``)
-    sandboxes/<id>/lock     held (flock) by the process that owns sandbox <id>; free means its owner died
+    sandboxes/<id>/uid      the sandbox's host uid: its lock free means the sandbox's owner died
     sandboxes/<id>/cgroup   the sandbox's cgroup path per hierarchy, for the reaper
 
 The directory is a tmpfs: where it is new and its filesystem is not one (a /run on disk, as in some VMs and
 containers), rollbox mounts one there (see :meth:`StateDir.ensure`), which lasts until the machine stops.
 
-Locks are ``flock`` locks, so the kernel releases them when their owner dies however it dies, and the next
-rollbox start reaps what that owner left: processes, cgroups and directories.
+The kernel releases the uid locks when their owner dies however it dies, and the next rollbox start reaps what
+that owner left: processes, cgroups and directories.
 
 A sandbox's writable tree (workspace/, tmp/, shm/) is a size-limited tmpfs that is never mounted on the host: it
 is a detached mount (``fsopen``/``fsmount``) held by an fd of the owning process, and attached only inside the
@@ -37,22 +37,21 @@ import functools
 import hashlib
 import json
 import os
-import random
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rollbox.sandbox._errors import SandboxError
+from rollbox.sandbox._shortage import host_error
 from rollbox.sandbox.agent._spawner import Spawner
 
 from ._cgroup import Cgroup, CgroupTree
+from ._uids import UID_BASE, UID_COUNT, UidLocks
 
-__all__ = ["SandboxDir", "StateDir", "trees_held"]
+__all__ = ["UID_BASE", "UID_COUNT", "SandboxDir", "StateDir", "trees_held"]
 
-#: Host uids of sandboxes are UID_BASE + n: far above any login or system account.
-UID_BASE = 1_100_000
-UID_COUNT = 65_536
 _ABANDONED_S = 60.0  # a directory still being made after this long was left by a crash
 SANDBOX_UID = 1000  # the uid the program sees inside
 
@@ -145,7 +144,10 @@ _TMPFS_MAGIC = 0x01021994
 def _check(result: int, what: str) -> int:
     if result < 0:
         err = ctypes.get_errno()
-        raise SandboxError(f"cannot {what}: {os.strerror(err)} (rollbox needs root and Linux >= 5.12)")
+        said = host_error(f"cannot {what}", err)
+        if err in (errno.EPERM, errno.ENOSYS):  # not root, or a kernel without the new mount API
+            said += " (rollbox needs root and Linux >= 5.12)"
+        raise SandboxError(said)
     return result
 
 
@@ -192,7 +194,8 @@ class StateDir:
         self.stage = self.root / "stage"
         self.etc = self.root / "etc"  # replaced by ensure() with the current etc-<hash> directory
         self.sandboxes = self.root / "sandboxes"
-        self.uids = self.root / "uids"
+        #: The sandbox uids this process holds (see ``_uids``).
+        self.uids = UidLocks(self.root / "uids.lock")
         #: The host-side pieces of sandboxes' runtimes (see ``runtime._mounts``).
         self.runtime = self.root / "runtime"
 
@@ -204,15 +207,15 @@ class StateDir:
         """
         try:
             self._hold_in_memory()
-            for d in (self.root, self.stage, self.sandboxes, self.uids):
+            for d in (self.root, self.stage, self.sandboxes):
                 d.mkdir(mode=0o711, parents=True, exist_ok=True)
                 os.chmod(d, 0o755 if d == self.stage else 0o711)
             self.etc = self._make_etc()
         except OSError as exc:
-            raise SandboxError(
-                f"cannot prepare rollbox's state directory {self.root}: {exc.strerror}. Run as root, or set "
-                "ROLLBOX_STATE_DIR to a directory root can write."
-            ) from exc
+            said = host_error(f"cannot prepare rollbox's state directory {self.root}", exc, "state")
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                said += ". Run as root, or set ROLLBOX_STATE_DIR to a directory root can write."
+            raise SandboxError(said) from exc
 
     def _hold_in_memory(self) -> None:
         """Mount a tmpfs on the state directory when it is new (absent or empty) and not on a tmpfs already.
@@ -261,16 +264,6 @@ class StateDir:
             shutil.rmtree(staging)
         return target
 
-    def allocate_uid(self) -> tuple[int, int]:
-        """Reserve a host uid no other live sandbox uses. Returns (uid, fd of the lock that holds it)."""
-        start = random.randrange(UID_COUNT)
-        for i in range(UID_COUNT):
-            n = (start + i) % UID_COUNT
-            fd = _try_lock(self.uids / f"{n}.lock")
-            if fd is not None:
-                return UID_BASE + n, fd
-        raise SandboxError(f"all {UID_COUNT} sandbox uids are in use")
-
     def reap(self, tree: CgroupTree | None) -> list[str]:
         """Remove what sandboxes whose owner died left behind. Returns the ids reaped."""
         reaped: list[str] = []
@@ -282,28 +275,41 @@ class StateDir:
                         if time.time() - entry.stat().st_mtime > _ABANDONED_S:
                             shutil.rmtree(entry)
                     continue
-                try:
-                    lock = _try_lock(entry / "lock", create=False)
-                except FileNotFoundError:
-                    continue  # being destroyed right now
-                if lock is None:
-                    continue  # its owner is alive
-                try:
-                    SandboxDir(entry, tree, lock_fd=lock).destroy()
-                    reaped.append(entry.name)
-                except (OSError, SandboxError):
-                    if lock is not None:
-                        os.close(lock)
+                with self._owner_gone(entry) as gone:
+                    if gone:
+                        with contextlib.suppress(OSError, SandboxError):
+                            SandboxDir(entry, tree).destroy()
+                            reaped.append(entry.name)
         return reaped
+
+    @contextlib.contextmanager
+    def _owner_gone(self, entry: Path) -> Iterator[bool]:
+        """Whether the process that made the sandbox directory ``entry`` died, keeping its uid meanwhile. A directory
+        an older rollbox made says so with a lock file of its own instead."""
+        try:
+            uid = int((entry / "uid").read_text())
+        except (OSError, ValueError):
+            try:
+                lock = _try_lock(entry / "lock", create=False)
+            except OSError:
+                lock = None  # being destroyed right now
+            try:
+                yield lock is not None
+            finally:
+                if lock is not None:
+                    os.close(lock)
+            return
+        with self.uids.abandoned(uid) as abandoned:
+            yield abandoned
 
 
 class SandboxDir:
-    """One sandbox's host-side directory, the flock that says its owner lives, and its writable tmpfs."""
+    """One sandbox's host-side directory, which records its uid (whose lock says its owner lives), and its writable
+    tmpfs."""
 
-    def __init__(self, path: Path, tree: CgroupTree | None, *, lock_fd: int | None) -> None:
+    def __init__(self, path: Path, tree: CgroupTree | None) -> None:
         self.path = path
         self._tree = tree
-        self._lock_fd = lock_fd
         #: The detached tmpfs's mount fd, while the sandbox has one.
         self.fs_fd: int | None = None
         self._held = False
@@ -315,28 +321,25 @@ class SandboxDir:
         return Path(f"/proc/self/fd/{self.fs_fd}")
 
     @classmethod
-    def create(cls, state: StateDir, sandbox_id: str, tree: CgroupTree | None) -> SandboxDir:
-        """Make the directory with its owner lock already held: it appears under its name only then, so a reaper
-        in another process never takes a directory being made for a dead one."""
+    def create(cls, state: StateDir, sandbox_id: str, tree: CgroupTree | None, *, uid: int) -> SandboxDir:
+        """Make the directory with its uid, which the caller holds, already recorded: it appears under its name only
+        then, so a reaper in another process never takes a directory being made for a dead one."""
         path = state.sandboxes / sandbox_id
         making = state.sandboxes / f".{sandbox_id}"
         try:
             making.mkdir(mode=0o711)
         except OSError as exc:
-            raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
-        lock = None
+            raise SandboxError(host_error(f"cannot create {path}", exc, "state")) from exc
         try:
-            lock = _try_lock(making / "lock")
+            (making / "uid").write_text(str(uid))
             making.rename(path)
         except OSError as exc:
             # Removed by name, which takes no descriptor: the failure may be the host running out of them.
             with contextlib.suppress(OSError):
-                (making / "lock").unlink(missing_ok=True)
+                (making / "uid").unlink(missing_ok=True)
                 making.rmdir()
-            if lock is not None:
-                os.close(lock)
-            raise SandboxError(f"cannot create {path}: {exc.strerror}") from exc
-        return cls(path, tree, lock_fd=lock)
+            raise SandboxError(host_error(f"cannot create {path}", exc, "state")) from exc
+        return cls(path, tree)
 
     def record_cgroup(self, cgroup: Cgroup) -> None:
         """Remember where the sandbox's cgroup is, so that a reaper in another process can find it."""
@@ -410,7 +413,7 @@ class SandboxDir:
                     spawner.release(self.path.name)
 
     def destroy(self) -> None:
-        """Kill and remove the cgroup, free the tmpfs, remove the directory, release the lock."""
+        """Kill and remove the cgroup, free the tmpfs, remove the directory (the caller then frees the uid)."""
         record = self.path / "cgroup"
         if record.exists() and self._tree is not None:
             data = json.loads(record.read_text())
@@ -418,6 +421,3 @@ class SandboxDir:
         self._drop_writable_tree()
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.path)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None

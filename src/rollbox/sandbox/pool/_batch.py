@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from rollbox.sandbox._limits import Limits, Network
 from rollbox.sandbox._result import ExecResult
+from rollbox.sandbox._shortage import host_error
 
 from ._pool import SandboxSource, WarmSandboxes
 
@@ -90,6 +91,8 @@ async def run_batch(
                     await sb.write_file(path, content)
                 return await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)
         except Exception as exc:  # every program gets its one result: a batch never waits for a missing one
+            if isinstance(exc, OSError):
+                return ExecResult.infra_error(host_error(type(exc).__name__, exc))
             return ExecResult.infra_error(f"{type(exc).__name__}: {exc}")
 
     jobs = [functools.partial(one, p) for p in todo]
