@@ -223,3 +223,6 @@ def test_a_served_model_through_the_loop_with_both_rewards_for_the_trainer(tmp_p
         ("HumanEval/2", 1.0, 1.0),
     }
     assert len(list((home / "runs" / "served" / "trajectories").iterdir())) == 4
+    # Each row holds the model's conversation as TRL's conversational prompt-completion columns.
+    for row in rows:
+        assert [m["role"] for m in row["prompt"]][-1] == "user" and row["completion"][0]["role"] == "assistant"

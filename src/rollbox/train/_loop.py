@@ -149,6 +149,7 @@ def _rollouts(planned: _Planned, iteration: int, job: Job, result: JobResult) ->
             judge_reward=judge,
             naive_reward=naive,
             hack=hack,
+            messages=tuple(output.get("messages") or ()),
         )
         for arm in planned.arms
     ]

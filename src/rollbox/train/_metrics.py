@@ -30,6 +30,8 @@ class Rollout:
     #: Whether the rollout is a reward hack: by construction for a pool action; for a model, when the naive
     #: grader passed it and the judge did not.
     hack: bool
+    #: A model's conversation (chat messages), for a trainer to read; empty for a pool action.
+    messages: tuple[dict[str, Any], ...] = ()
 
     @property
     def masked(self) -> bool:
@@ -51,6 +53,7 @@ class Rollout:
             "naive_reward": self.naive_reward,
             "hack": self.hack,
             "masked": self.masked,
+            **_prompt_completion(self.messages),
         }
 
 
@@ -94,3 +97,12 @@ class IterationStats:
             "hack_rate": self.hack_rate,
             "infra_errors": self.infra_errors,
         }
+
+
+def _prompt_completion(messages: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """A conversation as TRL's conversational prompt-completion columns: ``prompt``, the messages before the model's
+    first reply; ``completion``, that reply and everything after it (tool results included). Nothing for none."""
+    if not messages:
+        return {}
+    first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+    return {"prompt": list(messages[:first]), "completion": list(messages[first:])}

@@ -153,7 +153,7 @@ class RolloutKind:
             max_turns=limit + harness_turns + _SPARE_TURNS,
         )
         try:
-            naive, verdict = await self._play(episode, policy, limit, context.grading)
+            naive, verdict, messages = await self._play(episode, policy, limit, context.grading)
         except PolicyError as exc:
             raise PayloadError(f"policy {policy.name} could not act on task {task.id}: {exc}") from exc
         finally:
@@ -161,7 +161,7 @@ class RolloutKind:
                 await owned.aclose()
         if verdict.status is VerdictStatus.INFRA_ERROR:
             return Outcome(status="infra_error", error=verdict.error or "the episode's infrastructure failed")
-        output = {
+        output: dict[str, Any] = {
             "task_id": task.id,
             "action": action.name if action else None,
             "kind": action.kind.value if action else None,
@@ -169,6 +169,8 @@ class RolloutKind:
             "verdict": verdict.to_json(),
             "turns": len(episode.trajectory.turns),
         }
+        if messages:
+            output["messages"] = messages
         return Outcome(
             status=verdict.status.value,
             reward=verdict.reward,
@@ -179,13 +181,15 @@ class RolloutKind:
 
     async def _play(
         self, episode: Episode, policy: Policy, limit: int, grading: Callable[[], None]
-    ) -> tuple[dict[str, Any], Verdict]:
-        """The agent's turns (up to ``limit``, until it submits), the naive grader's, then the judge's verdict."""
+    ) -> tuple[dict[str, Any], Verdict, list[dict[str, Any]]]:
+        """The agent's turns (up to ``limit``, until it submits), the naive grader's, then the judge's verdict, and
+        the conversation a model had (its chat messages: empty for a pool action)."""
         async with episode:
             observation = await episode.reset()
             if observation.status is Status.INFRA_ERROR:
-                return {"reward": None, "status": "infra_error", "exit_code": None}, await episode.end()
+                return {"reward": None, "status": "infra_error", "exit_code": None}, await episode.end(), []
             agent = policy.start(episode)
+            messages: list[dict[str, Any]] = getattr(agent, "messages", [])  # a chat model's own conversation
             done = False
             while not done and episode.turns < limit:
                 decision = await agent.act(observation)
@@ -194,11 +198,11 @@ class RolloutKind:
                 observation, _, done, _ = await episode.step(decision.action, record=decision.record)
             if done:  # a budget ended it before the harness could run: the naive harness never saw it pass
                 naive: dict[str, Any] = {"reward": 0.0, "status": None, "exit_code": None}
-                return naive, await episode.end()
+                return naive, await episode.end(), list(messages)
             naive = await _naive(episode)
             if episode.state.value == "done":
-                return naive, await episode.end()
+                return naive, await episode.end(), list(messages)
             grading()
             _, _, _, info = await episode.step({"name": "submit", "arguments": {}})
             assert info.verdict is not None
-            return naive, info.verdict
+            return naive, info.verdict, list(messages)
