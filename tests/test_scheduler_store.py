@@ -1,5 +1,6 @@
-"""The job store's batches: many jobs moved and ended in one transaction, each exactly as alone; what an idle
-scheduler asks never takes the write lock; digests stay those of earlier stores; events lines are the events."""
+"""The job store's batches: many jobs moved and ended in one transaction, each exactly as alone (on each store);
+what an idle scheduler asks never takes SQLite's write lock; digests stay those of earlier stores; events lines are
+the events."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def _leased(store: JobStore, count: int) -> list[tuple[int, int]]:
     return [(job.id, job.attempts) for job in leased]
 
 
-def test_moves_and_endings_of_many_jobs_in_one_batch(tmp_path: Path) -> None:
-    store = JobStore(tmp_path / "jobs.db")
+def test_moves_and_endings_of_many_jobs_in_one_batch(store_target: str | Path) -> None:
+    store = JobStore(store_target)
     (a, n), (b, _), (c, _), (d, _), (e, _) = _leased(store, 5)
     moves = [Transition(job, n, None, JobState.RUNNING, 1.0) for job in (a, b, c, d)]
     moves.append(Transition(b, n, None, JobState.GRADING, 2.0))
@@ -58,9 +59,9 @@ def test_moves_and_endings_of_many_jobs_in_one_batch(tmp_path: Path) -> None:
     result = store.result(a)
     assert result is not None and (result.reward, result.output) == (1.0, {"x": 1})
     assert store.result(c) is None and [x.outcome for x in store.attempts(c)] == ["infra_error"]
-    with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT failures, updated_at FROM jobs WHERE id = ?", (c,)).fetchone() == (1, 3.0)
-        assert db.execute("SELECT updated_at FROM jobs WHERE id = ?", (d,)).fetchone() == (1.0,)
+    with store.db.read() as db:
+        assert tuple(db.execute("SELECT failures, updated_at FROM jobs WHERE id = ?", (c,)).fetchone()) == (1, 3.0)
+        assert tuple(db.execute("SELECT updated_at FROM jobs WHERE id = ?", (d,)).fetchone()) == (1.0,)
     store.close()
 
 
@@ -82,6 +83,7 @@ def _returns_while_locked(path: Path, call: Callable[[], object]) -> object:
 
 
 def test_an_idle_schedulers_checks_never_wait_for_the_write_lock(tmp_path: Path) -> None:
+    """(SQLite's: PostgreSQL has no database-wide write lock.)"""
     store = JobStore(tmp_path / "jobs.db")
     _leased(store, 1)  # one job, leased: nothing pending, nothing expired, no deadline
     pick = lambda offered: [(c.id, "w") for c in offered]  # noqa: E731

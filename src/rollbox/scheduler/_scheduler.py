@@ -1,7 +1,7 @@
 """The scheduler: leases jobs from the durable store, places them on workers, runs them, and commits each result
 in the transaction that ends its lease.
 
-    async with Scheduler(JobStore(store_path())) as scheduler:
+    async with Scheduler(JobStore(store_target())) as scheduler:
         scheduler.submit([JobSpec(kind="exec", payload=exec_payload(["echo", "hi"]))])
         await scheduler.run()              # until every job is final
 
@@ -30,7 +30,7 @@ from rollbox import telemetry
 
 from ._errors import PayloadError, SchedulerError
 from ._events import RunEvents, working_on
-from ._home import rollbox_home, run_dir, store_path
+from ._home import rollbox_home, run_dir, store_target
 from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation
 from ._model import Job, JobSpec, Requirements, Transition, canonical_json
 from ._owners import Identity, dead_owners
@@ -59,7 +59,7 @@ class Scheduler:
     """Runs the jobs of a :class:`JobStore` on workers.
 
     Args:
-        store: The job store (default: ``$ROLLBOX_HOME/jobs.db``).
+        store: The job store (default: ``$ROLLBOX_DB``, else ``$ROLLBOX_HOME/jobs.db``).
         workers: Where jobs run (default: one :class:`LocalWorker` with this machine's budget).
         quotas: The most jobs each tenant may hold at once; ``default_quota`` for the others.
         max_queued: The bound of the queue: a submission that would leave more jobs pending is refused with
@@ -86,7 +86,7 @@ class Scheduler:
         if lease_s <= 0:
             raise ValueError(f"lease_s must be positive, got {lease_s}")
         self.home = home or rollbox_home()
-        self.store = store or JobStore(store_path(self.home))
+        self.store = store or JobStore(store_target(home=self.home))
         self.workers = {w.name: w for w in (workers or [LocalWorker()])}
         self.placement = Placement(
             {name: w.capacity for name, w in self.workers.items()}, quotas=quotas, default_quota=default_quota
