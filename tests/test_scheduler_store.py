@@ -115,3 +115,14 @@ def test_event_lines_are_the_events(tmp_path: Path) -> None:
     lines = (tmp_path / "runs" / "r" / "events.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [event.to_json() for event in sent]
     events.close()
+
+
+def test_a_cancel_that_names_a_job_twice_cancels_it_once(store_target: str | Path) -> None:
+    """(Each id was read and ended as often as it was named: the second result broke the one-result rule, and the
+    whole cancel failed as a store error.)"""
+    store = JobStore(store_target)
+    (job, _), (other, _) = store.submit([(JobSpec(kind="exec", payload={"argv": [c]}), Requirements()) for c in "ab"])
+    assert store.cancel([other.id, job.id, other.id]) == [other.id, job.id]
+    assert [store.job(i).state for i in (job.id, other.id)] == [JobState.CANCELLED, JobState.CANCELLED]
+    assert [m.target for m in store.transitions(other.id)] == [JobState.PENDING, JobState.CANCELLED]
+    store.close()
