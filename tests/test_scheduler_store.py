@@ -5,15 +5,19 @@ the events."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from rollbox.scheduler import JobSpec, JobState, JobStore, Requirements
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollbox.scheduler import JobSpec, JobState, JobStore, PayloadError, Requirements
 from rollbox.scheduler._events import RunEvents
-from rollbox.scheduler._model import Transition, canonical_json
+from rollbox.scheduler._model import Transition, canonical_json, storable, unstorable
 from rollbox.scheduler._store import Ending
 from rollbox.telemetry import Event
 
@@ -126,3 +130,50 @@ def test_a_cancel_that_names_a_job_twice_cancels_it_once(store_target: str | Pat
     assert [store.job(i).state for i in (job.id, other.id)] == [JobState.CANCELLED, JobState.CANCELLED]
     assert [m.target for m in store.transitions(other.id)] == [JobState.PENDING, JobState.CANCELLED]
     store.close()
+
+
+_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=24)  # NUL and lone surrogates included
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(error=_TEXT, key=_TEXT, payload=_TEXT)
+def test_any_text_is_kept_or_refused_in_one_line_on_every_store(
+    store_target: str | Path, error: str, key: str, payload: str
+) -> None:
+    """What a program printed may reach an attempt's error and a move's reason: every store keeps it (a NUL, which
+    PostgreSQL's text cannot hold, or a lone surrogate, which is not UTF-8, as U+FFFD) and never fails the
+    transaction that ends the job. Text a submitter gives (a key, a payload) is kept exactly, or refused when the
+    job is made, saying what is wrong."""
+    store = JobStore(store_target)
+    try:
+        _keeps_or_refuses(store, error, f"k{next(_examples)}/{key}", payload)
+    finally:
+        store.close()
+
+
+_examples = itertools.count()
+
+
+def _keeps_or_refuses(store: JobStore, error: str, key: str, payload: str) -> None:
+    try:
+        spec = JobSpec(kind="exec", payload={"argv": ["true"], "text": payload}, key=key)
+    except ValueError as exc:
+        assert unstorable(key) and "must be text without NUL characters or lone surrogates" in str(exc)
+        spec = JobSpec(kind="exec", payload={"argv": ["true"], "text": payload})
+    try:
+        ((job, _),) = store.submit([(spec, Requirements())])
+    except PayloadError as exc:
+        assert unstorable(payload) and "holds text that is not Unicode" in str(exc)
+        return
+    assert (store.job(job.id).key, store.job(job.id).payload["text"]) == (spec.key, payload)
+    (leased,) = store.lease("me", lambda offered: [(c.id, "w") for c in offered if c.id == job.id], window=10**6,
+                            lease_s=60)  # fmt: skip
+    ending = Ending(job_id=job.id, attempt=leased.attempts, target=JobState.COMPLETED, status="x", error=error, at=1.0)
+    assert store.finish("me", [ending]) == []
+    result = store.result(job.id)
+    assert (
+        result is not None
+        and result.error == storable(error)
+        and store.transitions(job.id)[-1].reason == storable(error)
+    )
+    assert storable(error) == error or (unstorable(error) and "\ufffd" in str(storable(error)))

@@ -76,14 +76,21 @@ class RunEvents:
         line = _line(event)
         with self._lock:
             out = self._files.get(run_id)
-            path = run_dir(run_id, self.home) / "events.jsonl"
+            if out is None:
+                out = self._files[run_id] = self._open(run_id)
             try:
-                if out is None:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    out = self._files[run_id] = path.open("a", encoding="utf-8", buffering=1 << 16)
                 out.write(line)
             except OSError as exc:
-                raise run_file_error(path, exc, _KEPT) from exc
+                raise run_file_error(Path(out.name), exc, _KEPT) from exc
+
+    def _open(self, run_id: str) -> IO[str]:
+        """The run's events file, opened to append (once: its path is not made again for each event)."""
+        path = run_dir(run_id, self.home) / "events.jsonl"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return path.open("a", encoding="utf-8", buffering=1 << 16)
+        except OSError as exc:
+            raise run_file_error(path, exc, _KEPT) from exc
 
     def flush(self) -> None:
         """Write out what is buffered.

@@ -98,8 +98,8 @@ class Placement:
         workers: Each worker's capacity, by name.
         quotas: The most jobs a tenant may hold (scheduled, running or grading) at once; tenants not named have
             ``default_quota`` (``None``: unbounded).
-        prefetch: How many jobs may wait assigned to a worker, beyond those running there (default: as many as
-            its capacity runs at once, at least 2).
+        prefetch: How many jobs may wait assigned to a worker, beyond those running there (default: twice as many
+            as its capacity runs at once: while half of them start, the other half is leased in one transaction).
     """
 
     def __init__(
@@ -177,12 +177,21 @@ class Placement:
 
     def _depth(self, name: str) -> int:
         capacity = self.workers[name]
-        return self.prefetch if self.prefetch is not None else max(2, capacity.max_jobs or math.ceil(capacity.cpus))
+        return self.prefetch if self.prefetch is not None else 2 * max(1, capacity.max_jobs or math.ceil(capacity.cpus))
 
-    def has_room(self) -> bool:
-        """Whether some worker could take one more job now."""
+    def low(self, worker: str) -> bool:
+        """Whether to lease now: nothing waits for ``worker`` any more, or the workers' queues are half empty (until
+        then, the jobs that end are committed together, at the next lease)."""
         with self._lock:
-            return any(self._waiting[name] < self._depth(name) for name in self.workers)
+            if self._waiting[worker] == 0:
+                return True
+            depth = sum(self._depth(name) for name in self.workers)
+            return 2 * sum(self._waiting[name] for name in self.workers) <= depth
+
+    def room(self) -> int:
+        """How many more jobs the workers' queues take now (what a lease should ask for)."""
+        with self._lock:
+            return sum(max(0, self._depth(name) - self._waiting[name]) for name in self.workers)
 
     def _fits_now(self, needs: Requirements, name: str) -> bool:
         """Whether ``needs`` fits what ``name`` has free now (asked for every job placed or started: no copies)."""
@@ -209,7 +218,10 @@ class Placement:
         it. Returns ``(job id, worker)`` for each job assigned."""
         placed: list[tuple[int, str]] = []
         with self._lock:
+            room = sum(max(0, self._depth(name) - self._waiting[name]) for name in self.workers)
             for job in offered:
+                if len(placed) == room:  # every queue is full: the rest cannot be placed
+                    break
                 quota = self.quota(job.tenant)
                 if quota is not None and self._tenants[job.tenant] >= quota:
                     continue

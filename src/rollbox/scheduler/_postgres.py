@@ -10,6 +10,7 @@ transaction it broke raised, and was rolled back or never committed.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,9 @@ __all__ = ["PostgresDatabase", "shown_url"]
 #: How long connecting may take before the server is reported unreachable (unless the URL sets its own).
 _CONNECT_TIMEOUT_S = 10
 _statements: dict[str, str] = {}
+#: A batch of plain inserts (no conflict clause, nothing returned): written with ``COPY``, one stream for the batch
+#: instead of a statement per row.
+_PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \(\?(?:, \?)*\)")
 
 
 def _native(sql: str) -> str:
@@ -60,8 +64,14 @@ class _Session:
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
         rows = list(parameters)
-        if rows:
-            self._connection.cursor().executemany(_native(sql), rows)
+        if not rows:
+            return
+        if (insert := _PLAIN_INSERT.fullmatch(sql)) is not None:
+            with self._connection.cursor().copy(f"COPY {insert[1]} ({insert[2]}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        self._connection.cursor().executemany(_native(sql), rows)
 
 
 class PostgresDatabase(Database):

@@ -37,12 +37,14 @@ from ._owners import Identity, dead_owners
 from ._placement import Placement
 from ._retry import RetryPolicy
 from ._states import JobState
-from ._store import Ending, JobStore
+from ._store import Candidate, Ending, JobStore, LeaseRequest
 from ._workers import LocalWorker, Worker, WorkerLost
 
 __all__ = ["Scheduler"]
 
 T = TypeVar("T")
+#: A lease reads at least this many candidates, and at most this many (4 for each free place in a worker's queue).
+_MIN_WINDOW, _MAX_WINDOW = 8, 256
 
 
 @dataclass
@@ -228,19 +230,18 @@ class Scheduler:
             stack.callback(self._nothing_queued)
             beat_at = renew_at = 0.0
             while True:
-                await self._flush()
+                leased = await self._turn()
                 if time.monotonic() >= beat_at:
                     renew = time.monotonic() >= renew_at  # a lease is renewed when a third of it has passed
                     await self._beat(renew=renew)
                     beat_at = time.monotonic() + min(self.lease_s / 3, 1.0)
                     renew_at = time.monotonic() + self.lease_s / 3 if renew else renew_at
-                leased = await self._fill()
-                busy = self._running or self._endings or any(self._ready.values())
+                busy = self._running or self._endings or self._moves or any(self._ready.values())
                 idle = until_idle and not busy and not leased
                 if idle and await self._call(self.store.unfinished, self.runs) == 0:
                     return
                 self._events.flush()
-                if not leased:
+                if not (leased and self.placement.room()):  # else the store may have more to lease at once
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), tick_s)
                 self._wake.clear()
@@ -249,31 +250,35 @@ class Scheduler:
         for worker in self.workers.values():
             worker.expect({})
 
-    async def _fill(self) -> int:
-        """Lease as many jobs as the workers have room for, and start them."""
-        if not self.placement.has_room():
+    async def _turn(self) -> int:
+        """One transaction (a group commit): the moves and endings gathered since the last turn, and a lease of as
+        many jobs as the workers' queues have room for (a few more, so that jobs that fit nowhere now can be
+        passed over for those behind them). Starts what was leased; returns how many."""
+        room = self.placement.room()
+        if not (self._moves or self._endings or room):
             return 0
+        moves, self._moves = self._moves, []
+        endings, self._endings = self._endings, []
         reserved: list[int] = []
 
-        def pick(offered: Any) -> list[tuple[int, str]]:
+        def pick(offered: list[Candidate]) -> list[tuple[int, str]]:
             placed = self.placement.pick(offered)
             reserved.extend(job_id for job_id, _ in placed)
             return placed
 
+        request = None
+        if room:
+            window = min(_MAX_WINDOW, max(_MIN_WINDOW, 4 * room))
+            skip = self.placement.full_tenants()
+            request = LeaseRequest(pick, window, self.lease_s, self.runs, skip)
         try:
-            leased = await self._call(
-                self.store.lease,
-                self.owner,
-                pick,
-                window=256,
-                lease_s=self.lease_s,
-                runs=self.runs,
-                skip_tenants=self.placement.full_tenants(),
-            )
+            lost, leased = await self._call(self.store.exchange, self.owner, endings, moves, request)
         except BaseException:
             for job_id in reserved:  # nothing was leased: free what placement reserved
                 self.placement.release(job_id)
             raise
+        for job_id in lost:
+            self._abandon(job_id)
         for job in leased:
             assert job.worker is not None
             self._ready[job.worker].append(job)
@@ -303,8 +308,8 @@ class Scheduler:
         """Run one attempt on its worker, and say how it ended."""
 
         def moved(state: JobState, at: float) -> None:
+            # Committed with the next turn's transaction (an ending wakes the loop; a move alone waits for its tick).
             self._moves.append(Transition(job.id, job.attempts, None, state, at))
-            self._wake.set()
 
         assert job.worker is not None
         moved(JobState.RUNNING, time.time())
@@ -369,7 +374,7 @@ class Scheduler:
         if running is None or running.task is not task or running.abandoned:
             return
         del self._running[job_id]
-        self.placement.release(job_id)  # the next job may start at once; its store work waits for the next flush
+        self.placement.release(job_id)  # the next job may start at once; its store work waits for the next turn
         assert running.job.worker is not None
         self._dispatch(running.job.worker)
         job, now = running.job, time.time()
@@ -393,7 +398,8 @@ class Scheduler:
         else:
             ending = task.result()
         self._endings.append(ending)
-        self._wake.set()
+        if self.placement.low(running.job.worker):  # else committed with those that end next (a group commit)
+            self._wake.set()
 
     def _lose(self, worker: str) -> None:
         """A worker is gone: nothing more is placed on it, and the jobs waiting for it return to the queue at once
@@ -422,16 +428,6 @@ class Scheduler:
             ready[:] = [job for job in ready if job.id not in dropped]
         for worker in self._ready:
             self._dispatch(worker)
-
-    async def _flush(self) -> None:
-        """Commit the moves and endings gathered since the last flush, in one transaction."""
-        if not (self._moves or self._endings):
-            return
-        moves, self._moves = self._moves, []
-        endings, self._endings = self._endings, []
-        lost = await self._call(self.store.finish, self.owner, endings, moves)
-        for job_id in lost:
-            self._abandon(job_id)
 
     async def _beat(self, *, renew: bool) -> None:
         """Renew our leases (``renew``: each renewal is a write, made when a third of the lease has passed), and

@@ -14,7 +14,7 @@ from typing import Any
 
 from rollbox import telemetry
 
-from ._model import Requirements, Transition, canonical_json
+from ._model import Requirements, Transition, canonical_json, storable
 from ._sql import Dialect, Serial, Session
 from ._states import TERMINAL, JobState
 
@@ -57,8 +57,9 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 def end_jobs(db: Session, dialect: Dialect, ends: Sequence[Ending]) -> None:
     """Write endings (their moves already checked): each job's new state, its lease released, its attempt's end,
-    and for a final state its one result. The results are written last, once no row lock is left to wait for:
-    from there to the commit, writers of results go one at a time (:attr:`Serial.RESULTS`)."""
+    and for a final state its one result (its error as every store keeps it: :func:`storable`). The results are
+    written last, once no row lock is left to wait for: from there to the commit, writers of results go one at a
+    time (:attr:`Serial.RESULTS`)."""
     db.executemany(
         "UPDATE jobs SET state = ?, lease_owner = NULL, lease_expires = NULL, not_before = ?, "
         "failures = failures + ?, updated_at = ? WHERE id = ?",
@@ -69,10 +70,10 @@ def end_jobs(db: Session, dialect: Dialect, ends: Sequence[Ending]) -> None:
     )
     db.executemany(
         "UPDATE attempts SET ended_at = ?, outcome = ?, error = ? WHERE job_id = ? AND number = ?",
-        [(end.at, end.outcome, end.error, end.job_id, end.attempt) for end in ends],
+        [(end.at, end.outcome, storable(end.error), end.job_id, end.attempt) for end in ends],
     )
     results = [
-        (end.job_id, end.target.value, end.status, end.reward, _COMPACT.encode(end.output), end.error, end.at)
+        (end.job_id, end.target.value, end.status, end.reward, _COMPACT.encode(end.output), storable(end.error), end.at)
         for end in ends
         if end.target in TERMINAL
     ]
@@ -88,7 +89,7 @@ def write_moves(db: Session, moves: Sequence[Transition]) -> None:
     """Record moves (already checked against the state machine), each with its time, attempt and reason."""
     db.executemany(
         "INSERT INTO transitions (job_id, attempt, source, target, at, reason) VALUES (?, ?, ?, ?, ?, ?)",
-        [(m.job_id, m.attempt, m.source and m.source.value, m.target.value, m.at, m.reason) for m in moves],
+        [(m.job_id, m.attempt, m.source and m.source.value, m.target.value, m.at, storable(m.reason)) for m in moves],
     )
 
 
