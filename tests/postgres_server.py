@@ -27,7 +27,7 @@ _USER = "postgres"
 _names = itertools.count()
 
 
-def _binaries() -> Path | None:
+def binaries() -> Path | None:
     """The newest installed server's ``bin`` directory."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[4]))
     return Path(found[-1]).parent if found else None
@@ -83,10 +83,10 @@ def postgres_server() -> Iterator[PostgresServer]:
         import psycopg  # noqa: F401
     except ImportError:
         pytest.skip("psycopg is not installed: pip install 'rollbox[postgres]' (the dev extra has it)")
-    binaries = _binaries()
-    if binaries is None:
+    found = binaries()
+    if found is None:
         pytest.skip("the PostgreSQL server is not installed: apt-get install postgresql-15 (scripts/setup does)")
-    server = PostgresServer(binaries)
+    server = PostgresServer(found)
     try:
         yield server
     finally:

@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import random
 import time
@@ -45,6 +46,9 @@ __all__ = ["Scheduler"]
 T = TypeVar("T")
 #: A lease reads at least this many candidates, and at most this many (4 for each free place in a worker's queue).
 _MIN_WINDOW, _MAX_WINDOW = 8, 256
+#: A worker's queue holds the jobs it ends in this time (at its recent pace): half of them are leased again, and
+#: the endings of the other half committed, in one transaction about every half of it.
+_AHEAD_S = 0.05
 
 
 @dataclass
@@ -102,6 +106,9 @@ class Scheduler:
         self._ready: dict[str, list[Job]] = {name: [] for name in self.workers}
         self._moves: list[Transition] = []
         self._endings: list[Ending] = []
+        #: When a job last ended on each worker, and the moving average of the time between two endings there.
+        self._ended_at: dict[str, float] = {}
+        self._gaps: dict[str, float] = {}
         self._wake = asyncio.Event()
         #: The loop the scheduler runs on, from when it is opened.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -378,6 +385,7 @@ class Scheduler:
         assert running.job.worker is not None
         self._dispatch(running.job.worker)
         job, now = running.job, time.time()
+        self._pace(running.job.worker, now)
         if running.overdue:
             why = "its deadline passed while it ran"
             ending = Ending(job_id=job_id, attempt=job.attempts, target=JobState.TIMED_OUT, error=why, at=now)
@@ -400,6 +408,14 @@ class Scheduler:
         self._endings.append(ending)
         if self.placement.low(running.job.worker):  # else committed with those that end next (a group commit)
             self._wake.set()
+
+    def _pace(self, worker: str, now: float) -> None:
+        """Measure how often jobs end on ``worker``, and size its queue to that (see :data:`_AHEAD_S`)."""
+        last, self._ended_at[worker] = self._ended_at.get(worker), now
+        if last is None:
+            return
+        gap = self._gaps[worker] = 0.9 * self._gaps.get(worker, now - last) + 0.1 * (now - last)
+        self.placement.pace(worker, math.ceil(_AHEAD_S / max(gap, 1e-6)))
 
     def _lose(self, worker: str) -> None:
         """A worker is gone: nothing more is placed on it, and the jobs waiting for it return to the queue at once
