@@ -5,10 +5,15 @@ in the transaction that ends its lease.
         scheduler.submit([JobSpec(kind="exec", payload=exec_payload(["echo", "hi"]))])
         await scheduler.run()              # until every job is final
 
-One loop does the store's work in batches (one transaction moves many jobs), on a thread of its own, so that a
-disk's flush never holds the event loop that the sandboxes share. Its heartbeat renews the leases of the jobs it
-runs, returns to the queue the jobs of schedulers that died (at once for those on this machine, whose process is
-gone; when their leases expire for the others), and ends jobs whose deadline passed.
+One loop does the store's work, on a thread of its own so that a disk's flush or a server's answer never holds the
+event loop that the sandboxes share, one transaction a turn: the results of the jobs that ended since the last turn
+and the moves of those under way are committed together, with the lease of the jobs that replace them (a group
+commit). Each worker keeps a queue of leased jobs, sized to what it ends in :data:`_AHEAD_S`, so that a job starts
+the moment another ends and the store is asked when half the queue is gone, not after each job. A result is
+durable once its turn committed; a scheduler killed before that loses no committed result: its uncommitted ones
+are computed again. Its heartbeat renews the leases of the jobs it holds, returns to the queue the jobs of
+schedulers that died (at once for those on this machine, whose process is gone; when their leases expire for the
+others), and ends jobs whose deadline passed.
 """
 
 from __future__ import annotations
