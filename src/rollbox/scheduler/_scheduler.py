@@ -304,11 +304,18 @@ class Scheduler:
         not fit yet)."""
         ready = self._ready[worker]
         waiting: list[Job] = []
+        # As each job ends, this is asked: never go through the rest for nothing. A job whose needs did not fit is
+        # not tried again in the same pass with the same needs (the jobs of a run mostly share one value).
+        unfit: set[int] = set()
         for index, job in enumerate(ready):
-            if self.placement.full(worker):  # as each job ends, this is asked: never go through the rest for nothing
+            if id(job.requirements) in unfit:
+                waiting.append(job)
+                continue
+            if self.placement.full(worker):
                 waiting.extend(ready[index:])
                 break
             if not self.placement.start(job.id):
+                unfit.add(id(job.requirements))
                 waiting.append(job)
                 continue
             task = asyncio.create_task(self._attempt(job))
