@@ -32,7 +32,6 @@ from rollbox.tasks._values import decode, encode, plain
 
 _SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-
 # Integers around the limits that matter: a float's 53-bit mantissa, 64-bit machine words, JSON's decimal digits.
 def _integers(bits: int) -> st.SearchStrategy[int]:
     edges = [2**52, 2**52 + 1, 2**53, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), 2**64, 10**20 + 7]
