@@ -4,10 +4,10 @@ The scheduler records into a :class:`RunEvents` sink. An event goes to the file 
 (``run_id``, as every ``job.transition`` does), or, when it names none (a sandbox's or the judge's own events),
 to the run of the job being worked on where it was emitted (:func:`working_on` marks that).
 
-Lines are written through a buffer that the scheduler flushes at every turn of its loop (at least every 50 ms
-while it runs) and when it closes: a busy scheduler emits several events for each job, and a write to the file for
-each would cost more than the rest of the job's bookkeeping. A process killed outright may lose the events of its
-last turn; never a transition, which the job store holds (``rollbox jobs show``).
+Lines are written through a buffer that the scheduler flushes every tick of its loop (50 ms) and when it closes: a
+busy scheduler emits several events for each job, and a write to the file for each (or for each turn) would cost
+more than the rest of the job's bookkeeping. A process killed outright may lose the events of its last tick; never a
+transition, which the job store holds (``rollbox jobs show``).
 """
 
 from __future__ import annotations

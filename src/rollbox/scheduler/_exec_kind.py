@@ -46,7 +46,7 @@ def exec_payload(
     }
 
 
-_made: dict[tuple[tuple[str, type, Any], ...], Limits] = {}
+_made: dict[tuple[tuple[Any, type, Any], ...], Limits] = {}
 
 
 def _limits(fields: Mapping[str, Any]) -> Limits:
@@ -60,7 +60,7 @@ def _limits(fields: Mapping[str, Any]) -> Limits:
     if not isinstance(fields, Mapping):
         return Limits(**fields)  # says what is wrong with it
     try:
-        key = tuple(sorted((name, type(value), value) for name, value in fields.items()))
+        key = tuple((name, type(value), value) for name, value in fields.items())  # stored payloads: one order
         found = _made.get(key)
     except TypeError:  # a name that is not text, or a value that is not hashable: Limits says what is wrong
         return Limits(**fields)

@@ -240,7 +240,7 @@ class Scheduler:
             raise RuntimeError("open the scheduler first: 'async with Scheduler(...) as scheduler:'")
         with telemetry.recording(self._events), contextlib.ExitStack() as stack:
             stack.callback(self._nothing_queued)
-            beat_at = renew_at = 0.0
+            beat_at = renew_at = flushed_at = 0.0
             while True:
                 leased = await self._turn()
                 if time.monotonic() >= beat_at:
@@ -251,8 +251,11 @@ class Scheduler:
                 busy = self._running or self._endings or self._moves or any(self._ready.values())
                 idle = until_idle and not busy and not leased
                 if idle and await self._call(self.store.unfinished, self.runs) == 0:
+                    self._events.flush()
                     return
-                self._events.flush()
+                if time.monotonic() >= flushed_at + tick_s:  # the run's events reach their files every tick
+                    self._events.flush()
+                    flushed_at = time.monotonic()
                 if not (leased and self.placement.room()):  # else the store may have more to lease at once
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), tick_s)
