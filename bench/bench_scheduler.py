@@ -4,20 +4,27 @@
     python scripts/guard.py --memory 8G --pids 8192 -- python bench/bench_scheduler.py [--repeats 5] [--json PATH]
 
 - dispatch: no-op jobs through the durable store (submitted in batches, leased, completed; every step committed
-  with ``synchronous=FULL`` before it counts) [>= 2,000 jobs/s], beside its floor: the same rows written to the
-  same schema in transactions of the same sizes by a bare SQLite loop (no scheduler, no Python objects per job);
-- end to end at saturation: the same programs through ``run_batch`` (raw, no scheduler) and through the scheduler
-  (``exec`` jobs), interleaved, the ratio of their rates [>= 90%], and the queue wait (submission to start) p50/p99;
+  durably before it counts), on SQLite [>= 2,000 jobs/s] and on PostgreSQL [>= 2,000 jobs/s] in turn, beside the
+  floor of the design: the same rows written to the same SQLite schema in transactions of the same sizes by a bare
+  loop (no scheduler, no Python objects per job). PostgreSQL is a server this benchmark starts (Debian's, as the
+  tests do) on 127.0.0.1, or the database ``--postgres URL`` names (a schema of its own each round);
+- end to end at saturation, for three kinds of program: ``true``, a warm-Python program (``python3 main.py`` forked
+  from the sandbox's warm interpreter) and a ~20 ms ``python3 -c`` program: the same programs through ``run_batch``
+  (raw, no scheduler) and through the scheduler (``exec`` jobs), alternating which goes first, the ratio of their
+  rates [>= 0.9 for each kind], and the queue wait (submission to start) p50/p99;
 - crash recovery: a store of 10,000 jobs, a hundred of them leased by a scheduler whose process is gone; the time
   from opening a new scheduler to its first resumed job starting [< 1 s].
 
-Medians over ``--repeats`` rounds, with the spread (min..max). Nothing is asserted.
+Medians over ``--repeats`` rounds, with the spread (min..max), and the machine's load average in each round (the
+figures of a loaded machine are lower: compare the ratios, measured side by side). Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import sqlite3
@@ -26,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +55,9 @@ from rollbox.scheduler import (
 
 TARGETS = {"dispatch_per_s": 2000.0, "end_to_end_ratio": 0.90, "recovery_s": 1.0}
 LIMITS = Limits(timeout_s=10, memory_bytes=128 * 2**20)
+#: The programs of the end-to-end comparison, by kind.
+KINDS = ("true", "warm_python", "python")
+_schemas = itertools.count()
 
 
 class Noop:
@@ -73,17 +83,55 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def dispatch(jobs: int) -> float:
-    """No-op jobs per second: submit (batches of 500), lease, complete."""
+async def dispatch(jobs: int, store: str | None = None) -> float:
+    """No-op jobs per second: submit (batches of 500), lease, complete; in a new SQLite file, or ``store``."""
     with tempfile.TemporaryDirectory() as home:
         worker = LocalWorker(capacity=Capacity(cpus=1000, memory_bytes=2**30, max_jobs=512))
-        async with Scheduler(JobStore(Path(home) / "jobs.db"), workers=[worker], home=Path(home)) as scheduler:
+        target = store or Path(home) / "jobs.db"
+        async with Scheduler(JobStore(target), workers=[worker], home=Path(home)) as scheduler:
             start = time.perf_counter()
             specs = [JobSpec(kind="noop", payload={"i": i}) for i in range(jobs)]
             for first in range(0, jobs, 500):
                 scheduler.submit(specs[first : first + 500])
             await scheduler.run()
-            return jobs / (time.perf_counter() - start)
+            rate = jobs / (time.perf_counter() - start)
+        scheduler.store.close()
+        return rate
+
+
+@contextlib.contextmanager
+def postgres(url: str | None) -> Iterator[str]:
+    """A PostgreSQL database to measure on: ``url``, or a server started here as the tests start theirs."""
+    if url is not None:
+        yield url
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from postgres_server import PostgresServer, binaries
+
+    found = binaries()
+    if found is None:
+        raise SystemExit("no PostgreSQL server here: apt-get install postgresql-15, or give --postgres URL")
+    server = PostgresServer(found)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def fresh_schema(url: str) -> Iterator[str]:
+    """A new schema of the database at ``url``, dropped afterwards; the URL whose connections use it."""
+    import psycopg
+
+    name = f"bench_{os.getpid()}_{next(_schemas)}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {name}")
+    joiner = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{joiner}options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA {name} CASCADE")
 
 
 def bare_sqlite(jobs: int, batch: int = 256) -> float:
@@ -151,32 +199,53 @@ def bare_sqlite(jobs: int, batch: int = 256) -> float:
         return jobs / took
 
 
-def _programs(count: int) -> list[Program]:
+def _programs(kind: str, count: int) -> list[Program]:
+    """``count`` programs of one kind: ``true``; a warm-Python script (forked from the sandbox's interpreter); a
+    ``python3 -c`` program (an interpreter's start, about 20 ms)."""
+    if kind == "true":
+        return [Program(argv=["true"]) for _ in range(count)]
+    if kind == "warm_python":
+        return [
+            Program(argv=["python3", "main.py"], files={"main.py": f"print(sum(range({i} * 100)))\n"}, warm_python=True)
+            for i in range(count)
+        ]
     return [Program(argv=["python3", "-c", f"print(sum(range({i} * 100)))"]) for i in range(count)]
 
 
-async def raw(count: int, workers: int) -> float:
+async def raw(kind: str, count: int, workers: int) -> float:
     """The programs through ``run_batch`` in warm sandboxes (as many as the scheduler's pools hold)."""
-    async with WarmSandboxes(size=2 * workers, warm_python=False) as sandboxes:
+    programs = _programs(kind, count)
+    async with WarmSandboxes(size=2 * workers, warm_python=kind == "warm_python") as sandboxes:
         start = time.perf_counter()
-        async for _ in run_batch(_programs(count), limits=LIMITS, workers=workers, sandboxes=sandboxes):
+        async for _ in run_batch(programs, limits=LIMITS, workers=workers, sandboxes=sandboxes):
             pass
         return count / (time.perf_counter() - start)
 
 
-async def scheduled(count: int, workers: int) -> tuple[float, list[float]]:
-    """The same programs as ``exec`` jobs through the scheduler; their rate and queue waits."""
+async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[float]]:
+    """The same programs as ``exec`` jobs through the scheduler, once its pool is as warm as ``run_batch``'s (a
+    first batch of ``4 * workers`` jobs, not timed); their rate and queue waits."""
     with tempfile.TemporaryDirectory() as home:
         worker = LocalWorker(capacity=Capacity(cpus=workers, memory_bytes=8 * 2**30))
         store = JobStore(Path(home) / "jobs.db")
         async with Scheduler(store, workers=[worker], home=Path(home)) as scheduler:
-            specs = [JobSpec(kind="exec", payload=exec_payload(p.argv, limits=LIMITS)) for p in _programs(count)]
+            warm_up = 4 * workers
+            specs = [
+                JobSpec(
+                    kind="exec",
+                    payload=exec_payload(p.argv, files=dict(p.files), limits=LIMITS, warm_python=p.warm_python),
+                    run_id="warm-up" if index < warm_up else "timed",
+                )
+                for index, p in enumerate(_programs(kind, warm_up + count))
+            ]
+            scheduler.submit(specs[:warm_up])
+            await scheduler.run()
             start = time.perf_counter()
-            scheduler.submit(specs)
+            scheduler.submit(specs[warm_up:])
             await scheduler.run()
             rate = count / (time.perf_counter() - start)
         waits = []
-        for job in store.jobs():
+        for job in store.jobs(run_id="timed"):
             moves = store.transitions(job.id)
             began = next(m.at for m in moves if m.target is JobState.RUNNING)
             waits.append(began - moves[0].at)
@@ -228,36 +297,51 @@ async def recovery(jobs: int) -> float:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     workers = len(os.sched_getaffinity(0))
-    rates, floors, raws, ratios, waits, recoveries = [], [], [], [], [], []
-    for round_ in range(args.repeats):
-        floors.append(bare_sqlite(args.dispatch_jobs))
-        rates.append(await dispatch(args.dispatch_jobs))
-        if args.dispatch_only:
-            print(f"round {round_ + 1}: dispatch {rates[-1]:.0f}/s  bare sqlite {floors[-1]:.0f}/s", file=sys.stderr)
-            continue
-        raw_rate = await raw(args.programs, workers)
-        sched_rate, wait = await scheduled(args.programs, workers)
-        raws.append(raw_rate)
-        ratios.append(sched_rate / raw_rate)
-        waits.extend(wait)
-        recoveries.append(await recovery(args.store_jobs))
-        print(
-            f"round {round_ + 1}: dispatch {rates[-1]:.0f}/s (bare sqlite {floors[-1]:.0f}/s)  raw {raw_rate:.1f}/s  "
-            f"scheduled {sched_rate:.1f}/s "
-            f"({ratios[-1]:.0%})  recovery {recoveries[-1] * 1000:.0f} ms",
-            file=sys.stderr,
-        )
+    rates: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "bare_sqlite": []}
+    raws: dict[str, list[float]] = {kind: [] for kind in args.kinds}
+    ratios: dict[str, list[float]] = {kind: [] for kind in args.kinds}
+    waits: list[float] = []
+    recoveries: list[float] = []
+    loads: list[float] = []
+    with postgres(args.postgres) as url:
+        for round_ in range(args.repeats):
+            loads.append(os.getloadavg()[0])
+            rates["bare_sqlite"].append(bare_sqlite(args.dispatch_jobs))
+            for store in ("sqlite", "postgresql") if round_ % 2 == 0 else ("postgresql", "sqlite"):
+                with contextlib.ExitStack() as stack:
+                    target = stack.enter_context(fresh_schema(url)) if store == "postgresql" else None
+                    rates[store].append(await dispatch(args.dispatch_jobs, target))
+            line = (
+                f"round {round_ + 1} (load {loads[-1]:.1f}): dispatch sqlite {rates['sqlite'][-1]:.0f}/s, "
+                f"postgresql {rates['postgresql'][-1]:.0f}/s (bare sqlite {rates['bare_sqlite'][-1]:.0f}/s)"
+            )
+            if not args.dispatch_only:
+                for kind in args.kinds:  # raw first in even rounds, the scheduler first in odd ones
+                    if round_ % 2 == 0:
+                        raw_rate = await raw(kind, args.programs, workers)
+                        sched_rate, wait = await scheduled(kind, args.programs, workers)
+                    else:
+                        sched_rate, wait = await scheduled(kind, args.programs, workers)
+                        raw_rate = await raw(kind, args.programs, workers)
+                    raws[kind].append(raw_rate)
+                    ratios[kind].append(sched_rate / raw_rate)
+                    waits.extend(wait)
+                    line += f"; {kind} raw {raw_rate:.0f}/s scheduled {sched_rate:.0f}/s ({ratios[kind][-1]:.2f}x)"
+                recoveries.append(await recovery(args.store_jobs))
+                line += f"; recovery {recoveries[-1] * 1000:.0f} ms"
+            print(line, file=sys.stderr)
     report: dict[str, Any] = {
-        "dispatch_per_s": _spread(rates),
-        "bare_sqlite_per_s": _spread(floors),
-        "dispatch_over_bare_sqlite": _spread([r / f for r, f in zip(rates, floors, strict=True)]),
+        "dispatch_per_s": {store: _spread(samples) for store, samples in rates.items()},
+        "postgresql_over_sqlite": _spread([p / s for p, s in zip(rates["postgresql"], rates["sqlite"], strict=True)]),
+        "sqlite_over_bare_sqlite": _spread([r / f for r, f in zip(rates["sqlite"], rates["bare_sqlite"], strict=True)]),
+        "load_average": _spread(loads),
         "targets": TARGETS,
         "setup": {"workers": workers, "programs": args.programs, "dispatch_jobs": args.dispatch_jobs,
-                  "store_jobs": args.store_jobs, "repeats": args.repeats},
+                  "store_jobs": args.store_jobs, "repeats": args.repeats, "kinds": args.kinds},
     }  # fmt: skip
     if not args.dispatch_only:
-        report["raw_per_s"] = _spread(raws)
-        report["end_to_end_ratio"] = _spread(ratios)
+        report["raw_per_s"] = {kind: _spread(samples) for kind, samples in raws.items()}
+        report["end_to_end_ratio"] = {kind: _spread(samples) for kind, samples in ratios.items()}
         report["queue_wait_s"] = {"p50": _percentile(waits, 0.5), "p99": _percentile(waits, 0.99)}
         report["recovery_s"] = _spread(recoveries)
     return report
@@ -267,8 +351,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dispatch-jobs", type=int, default=5000)
-    parser.add_argument("--programs", type=int, default=400)
+    parser.add_argument("--programs", type=int, default=400, help="programs of each kind in each round")
+    parser.add_argument("--kinds", type=lambda text: text.split(","), default=list(KINDS), help=",".join(KINDS))
     parser.add_argument("--store-jobs", type=int, default=10_000)
+    parser.add_argument("--postgres", metavar="URL", default=None, help="a database to measure PostgreSQL on")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--dispatch-only", action="store_true", help="measure only dispatch and its floor")
     options = parser.parse_args()

@@ -26,6 +26,9 @@ os.environ["ROLLBOX_STATE_DIR"] = str(STATE_DIR)
 #: own, so that tests never read or write the user's ~/.rollbox, and removed at the end.
 HOME_DIR = Path(tempfile.mkdtemp(prefix="rollbox-test-home-"))
 os.environ["ROLLBOX_HOME"] = str(HOME_DIR)
+os.environ.pop("ROLLBOX_DB", None)  # the job store too: never a database the user named
+#: A PostgreSQL server of the session's own, for the job store's tests (started at the first test that needs it).
+pytest_plugins = ["postgres_server"]
 # A suite started as a background job of a non-interactive shell (or under nohup) ignores SIGINT, and every
 # program it starts would inherit that: the tests that interrupt a rollbox command need it to hear Ctrl-C.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

@@ -1,5 +1,6 @@
 """A scheduler in a process of its own, for tests that kill it: submits a run's jobs (idempotently: a restarted
-child adds nothing) and runs them to the end.
+child, or another child, adds nothing) and runs them to the end, on the job store that ``$ROLLBOX_DB`` names
+(default ``HOME/jobs.db``).
 
     python tests/scheduler_child.py HOME RUN_ID JOBS [LEASE_S] [COMMAND]
     python tests/scheduler_child.py HOME RUN_ID JOBS LEASE_S --episodes TASK_DIR...
@@ -13,7 +14,16 @@ import asyncio
 import sys
 from pathlib import Path
 
-from rollbox.scheduler import Capacity, JobSpec, JobStore, LocalWorker, Scheduler, episode_payload, exec_payload
+from rollbox.scheduler import (
+    Capacity,
+    JobSpec,
+    JobStore,
+    LocalWorker,
+    Scheduler,
+    episode_payload,
+    exec_payload,
+    store_target,
+)
 
 
 def episodes(run_id: str, count: int, tasks: list[str]) -> list[JobSpec]:
@@ -44,7 +54,8 @@ def specs(run_id: str, count: int, command: str) -> list[JobSpec]:
 
 async def main(home: Path, run_id: str, jobs: list[JobSpec], lease_s: float) -> None:
     worker = LocalWorker(capacity=Capacity(cpus=2, memory_bytes=4 * 2**30), grace_s=5)
-    async with Scheduler(JobStore(home / "jobs.db"), workers=[worker], home=home, lease_s=lease_s, runs=[run_id]) as s:
+    store = JobStore(store_target(home=home))
+    async with Scheduler(store, workers=[worker], home=home, lease_s=lease_s, runs=[run_id]) as s:
         s.submit(jobs)
         await s.run()
 

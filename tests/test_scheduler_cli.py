@@ -199,3 +199,31 @@ def test_a_runs_files_that_cannot_be_written_are_named_with_what_to_do(tmp_path:
     (home / "runs" / "r1").unlink()
     again = rollbox(home, "run", str(tmp_path / "tasks"), "--policy", "reference", "--run-id", "r1")
     assert again.returncode == 0 and [x["status"] for x in lines(home, "r1")] == ["passed"], again.stderr
+
+
+@pytest.mark.slow
+def test_the_commands_use_the_job_store_db_or_rollbox_db_names(tmp_path: Path, postgres_url: str) -> None:
+    """``--db URL`` (or ``$ROLLBOX_DB``) puts rollbox run's jobs in a PostgreSQL store, and rollbox jobs and runs read
+    them there; nothing is written to the home's SQLite file."""
+    make_task(tmp_path / "tasks", "add")
+    home = tmp_path / "home"
+    done = rollbox(home, "run", str(tmp_path / "tasks"), "--samples", "2", "--run-id", "r1", "--db", postgres_url)
+    assert done.returncode == 0, done.stderr
+    assert [(x["task_id"], x["status"]) for x in lines(home, "r1")] == [("add", "passed"), ("add", "passed")]
+    assert not (home / "jobs.db").exists()
+    listed = rollbox(home, "jobs", "--db", postgres_url, "--json")
+    assert [json.loads(line)["state"] for line in listed.stdout.splitlines()] == ["completed", "completed"]
+    shown = rollbox(home, "jobs", "--db", postgres_url, "show", "1")
+    assert "grading -> completed" in shown.stdout, shown.stderr
+    env = {**os.environ, "ROLLBOX_HOME": str(home), "ROLLBOX_DB": postgres_url}
+    runs = subprocess.run([*ROLLBOX, "runs", "--json"], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(runs.stdout)["counts"] == {"completed": 2}
+    store = JobStore(postgres_url)
+    assert store.counts("r1")["completed"] == 2
+    store.close()
+    unreachable = "postgresql://rollbox:hunter2@127.0.0.1:1/none?connect_timeout=5"
+    for command in (["jobs"], ["runs"], ["run", str(tmp_path / "tasks"), "--run-id", "r2"]):
+        failed = rollbox(home, *command, "--db", unreachable)
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr, (command, failed.stderr)
+        last = failed.stderr.strip().splitlines()[-1]
+        assert "cannot be reached" in last and "hunter2" not in failed.stderr, (command, failed.stderr)

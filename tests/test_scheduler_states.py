@@ -1,9 +1,9 @@
-"""The job state machine: every legal move is accepted, every other one refused, in the table and in the store."""
+"""The job state machine: every legal move is accepted, every other one refused, in the table and in each store
+(SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 import itertools
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -63,22 +63,24 @@ def _held(store: JobStore, state: JobState) -> tuple[int, int]:
     return leased.id, leased.attempts
 
 
-def _snapshot(path: Path) -> list[tuple[object, ...]]:
-    with sqlite3.connect(path) as db:
+def _snapshot(store: JobStore) -> list[tuple[object, ...]]:
+    """Every row the moves write, as the database holds them."""
+    with store.db.read() as db:
         return [
-            *db.execute("SELECT id, state, lease_owner, attempts, failures FROM jobs ORDER BY id"),
-            *db.execute("SELECT * FROM transitions ORDER BY rowid"),
-            *db.execute("SELECT * FROM results ORDER BY seq"),
+            *map(tuple, db.execute("SELECT id, state, lease_owner, attempts, failures FROM jobs ORDER BY id")),
+            *map(tuple, db.execute(f"SELECT * FROM transitions ORDER BY {store.db.dialect.insertion}")),
+            *map(tuple, db.execute("SELECT * FROM results ORDER BY seq")),
+            *map(tuple, db.execute("SELECT * FROM attempts ORDER BY job_id, number")),
         ]
 
 
 @pytest.mark.parametrize("source", sorted(ACTIVE, key=list(JobState).index), ids=lambda s: s.value)
 @pytest.mark.parametrize("target", list(JobState), ids=lambda s: s.value)
-def test_the_store_writes_only_legal_moves(tmp_path: Path, source: JobState, target: JobState) -> None:
+def test_the_store_writes_only_legal_moves(store_target: str | Path, source: JobState, target: JobState) -> None:
     """From each leased state, the lease holder's move to each state is written, or refused leaving no trace."""
-    store = JobStore(tmp_path / "jobs.db")
+    store = JobStore(store_target)
     job_id, attempt = _held(store, source)
-    before = _snapshot(store.path)
+    before = _snapshot(store)
     legal = (source, target) in LEGAL
 
     def act() -> list[int]:
@@ -94,18 +96,19 @@ def test_the_store_writes_only_legal_moves(tmp_path: Path, source: JobState, tar
     else:
         with pytest.raises(IllegalTransition):
             act()
-        assert _snapshot(store.path) == before
+        assert _snapshot(store) == before
     store.close()
 
 
-def test_a_final_job_never_moves_again(tmp_path: Path) -> None:
-    """A result is written once: a second ending of the same attempt is refused as lost, and writes nothing."""
-    store = JobStore(tmp_path / "jobs.db")
+def test_a_final_job_never_moves_again(store_target: str | Path) -> None:
+    """A result is written once: a second ending of the same attempt is refused as lost (its attempt was ended
+    already, so nothing is written), and a cancel of a final job changes nothing."""
+    store = JobStore(store_target)
     job_id, attempt = _held(store, JobState.RUNNING)
     done = Ending(job_id=job_id, attempt=attempt, target=JobState.COMPLETED, status="ok", at=2.0)
     assert store.finish("me", [done]) == []
-    before = _snapshot(store.path)
+    before = _snapshot(store)
     assert store.finish("me", [done]) == [job_id]
-    assert store.cancel([job_id]) == []
-    assert _snapshot(store.path) == before
+    assert store.cancel([job_id, job_id]) == []
+    assert _snapshot(store) == before
     store.close()

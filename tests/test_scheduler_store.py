@@ -1,18 +1,23 @@
-"""The job store's batches: many jobs moved and ended in one transaction, each exactly as alone; what an idle
-scheduler asks never takes the write lock; digests stay those of earlier stores; events lines are the events."""
+"""The job store's batches: many jobs moved and ended in one transaction, each exactly as alone (on each store);
+what an idle scheduler asks never takes SQLite's write lock; digests stay those of earlier stores; events lines are
+the events."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from rollbox.scheduler import JobSpec, JobState, JobStore, Requirements
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollbox.scheduler import JobSpec, JobState, JobStore, PayloadError, Requirements
 from rollbox.scheduler._events import RunEvents
-from rollbox.scheduler._model import Transition, canonical_json
+from rollbox.scheduler._model import Transition, canonical_json, storable, unstorable
 from rollbox.scheduler._store import Ending
 from rollbox.telemetry import Event
 
@@ -26,8 +31,8 @@ def _leased(store: JobStore, count: int) -> list[tuple[int, int]]:
     return [(job.id, job.attempts) for job in leased]
 
 
-def test_moves_and_endings_of_many_jobs_in_one_batch(tmp_path: Path) -> None:
-    store = JobStore(tmp_path / "jobs.db")
+def test_moves_and_endings_of_many_jobs_in_one_batch(store_target: str | Path) -> None:
+    store = JobStore(store_target)
     (a, n), (b, _), (c, _), (d, _), (e, _) = _leased(store, 5)
     moves = [Transition(job, n, None, JobState.RUNNING, 1.0) for job in (a, b, c, d)]
     moves.append(Transition(b, n, None, JobState.GRADING, 2.0))
@@ -58,9 +63,9 @@ def test_moves_and_endings_of_many_jobs_in_one_batch(tmp_path: Path) -> None:
     result = store.result(a)
     assert result is not None and (result.reward, result.output) == (1.0, {"x": 1})
     assert store.result(c) is None and [x.outcome for x in store.attempts(c)] == ["infra_error"]
-    with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT failures, updated_at FROM jobs WHERE id = ?", (c,)).fetchone() == (1, 3.0)
-        assert db.execute("SELECT updated_at FROM jobs WHERE id = ?", (d,)).fetchone() == (1.0,)
+    with store.db.read() as db:
+        assert tuple(db.execute("SELECT failures, updated_at FROM jobs WHERE id = ?", (c,)).fetchone()) == (1, 3.0)
+        assert tuple(db.execute("SELECT updated_at FROM jobs WHERE id = ?", (d,)).fetchone()) == (1.0,)
     store.close()
 
 
@@ -82,6 +87,7 @@ def _returns_while_locked(path: Path, call: Callable[[], object]) -> object:
 
 
 def test_an_idle_schedulers_checks_never_wait_for_the_write_lock(tmp_path: Path) -> None:
+    """(SQLite's: PostgreSQL has no database-wide write lock.)"""
     store = JobStore(tmp_path / "jobs.db")
     _leased(store, 1)  # one job, leased: nothing pending, nothing expired, no deadline
     pick = lambda offered: [(c.id, "w") for c in offered]  # noqa: E731
@@ -113,3 +119,64 @@ def test_event_lines_are_the_events(tmp_path: Path) -> None:
     lines = (tmp_path / "runs" / "r" / "events.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [event.to_json() for event in sent]
     events.close()
+
+
+def test_a_cancel_that_names_a_job_twice_cancels_it_once(store_target: str | Path) -> None:
+    """(Each id was read and ended as often as it was named: the second result broke the one-result rule, and the
+    whole cancel failed as a store error.)"""
+    store = JobStore(store_target)
+    (job, _), (other, _) = store.submit([(JobSpec(kind="exec", payload={"argv": [c]}), Requirements()) for c in "ab"])
+    assert store.cancel([other.id, job.id, other.id]) == [other.id, job.id]
+    assert [store.job(i).state for i in (job.id, other.id)] == [JobState.CANCELLED, JobState.CANCELLED]
+    assert [m.target for m in store.transitions(other.id)] == [JobState.PENDING, JobState.CANCELLED]
+    store.close()
+
+
+#: Any text, with NUL and lone surrogates (which the default alphabet leaves out) among what it draws often.
+_TEXT = st.text(
+    st.one_of(st.characters(codec=None, exclude_categories=()), st.sampled_from("\x00\udc80é")), max_size=24
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(error=_TEXT, key=_TEXT, payload=_TEXT)
+def test_any_text_is_kept_or_refused_in_one_line_on_every_store(
+    store_target: str | Path, error: str, key: str, payload: str
+) -> None:
+    """What a program printed may reach an attempt's error and a move's reason: every store keeps it (a NUL, which
+    PostgreSQL's text cannot hold, or a lone surrogate, which is not UTF-8, as U+FFFD) and never fails the
+    transaction that ends the job. Text a submitter gives (a key, a payload) is kept exactly, or refused when the
+    job is made, saying what is wrong."""
+    store = JobStore(store_target)
+    try:
+        _keeps_or_refuses(store, error, f"k{next(_examples)}/{key}", payload)
+    finally:
+        store.close()
+
+
+_examples = itertools.count()
+
+
+def _keeps_or_refuses(store: JobStore, error: str, key: str, payload: str) -> None:
+    try:
+        spec = JobSpec(kind="exec", payload={"argv": ["true"], "text": payload}, key=key)
+    except ValueError as exc:
+        assert unstorable(key) and "must be text without NUL characters or lone surrogates" in str(exc)
+        spec = JobSpec(kind="exec", payload={"argv": ["true"], "text": payload})
+    try:
+        ((job, _),) = store.submit([(spec, Requirements())])
+    except PayloadError as exc:
+        assert unstorable(payload) and "holds text that is not Unicode" in str(exc)
+        return
+    assert (store.job(job.id).key, store.job(job.id).payload["text"]) == (spec.key, payload)
+    (leased,) = store.lease("me", lambda offered: [(c.id, "w") for c in offered if c.id == job.id], window=10**6,
+                            lease_s=60)  # fmt: skip
+    ending = Ending(job_id=job.id, attempt=leased.attempts, target=JobState.COMPLETED, status="x", error=error, at=1.0)
+    assert store.finish("me", [ending]) == []
+    result = store.result(job.id)
+    assert (
+        result is not None
+        and result.error == storable(error)
+        and store.transitions(job.id)[-1].reason == storable(error)
+    )
+    assert storable(error) == error or (unstorable(error) and "\ufffd" in str(storable(error)))

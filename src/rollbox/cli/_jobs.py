@@ -8,20 +8,22 @@ import sys
 import time
 from collections.abc import Callable
 
-from rollbox.scheduler import JobNotFound, JobState, JobStore, StoreError, store_path
+from rollbox.scheduler import JobNotFound, JobState, JobStore, StoreError, store_target
 
 from ._args import whole
 
 _JOBS_EPILOG = """\
-The store is $ROLLBOX_HOME/jobs.db (default ~/.rollbox/jobs.db). States: pending, scheduled, running, grading,
-completed, failed, timed_out, cancelled. A completed job's status is its result's: the model's success or
-failure, or infra_error when rollbox or the host failed on every attempt.
+The store is --db, else $ROLLBOX_DB, else $ROLLBOX_HOME/jobs.db (default ~/.rollbox/jobs.db). States: pending,
+scheduled, running, grading, completed, failed, timed_out, cancelled. A completed job's status is its result's:
+the model's success or failure, or infra_error when rollbox or the host failed on every attempt.
 
 examples:
   rollbox jobs --run nightly --state completed
   rollbox jobs show 42            every transition (with its time) and every attempt of job 42, and its result
   rollbox runs                    every run with its jobs counted by state
 """
+
+_DB = "the job store: postgresql://... or a file (default $ROLLBOX_DB, else $ROLLBOX_HOME/jobs.db)"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,10 +39,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--state", default=None, choices=[s.value for s in JobState], help="only jobs in this state")
     p.add_argument("--limit", type=whole(1, 10**9), default=None, metavar="N", help="at most N jobs (the first by id)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--db", metavar="URL", help=_DB)
     actions = p.add_subparsers(dest="action", metavar="show")
     show = actions.add_parser("show", help="one job: its transitions, attempts and result")
     show.add_argument("job", type=whole(1, 2**63 - 1), metavar="JOB")
     show.add_argument("--json", action="store_true", help="one JSON object")
+    show.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=_DB)  # given before 'show' is kept
     p.set_defaults(run=_reading("jobs", _jobs))
     r = commands.add_parser(
         "runs",
@@ -48,6 +52,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="List every run in the durable store with its jobs counted by state.",
     )
     r.add_argument("--json", action="store_true", help="one JSON object per line")
+    r.add_argument("--db", metavar="URL", help=_DB)
     r.set_defaults(run=_reading("runs", _runs))
 
 
@@ -55,16 +60,16 @@ def _reading(command: str, read: Callable[[JobStore, argparse.Namespace], int]) 
     """``read`` on the job store, with one line for a store that is not there or cannot be read."""
 
     def run(args: argparse.Namespace) -> int:
-        path = store_path()
-        if not path.is_file():
+        target = store_target(args.db)
+        if not isinstance(target, str) and not target.is_file():
             print(
-                f"rollbox {command}: no job store at {path} yet: 'rollbox run' makes it (set ROLLBOX_HOME to look "
-                "elsewhere)",
+                f"rollbox {command}: no job store at {target} yet: 'rollbox run' makes it (set ROLLBOX_HOME, or "
+                "ROLLBOX_DB or --db, to look elsewhere)",
                 file=sys.stderr,
             )
             return 1
         try:
-            store = JobStore(path)
+            store = JobStore(target)
             try:
                 return read(store, args)
             finally:

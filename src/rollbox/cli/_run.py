@@ -34,7 +34,7 @@ from rollbox.scheduler import (
     machine_capacity,
     rollbox_home,
     run_dir,
-    store_path,
+    store_target,
     validate_payload,
 )
 from rollbox.scheduler._runs import ResultsFile
@@ -115,6 +115,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--api-key", default=None, help="openai: a bearer token (default: $ROLLBOX_API_KEY)")
     p.add_argument(
         "--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster (its address, or 'auto'; see docs)"
+    )
+    p.add_argument(
+        "--db", metavar="URL", help="the job store: postgresql://... or a file (default $ROLLBOX_DB, else HOME/jobs.db)"
     )
     p.add_argument(
         "--archive",
@@ -268,7 +271,7 @@ async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress
 
 async def _run(args: argparse.Namespace, tasks: list[Task], run_id: str, progress: _Progress) -> Counter[str]:
     home = rollbox_home()
-    store = JobStore(store_path(home))
+    store = JobStore(store_target(args.db, home))
     results = ResultsFile(store, run_id, home)
     try:
         async with Scheduler(store, workers=_workers(args), runs=[run_id], home=home) as scheduler:

@@ -39,6 +39,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     auth.add_argument("--auth", dest="auth", action="store_true", default=None, help="require API keys")
     auth.add_argument("--no-auth", dest="auth", action="store_false", help="require none (even off loopback)")
     parser.add_argument("--home", type=Path, help="state directory (default $ROLLBOX_HOME or ~/.rollbox)")
+    parser.add_argument(
+        "--db", metavar="URL", help="the job store: postgresql://... or a file (default $ROLLBOX_DB, else HOME/jobs.db)"
+    )
     parser.add_argument("--tasks-dir", type=Path, help="a directory of task directories to serve")
     parser.add_argument("--archive", help="fsspec URL of the archive (default HOME/archive; '' turns it off)")
     parser.add_argument("--run", dest="run_id", help="the run id of this service's work (default serve-DATE-TIME)")
@@ -70,6 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings: dict[str, object] = {"host": args.host, "port": args.port, "workers": args.workers, "auth": args.auth}
     for name, value in (
         ("home", args.home),
+        ("db", args.db),
         ("tasks_dir", args.tasks_dir),
         ("archive_url", args.archive),
         ("run", args.run_id),

@@ -1,7 +1,8 @@
 """rollbox.scheduler: durable jobs, leases, retries, admission control, elastic warm pools, and Ray.
 
-Every job and every move of it lives in a SQLite file under ``$ROLLBOX_HOME`` (default ``~/.rollbox``); a
-scheduler killed at any moment loses nothing and, started again, records every result exactly once. Imports
+Every job and every move of it lives in a SQLite file under ``$ROLLBOX_HOME`` (default ``~/.rollbox``), or in a
+PostgreSQL database (``$ROLLBOX_DB``) that schedulers on many hosts share; a scheduler killed at any moment loses
+nothing and, started again (or another one), records every result exactly once. Imports
 :mod:`rollbox.judge`, :mod:`rollbox.tasks` and :mod:`rollbox.sandbox` (and, for their kinds, ``rollbox.env`` and
 ``rollbox.curate``).
 """
@@ -18,7 +19,7 @@ from ._errors import (
     Unplaceable,
 )
 from ._exec_kind import exec_payload
-from ._home import rollbox_home, run_dir, store_path
+from ._home import rollbox_home, run_dir, store_path, store_target
 from ._kinds import JobContext, JobKind, Outcome, get_kind, kind_names, register_kind
 from ._model import Attempt, Job, JobResult, JobSpec, Requirements, Transition
 from ._placement import Capacity, machine_capacity
@@ -71,5 +72,6 @@ __all__ = [
     "rollbox_home",
     "run_dir",
     "store_path",
+    "store_target",
     "validate_payload",
 ]

@@ -1,93 +1,28 @@
-"""The job store's database: one SQLite file in WAL mode, its schema, and the rows as Python values."""
+"""The job store's database as the store sees it, whichever it is (a SQLite file, or a PostgreSQL server), and
+its rows as Python values."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
-import sqlite3
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._db_errors import damaged, damaged_store, store_error
 from ._model import Job, JobResult, Requirements
+from ._schema import current, upgrade
+from ._sql import Dialect, Session
 from ._states import JobState
 
-__all__ = ["Database", "job_from_row", "requirements_from_row", "result_from_row", "stored_problem"]
+__all__ = [
+    "Database",
+    "is_postgres_url",
+    "job_from_row",
+    "requirements_from_row",
+    "result_from_row",
+    "stored_problem",
+]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    key TEXT UNIQUE,
-    kind TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    state TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    tenant TEXT NOT NULL,
-    requirements TEXT NOT NULL,
-    pool TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    failures INTEGER NOT NULL DEFAULT 0,
-    max_attempts INTEGER NOT NULL,
-    not_before REAL NOT NULL DEFAULT 0,
-    deadline REAL,
-    lease_owner TEXT,
-    lease_expires REAL,
-    worker TEXT,
-    submitted_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(priority DESC, id) WHERE state = 'pending';
-CREATE INDEX IF NOT EXISTS jobs_leased ON jobs(lease_owner, lease_expires) WHERE lease_owner IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_deadline ON jobs(deadline) WHERE deadline IS NOT NULL AND state = 'pending';
-CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
-CREATE TABLE IF NOT EXISTS transitions (
-    job_id INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    source TEXT,
-    target TEXT NOT NULL,
-    at REAL NOT NULL,
-    reason TEXT
-);
-CREATE INDEX IF NOT EXISTS transitions_job ON transitions(job_id);
-CREATE TABLE IF NOT EXISTS attempts (
-    job_id INTEGER NOT NULL,
-    number INTEGER NOT NULL,
-    owner TEXT NOT NULL,
-    worker TEXT,
-    started_at REAL NOT NULL,
-    ended_at REAL,
-    outcome TEXT,
-    error TEXT,
-    PRIMARY KEY (job_id, number)
-);
-CREATE TABLE IF NOT EXISTS results (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id INTEGER NOT NULL UNIQUE,
-    state TEXT NOT NULL,
-    status TEXT,
-    reward REAL,
-    output TEXT NOT NULL,
-    error TEXT,
-    at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS results_at ON results(at);
-CREATE TABLE IF NOT EXISTS owners (
-    id TEXT PRIMARY KEY,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    started TEXT NOT NULL,
-    at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    meta TEXT NOT NULL DEFAULT '{}'
-);
-"""
 
 #: The columns of ``jobs`` that :func:`job_from_row` reads, in its order.
 JOB_COLUMNS = (
@@ -170,96 +105,63 @@ def result_from_row(row: tuple[Any, ...]) -> JobResult:
     )
 
 
-class Database:
-    """One connection to the store's SQLite file, shared by the threads of this process (one at a time).
+class Database(abc.ABC):
+    """A connection to the store's database, shared by the threads of this process (one at a time): write
+    transactions, consistent reads, and the :class:`Dialect` of the SQL it speaks. A failure of the database is a
+    :class:`StoreError` that says what to do; a transaction it stops is rolled back whole.
 
-    WAL mode lets readers (``rollbox jobs``, another process) read while a scheduler writes; ``synchronous=FULL``
-    makes every committed transaction durable, power loss included. Several processes may write the same file:
-    each write transaction takes the database's write lock at its start (``BEGIN IMMEDIATE``). A failure of the
-    file (damaged, disk full, unwritable) is a :class:`StoreError` that says what to do; a transaction it stops is
-    rolled back whole.
+    Attributes:
+        dialect: What its SQL needs that the other database's does not.
+        location: Where it is, as shown to users (a file's path; a URL without its password).
+        path: The SQLite file, or ``None`` for a server.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
-        #: Set once SQLite found the file damaged: nothing more is written to it.
-        self._damaged: str | None = None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60.0)
-        except (sqlite3.Error, OSError) as exc:
-            raise store_error(exc, self.path) from exc
-        try:
-            with self._errors():
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
-            with self.write() as db:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-        except BaseException:
-            self._db.close()
-            raise
+    dialect: Dialect
+    location: str
+    path: Path | None
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    @abc.abstractmethod
+    def write(self) -> contextlib.AbstractContextManager[Session]:
         """One write transaction: committed when the block ends, rolled back if it raises.
 
         Raises:
-            StoreError: the file could not be read or written (nothing of the transaction is kept).
+            StoreError: the database could not be read or written (nothing of the transaction is kept).
         """
-        with self._lock, self._errors():
-            if self._damaged is not None:
-                raise damaged_store(self.path, self._damaged)
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:  # SQLite may have rolled it back itself (a full disk does)
-                    with contextlib.suppress(sqlite3.Error):
-                        self._db.execute("ROLLBACK")
-                raise
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    @abc.abstractmethod
+    def read(self) -> contextlib.AbstractContextManager[Session]:
         """One consistent snapshot to read from.
 
         Raises:
-            StoreError: the file could not be read.
+            StoreError: the database could not be read.
         """
-        with self._lock, self._errors():
-            self._db.execute("BEGIN")
-            try:
-                yield self._db
-            finally:
-                if self._db.in_transaction:
-                    self._db.execute("COMMIT")
 
+    @abc.abstractmethod
     def verify(self) -> None:
-        """Check the whole file (SQLite's ``quick_check``: every page read, about a second per 800,000 jobs), so
-        that a damaged store is found before anything is written to it.
+        """Check the database before anything is written to it.
 
         Raises:
-            StoreError: the file is damaged.
+            StoreError: it is damaged, or cannot be reached.
         """
-        with self.read() as db:
-            found = [row[0] for row in db.execute("PRAGMA quick_check")]
-        if found != ["ok"]:
-            self._damaged = f"quick_check: {found[0].splitlines()[0]}"
-            raise damaged_store(self.path, self._damaged)
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            if damaged(exc):
-                self._damaged = str(exc)
-            raise store_error(exc, self.path) from exc
-
+    @abc.abstractmethod
     def close(self) -> None:
         """Close the connection (idempotent)."""
-        with self._lock:
-            self._db.close()
+
+    def _upgrade(self) -> None:
+        """Make the schema, or bring it up to date (a read first: a store at the current version takes no write
+        lock from the other processes that share it).
+
+        Raises:
+            StoreError: the database holds something else, or a newer schema (nothing is written).
+        """
+        with self.read() as db:
+            if current(db, self.dialect):
+                return
+        with self.write() as db:
+            upgrade(db, self.dialect, self.location)
+
+
+def is_postgres_url(target: str | Path) -> bool:
+    """Whether ``target`` names a PostgreSQL database (``postgresql://...`` or ``postgres://...``), not a file."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))

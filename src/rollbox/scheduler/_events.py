@@ -4,10 +4,10 @@ The scheduler records into a :class:`RunEvents` sink. An event goes to the file 
 (``run_id``, as every ``job.transition`` does), or, when it names none (a sandbox's or the judge's own events),
 to the run of the job being worked on where it was emitted (:func:`working_on` marks that).
 
-Lines are written through a buffer that the scheduler flushes at every turn of its loop (at least every 50 ms
-while it runs) and when it closes: a busy scheduler emits several events for each job, and a write to the file for
-each would cost more than the rest of the job's bookkeeping. A process killed outright may lose the events of its
-last turn; never a transition, which the job store holds (``rollbox jobs show``).
+Lines are written through a buffer that the scheduler flushes every tick of its loop (50 ms) and when it closes: a
+busy scheduler emits several events for each job, and a write to the file for each (or for each turn) would cost
+more than the rest of the job's bookkeeping. A process killed outright may lose the events of its last tick; never a
+transition, which the job store holds (``rollbox jobs show``).
 """
 
 from __future__ import annotations
@@ -76,14 +76,21 @@ class RunEvents:
         line = _line(event)
         with self._lock:
             out = self._files.get(run_id)
-            path = run_dir(run_id, self.home) / "events.jsonl"
+            if out is None:
+                out = self._files[run_id] = self._open(run_id)
             try:
-                if out is None:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    out = self._files[run_id] = path.open("a", encoding="utf-8", buffering=1 << 16)
                 out.write(line)
             except OSError as exc:
-                raise run_file_error(path, exc, _KEPT) from exc
+                raise run_file_error(Path(out.name), exc, _KEPT) from exc
+
+    def _open(self, run_id: str) -> IO[str]:
+        """The run's events file, opened to append (once: its path is not made again for each event)."""
+        path = run_dir(run_id, self.home) / "events.jsonl"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return path.open("a", encoding="utf-8", buffering=1 << 16)
+        except OSError as exc:
+            raise run_file_error(path, exc, _KEPT) from exc
 
     def flush(self) -> None:
         """Write out what is buffered.

@@ -46,9 +46,35 @@ def exec_payload(
     }
 
 
+_made: dict[tuple[tuple[Any, type, Any], ...], Limits] = {}
+
+
+def _limits(fields: Mapping[str, Any]) -> Limits:
+    """``Limits(**fields)``, made (and checked) once for each distinct value: a run's jobs mostly share one, and
+    each job's is read when it is submitted and again when it runs. Keyed by each value's type too, so that
+    ``True`` never passes for ``1``, nor ``1`` for ``1.0``.
+
+    Raises:
+        TypeError, ValueError: as ``Limits`` does.
+    """
+    if not isinstance(fields, Mapping):
+        return Limits(**fields)  # says what is wrong with it
+    try:
+        key = tuple((name, type(value), value) for name, value in fields.items())  # stored payloads: one order
+        found = _made.get(key)
+    except TypeError:  # a name that is not text, or a value that is not hashable: Limits says what is wrong
+        return Limits(**fields)
+    if found is None:
+        found = Limits(**fields)
+        if len(_made) >= 1024:
+            _made.clear()
+        _made[key] = found
+    return found
+
+
 def _parse(payload: Mapping[str, Any]) -> tuple[Program, Limits, Network]:
     try:
-        limits = Limits(**payload.get("limits", {}))
+        limits = _limits(payload.get("limits", {}))
         network = Network(payload.get("network", "none"))
         files = payload.get("files") or {}
         if not isinstance(files, Mapping) or not all(isinstance(v, str) for v in files.values()):

@@ -1,4 +1,5 @@
-"""Where the scheduler keeps its state: everything lives under ``$ROLLBOX_HOME`` (default ``~/.rollbox``)."""
+"""Where the scheduler keeps its state: everything lives under ``$ROLLBOX_HOME`` (default ``~/.rollbox``), but the
+job store when ``$ROLLBOX_DB`` names another (a PostgreSQL database that schedulers on many hosts share)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import errno
 import os
 from pathlib import Path
 
-__all__ = ["rollbox_home", "run_dir", "run_file_error", "store_path"]
+from ._db import is_postgres_url
+
+__all__ = ["rollbox_home", "run_dir", "run_file_error", "store_path", "store_target"]
 
 
 def rollbox_home() -> Path:
@@ -18,6 +21,15 @@ def rollbox_home() -> Path:
 def store_path(home: Path | None = None) -> Path:
     """The job store's database file."""
     return (home or rollbox_home()) / "jobs.db"
+
+
+def store_target(db: str | None = None, home: Path | None = None) -> str | Path:
+    """The job store to open: ``db`` (a command's ``--db``), else ``$ROLLBOX_DB``, else :func:`store_path`. Either
+    is a PostgreSQL URL (``postgresql://USER:PASSWORD@HOST:PORT/DATABASE``) or a SQLite file."""
+    chosen = db or os.environ.get("ROLLBOX_DB")
+    if not chosen:
+        return store_path(home)
+    return chosen if is_postgres_url(chosen) else Path(chosen).expanduser()
 
 
 def run_dir(run_id: str, home: Path | None = None) -> Path:

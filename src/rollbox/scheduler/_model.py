@@ -6,10 +6,12 @@ import hashlib
 import json
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._errors import PayloadError
 from ._states import JobState
 
 __all__ = [
@@ -101,6 +103,13 @@ class JobSpec:
             raise ValueError(f"JobSpec.deadline_s must be positive, got {self.deadline_s}")
         if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
             raise ValueError(f"JobSpec.run_id must be a plain name (no '/', no leading '.'), got {self.run_id!r}")
+        for name in ("kind", "key", "run_id", "tenant"):
+            value = getattr(self, name)
+            if value is not None and unstorable(value):
+                raise ValueError(
+                    f"JobSpec.{name} must be text without NUL characters or lone surrogates (every store can hold "
+                    f"it), got {value!r:.80}"
+                )
 
     def digest(self) -> str:
         """What makes two submissions of one key the same job: its kind and payload."""
@@ -152,9 +161,36 @@ def check_needs(cpus: object, memory_bytes: object, resources: object) -> tuple[
 
 def encoded(spec: JobSpec) -> tuple[str, str]:
     """The payload as stored (:func:`canonical_json`) and the spec's digest: that of ``canonical_json([kind,
-    payload])``, whose text is built from the payload's, encoded once."""
+    payload])``, whose text is built from the payload's, encoded once.
+
+    Raises:
+        PayloadError: the payload holds text that is not Unicode (a lone surrogate): no store can hold it.
+    """
     payload = canonical_json(spec.payload)
-    return payload, hashlib.sha256(f"[{canonical_json(spec.kind)},{payload}]".encode()).hexdigest()
+    try:
+        return payload, hashlib.sha256(f"[{canonical_json(spec.kind)},{payload}]".encode()).hexdigest()
+    except UnicodeEncodeError as exc:
+        raise PayloadError(
+            f"a {spec.kind!r} job's payload holds text that is not Unicode ({exc.reason}: "
+            f"{exc.object[exc.start : exc.end]!r}); send text, or bytes as base64"
+        ) from None
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(text: str) -> bool:
+    """Whether ``text`` holds what a store cannot keep: a NUL (PostgreSQL's text has none) or a lone surrogate
+    (not UTF-8)."""
+    return _UNSTORABLE.search(text) is not None
+
+
+def storable(text: str | None) -> str | None:
+    """``text`` as every store keeps it: each NUL and lone surrogate (see :func:`unstorable`) becomes U+FFFD. For
+    what rollbox writes about a job (an attempt's error, a move's reason), which may quote what a program printed."""
+    if text is None or not _UNSTORABLE.search(text):
+        return text
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True, kw_only=True)

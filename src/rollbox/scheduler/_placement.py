@@ -23,6 +23,8 @@ from ._store import Candidate
 
 __all__ = ["Capacity", "Placement", "machine_capacity"]
 
+#: A worker's queue holds at most this many jobs for each it runs at once, however short they are.
+_MOST_AHEAD = 16
 #: Memory kept for rollbox itself and the host when the budget is read from the machine.
 _RESERVE_BYTES = 512 * 2**20
 
@@ -99,7 +101,8 @@ class Placement:
         quotas: The most jobs a tenant may hold (scheduled, running or grading) at once; tenants not named have
             ``default_quota`` (``None``: unbounded).
         prefetch: How many jobs may wait assigned to a worker, beyond those running there (default: as many as
-            its capacity runs at once, at least 2).
+            its capacity runs at once, at least 2, or as many as it ends in the time set by :meth:`pace`, when
+            more: while half of them start, the other half is leased in one transaction).
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class Placement:
         self._waiting: Counter[str] = Counter()
         self._resources: dict[str, Counter[str]] = {}
         self._tenants: Counter[str] = Counter()
+        self._paced: dict[str, int] = {}
         for name, capacity in workers.items():
             self.add_worker(name, capacity)
 
@@ -176,13 +180,32 @@ class Placement:
             return {t for t, n in self._tenants.items() if (q := self.quota(t)) is not None and n >= q}
 
     def _depth(self, name: str) -> int:
+        if self.prefetch is not None:
+            return self.prefetch
         capacity = self.workers[name]
-        return self.prefetch if self.prefetch is not None else max(2, capacity.max_jobs or math.ceil(capacity.cpus))
+        slots = max(1, capacity.max_jobs or math.ceil(capacity.cpus))
+        return max(2, slots, min(_MOST_AHEAD * slots, self._paced.get(name, 0)))
 
-    def has_room(self) -> bool:
-        """Whether some worker could take one more job now."""
+    def pace(self, name: str, jobs: int) -> None:
+        """How many jobs ``name`` ends in the time its queue should cover (the scheduler measures it): its queue
+        grows to hold that many (at most :data:`_MOST_AHEAD` for each job it runs at once), so that short jobs are
+        leased, and their endings committed, many to a transaction."""
         with self._lock:
-            return any(self._waiting[name] < self._depth(name) for name in self.workers)
+            self._paced[name] = jobs
+
+    def low(self, worker: str) -> bool:
+        """Whether to lease now: nothing waits for ``worker`` any more, or the workers' queues are half empty (until
+        then, the jobs that end are committed together, at the next lease)."""
+        with self._lock:
+            if self._waiting[worker] == 0:
+                return True
+            depth = sum(self._depth(name) for name in self.workers)
+            return 2 * sum(self._waiting[name] for name in self.workers) <= depth
+
+    def room(self) -> int:
+        """How many more jobs the workers' queues take now (what a lease should ask for)."""
+        with self._lock:
+            return sum(max(0, self._depth(name) - self._waiting[name]) for name in self.workers)
 
     def _fits_now(self, needs: Requirements, name: str) -> bool:
         """Whether ``needs`` fits what ``name`` has free now (asked for every job placed or started: no copies)."""
@@ -209,7 +232,10 @@ class Placement:
         it. Returns ``(job id, worker)`` for each job assigned."""
         placed: list[tuple[int, str]] = []
         with self._lock:
+            room = sum(max(0, self._depth(name) - self._waiting[name]) for name in self.workers)
             for job in offered:
+                if len(placed) == room:  # every queue is full: the rest cannot be placed
+                    break
                 quota = self.quota(job.tenant)
                 if quota is not None and self._tenants[job.tenant] >= quota:
                     continue

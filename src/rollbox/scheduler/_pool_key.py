@@ -28,9 +28,27 @@ def pool_key(
 ) -> str:
     """The name of the warm pool for sandboxes of this configuration (plain JSON, so it can be stored with each
     queued job). The runtime is named by its :class:`RuntimeSpec` (what a task asks for), not by the layer built
-    from it, so that the name is the same where the job is submitted and on whichever node builds the layer."""
+    from it, so that the name is the same where the job is submitted and on whichever node builds the layer.
+    Made once for each configuration (a scheduler asks for every job it submits and every sandbox it borrows)."""
+    key = (limits, Network(network), runtime, None if workspace is None else os.fspath(workspace))
+    if env:
+        return _key(*key, env)
+    found = _keys.get(key)
+    if found is None:
+        if len(_keys) >= 4096:
+            _keys.clear()
+        found = _keys[key] = _key(*key, None)
+    return found
+
+
+_keys: dict[tuple[Limits, Network, RuntimeSpec | None, str | None], str] = {}
+
+
+def _key(
+    limits: Limits, network: Network, runtime: RuntimeSpec | None, workspace: str | None, env: Mapping[str, str] | None
+) -> str:
     values = {f.name: getattr(limits, f.name) for f in fields(limits) if getattr(limits, f.name) is not None}
-    config: dict[str, object] = {"limits": values, "network": Network(network).value}
+    config: dict[str, object] = {"limits": values, "network": network.value}
     if runtime is not None:
         config["runtime"] = {
             "python": runtime.python,
@@ -38,7 +56,7 @@ def pool_key(
             "sdists": runtime.allow_sdists,
         }
     if workspace is not None:
-        config["workspace"] = os.fspath(workspace)
+        config["workspace"] = workspace
     if env:
         config["env"] = dict(env)
     return canonical_json(config)

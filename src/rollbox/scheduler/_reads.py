@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
 from ._db import JOB_COLUMNS, RESULT_COLUMNS, Database, job_from_row, result_from_row
@@ -19,7 +18,7 @@ class StoreReads:
     """The read side of :class:`JobStore`."""
 
     db: Database
-    path: Path
+    location: str
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -32,7 +31,7 @@ class StoreReads:
         with self.db.read() as db:
             row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
-            raise JobNotFound(f"no job {job_id} in {self.path}; list them with 'rollbox jobs'")
+            raise JobNotFound(f"no job {job_id} in {self.location}; list them with 'rollbox jobs'")
         return job_from_row(row)
 
     def jobs(
@@ -45,10 +44,9 @@ class StoreReads:
     ) -> list[Job]:
         """Jobs in id order, of one run, in one state and of one tenant when given."""
         where, args = _filters(run_id=run_id, state=state, tenant=tenant)
+        bound = "" if limit is None else f" LIMIT {int(limit)}"
         with self.db.read() as db:
-            rows = db.execute(
-                f"SELECT {JOB_COLUMNS} FROM jobs {where} ORDER BY id LIMIT ?", (*args, -1 if limit is None else limit)
-            ).fetchall()
+            rows = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs {where} ORDER BY id{bound}", args).fetchall()
         return [job_from_row(row) for row in rows]
 
     def result(self, job_id: int) -> JobResult | None:
@@ -78,7 +76,8 @@ class StoreReads:
         """Every move of the job, in order."""
         with self.db.read() as db:
             rows = db.execute(
-                "SELECT job_id, attempt, source, target, at, reason FROM transitions WHERE job_id = ? ORDER BY rowid",
+                "SELECT job_id, attempt, source, target, at, reason FROM transitions WHERE job_id = ? "
+                f"ORDER BY {self.db.dialect.insertion}",
                 (job_id,),
             ).fetchall()
         return [Transition(j, a, s and JobState(s), JobState(t), at, r) for j, a, s, t, at, r in rows]

@@ -1,14 +1,19 @@
 """The scheduler: leases jobs from the durable store, places them on workers, runs them, and commits each result
 in the transaction that ends its lease.
 
-    async with Scheduler(JobStore(store_path())) as scheduler:
+    async with Scheduler(JobStore(store_target())) as scheduler:
         scheduler.submit([JobSpec(kind="exec", payload=exec_payload(["echo", "hi"]))])
         await scheduler.run()              # until every job is final
 
-One loop does the store's work in batches (one transaction moves many jobs), on a thread of its own, so that a
-disk's flush never holds the event loop that the sandboxes share. Its heartbeat renews the leases of the jobs it
-runs, returns to the queue the jobs of schedulers that died (at once for those on this machine, whose process is
-gone; when their leases expire for the others), and ends jobs whose deadline passed.
+One loop does the store's work, on a thread of its own so that a disk's flush or a server's answer never holds the
+event loop that the sandboxes share, one transaction a turn: the results of the jobs that ended since the last turn
+and the moves of those under way are committed together, with the lease of the jobs that replace them (a group
+commit). Each worker keeps a queue of leased jobs, sized to what it ends in :data:`_AHEAD_S`, so that a job starts
+the moment another ends and the store is asked when half the queue is gone, not after each job. A result is
+durable once its turn committed; a scheduler killed before that loses no committed result: its uncommitted ones
+are computed again. Its heartbeat renews the leases of the jobs it holds, returns to the queue the jobs of
+schedulers that died (at once for those on this machine, whose process is gone; when their leases expire for the
+others), and ends jobs whose deadline passed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import random
 import time
@@ -30,19 +36,24 @@ from rollbox import telemetry
 
 from ._errors import PayloadError, SchedulerError
 from ._events import RunEvents, working_on
-from ._home import rollbox_home, run_dir, store_path
+from ._home import rollbox_home, run_dir, store_target
 from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation
 from ._model import Job, JobSpec, Requirements, Transition, canonical_json
 from ._owners import Identity, dead_owners
 from ._placement import Placement
 from ._retry import RetryPolicy
 from ._states import JobState
-from ._store import Ending, JobStore
+from ._store import Candidate, Ending, JobStore, LeaseRequest
 from ._workers import LocalWorker, Worker, WorkerLost
 
 __all__ = ["Scheduler"]
 
 T = TypeVar("T")
+#: A lease reads at least this many candidates, and at most this many (4 for each free place in a worker's queue).
+_MIN_WINDOW, _MAX_WINDOW = 8, 256
+#: A worker's queue holds the jobs it ends in this time (at its recent pace): half of them are leased again, and
+#: the endings of the other half committed, in one transaction about every half of it.
+_AHEAD_S = 0.05
 
 
 @dataclass
@@ -59,7 +70,7 @@ class Scheduler:
     """Runs the jobs of a :class:`JobStore` on workers.
 
     Args:
-        store: The job store (default: ``$ROLLBOX_HOME/jobs.db``).
+        store: The job store (default: ``$ROLLBOX_DB``, else ``$ROLLBOX_HOME/jobs.db``).
         workers: Where jobs run (default: one :class:`LocalWorker` with this machine's budget).
         quotas: The most jobs each tenant may hold at once; ``default_quota`` for the others.
         max_queued: The bound of the queue: a submission that would leave more jobs pending is refused with
@@ -86,7 +97,7 @@ class Scheduler:
         if lease_s <= 0:
             raise ValueError(f"lease_s must be positive, got {lease_s}")
         self.home = home or rollbox_home()
-        self.store = store or JobStore(store_path(self.home))
+        self.store = store or JobStore(store_target(home=self.home))
         self.workers = {w.name: w for w in (workers or [LocalWorker()])}
         self.placement = Placement(
             {name: w.capacity for name, w in self.workers.items()}, quotas=quotas, default_quota=default_quota
@@ -100,6 +111,9 @@ class Scheduler:
         self._ready: dict[str, list[Job]] = {name: [] for name in self.workers}
         self._moves: list[Transition] = []
         self._endings: list[Ending] = []
+        #: When a job last ended on each worker, and the moving average of the time between two endings there.
+        self._ended_at: dict[str, float] = {}
+        self._gaps: dict[str, float] = {}
         self._wake = asyncio.Event()
         #: The loop the scheduler runs on, from when it is opened.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -226,21 +240,23 @@ class Scheduler:
             raise RuntimeError("open the scheduler first: 'async with Scheduler(...) as scheduler:'")
         with telemetry.recording(self._events), contextlib.ExitStack() as stack:
             stack.callback(self._nothing_queued)
-            beat_at = renew_at = 0.0
+            beat_at = renew_at = flushed_at = 0.0
             while True:
-                await self._flush()
+                leased = await self._turn()
                 if time.monotonic() >= beat_at:
                     renew = time.monotonic() >= renew_at  # a lease is renewed when a third of it has passed
                     await self._beat(renew=renew)
                     beat_at = time.monotonic() + min(self.lease_s / 3, 1.0)
                     renew_at = time.monotonic() + self.lease_s / 3 if renew else renew_at
-                leased = await self._fill()
-                busy = self._running or self._endings or any(self._ready.values())
+                busy = self._running or self._endings or self._moves or any(self._ready.values())
                 idle = until_idle and not busy and not leased
                 if idle and await self._call(self.store.unfinished, self.runs) == 0:
+                    self._events.flush()
                     return
-                self._events.flush()
-                if not leased:
+                if time.monotonic() >= flushed_at + tick_s:  # the run's events reach their files every tick
+                    self._events.flush()
+                    flushed_at = time.monotonic()
+                if not (leased and self.placement.room()):  # else the store may have more to lease at once
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), tick_s)
                 self._wake.clear()
@@ -249,31 +265,35 @@ class Scheduler:
         for worker in self.workers.values():
             worker.expect({})
 
-    async def _fill(self) -> int:
-        """Lease as many jobs as the workers have room for, and start them."""
-        if not self.placement.has_room():
+    async def _turn(self) -> int:
+        """One transaction (a group commit): the moves and endings gathered since the last turn, and a lease of as
+        many jobs as the workers' queues have room for (a few more, so that jobs that fit nowhere now can be
+        passed over for those behind them). Starts what was leased; returns how many."""
+        room = self.placement.room()
+        if not (self._moves or self._endings or room):
             return 0
+        moves, self._moves = self._moves, []
+        endings, self._endings = self._endings, []
         reserved: list[int] = []
 
-        def pick(offered: Any) -> list[tuple[int, str]]:
+        def pick(offered: list[Candidate]) -> list[tuple[int, str]]:
             placed = self.placement.pick(offered)
             reserved.extend(job_id for job_id, _ in placed)
             return placed
 
+        request = None
+        if room:
+            window = min(_MAX_WINDOW, max(_MIN_WINDOW, 4 * room))
+            skip = self.placement.full_tenants()
+            request = LeaseRequest(pick, window, self.lease_s, self.runs, skip)
         try:
-            leased = await self._call(
-                self.store.lease,
-                self.owner,
-                pick,
-                window=256,
-                lease_s=self.lease_s,
-                runs=self.runs,
-                skip_tenants=self.placement.full_tenants(),
-            )
+            lost, leased = await self._call(self.store.exchange, self.owner, endings, moves, request)
         except BaseException:
             for job_id in reserved:  # nothing was leased: free what placement reserved
                 self.placement.release(job_id)
             raise
+        for job_id in lost:
+            self._abandon(job_id)
         for job in leased:
             assert job.worker is not None
             self._ready[job.worker].append(job)
@@ -287,11 +307,18 @@ class Scheduler:
         not fit yet)."""
         ready = self._ready[worker]
         waiting: list[Job] = []
+        # As each job ends, this is asked: never go through the rest for nothing. A job whose needs did not fit is
+        # not tried again in the same pass with the same needs (the jobs of a run mostly share one value).
+        unfit: set[int] = set()
         for index, job in enumerate(ready):
-            if self.placement.full(worker):  # as each job ends, this is asked: never go through the rest for nothing
+            if id(job.requirements) in unfit:
+                waiting.append(job)
+                continue
+            if self.placement.full(worker):
                 waiting.extend(ready[index:])
                 break
             if not self.placement.start(job.id):
+                unfit.add(id(job.requirements))
                 waiting.append(job)
                 continue
             task = asyncio.create_task(self._attempt(job))
@@ -303,8 +330,8 @@ class Scheduler:
         """Run one attempt on its worker, and say how it ended."""
 
         def moved(state: JobState, at: float) -> None:
+            # Committed with the next turn's transaction (an ending wakes the loop; a move alone waits for its tick).
             self._moves.append(Transition(job.id, job.attempts, None, state, at))
-            self._wake.set()
 
         assert job.worker is not None
         moved(JobState.RUNNING, time.time())
@@ -369,10 +396,11 @@ class Scheduler:
         if running is None or running.task is not task or running.abandoned:
             return
         del self._running[job_id]
-        self.placement.release(job_id)  # the next job may start at once; its store work waits for the next flush
+        self.placement.release(job_id)  # the next job may start at once; its store work waits for the next turn
         assert running.job.worker is not None
         self._dispatch(running.job.worker)
         job, now = running.job, time.time()
+        self._pace(running.job.worker, now)
         if running.overdue:
             why = "its deadline passed while it ran"
             ending = Ending(job_id=job_id, attempt=job.attempts, target=JobState.TIMED_OUT, error=why, at=now)
@@ -393,7 +421,16 @@ class Scheduler:
         else:
             ending = task.result()
         self._endings.append(ending)
-        self._wake.set()
+        if self.placement.low(running.job.worker):  # else committed with those that end next (a group commit)
+            self._wake.set()
+
+    def _pace(self, worker: str, now: float) -> None:
+        """Measure how often jobs end on ``worker``, and size its queue to that (see :data:`_AHEAD_S`)."""
+        last, self._ended_at[worker] = self._ended_at.get(worker), now
+        if last is None:
+            return
+        gap = self._gaps[worker] = 0.9 * self._gaps.get(worker, now - last) + 0.1 * (now - last)
+        self.placement.pace(worker, math.ceil(_AHEAD_S / max(gap, 1e-6)))
 
     def _lose(self, worker: str) -> None:
         """A worker is gone: nothing more is placed on it, and the jobs waiting for it return to the queue at once
@@ -422,16 +459,6 @@ class Scheduler:
             ready[:] = [job for job in ready if job.id not in dropped]
         for worker in self._ready:
             self._dispatch(worker)
-
-    async def _flush(self) -> None:
-        """Commit the moves and endings gathered since the last flush, in one transaction."""
-        if not (self._moves or self._endings):
-            return
-        moves, self._moves = self._moves, []
-        endings, self._endings = self._endings, []
-        lost = await self._call(self.store.finish, self.owner, endings, moves)
-        for job_id in lost:
-            self._abandon(job_id)
 
     async def _beat(self, *, renew: bool) -> None:
         """Renew our leases (``renew``: each renewal is a write, made when a third of the lease has passed), and

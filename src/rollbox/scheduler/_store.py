@@ -11,63 +11,65 @@ leased, many attempts ended at once), so that a busy scheduler spends little on 
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._db import JOB_COLUMNS, Database, job_from_row, requirements_from_row, stored_problem
+from ._db import JOB_COLUMNS, Database, is_postgres_url, job_from_row
 from ._errors import IdempotencyConflict, QueueFull
+from ._leases import Candidate, LeaseRequest, Moved, chunks, finish_in, lease_in, marks, queue
 from ._model import Job, JobSpec, Requirements, Transition, canonical_json, encoded
+from ._postgres import PostgresDatabase
 from ._reads import StoreReads
 from ._reclaim import StoreReclaim
-from ._states import JobState, check_transition
-from ._writes import Ending, announce, end_jobs, give_up, needs_json, write_moves
+from ._sql import Serial, Session
+from ._sqlite import SqliteDatabase
+from ._states import JobState
+from ._writes import Ending, announce, needs_json, write_moves
 
-__all__ = ["Candidate", "Ending", "JobStore"]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A pending job as placement sees it."""
-
-    id: int
-    tenant: str
-    priority: int
-    requirements: Requirements
+__all__ = ["Candidate", "Ending", "JobStore", "LeaseRequest", "open_database"]
 
 
-def _chunks(values: Sequence[Any], size: int = 500) -> list[Sequence[Any]]:
-    """``values`` in pieces small enough for one statement's parameters."""
-    return [values[start : start + size] for start in range(0, len(values), size)]
+def open_database(target: str | Path) -> Database:
+    """The database at ``target``: a PostgreSQL URL (``postgresql://...``), or a SQLite file (made with its parent
+    directories when missing); its schema made, or brought up to date.
 
-
-def _marks(values: Sequence[Any]) -> str:
-    return ",".join("?" * len(values))
+    Raises:
+        StoreError: it cannot be opened, or is not a job store this rollbox knows (nothing is written to it).
+    """
+    return PostgresDatabase(str(target)) if is_postgres_url(target) else SqliteDatabase(target)
 
 
 class JobStore(StoreReads, StoreReclaim):
-    """Jobs in SQLite (WAL) at ``path``; safe to share between threads and between processes.
+    """Jobs in a SQLite file (WAL), or in a PostgreSQL database that schedulers on many hosts share; safe to share
+    between threads and between processes.
 
     Args:
-        path: The database file (made with its parent directories when missing).
+        target: The SQLite file (made with its parent directories when missing), or a PostgreSQL URL
+            (``postgresql://USER:PASSWORD@HOST:PORT/DATABASE``; needs the ``postgres`` extra).
+
+    Raises:
+        StoreError: the store cannot be opened, or holds a schema this rollbox does not know (see ``_schema``).
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.db = Database(path)
+    def __init__(self, target: str | Path) -> None:
+        self.db = open_database(target)
+        #: The SQLite file, or ``None`` for a PostgreSQL store.
         self.path = self.db.path
+        #: Where the store is, as shown to users (a URL without its password).
+        self.location = self.db.location
 
     def close(self) -> None:
         """Close the database (idempotent)."""
         self.db.close()
 
     def verify(self) -> None:
-        """Check the whole file before writing to it (see :meth:`Database.verify`).
+        """Check the store before writing to it: SQLite's whole file (``quick_check``), or that the PostgreSQL
+        server answers.
 
         Raises:
-            StoreError: the file is damaged; nothing will be written to it.
+            StoreError: the file is damaged (nothing will be written to it), or the server cannot be reached.
         """
         self.db.verify()
 
@@ -78,7 +80,8 @@ class JobStore(StoreReads, StoreReclaim):
     ) -> list[tuple[Job, bool]]:
         """Add jobs (all or none), each with what it needs; returns each job with whether it is new.
 
-        A spec whose key names a job already returns that job, whatever its state.
+        A spec whose key names a job of the same tenant already returns that job, whatever its state (a key is
+        unique within its tenant: another tenant's job with the same key is another job).
 
         Raises:
             IdempotencyConflict: a key names a job with another kind or payload (nothing is added).
@@ -86,15 +89,17 @@ class JobStore(StoreReads, StoreReclaim):
         """
         now = time.time()
         texts = [encoded(spec) for spec, _ in specs]
+        dialect = self.db.dialect
         with self.db.write() as db:
-            known = self._known_keys(db, [spec.key for spec, _ in specs if spec.key is not None])
+            dialect.serialize(db, Serial.SUBMIT)  # one submission at a time: its keys looked up, then its ids taken
+            known = self._known_keys(db, {(spec.tenant, spec.key) for spec, _ in specs if spec.key is not None})
             fresh, same = _new_specs(specs, texts, known)
             if max_queued is not None and fresh:
                 (pending,) = db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'").fetchone()
                 if pending + len(fresh) > max_queued:
                     raise self._full(db, pending, len(fresh), max_queued, now)
-            # Ids are given here, under the write lock (the next ones after the largest): the new jobs are made by
-            # one statement and need no reading back.
+            # Ids are given here, one submission at a time (the next ones after the largest): the new jobs are made
+            # by one statement and need no reading back.
             (largest,) = db.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()
             made = {index: _new_job(number, *specs[index], now) for number, index in enumerate(fresh, largest + 1)}
             db.executemany(
@@ -106,11 +111,12 @@ class JobStore(StoreReads, StoreReclaim):
             moves = [Transition(job.id, 0, None, JobState.PENDING, now, "submitted") for job in made.values()]
             write_moves(db, moves)
             db.executemany(
-                "INSERT OR IGNORE INTO runs (id, created_at) VALUES (?, ?)", {(spec.run_id, now) for spec, _ in specs}
+                "INSERT INTO runs (id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                sorted({(spec.run_id, now) for spec, _ in specs}),
             )
             stored: dict[int, Job] = {}
-            for chunk in _chunks(sorted({id_ for id_, _ in known.values()})):
-                for row in db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({_marks(chunk)})", chunk):
+            for chunk in chunks(sorted({id_ for id_, _ in known.values()})):
+                for row in db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({marks(chunk)})", chunk):
                     stored[row[0]] = job_from_row(row)
         announce(moves, {job.id: job.run_id for job in made.values()})
         out: list[tuple[Job, bool]] = []
@@ -120,22 +126,26 @@ class JobStore(StoreReads, StoreReclaim):
             elif index in same:
                 out.append((made[same[index]], False))
             else:
-                out.append((stored[known[str(spec.key)][0]], False))
+                out.append((stored[known[(spec.tenant, str(spec.key))][0]], False))
         return out
 
     @staticmethod
-    def _known_keys(db: sqlite3.Connection, keys: list[str]) -> dict[str, tuple[int, str]]:
-        """The job id and digest of each of these keys that names a job already."""
-        known: dict[str, tuple[int, str]] = {}
-        for chunk in _chunks(keys):
-            for key, id_, digest in db.execute(
-                f"SELECT key, id, digest FROM jobs WHERE key IN ({_marks(chunk)})", chunk
-            ):
-                known[key] = (id_, digest)
+    def _known_keys(db: Session, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, str]]:
+        """The job id and digest of each of these (tenant, key) that names a job already."""
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, key in sorted(keys):
+            by_tenant.setdefault(tenant, []).append(key)
+        known: dict[tuple[str, str], tuple[int, str]] = {}
+        for tenant, names in by_tenant.items():
+            for chunk in chunks(names):
+                for key, id_, digest in db.execute(
+                    f"SELECT key, id, digest FROM jobs WHERE tenant = ? AND key IN ({marks(chunk)})", (tenant, *chunk)
+                ):
+                    known[(tenant, key)] = (id_, digest)
         return known
 
     @staticmethod
-    def _full(db: sqlite3.Connection, pending: int, adding: int, bound: int, now: float) -> QueueFull:
+    def _full(db: Session, pending: int, adding: int, bound: int, now: float) -> QueueFull:
         """The refusal, with when to come back: the excess over the queue's bound at the recent completion rate."""
         (done,) = db.execute("SELECT COUNT(*) FROM results WHERE at > ?", (now - 60.0,)).fetchone()
         excess = pending + adding - bound
@@ -153,10 +163,47 @@ class JobStore(StoreReads, StoreReclaim):
     def set_run_meta(self, run_id: str, meta: dict[str, Any]) -> None:
         """Record what a run is (its command, tasks, policy) beside its jobs."""
         with self.db.write() as db:
-            db.execute("INSERT OR IGNORE INTO runs (id, created_at) VALUES (?, ?)", (run_id, time.time()))
+            db.execute("INSERT INTO runs (id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING", (run_id, time.time()))
             db.execute("UPDATE runs SET meta = ? WHERE id = ?", (canonical_json(meta), run_id))
 
     # -- leases -----------------------------------------------------------------------------------------------
+
+    def exchange(
+        self,
+        owner: str,
+        endings: Sequence[Ending] = (),
+        moves: Sequence[Transition] = (),
+        request: LeaseRequest | None = None,
+    ) -> tuple[list[int], list[Job]]:
+        """One turn of a scheduler, in one transaction: record ``moves`` and ``endings`` (as :meth:`finish`), then
+        lease what ``request`` asks for (as :meth:`lease`). Returns the ids of jobs whose lease ``owner`` no longer
+        held, and the jobs leased.
+
+        Raises:
+            IllegalTransition: a move the state machine does not have (nothing is written).
+        """
+        now = time.time()
+        dialect = self.db.dialect
+        if not (endings or moves):
+            if request is None:
+                return [], []
+            # An idle scheduler asks at every turn of its loop: "nothing to lease" comes from a read, without taking
+            # the write lock from the other processes that share the database.
+            source, args = queue(dialect, request, now)
+            with self.db.read() as db:
+                if db.execute(f"SELECT 1 {source} LIMIT 1", args).fetchone() is None:
+                    return [], []
+        lost: list[int] = []
+        leased: list[Job] = []
+        moved = Moved([], {})
+        with self.db.write() as db:
+            if endings or moves:
+                lost, moved = finish_in(db, dialect, owner, endings, moves)
+            if request is not None:
+                leased, more = lease_in(db, dialect, owner, request, now)
+                moved.add(more)
+        announce(moved.moves, moved.runs)
+        return lost, leased
 
     def lease(
         self,
@@ -170,75 +217,10 @@ class JobStore(StoreReads, StoreReclaim):
     ) -> list[Job]:
         """Lease pending jobs: the first ``window`` runnable ones (highest priority, then oldest) are offered to
         ``pick``, which returns ``(job id, worker)`` for those placed; they become ``scheduled``, leased to
-        ``owner`` for ``lease_s`` seconds, each lease a new attempt."""
-        now = time.time()
-        where = ["state = 'pending'", "not_before <= ?"]
-        args: list[Any] = [now]
-        if runs is not None:
-            where.append(f"run_id IN ({_marks(list(runs))})")
-            args.extend(runs)
-        if skip_tenants:
-            where.append(f"tenant NOT IN ({_marks(list(skip_tenants))})")
-            args.extend(skip_tenants)
-        queue = f"FROM jobs INDEXED BY jobs_queue WHERE {' AND '.join(where)}"
-        # An idle scheduler asks at every turn of its loop: "nothing to lease" comes from a read, without taking the
-        # write lock from the other processes that share the database.
-        with self.db.read() as db:
-            if db.execute(f"SELECT 1 {queue} LIMIT 1", args).fetchone() is None:
-                return []
-        leased: list[Job] = []
-        with self.db.write() as db:
-            rows = db.execute(
-                f"SELECT id, tenant, priority, requirements, pool {queue} ORDER BY priority DESC, id LIMIT ?",
-                (*args, window),
-            ).fetchall()
-            offered: list[Candidate] = []
-            invalid: dict[int, str] = {}
-            for id_, tenant, prio, req, pool in rows:
-                if (problem := stored_problem(req, pool)) is None:
-                    offered.append(Candidate(id_, tenant, prio, requirements_from_row(req, pool)))
-                else:  # submitted before rollbox checked requirements: it could never be placed safely
-                    invalid[id_] = f"its requirements are invalid: {problem}; submit it again with valid ones"
-            failed, runs_of = self._fail_pending(db, invalid, now) if invalid else ([], {})
-            by_worker: dict[str, list[int]] = {}
-            for job_id, worker in pick(offered) if offered else []:
-                by_worker.setdefault(worker, []).append(job_id)
-            for worker, placed in by_worker.items():
-                for chunk in _chunks(placed):
-                    update = (
-                        "UPDATE jobs SET state = 'scheduled', lease_owner = ?, lease_expires = ?, "
-                        f"attempts = attempts + 1, worker = ?, updated_at = ? WHERE id IN ({_marks(chunk)}) "
-                        f"AND state = 'pending' RETURNING {JOB_COLUMNS}"
-                    )
-                    leased.extend(map(job_from_row, db.execute(update, (owner, now + lease_s, worker, now, *chunk))))
-            leased.sort(key=lambda job: job.id)
-            db.executemany(
-                "INSERT INTO attempts (job_id, number, owner, worker, started_at) VALUES (?, ?, ?, ?, ?)",
-                [(job.id, job.attempts, owner, job.worker, now) for job in leased],
-            )
-            moves = [Transition(job.id, job.attempts, JobState.PENDING, JobState.SCHEDULED, now) for job in leased]
-            write_moves(db, moves)
-        announce([*failed, *moves], {**runs_of, **{job.id: job.run_id for job in leased}})
-        return leased
-
-    @staticmethod
-    def _fail_pending(
-        db: sqlite3.Connection, why: dict[int, str], now: float
-    ) -> tuple[list[Transition], dict[int, str]]:
-        """End these pending jobs ``failed``, each with its reason; returns their moves and their runs."""
-        moves: list[Transition] = []
-        runs: dict[int, str] = {}
-        for chunk in _chunks(list(why)):
-            for id_, attempt, run_id in db.execute(
-                f"SELECT id, attempts, run_id FROM jobs WHERE id IN ({_marks(chunk)})", chunk
-            ):
-                moves.append(Transition(id_, attempt, JobState.PENDING, JobState.FAILED, now, why[id_]))
-                runs[id_] = run_id
-        end_jobs(
-            db, [Ending(job_id=m.job_id, attempt=m.attempt, target=m.target, error=m.reason, at=now) for m in moves]
-        )
-        write_moves(db, moves)
-        return moves, runs
+        ``owner`` for ``lease_s`` seconds, each lease a new attempt. Jobs another scheduler is leasing at the same
+        moment are passed over."""
+        request = LeaseRequest(pick, window, lease_s, runs, skip_tenants)
+        return self.exchange(owner, request=request)[1]
 
     def advance(self, owner: str, moves: Sequence[Transition]) -> list[int]:
         """Record moves between leased states (``scheduled -> running``, ``running -> grading``) that happened at
@@ -258,62 +240,7 @@ class JobStore(StoreReads, StoreReclaim):
         Raises:
             IllegalTransition: a move the state machine does not have (nothing is written).
         """
-        lost: list[int] = []
-        done: list[Transition] = []
-        ends: list[Ending] = []
-        unheld: list[tuple[float, int, int]] = []
-        with self.db.write() as db:
-            held = self._held(db, owner, list({m.job_id for m in moves} | {e.job_id for e in endings}))
-            runs = {id_: row[4] for id_, row in held.items()}
-            moved: dict[int, Transition] = {}
-            for move in moves:
-                row = held.get(move.job_id)
-                if row is None or row[3] != move.attempt:
-                    lost.append(move.job_id)
-                    continue
-                source = JobState(row[0])
-                check_transition(move.job_id, source, move.target)
-                done.append(Transition(move.job_id, move.attempt, source, move.target, move.at, move.reason))
-                row[0], moved[move.job_id] = move.target.value, move
-            for end in endings:
-                row = held.pop(end.job_id, None)  # a second ending of the same job finds it held no more
-                if row is None or row[3] != end.attempt:
-                    lost.append(end.job_id)
-                    unheld.append((end.at, end.job_id, end.attempt))
-                    continue
-                source, failures, max_attempts = JobState(row[0]), row[1], row[2]
-                spent = end.outcome == "infra_error" and end.target is JobState.PENDING and failures + 1 >= max_attempts
-                final = give_up(end) if spent else end
-                check_transition(end.job_id, source, final.target)
-                done.append(Transition(end.job_id, end.attempt, source, final.target, end.at, end.error))
-                ends.append(final)
-                moved.pop(end.job_id, None)  # its ending writes its state
-            db.executemany(
-                "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
-                [(m.target.value, m.at, id_) for id_, m in moved.items()],
-            )
-            db.executemany(
-                "UPDATE attempts SET ended_at = ?, outcome = 'lost' WHERE job_id = ? AND number = ? "
-                "AND ended_at IS NULL",
-                unheld,
-            )
-            end_jobs(db, ends)
-            write_moves(db, done)
-        announce(done, runs)
-        return sorted(set(lost))
-
-    @staticmethod
-    def _held(db: sqlite3.Connection, owner: str, ids: list[int]) -> dict[int, list[Any]]:
-        """Those of these jobs whose lease ``owner`` holds: ``[state, failures, max_attempts, attempt, run]``."""
-        held: dict[int, list[Any]] = {}
-        for chunk in _chunks(ids):
-            for id_, *row in db.execute(
-                "SELECT id, state, failures, max_attempts, attempts, run_id FROM jobs "
-                f"WHERE lease_owner = ? AND id IN ({_marks(chunk)})",
-                (owner, *chunk),
-            ):
-                held[id_] = row
-        return held
+        return self.exchange(owner, endings, moves)[0]
 
     def renew(self, owner: str, job_ids: Collection[int], lease_s: float) -> list[int]:
         """Extend ``owner``'s leases of these jobs (its heartbeat); returns the ids whose lease it no longer holds."""
@@ -323,14 +250,18 @@ class JobStore(StoreReads, StoreReclaim):
             held = {
                 id_
                 for (id_,) in db.execute(
-                    "UPDATE jobs SET lease_expires = ? WHERE lease_owner = ? RETURNING id", (now + lease_s, owner)
+                    "UPDATE jobs SET lease_expires = ? WHERE id IN (SELECT id FROM jobs WHERE lease_owner = ? "
+                    f"ORDER BY id{self.db.dialect.for_update}) RETURNING id",
+                    (now + lease_s, owner),
                 )
             }
         return [id_ for id_ in job_ids if id_ not in held]
 
 
 def _new_specs(
-    specs: Sequence[tuple[JobSpec, Requirements]], texts: list[tuple[str, str]], known: dict[str, tuple[int, str]]
+    specs: Sequence[tuple[JobSpec, Requirements]],
+    texts: list[tuple[str, str]],
+    known: dict[tuple[str, str], tuple[int, str]],
 ) -> tuple[list[int], dict[int, int]]:
     """Which specs make new jobs (their indexes), and which repeat a key an earlier spec of the same batch makes
     (index: that spec's index); the others name known jobs.
@@ -340,14 +271,14 @@ def _new_specs(
     """
     fresh: list[int] = []
     same: dict[int, int] = {}
-    first: dict[str, tuple[int, str]] = {}
+    first: dict[tuple[str, str], tuple[int, str]] = {}
     for index, (spec, _) in enumerate(specs):
         if spec.key is None:
             fresh.append(index)
             continue
-        digest = texts[index][1]
-        found = known.get(spec.key)
-        earlier = first.get(spec.key)
+        digest, name = texts[index][1], (spec.tenant, spec.key)
+        found = known.get(name)
+        earlier = first.get(name)
         if (found is not None and found[1] != digest) or (earlier is not None and earlier[1] != digest):
             where = f"job {found[0]}" if found is not None else "an earlier job of the same submission"
             raise IdempotencyConflict(
@@ -359,7 +290,7 @@ def _new_specs(
         if earlier is not None:
             same[index] = earlier[0]
             continue
-        first[spec.key] = (index, digest)
+        first[name] = (index, digest)
         fresh.append(index)
     return fresh, same
 

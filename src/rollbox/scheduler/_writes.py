@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollbox import telemetry
 
-from ._model import Requirements, Transition, canonical_json
+from ._model import Requirements, Transition, canonical_json, storable
+from ._sql import Dialect, Serial, Session
 from ._states import TERMINAL, JobState
 
 __all__ = ["Ending", "announce", "end_jobs", "give_up", "needs_json", "write_moves"]
@@ -55,9 +55,11 @@ def give_up(end: Ending) -> Ending:
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
-def end_jobs(db: sqlite3.Connection, ends: Sequence[Ending]) -> None:
+def end_jobs(db: Session, dialect: Dialect, ends: Sequence[Ending]) -> None:
     """Write endings (their moves already checked): each job's new state, its lease released, its attempt's end,
-    and for a final state its one result."""
+    and for a final state its one result (its error as every store keeps it: :func:`storable`). The results are
+    written last, once no row lock is left to wait for: from there to the commit, writers of results go one at a
+    time (:attr:`Serial.RESULTS`)."""
     db.executemany(
         "UPDATE jobs SET state = ?, lease_owner = NULL, lease_expires = NULL, not_before = ?, "
         "failures = failures + ?, updated_at = ? WHERE id = ?",
@@ -68,23 +70,26 @@ def end_jobs(db: sqlite3.Connection, ends: Sequence[Ending]) -> None:
     )
     db.executemany(
         "UPDATE attempts SET ended_at = ?, outcome = ?, error = ? WHERE job_id = ? AND number = ?",
-        [(end.at, end.outcome, end.error, end.job_id, end.attempt) for end in ends],
+        [(end.at, end.outcome, storable(end.error), end.job_id, end.attempt) for end in ends],
     )
-    db.executemany(
-        "INSERT INTO results (job_id, state, status, reward, output, error, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (end.job_id, end.target.value, end.status, end.reward, _COMPACT.encode(end.output), end.error, end.at)
-            for end in ends
-            if end.target in TERMINAL
-        ],
-    )
+    results = [
+        (end.job_id, end.target.value, end.status, end.reward, _COMPACT.encode(end.output), storable(end.error), end.at)
+        for end in ends
+        if end.target in TERMINAL
+    ]
+    if results:
+        dialect.serialize(db, Serial.RESULTS)
+        db.executemany(
+            "INSERT INTO results (job_id, state, status, reward, output, error, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            results,
+        )
 
 
-def write_moves(db: sqlite3.Connection, moves: Sequence[Transition]) -> None:
+def write_moves(db: Session, moves: Sequence[Transition]) -> None:
     """Record moves (already checked against the state machine), each with its time, attempt and reason."""
     db.executemany(
         "INSERT INTO transitions (job_id, attempt, source, target, at, reason) VALUES (?, ?, ?, ?, ?, ?)",
-        [(m.job_id, m.attempt, m.source and m.source.value, m.target.value, m.at, m.reason) for m in moves],
+        [(m.job_id, m.attempt, m.source and m.source.value, m.target.value, m.at, storable(m.reason)) for m in moves],
     )
 
 

@@ -42,6 +42,8 @@ class ServerConfig:
     #: Whether requests need an API key; ``None``: only when ``host`` is not a loopback address.
     auth: bool | None = None
     home: Path = field(default_factory=rollbox_home)
+    #: The job store: a PostgreSQL URL or a SQLite file (default ``$ROLLBOX_DB``, else ``home/jobs.db``).
+    db: str | None = None
     #: The tenants file (default ``home/tenants.json``).
     tenants_file: Path | None = None
     #: A directory of task directories served by ``/v1/tasks``, ``/v1/grade`` and ``/submit``.

@@ -1,5 +1,6 @@
-"""Jobs over HTTP: the service runs a :class:`rollbox.scheduler.Scheduler` on its own store
-(``HOME/jobs.db``), takes submissions for it, and reports each result as one ``job.result`` event.
+"""Jobs over HTTP: the service runs a :class:`rollbox.scheduler.Scheduler` on its own store (``--db``, else
+``$ROLLBOX_DB``, else ``HOME/jobs.db``), takes submissions for it, and reports each result as one ``job.result``
+event.
 
 What a tenant may submit is narrower than what the library takes: ``exec`` jobs (with limits within the server's
 maxima) and ``grade`` jobs of the server's own tasks (named by id; never a host path, never a workspace
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollbox import telemetry
-from rollbox.scheduler import Job, JobNotFound, JobResult, JobSpec, JobState, JobStore, Scheduler
+from rollbox.scheduler import Job, JobNotFound, JobResult, JobSpec, JobState, JobStore, Scheduler, store_target
 
 from ._config import ServerConfig
 from ._grading import Grader
@@ -45,7 +46,8 @@ class Jobs:
         """``quotas``: the most jobs of each tenant holding a worker at once (the scheduler's quotas)."""
         self.config = config
         self.grader = grader
-        self.scheduler = Scheduler(JobStore(config.home / "jobs.db"), quotas=quotas, home=config.home)
+        store = JobStore(store_target(config.db, config.home))
+        self.scheduler = Scheduler(store, quotas=quotas, home=config.home)
         self._runner: asyncio.Task[None] | None = None
         self._seq = 0
 
