@@ -2,6 +2,12 @@
 only interface is loopback: a thousand jobs spread over both nodes; one node is killed mid-run; every job completes
 exactly once, in the one job store; nothing of the cluster ever had an address outside the namespace.
 
+The cluster is isolated from whatever Ray ran on this machine before: its processes get a home of their own (a
+``~/.ray/auth_token`` another Ray run left turns token authentication on for a head started without
+``RAY_AUTH_MODE``, but not for the nodes that join it, which then cannot), and none of the host's Ray variables.
+Its token authentication is on: every node and the driver are given ``RAY_AUTH_MODE=token`` and the cluster's
+token, as a real deployment passes it (test_ray_auth runs the backend with it off, and with it on but missing).
+
 Ray 2.60's head advertises an address of the machine's own rather than the ``--node-ip-address 127.0.0.1`` it is
 given, so on the host's network its nodes would talk off loopback. In a namespace with nothing but ``lo``, loopback
 is the only address any of its processes can find, bind or reach. Its processes enter it with ``nsenter --net``
@@ -14,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import sqlite3
@@ -73,7 +80,7 @@ def _interfaces(pid: int) -> set[str]:
 @contextlib.contextmanager
 def namespace() -> Iterator[str]:
     """A network namespace of this test's own with loopback up (iproute2's ``ip``), deleted when the block ends."""
-    name = f"rbx-ray-{os.getpid()}"
+    name = f"rbx-ray-{os.getpid()}-{secrets.token_hex(3)}"
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
     try:
         subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True)
@@ -82,25 +89,40 @@ def namespace() -> Iterator[str]:
         subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
 
 
-class Cluster:
-    """A head (no CPUs: it runs no jobs) and nodes a and b, each with 2 CPUs, 1 GiB and a resource of its own, all
-    started inside ``ns`` (``nsenter`` execs ``ray start`` in place: each pid is the node's ``ray start``)."""
+def isolated_environment(home: Path, *, token: str | None, **extra: str) -> dict[str, str]:
+    """This process's environment for a Ray cluster of a test's own: ``home`` as HOME (nothing of the user's
+    ``~/.ray``), none of the host's Ray variables, the caches where they were, and, given a ``token``, Ray's token
+    authentication on with that token."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # rollbox's agent build, kept where it was
+    env.update(HOME=str(home), RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", **extra)
+    if token is not None:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    return env
 
-    def __init__(self, ns: str, temp: Path, logs: Path) -> None:
+
+class Cluster:
+    """A head and worker nodes (a and b by default, each with 2 CPUs, 1 GiB and a resource of its own; with none,
+    the head has the 2 CPUs), all started inside ``ns`` (``nsenter`` execs ``ray start`` in place: each pid is the
+    node's ``ray start``), in :func:`isolated_environment` (``extra``: more variables for its nodes)."""
+
+    def __init__(self, ns: str, temp: Path, logs: Path, *, token: str | None, **extra: str) -> None:
         self.ns, self.temp, self.logs = ns, temp, logs
         self.address = "127.0.0.1:6379"  # the namespace's own port space: nothing else listens in it
-        self.env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+        (temp / "home").mkdir(exist_ok=True)
+        self.env = isolated_environment(temp / "home", token=token)
+        self.node_env = {**self.env, **extra}
         self.started: dict[str, subprocess.Popen[bytes]] = {}
 
     def inside(self, *argv: str) -> list[str]:
         return ["nsenter", f"--net=/run/netns/{self.ns}", *argv]
 
-    def start(self) -> None:
+    def start(self, nodes: tuple[str, ...] = ("a", "b")) -> None:
         """Start the nodes one after the other: Ray gives a node 30 s to register, which a loaded 2-core machine
         can miss when three start at once (a node that missed it is started again)."""
-        self._start("head", "--head", "--port", "6379", "--num-cpus", "0", "--temp-dir", str(self.temp),
-                    "--include-dashboard=false")  # fmt: skip
-        for name in ("a", "b"):
+        self._start("head", "--head", "--port", "6379", "--num-cpus", "0" if nodes else "2", "--temp-dir",
+                    str(self.temp), "--include-dashboard=false")  # fmt: skip
+        for name in nodes:
             self._start(name, "--address", self.address, "--num-cpus", "2", "--memory", str(2**30),
                         "--resources", json.dumps({f"node_{name}": 100}))  # fmt: skip
 
@@ -109,7 +131,7 @@ class Cluster:
         for _ in range(3):
             with log.open("ab") as out:
                 argv = [str(RAY), "start", "--block", "--node-ip-address", "127.0.0.1", *options, *SMALL]
-                process = subprocess.Popen(self.inside(*argv), stdout=out, stderr=out, env=self.env)
+                process = subprocess.Popen(self.inside(*argv), stdout=out, stderr=out, env=self.node_env)
             self.started[name] = process
             deadline = time.monotonic() + 120
             while process.poll() is None and b"Ray runtime started" not in log.read_bytes():
@@ -129,14 +151,17 @@ class Cluster:
             process.wait()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@contextlib.contextmanager
+def started_cluster(
+    logs: Path, *, token: str | None, nodes: tuple[str, ...] = ("a", "b"), **extra: str
+) -> Iterator[Cluster]:
+    """A :class:`Cluster` in a namespace of its own, stopped and cleaned up at the end of the block."""
     # A short directory of its own: Ray's unix sockets live under it, and their paths may not exceed 107 bytes.
     temp = Path(tempfile.mkdtemp(prefix="rbx-ray-", dir="/tmp"))
     with namespace() as ns:
-        running = Cluster(ns, temp, tmp_path)
+        running = Cluster(ns, temp, logs, token=token, **extra)
         try:
-            running.start()
+            running.start(nodes)
             yield running
         finally:
             running.stop()
@@ -145,6 +170,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             # is reaped as the next rollbox process on this machine would.
             host = NamespaceHost.get()
             host.state.reap(host.cgroups)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Two nodes and a head, with token authentication on."""
+    with started_cluster(tmp_path, token=secrets.token_hex(32)) as running:
+        yield running
 
 
 def _results(store: Path) -> int:

@@ -239,7 +239,7 @@ def test_a_body_sent_slowly_is_cut_off(server: Running, http: httpx.Client) -> N
 
 
 def test_health_readiness_openapi_metrics(http: httpx.Client) -> None:
-    assert http.get("/healthz").json() == {"status": "ok"}
+    assert http.get("/healthz").json() == {"status": "ok", "worker": "0.0"}
     assert http.get("/readyz").text == "ready"
     spec = http.get("/openapi.json").json()
     assert {"/run_code", "/submit", "/v1/sandboxes", "/v1/grade", "/v1/stats"} <= set(spec["paths"])

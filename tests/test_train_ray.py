@@ -15,13 +15,6 @@ from rollbox.tasks import humaneval_tasks
 from test_ray_cluster import Cluster, cluster  # noqa: F401  (the fixture)
 
 
-@pytest.fixture(autouse=True)
-def _no_token_from_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cluster is the test's own, in its own namespace: a ``~/.ray/auth_token`` another Ray run on this machine
-    left (which turns token authentication on for the head but not for the nodes) is not its business."""
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_rollbox_train_runs_its_rollouts_on_the_nodes_of_a_ray_cluster(tmp_path: Path, cluster: Cluster) -> None:  # noqa: F811

@@ -17,6 +17,7 @@ examples:
   rollbox serve                                      127.0.0.1:8080, no auth
   rollbox serve --add-key team-a                     print a new API key for tenant team-a, and exit
   rollbox serve --host 0.0.0.0 --tasks-dir tasks/    auth on; serve the tasks under tasks/
+  rollbox serve --workers 4                          4 worker processes (sandboxes and episodes included)
   rollbox serve --archive s3://bucket/rollbox        archive events to S3 (credentials as for boto3)
   rollbox serve --alert-rules rules.yml              write the Prometheus alert rules, and exit
 """
@@ -32,8 +33,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=PORT, default=8080, help="port (default 8080; 0: any free one)")
+    parser.add_argument("--workers", type=whole(1, 1024), default=1, help="worker processes (default 1)")
     parser.add_argument(
-        "--workers", type=whole(1, 1024), default=1, help="worker processes (the sandboxes API needs 1)"
+        "--node", metavar="NAME", help="this host's name behind a proxy of several hosts (in sandbox ids; see docs)"
     )
     auth = parser.add_mutually_exclusive_group()
     auth.add_argument("--auth", dest="auth", action="store_true", default=None, help="require API keys")
@@ -80,6 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
         ("idle_timeout_s", args.idle_timeout),
         ("pool_size", args.pool_size),
         ("body_timeout_s", args.body_timeout),
+        ("node", args.node),
     ):
         if value is not None:
             settings[name] = value
@@ -118,7 +121,6 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 0
     try:
-        serve(config)
+        return serve(config)
     except ValueError as exc:
         return _fail(str(exc))
-    return 0

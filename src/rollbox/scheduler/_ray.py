@@ -2,7 +2,10 @@
 driver, places jobs on nodes by the resources Ray reports for each (CPU, memory, custom resources), and every
 result and event comes back to its one job store.
 
-Ray is an optional extra (``pip install 'rollbox[ray]'``): nothing else of rollbox imports it.
+Ray is an optional extra (``pip install 'rollbox[ray]'``): nothing else of rollbox imports it. Ray's token
+authentication passes through as Ray reads it (``RAY_AUTH_MODE=token`` with ``RAY_AUTH_TOKEN``,
+``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``); a cluster that cannot be reached, found or joined, or whose
+nodes cannot run rollbox's actor, is a :class:`SchedulerError` that says what was tried and what to do.
 """
 
 from __future__ import annotations
@@ -98,7 +101,16 @@ class RayWorker:
         self._alive = True
 
     async def start(self) -> None:
-        await self.actor.ready.remote()
+        import ray
+
+        try:
+            await self.actor.ready.remote()
+        except ray.exceptions.RayError as exc:
+            raise SchedulerError(
+                f"Ray node {self.name} could not start rollbox's worker there ({_first_line(exc)}): every node needs "
+                "this version of rollbox installed (pip install 'rollbox[ray]') and the rights to make sandboxes "
+                "(rollbox doctor, on the node, says what is missing)"
+            ) from None
 
     async def close(self) -> None:
         import ray
@@ -145,12 +157,49 @@ class RayWorker:
         return self._alive
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else 'no message'}"[:400]
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in found:
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _unreachable(address: str, exc: Exception) -> str:
+    """What to do about a cluster that ``ray.init`` could not connect to, in one line."""
+    # Ray says so in a cause of its ConnectionError (an AuthenticationError, or its text in a RuntimeError's).
+    if any(type(e).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(e) for e in _causes(exc)):
+        return (
+            f"the Ray cluster at {address} uses token authentication and refused this process (its token is "
+            "missing or not the cluster's): give it the cluster's token, as every node of the cluster has it: "
+            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token)"
+        )
+    if address == "auto" and not os.environ.get("RAY_ADDRESS"):
+        return (
+            "no Ray cluster found for --ray auto (looked for $RAY_ADDRESS, the cluster 'ray start' last started on "
+            "this machine, and Ray processes running here): start one ('ray start --head' here, 'ray start "
+            "--address HEAD:6379' on each node) or give its address: --ray HOST:PORT"
+        )
+    where = address if address != "auto" else f"$RAY_ADDRESS ({os.environ['RAY_ADDRESS']})"
+    return (
+        f"cannot connect to the Ray cluster at {where} ({_first_line(exc)}): check that it runs ('ray status "
+        "--address HOST:PORT' on its head) and that this machine reaches its port"
+    )
+
+
 def ray_workers(address: str, *, grace_s: float = 30.0) -> list[RayWorker]:
     """Connect to the Ray cluster at ``address`` (``auto``: the one this machine belongs to) and start an actor on
     every node that offers CPUs; each becomes a worker whose capacity is what Ray reports for its node.
 
     Raises:
-        SchedulerError: Ray is not installed, or the cluster has no node with CPUs.
+        SchedulerError: Ray is not installed, the cluster cannot be found or connected to (its token
+            authentication refused this process, say), or it has no node with CPUs.
     """
     try:
         import ray
@@ -158,7 +207,10 @@ def ray_workers(address: str, *, grace_s: float = 30.0) -> list[RayWorker]:
     except ImportError:
         raise SchedulerError("running on Ray needs the ray extra: pip install 'rollbox[ray]'") from None
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except Exception as exc:  # Ray's own: ConnectionError, AuthenticationError, RuntimeError, ValueError
+            raise SchedulerError(_unreachable(address, exc)) from None
     actor_class = ray.remote(NodeActor)
     # An openai: policy's key travels to the actors in their environment, never in a job's payload.
     key = os.environ.get(API_KEY_VARIABLE)

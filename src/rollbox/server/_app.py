@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,23 +19,14 @@ import rollbox
 
 from ._config import ServerConfig
 from ._guard import Refused
+from ._peers import Peers
+from ._responses import SafeJSONResponse
+from ._responses import error as _error
+from ._route import Router
 from ._service import Service
 from ._tenants import Tenant
 
 __all__ = ["SafeJSONResponse", "create_app", "current_tenant", "idempotent", "optional_tenant", "service_of"]
-
-
-class SafeJSONResponse(JSONResponse):
-    """JSON that any string can be written as: text with lone surrogates (which a request may carry, and an error
-    message may echo) is escaped instead of failing to encode."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
-
-
-def _error(status: int, message: str, retry_after_s: float | None = None) -> SafeJSONResponse:
-    headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))} if retry_after_s is not None else None
-    return SafeJSONResponse({"detail": message}, status_code=status, headers=headers)
 
 
 class _BodyBounds:
@@ -91,8 +80,9 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(lines) or "the request is not valid"
 
 
-def create_app(config: ServerConfig | None = None) -> FastAPI:
-    """The application for ``config``; its lifespan starts and stops the service.
+def create_app(config: ServerConfig | None = None, *, peers: Peers | None = None) -> FastAPI:
+    """The application for ``config``; its lifespan starts and stops the service. ``peers``: the other workers,
+    when this process is one of several.
 
     Raises:
         ValueError: auth is on and no tenant has a key (the message says how to make one).
@@ -100,7 +90,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     from . import _routes_env, _routes_exec, _routes_jobs, _routes_ops
 
     config = config or ServerConfig()
-    service = Service(config)
+    service = Service(config, peers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -136,6 +126,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     app.include_router(_routes_exec.router)
     app.include_router(_routes_env.router)
     app.include_router(_routes_jobs.router)
+    app.add_middleware(Router, service=service)
     app.add_middleware(_BodyBounds, limit=config.max_body_bytes, timeout_s=config.body_timeout_s)
     return app
 

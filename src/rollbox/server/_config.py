@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from rollbox.sandbox import Limits
 from rollbox.telemetry import AlertThresholds, rollbox_home
+
+from ._peers import valid_node
 
 __all__ = ["ServerConfig", "is_loopback"]
 
@@ -37,8 +40,11 @@ class ServerConfig:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    #: Worker processes (uvicorn's); a sandbox of the sandboxes API lives in one, so that API needs 1.
+    #: Worker processes. A sandbox or an episode lives in one of them, which serves every request for it.
     workers: int = 1
+    #: This host's name on a service of several hosts behind one proxy: the ids of its sandboxes and episodes
+    #: carry it, and the proxy routes by it (lowercase letters, digits and inner hyphens; at most 32).
+    node: str | None = None
     #: Whether requests need an API key; ``None``: only when ``host`` is not a loopback address.
     auth: bool | None = None
     home: Path = field(default_factory=rollbox_home)
@@ -79,6 +85,10 @@ class ServerConfig:
     tick_s: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.node is not None and not valid_node(self.node):
+            raise ValueError(
+                f"node must be lowercase letters, digits and inner hyphens (at most 32), got {self.node!r}"
+            )
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be a whole number from 0 to 65535, got {self.port!r}")
         counts = ("workers", "max_memory_bytes", "max_output_bytes", "max_disk_bytes", "max_pids", "max_open_files")
@@ -109,3 +119,24 @@ class ServerConfig:
         if self.archive_url == "":
             return None
         return self.archive_url or str(self.home / "archive")
+
+    def to_json(self) -> str:
+        """The configuration as JSON (what a worker process is started with)."""
+        return json.dumps(asdict(self), default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerConfig:
+        """The configuration :meth:`to_json` wrote."""
+        data: dict[str, Any] = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        for name, value in list(data.items()):
+            if value is None:
+                continue
+            if name in ("home", "tenants_file", "tasks_dir"):
+                data[name] = Path(value)
+            elif name == "default_limits":
+                data[name] = Limits(**value)
+            elif name == "alerts":
+                data[name] = AlertThresholds(**value)
+        assert set(data) <= known, set(data) - known
+        return cls(**data)

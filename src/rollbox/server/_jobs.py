@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from rollbox import telemetry
@@ -42,10 +43,20 @@ _LIMITS = {
 class Jobs:
     """The service's scheduler and what it reports."""
 
-    def __init__(self, config: ServerConfig, grader: Grader, *, quotas: Mapping[str, int] | None = None) -> None:
-        """``quotas``: the most jobs of each tenant holding a worker at once (the scheduler's quotas)."""
+    def __init__(
+        self,
+        config: ServerConfig,
+        grader: Grader,
+        *,
+        quotas: Mapping[str, int] | None = None,
+        cursor: Path | None = None,
+    ) -> None:
+        """``quotas``: the most jobs of each tenant holding a worker at once (the scheduler's quotas). ``cursor``:
+        a file that keeps the last result reported, so that a worker that takes over the reporting from one that
+        died reports what that one had not (without it, results stored before the start are not reported)."""
         self.config = config
         self.grader = grader
+        self.cursor = cursor
         store = JobStore(store_target(config.db, config.home))
         self.scheduler = Scheduler(store, quotas=quotas, home=config.home)
         self._runner: asyncio.Task[None] | None = None
@@ -59,9 +70,25 @@ class Jobs:
     async def start(self) -> None:
         """Open the scheduler and run its jobs in the background; results already stored are not reported again."""
         await self.scheduler.__aenter__()
-        done = await asyncio.to_thread(self.store.results)
-        self._seq = max((r.seq for _, r in done), default=0)
+        kept = self._kept_cursor()
+        if kept is None:
+            done = await asyncio.to_thread(self.store.results)
+            kept = max((r.seq for _, r in done), default=0)
+        self._seq = kept
+        self._keep_cursor()
         self._runner = asyncio.create_task(self.scheduler.run(until_idle=False))
+
+    def _keep_cursor(self) -> None:
+        if self.cursor is not None:
+            staging = self.cursor.with_suffix(".tmp")
+            staging.write_text(str(self._seq))
+            staging.replace(self.cursor)
+
+    def _kept_cursor(self) -> int | None:
+        try:
+            return int(self.cursor.read_text()) if self.cursor is not None else None
+        except (OSError, ValueError):  # none kept yet
+            return None
 
     async def stop(self) -> None:
         """Stop running jobs (those under way go back to the queue) and close the scheduler."""
@@ -131,6 +158,8 @@ class Jobs:
         for job, result in found:
             self._seq = max(self._seq, result.seq)
             telemetry.emit("job.result", **self._fields(job, result))
+        if found:
+            self._keep_cursor()
         return len(found)
 
     def _fields(self, job: Job, result: JobResult) -> dict[str, Any]:

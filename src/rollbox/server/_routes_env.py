@@ -11,7 +11,6 @@ episode that arrive together are taken one at a time, in order; one that finds t
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -24,6 +23,7 @@ from rollbox.sandbox import RollboxError
 from ._app import current_tenant, idempotent, service_of
 from ._guard import Refused
 from ._models import CreateEpisode, StepRequest
+from ._peers import new_id
 from ._registry import Entry
 from ._tenants import Tenant
 
@@ -62,7 +62,7 @@ async def create_episode(body: CreateEpisode, request: Request, tenant: TenantDe
 
     async def call() -> tuple[int, Any]:
         service.episodes.full(tenant)
-        episode_id = "ep_" + secrets.token_urlsafe(12)
+        episode_id = new_id("ep", service.owner)
         try:
             episode = make(
                 task,

@@ -105,20 +105,9 @@ async def grade(
     return await idempotent(request, tenant, call)
 
 
-def _sessions_allowed(request: Request) -> None:
-    workers = service_of(request).config.workers
-    if workers > 1:
-        raise Refused(
-            503,
-            f"this server runs {workers} worker processes, and a sandbox lives in one of them: the sandboxes API "
-            "needs 'rollbox serve --workers 1' (the default)",
-        )
-
-
 @router.post("/v1/sandboxes", response_model=SandboxInfo, status_code=201, tags=["sandboxes"])
 async def create_sandbox(body: CreateSandbox, request: Request, tenant: TenantDep) -> Response:
     """Open a sandbox that lives across requests until closed, or until unused for the idle timeout."""
-    _sessions_allowed(request)
     service = service_of(request)
 
     async def call() -> tuple[int, Any]:

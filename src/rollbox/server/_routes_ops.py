@@ -24,9 +24,10 @@ TenantDep = Annotated[Tenant, Depends(current_tenant)]
 
 
 @router.get("/healthz", tags=["operations"])
-async def health() -> dict[str, str]:
-    """The process answers (no key needed)."""
-    return {"status": "ok"}
+async def health(request: Request) -> dict[str, str]:
+    """The process answers (no key needed), and which worker it is (``SLOT.GENERATION``, after the node's name on
+    a service of several hosts)."""
+    return {"status": "ok", "worker": str(service_of(request).owner)}
 
 
 @router.get("/readyz", tags=["operations"])

@@ -1,54 +1,22 @@
-"""Running the application on uvicorn, in one process or several."""
+"""Running the service: one process on uvicorn, or several worker processes under a supervisor
+(``_supervisor``)."""
 
 from __future__ import annotations
 
-import json
-import os
 import socket
-from dataclasses import asdict, fields
-from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
-
-from rollbox.sandbox import Limits
-from rollbox.telemetry import AlertThresholds
 
 from ._app import create_app
 from ._config import ServerConfig
+from ._supervisor import supervise
 
-__all__ = ["app_from_environment", "serve"]
+__all__ = ["UVICORN", "serve"]
 
-_ENVIRONMENT = "ROLLBOX_SERVE_CONFIG"
 #: No access log: every execution is an event already (the run's JSONL, the archive), and a line per request
 #: costs a busy service a tenth of its throughput.
-_UVICORN: dict[str, Any] = {"log_level": "info", "access_log": False, "timeout_keep_alive": 30}
-
-
-def _to_json(config: ServerConfig) -> str:
-    return json.dumps(asdict(config), default=str)
-
-
-def _from_json(text: str) -> ServerConfig:
-    data: dict[str, Any] = json.loads(text)
-    types = {f.name: f.type for f in fields(ServerConfig)}
-    for name, value in list(data.items()):
-        if value is None:
-            continue
-        if name in ("home", "tenants_file", "tasks_dir"):
-            data[name] = Path(value)
-        elif name == "default_limits":
-            data[name] = Limits(**value)
-        elif name == "alerts":
-            data[name] = AlertThresholds(**value)
-    assert set(data) <= set(types)
-    return ServerConfig(**data)
-
-
-def app_from_environment() -> FastAPI:
-    """The application for the configuration ``serve`` left in the environment (each worker process makes it)."""
-    return create_app(_from_json(os.environ[_ENVIRONMENT]))
+UVICORN: dict[str, Any] = {"log_level": "info", "access_log": False, "timeout_keep_alive": 30}
 
 
 def _check_address(host: str, port: int) -> None:
@@ -76,8 +44,9 @@ def _check_address(host: str, port: int) -> None:
             ) from None
 
 
-def serve(config: ServerConfig) -> None:
-    """Serve until interrupted: one process, or ``config.workers`` processes sharing the socket.
+def serve(config: ServerConfig) -> int:
+    """Serve until interrupted: one process, or ``config.workers`` worker processes sharing the socket; returns
+    the exit status (0: stopped by a signal; 1: a worker could not start).
 
     Raises:
         ValueError: the configuration cannot serve (auth is on and there is no key, the address cannot be listened
@@ -85,15 +54,7 @@ def serve(config: ServerConfig) -> None:
     """
     _check_address(config.host, config.port)
     if config.workers <= 1:
-        uvicorn.run(create_app(config), host=config.host, port=config.port, **_UVICORN)
-        return
+        uvicorn.run(create_app(config), host=config.host, port=config.port, **UVICORN)
+        return 0
     create_app(config)  # the same checks as each worker's, here, where the error can be read
-    os.environ[_ENVIRONMENT] = _to_json(config)
-    uvicorn.run(
-        "rollbox.server._serve:app_from_environment",
-        factory=True,
-        host=config.host,
-        port=config.port,
-        workers=config.workers,
-        **_UVICORN,
-    )
+    return supervise(config)

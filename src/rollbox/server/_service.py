@@ -1,4 +1,9 @@
-"""The service's state: everything one ``rollbox serve`` process holds, started and stopped with it."""
+"""The service's state: everything one ``rollbox serve`` process holds, started and stopped with it.
+
+With several workers, each holds its own sandboxes, episodes, pools and idempotency cache; the first worker also
+holds the service's scheduler (jobs and runs), reports each job's result once, and keeps the live figures, the
+metrics and the alerts of the whole service from the events the others relay to it (``_relay``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ import contextlib
 import logging
 import secrets
 import time
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from rollbox import telemetry
 from rollbox.env import Episode
@@ -20,7 +27,9 @@ from ._grading import Grader
 from ._guard import Guard, IdempotencyCache, Refused
 from ._jobs import Jobs
 from ._languages import available_languages
+from ._peers import Owner, Peers
 from ._registry import Registry
+from ._relay import Gauge, Received, Relay
 from ._sessions import Sessions
 from ._tenants import Tenant, TenantStore
 
@@ -34,10 +43,20 @@ LOCAL = Tenant(name="local", admin=True, rate_per_s=1e6, burst=10**6, max_in_fli
 
 class Service:
     """Tenants, telemetry (live figures, metrics, alerts, archive, the run's JSONL), executions, sessions and
-    grading of one service process."""
+    grading of one service process.
 
-    def __init__(self, config: ServerConfig) -> None:
+    Args:
+        config: The service's configuration.
+        peers: The other workers, when this process is one of several (``None``: the service's only process).
+    """
+
+    def __init__(self, config: ServerConfig, peers: Peers | None = None) -> None:
         self.config = config
+        self.peers = peers
+        #: This process: the worker that the ids of its sandboxes and episodes name.
+        self.owner = peers.me if peers is not None and peers.me is not None else Owner(config.node, 0, 0)
+        #: Whether this process holds the scheduler and the whole service's figures (the first worker).
+        self.primary = self.owner.slot == 0
         self.tenants = TenantStore(config.tenants_path)
         if config.auth_required and self.tenants.empty:
             raise ValueError(
@@ -49,10 +68,14 @@ class Service:
         self.alerts = Alerts(self.stats, config.alerts)
         self.languages = available_languages()
         self.executor = Executor(config, self.languages)
-        self.sessions = Sessions(config, run=config.run)
+        self.sessions = Sessions(config, run=config.run, owner=self.owner)
         self.episodes: Registry[Episode] = Registry("episode", idle_timeout_s=config.idle_timeout_s)
         self.grader = Grader(config, run=config.run)
-        self.jobs = Jobs(config, self.grader, quotas=self._quotas())
+        cursor = peers.directory / "results.seq" if peers is not None else None
+        self._jobs = Jobs(config, self.grader, quotas=self._quotas(), cursor=cursor) if self.primary else None
+        #: What the other workers relayed (the first worker's), and this worker's relay to the first (the others').
+        self.received = Received()
+        self._relay = Relay(peers) if peers is not None and not self.primary else None
         self.guard = Guard()
         self.idempotency = IdempotencyCache()
         self.ready = False
@@ -60,6 +83,18 @@ class Service:
         self._closers: list[JsonlSink] = []
         self._archive: telemetry.Archive | None = None
         self._ticker: asyncio.Task[None] | None = None
+
+    @property
+    def jobs(self) -> Jobs:
+        """The service's scheduler and what it reports (the first worker holds it).
+
+        Raises:
+            Refused: 503, on another worker (the router sends jobs to the first; this is its restart's window).
+        """
+        if self._jobs is None:
+            restarting = "jobs are served by the service's first worker, which is restarting: retry"
+            raise Refused(503, restarting, retry_after_s=1.0)
+        return self._jobs
 
     @property
     def archive(self) -> telemetry.Archive | None:
@@ -72,14 +107,21 @@ class Service:
         assert sink is not None, "the service has not started"
         return sink
 
+    def figure_sinks(self) -> list[Any]:
+        """The sinks that keep the live figures and the metrics (the first worker's; the others relay to them)."""
+        return [s for s in self._sinks if s is self.stats or isinstance(s, telemetry.PrometheusSink)]
+
     async def start(self) -> None:
         """Register the telemetry sinks and start the ticker (alerts, gauges, idle sandboxes)."""
-        metrics = telemetry.PrometheusSink(
-            self.stats, firing=lambda: ([a.name for a in self.alerts.firing], self.alerts.reward_shift())
-        )
         run_log = JsonlSink(Path(self.config.home) / "runs" / self.config.run / "events.jsonl")
         self._closers.append(run_log)
-        self._sinks = [self.stats, metrics, run_log]
+        if self._relay is None:
+            metrics = telemetry.PrometheusSink(
+                self.stats, firing=lambda: ([a.name for a in self.alerts.firing], self.alerts.reward_shift())
+            )
+            self._sinks = [self.stats, metrics, run_log]
+        else:
+            self._sinks = [self._relay, run_log]
         url = self.config.archive
         if url is not None:
             self._archive = await asyncio.to_thread(telemetry.Archive, url, storage_options=self.config.archive_options)
@@ -87,7 +129,8 @@ class Service:
         for sink in self._sinks:
             telemetry.add_sink(sink)
         telemetry.emit("service.start", run=self.config.run, host=self.config.host, port=self.config.port)
-        await self.jobs.start()
+        if self._jobs is not None:
+            await self._jobs.start()
         self._ticker = asyncio.create_task(self._tick_forever())
         self.ready = True
 
@@ -98,8 +141,9 @@ class Service:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        await self.jobs.stop()
-        await asyncio.to_thread(self.jobs.report_results)
+        if self._jobs is not None:
+            await self._jobs.stop()
+            await asyncio.to_thread(self._jobs.report_results)
         await self.sessions.close_all()
         await self.episodes.close_all()
         await self.executor.close()
@@ -133,32 +177,47 @@ class Service:
             _log.warning("rollbox serve: %s; the tenants read before stay in force", exc)
             telemetry.emit("service.error", where="tenants", error=str(exc))
             return
-        if changed:
-            self.jobs.scheduler.placement.set_quotas(self._quotas())
+        if changed and self._jobs is not None:
+            self._jobs.scheduler.placement.set_quotas(self._quotas())
 
     async def tick(self) -> None:
         """Read the tenants file again if it changed, report new job results, refresh the gauges, evaluate the
-        alerts, close idle sandboxes and episodes."""
+        alerts (the first worker; the others relay their events and gauges to it), close idle sandboxes and
+        episodes."""
         self.reload_tenants()
-        await asyncio.to_thread(self.jobs.report_results)
-        self.refresh_gauges()
-        self.alerts.evaluate(time.time())
+        if self._jobs is not None:
+            await asyncio.to_thread(self._jobs.report_results)
+        if self._relay is not None:
+            await self._relay.flush(self.gauges())
+        else:
+            self.refresh_gauges()
+            self.alerts.evaluate(time.time())
         await self.sessions.reap(time.time())
         await self.episodes.reap(time.time())
 
-    def refresh_gauges(self) -> None:
-        """Set the gauges no event carries: pools, queue, in flight, sandboxes open."""
+    def gauges(self) -> list[Gauge]:
+        """This process's gauges, which no event carries: pools, executions, in flight, sandboxes open."""
         idle, busy = self.executor.pool_sizes()
-        self.stats.set_gauge("pool_idle", idle)
-        self.stats.set_gauge("pool_busy", busy)
-        self.stats.set_gauge("executions_waiting", self.executor.waiting)
-        self.stats.set_gauge("executions_running", self.executor.running)
-        self.stats.set_gauge("sandboxes_open", self.sessions.count())
-        self.stats.set_gauge("episodes_open", self.episodes.count())
-        self.stats.set_gauge("in_flight", sum(self.guard.in_flight.values()))
+        found: list[Gauge] = [
+            ("pool_idle", "", idle),
+            ("pool_busy", "", busy),
+            ("executions_waiting", "", self.executor.waiting),
+            ("executions_running", "", self.executor.running),
+            ("sandboxes_open", "", self.sessions.count()),
+            ("episodes_open", "", self.episodes.count()),
+            ("in_flight", "", sum(self.guard.in_flight.values())),
+        ]
         for tenant, count in self.guard.in_flight.items():
-            self.stats.set_gauge("in_flight", count, tenant=tenant)
-            self.stats.set_gauge("sandboxes_open", self.sessions.count(tenant), tenant=tenant)
+            found += [("in_flight", tenant, count), ("sandboxes_open", tenant, self.sessions.count(tenant))]
+        return found
+
+    def refresh_gauges(self) -> None:
+        """Set the gauges of the whole service: this process's, plus what the other workers last sent."""
+        totals: dict[tuple[str, str], float] = defaultdict(float)
+        for name, tenant, value in (*self.gauges(), *self.received.gauges()):
+            totals[(name, tenant)] += value
+        for (name, tenant), value in totals.items():
+            self.stats.set_gauge(name, value, tenant=tenant)
 
     def report_exec(self, result: ExecResult, *, tenant: str, run: str, sandbox: str, argv: list[str]) -> None:
         """Report a command run through the sandboxes API as a ``sandbox.exec`` event."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import asdict
 
@@ -12,6 +11,7 @@ from rollbox.sandbox import Limits, Sandbox, SandboxError
 from ._config import ServerConfig
 from ._guard import Refused
 from ._models import CreateSandbox, SandboxInfo
+from ._peers import Owner, new_id
 from ._registry import Entry, Registry
 from ._tenants import Tenant
 
@@ -33,10 +33,11 @@ def info(entry: Entry[Sandbox], idle_timeout_s: float) -> SandboxInfo:
 class Sessions(Registry[Sandbox]):
     """The sandboxes API's sandboxes."""
 
-    def __init__(self, config: ServerConfig, *, run: str) -> None:
+    def __init__(self, config: ServerConfig, *, run: str, owner: Owner) -> None:
         super().__init__("sandbox", idle_timeout_s=config.idle_timeout_s, closed=self._report_close)
         self.config = config
         self.run = run
+        self.owner = owner
 
     def _report_close(self, entry: Entry[Sandbox], why: str) -> None:
         telemetry.emit("sandbox.close", sandbox=entry.id, tenant=entry.tenant, run=self.run, why=why)
@@ -75,7 +76,7 @@ class Sessions(Registry[Sandbox]):
         limits = self.limits(request)
         self.full(tenant)
         sandbox = Sandbox(limits=limits, network=request.network, warm_python=request.warm_python)
-        sandbox_id = "sb_" + secrets.token_urlsafe(12)
+        sandbox_id = new_id("sb", self.owner)
         start = time.monotonic()
         base = {"sandbox": sandbox_id, "tenant": tenant.name, "run": self.run}
         try:
