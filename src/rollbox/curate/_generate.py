@@ -30,6 +30,7 @@ from rollbox.tasks._cases import FunctionCase, load_function_cases, load_stdio_c
 from rollbox.tasks._values import decode, encode
 
 from ._reference import Reference, read_tree
+from ._toml import set_key
 
 __all__ = ["Generated", "generate_cases"]
 
@@ -396,24 +397,5 @@ def write_fix(task: Task, cases: Sequence[dict[str, Any]]) -> str:
     if existing and not existing.endswith("\n"):
         existing += "\n"
     (task.tests / new).write_text(existing + "".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
-    toml = task.path / "task.toml"
-    lines = toml.read_text(encoding="utf-8").splitlines()
-    section, done = "", False
-    for index, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("["):
-            if section == "[grading]" and not done:
-                lines.insert(index, f'cases = "{new}"')
-                done = True
-                break
-            section = stripped
-        elif section == "[grading]" and stripped.split("=", 1)[0].strip() == "cases":
-            lines[index] = f'cases = "{new}"'
-            done = True
-            break
-    if not done:
-        if section != "[grading]":
-            raise ValueError(f"{toml} has no [grading] table to point at {new}")
-        lines.append(f'cases = "{new}"')
-    toml.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    set_key(task.path / "task.toml", "grading", "cases", f'"{new}"')
     return f"tests/{new}"
