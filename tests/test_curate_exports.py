@@ -13,6 +13,7 @@ def test_curate_exports() -> None:
             "Candidate",
             "CandidateKind",
             "CandidateResult",
+            "ClockUnavailable",
             "Decision",
             "Mutant",
             "MutantResult",

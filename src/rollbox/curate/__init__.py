@@ -1,13 +1,15 @@
 """rollbox.curate: only trustworthy tasks reach training, and new ones are made from real code.
 
 :func:`validate` checks tasks by grading chosen candidates with the judge (the reference in seeded orders and
-under CPU pressure, trivial solutions, hacks, mutants of the reference, generated cases) and decides, per task,
+under CPU pressure, under other hash seeds and with the clock moved; trivial solutions, hacks, special-case
+patches, mutants of the reference, generated cases) and decides, per task,
 ``admit``, ``weak`` or ``reject`` with reasons from a closed set. Imports :mod:`rollbox.judge`,
 :mod:`rollbox.tasks` and :mod:`rollbox.sandbox`.
 """
 
 from ._cache import ValidationCache, content_hash
 from ._candidates import Candidate, CandidateKind
+from ._clock import ClockUnavailable
 from ._grader import Progress
 from ._html import render_html
 from ._mutate import Mutant, Operator, mutants
@@ -22,6 +24,7 @@ __all__ = [
     "Candidate",
     "CandidateKind",
     "CandidateResult",
+    "ClockUnavailable",
     "Decision",
     "Mutant",
     "MutantResult",

@@ -44,8 +44,10 @@ _INVERSE: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Gt: ast.LtE,
     ast.LtE: ast.Gt,
 }
-#: The negative comparisons: an ``if`` on one with an ``else`` is written as the positive one, branches exchanged.
-_NEGATIVE = (ast.NotEq, ast.NotIn, ast.IsNot)
+#: The comparisons an ``if`` with an ``else`` never tests: it tests the inverse, its branches exchanged.
+_NEGATIVE = (ast.NotEq, ast.NotIn, ast.IsNot, ast.LtE)
+#: Comparisons whose operands may be exchanged.
+_SYMMETRIC = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 #: ``a > b`` written as ``b < a``.
 _MIRROR: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.Gt: ast.Lt, ast.GtE: ast.LtE}
 
@@ -70,14 +72,12 @@ class _Normalise(ast.NodeTransformer):
         if isinstance(inner, ast.UnaryOp) and isinstance(inner.op, ast.Not):
             return inner.operand
         if isinstance(inner, ast.Compare) and len(inner.ops) == 1:
-            return self.visit_Compare(ast.Compare(inner.left, [_INVERSE[type(inner.ops[0])]()], inner.comparators))
+            return _inverted(inner)
         return node
 
     def visit_Compare(self, node: ast.Compare) -> ast.expr:
         self.generic_visit(node)
-        if len(node.ops) == 1 and type(node.ops[0]) in _MIRROR:
-            return ast.Compare(node.comparators[0], [_MIRROR[type(node.ops[0])]()], [node.left])
-        return node
+        return _canonical(node)
 
     def visit_If(self, node: ast.If) -> ast.If:
         self.generic_visit(node)
@@ -87,9 +87,25 @@ class _Normalise(ast.NodeTransformer):
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return ast.If(test.operand, node.orelse, node.body)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], _NEGATIVE):
-            positive = ast.Compare(test.left, [_INVERSE[type(test.ops[0])]()], test.comparators)
-            return ast.If(positive, node.orelse, node.body)
+            return ast.If(_inverted(test), node.orelse, node.body)
         return node
+
+
+def _canonical(node: ast.Compare) -> ast.Compare:
+    """``a > b`` as ``b < a``; the operands of a symmetric comparison in a fixed order."""
+    if len(node.ops) != 1:
+        return node
+    op, left, right = node.ops[0], node.left, node.comparators[0]
+    if type(op) in _MIRROR:
+        return ast.Compare(right, [_MIRROR[type(op)]()], [left])
+    if isinstance(op, _SYMMETRIC) and ast.dump(right) < ast.dump(left):
+        return ast.Compare(right, [op], [left])
+    return node
+
+
+def _inverted(node: ast.Compare) -> ast.Compare:
+    """``not (a OP b)`` as one comparison, canonical."""
+    return _canonical(ast.Compare(node.left, [_INVERSE[type(node.ops[0])]()], node.comparators))
 
 
 def normalised(source: str) -> str:

@@ -79,10 +79,12 @@ def _tracer(frame, event, arg):
     record = {
         "test": _state["test"],
         "file": code.co_filename,
+        "module": str(frame.f_globals.get("__name__", "")),
         "function": getattr(code, "co_qualname", code.co_name),
         "params": list(params),
         "args": args,
         "key": repr([frame.f_locals.get(n) for n in params])[:2000] if args is None else None,
+        "plain": not code.co_flags & 12 and not code.co_kwonlyargcount,
         "from_test": caller is not None and _is_test(caller.f_code.co_filename),
         "recursive": caller is not None and caller.f_code is code,
     }
@@ -131,6 +133,10 @@ class Call:
     #: The module's workspace-relative path, and the function's qualified name.
     path: str
     function: str
+    #: The module's name, as the tests import it.
+    module: str
+    #: The function's parameters, in order.
+    params: tuple[str, ...]
     #: Each parameter's value as a Python literal (``None``: one of them is no literal).
     args: dict[str, str] | None
     #: The arguments as ``repr`` shows them (to count distinct inputs, literal or not).
@@ -140,6 +146,8 @@ class Call:
     raised: tuple[str, str, str | None] | None
     from_test: bool
     recursive: bool
+    #: Whether every parameter is positional (no ``*args``, ``**kwargs`` or keyword-only one).
+    plain: bool
 
 
 def _call(data: dict[str, Any]) -> Call:
@@ -149,12 +157,15 @@ def _call(data: dict[str, Any]) -> Call:
         test=str(data["test"]),
         path=str(data["file"]).removeprefix("/workspace/"),
         function=str(data["function"]),
+        module=str(data["module"]),
+        params=tuple(str(p) for p in data["params"]),
         args=args,
         key=json.dumps(args, sort_keys=True) if args is not None else str(data["key"]),
         result=data.get("result"),
         raised=(str(raised[0]), str(raised[1]), raised[2]) if raised else None,
         from_test=bool(data["from_test"]),
         recursive=bool(data["recursive"]),
+        plain=bool(data["plain"]),
     )
 
 

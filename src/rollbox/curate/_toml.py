@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import json
+import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["set_key"]
+__all__ = ["set_key", "toml_list"]
+
+
+def toml_list(items: Sequence[str]) -> str:
+    """``items`` as a TOML array of strings, one a line."""
+    return "[\n" + "".join(f"  {json.dumps(item)},\n" for item in items) + "]"
+
+
+def _value_lines(lines: list[str], start: int) -> int:
+    """How many lines the key's value at ``lines[start]`` spans (an array may span several)."""
+    for end in range(start + 1, len(lines) + 1):
+        try:
+            tomllib.loads("\n".join(lines[start:end]))
+            return end - start
+        except tomllib.TOMLDecodeError:
+            continue
+    return 1
 
 
 def set_key(toml: Path, table: str, key: str, value: str) -> None:
@@ -25,7 +44,7 @@ def set_key(toml: Path, table: str, key: str, value: str) -> None:
                 break
             section = stripped
         elif section == header and stripped.split("=", 1)[0].strip() == key:
-            lines[index] = f"{key} = {value}"
+            lines[index : index + _value_lines(lines, index)] = [f"{key} = {value}"]
             break
     else:
         if section == header:

@@ -53,12 +53,11 @@ from ._leaks import find_leaks
 from ._pressure import cpu_pressure, pressure_processes
 from ._reads import naming_the_tests, sealed_off
 from ._reasons import Decision, Reason, ReasonCode, decide
-from ._recorder import record_calls
 from ._reference import Reference
 from ._reference_runs import ReferenceRuns, listed
 from ._report import CandidateResult, MutantResult, TaskReport
 from ._runs import BASELINE
-from ._shortcut import distinct_inputs, shortcuts
+from ._special_cases import check_special_cases
 from ._strength import choose_mutants, weak_reasons
 from ._variants import limited, ordered, with_cases
 from ._verdicts import caught_by_a_canary, let_through, passed, same
@@ -255,31 +254,20 @@ class _TaskRun:
             await self._mutants(reference)
 
     async def _shortcuts(self, reference: Reference) -> None:
-        """The special-case patches (``_shortcut``) of a bug-fix task, graded: one that passes is no fix."""
-        grading = self.task.grading
-        if not (isinstance(grading, PytestGrading) and grading.fail_to_pass):
-            return
-        try:
-            async with self.grader.slot():
-                calls = await record_calls(self.task, reference, self.grader.sandboxes)
-        except RuntimeError as exc:
-            self.add(ReasonCode.VALIDATION_ERROR, str(exc))
-            return
-        if calls is None:
-            return
-        self.f2p_inputs = distinct_inputs(calls)
-        found = shortcuts(self.task, reference, calls, self.options.shortcut_inputs)
-        for shortcut, verdict in zip(found, await self.grade([(self.task, s.files) for s in found]), strict=True):
-            self.candidates.append(
-                CandidateResult(name=shortcut.name, kind="shortcut", status=verdict.status.value, reward=verdict.reward)
-            )
-            if passed(verdict):
-                self.add(
-                    ReasonCode.SHORTCUT_PASSES,
-                    f"the special-case patch {shortcut.name} passes every test ({verdict.total}): the starting "
-                    f"workspace, its bug left in place, with {shortcut.inputs} input(s) the fail_to_pass tests give "
-                    f"answered from a table (e.g. {shortcut.example})",
-                )
+        found = await check_special_cases(
+            self.task,
+            reference,
+            grader=self.grader,
+            grade=self.grade,
+            scratch=self.scratch,
+            max_inputs=self.options.shortcut_inputs,
+            fix=self.options.fix,
+        )
+        self.reasons += found.reasons
+        self.candidates += found.candidates
+        self.f2p_inputs = found.inputs
+        if found.fixed_file is not None:
+            self.fixed_file, self.generated = found.fixed_file, found.cases
 
     def _reference_runs(self) -> ReferenceRuns | None:
         if self.reference is None:
