@@ -37,14 +37,18 @@ def test_a_negated_comparison_is_its_inverse(left: str, op: str, right: str) -> 
 @settings(max_examples=200, deadline=None)
 @given(NAMES, st.sampled_from(OPERATORS), NAMES)
 def test_an_if_with_an_else_reads_the_same_either_way_round(left: str, op: str, right: str) -> None:
-    straight = f"def g(a, b, x, y, n, f):\n    if {left} {op} {right}:\n        return 1\n    else:\n        return 2\n"
-    negated = f"def g(a, b, x, y, n, f):\n    if not {left} {NEGATION[op]} {right}:\n        return 1\n    else:\n        return 2\n"
-    swapped = f"def g(a, b, x, y, n, f):\n    if {left} {NEGATION[op]} {right}:\n        return 2\n    else:\n        return 1\n"
+    def branch(test: str, first: int, second: int) -> str:
+        return f"def g(a, b, x, y, n, f):\n    if {test}:\n        return {first}\n    else:\n        return {second}\n"
+
+    straight = branch(f"{left} {op} {right}", 1, 2)
+    negated = branch(f"not {left} {NEGATION[op]} {right}", 1, 2)
+    swapped = branch(f"{left} {NEGATION[op]} {right}", 2, 1)
     assert normalised(straight) == normalised(negated) == normalised(swapped)
 
 
 def test_different_bugs_stay_different() -> None:
-    source = "def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n    return x\n"
+    source = "def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n"
+    source += "    return x\n"
     forms = {normalised(m.source) for m in mutants(source)}
     # Mutants that differ as programs differ as normalised ones: only a rewrite of the same test may merge.
     merged = len(mutants(source)) - len(forms)

@@ -591,7 +591,7 @@ def seconds(text):
         raise ValueError(text)
     return total
 """
-DURATION_STUB = DURATION.split("    text = text.strip()")[0] + "    raise NotImplementedError\n"
+DURATION_STUB = DURATION.split("    text = text.strip()", maxsplit=1)[0] + "    raise NotImplementedError\n"
 DURATION_TESTS = """from durations import seconds
 
 
@@ -695,7 +695,9 @@ def healthy_bug_fix(root: Path) -> Path:
 
 def bug_fix_written_another_way(root: Path) -> Path:
     """(duplicates) The same bug as ``healthy_bug_fix``, written another way: the same fix, the same tests."""
-    return bug_fix(root, "bug-fix-written-another-way", ('word[-2:-1] not in "aeiou"', 'not word[-2:-1] not in "aeiou"'))
+    return bug_fix(
+        root, "bug-fix-written-another-way", ('word[-2:-1] not in "aeiou"', 'not word[-2:-1] not in "aeiou"')
+    )
 
 
 def healthy_pytest_again(root: Path) -> Path:
