@@ -782,6 +782,46 @@ def test_planted_defects_are_flagged(reports: dict[str, TaskReport], make: objec
     assert report.decision is Decision.REJECT
 
 
+@pytest.mark.parametrize("make", WEAK, ids=lambda m: m.__name__)
+def test_weak_tests_are_weak(reports: dict[str, TaskReport], make: object) -> None:
+    report = reports[make.__name__.replace("_", "-")]  # type: ignore[attr-defined]
+    assert report.decision is Decision.WEAK and report.codes() == {WEAK[make]}, report.reasons  # type: ignore[index]
+
+
+def test_unchecked_branches_decide_whatever_the_ratio(reports: dict[str, TaskReport]) -> None:
+    report = reports["unchecked-promises"]
+    # The ratio alone would admit it: every survivor sits in what the statement promises.
+    assert report.kill_ratio is not None and report.kill_ratio >= 0.6
+    (detail,) = [r.detail for r in report.reasons]
+    assert detail.startswith("no test checks 3 of 5 branches") and "`if not text:` emptied" in detail, detail
+    assert "`else` of `if char in UNITS:` emptied" in detail and "`if number:` emptied" in detail
+    assert any(d.endswith("(removed_branch)") for d in report.survivors()["durations.py::seconds"])
+    checked = reports["healthy-checked-promises"]
+    assert not [m for m in checked.mutants if m.operator == "removed_branch" and not m.killed]
+
+
+def test_the_new_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
+    def detail(task: str, code: ReasonCode) -> str:
+        return next(r.detail for r in reports[task].reasons if r.code is code)
+
+    assert "PYTHONHASHSEED=" in detail("set-order-pinned", ReasonCode.HASH_SEED_DEPENDENT)
+    assert "d)" in detail("time-bomb", ReasonCode.DATE_DEPENDENT) and "test_age" in detail(
+        "time-bomb", ReasonCode.DATE_DEPENDENT
+    )
+    tight = reports["tight-time-limit"]
+    assert tight.reference_cpu_s is not None and tight.reference_cpu_s >= 0.6
+    assert "CPU 2 s limit" in detail("tight-time-limit", ReasonCode.TIGHT_TIME_LIMIT)
+    assert reports["healthy-pytest-again"].duplicate_of.startswith("healthy-pytest (")  # type: ignore[union-attr]
+    assert reports["healthy-pytest-again"].gradings == 0
+    assert detail("bug-fix-written-another-way", ReasonCode.DUPLICATE).startswith("the same fix")
+    assert reports["bug-fix-written-another-way"].duplicate_of.startswith("healthy-bug-fix (")  # type: ignore[union-attr]
+    assert "`plural('cow')` -> `return 'kine'`" in detail("one-case-bug", ReasonCode.SHORTCUT_PASSES)
+    assert reports["one-case-bug"].f2p_inputs == 1
+    # The control's evidence spans five inputs: no table of them is tried.
+    assert reports["healthy-bug-fix"].f2p_inputs == 5
+    assert not [c for c in reports["healthy-bug-fix"].candidates if c.kind == "shortcut"]
+
+
 def test_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
     detail = {r.code: r.detail for r in reports["order-dependent"].reasons}
     assert "test_second" in detail[ReasonCode.ORDER_DEPENDENT]

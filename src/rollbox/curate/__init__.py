@@ -13,12 +13,13 @@ from ._clock import ClockUnavailable
 from ._grader import Progress
 from ._html import render_html
 from ._mutate import Mutant, Operator, mutants
+from ._options import ValidateOptions
 from ._pool import candidate_pool
 from ._pypi import SynthError
 from ._reasons import Decision, Reason, ReasonCode
 from ._report import CandidateResult, MutantResult, TaskReport
 from ._synth import PackageYield, SynthOptions, SynthReport, synthesize
-from ._validate import ValidateOptions, validate
+from ._validate import validate
 
 __all__ = [
     "Candidate",

@@ -34,13 +34,14 @@ from rollbox.tasks import Environment, PytestGrading, Task, load_task
 
 from ._grader import Grader, Progress
 from ._mutate import Mutant, Operator, mutants, sample_mutants
+from ._options import ValidateOptions
 from ._package import Layout, package_environment, read_layout, split_tree
 from ._pypi import SynthError, fetch_sdist, unpack_sdist
 from ._reasons import Decision, ReasonCode
 from ._reference import is_test_file
 from ._report import TaskReport
 from ._toml import toml_list
-from ._validate import ValidateOptions, validate
+from ._validate import validate
 
 __all__ = ["PackageYield", "SynthOptions", "SynthReport", "synthesize"]
 

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
 from rollbox import telemetry
 from rollbox.judge import Outcome, Verdict, VerdictStatus
@@ -50,6 +48,7 @@ from ._generate import generate_cases, write_fix
 from ._grader import Grader, Measured, Progress
 from ._headroom import tight, widen
 from ._leaks import find_leaks
+from ._options import ValidateOptions
 from ._pressure import cpu_pressure, pressure_processes
 from ._reads import naming_the_tests, sealed_off
 from ._reasons import Decision, Reason, ReasonCode, decide
@@ -62,7 +61,7 @@ from ._strength import choose_mutants, weak_reasons
 from ._variants import limited, ordered, with_cases
 from ._verdicts import caught_by_a_canary, let_through, passed, same
 
-__all__ = ["ValidateOptions", "validate"]
+__all__ = ["validate"]
 
 #: How long a mutant's grading may take, as a multiple of the reference's (plus a second): a mutant that loops
 #: is killed in seconds, not at the task's own limit.
@@ -74,62 +73,6 @@ _CANARY_REDRAWS = 8
 _OTHER_HASH_SEED = {"PYTHONHASHSEED": "1"}
 #: Wall limits snap to these (seconds), so that mutants of many tasks share warm pools.
 _STEPS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ValidateOptions:
-    """What validation does, and how hard it looks."""
-
-    #: Reference runs, each in another seeded test order (the first in the tests' own).
-    runs: int = 3
-    #: Extra runs of an order in which a test failed (and of the tests' own order then).
-    reruns: int = 2
-    #: Runs of the reference, all passing, before a task counts as steady: while every run so far passed, more run
-    #: in the tests' own order. A test failing a share ``p`` of its runs is missed with probability
-    #: ``(1 - p) ** steady_runs``: 29 miss one that fails 1 run in 10 with probability 0.9**29 = 4.7%.
-    steady_runs: int = 29
-    #: Runs of the reference under other hash seeds (``PYTHONHASHSEED`` 1, 2, ...) in the first batch; the steady
-    #: runs after it take one new seed each.
-    hash_seeds: int = 2
-    #: Whether to run the reference with the clock moved ten years ahead and back (needs libfaketime).
-    clock: bool = True
-    #: The time limit must be at least this many times the reference's worst CPU time.
-    time_headroom: float = 3.0
-    #: Special-case patches (a table of the fail_to_pass tests' inputs) are tried when they need at most this many.
-    shortcut_inputs: int = 3
-    #: Below this kill ratio, a task is ``weak``.
-    min_kill_ratio: float = 0.6
-    #: Mutants graded per task at most (drawn evenly across operators).
-    max_mutants: int = 40
-    #: Whether to rerun the reference under CPU pressure, and how often.
-    pressure: bool = True
-    pressure_runs: int = 2
-    #: Whether to generate cases for ``function`` and ``stdio`` tasks whose mutants survive, and how many inputs.
-    generate: bool = True
-    max_generated: int = 200
-    #: Whether to write the stronger cases as a new file of the task (the old one kept).
-    fix: bool = False
-    #: Every trivial and hack candidate, or only one of each kind of trick (``essential``: for tasks whose every
-    #: grading is expensive, such as a package's whole test suite).
-    candidates: Literal["all", "essential"] = "all"
-
-    def __post_init__(self) -> None:
-        for name in ("runs", "pressure_runs", "steady_runs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ValidateOptions.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("reruns", "max_mutants", "max_generated", "hash_seeds", "shortcut_inputs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ValidateOptions.{name} must not be negative, got {getattr(self, name)}")
-        if self.candidates not in ("all", "essential"):
-            raise ValueError(f"ValidateOptions.candidates must be 'all' or 'essential', got {self.candidates!r}")
-        if self.time_headroom < 1.0:
-            raise ValueError(f"ValidateOptions.time_headroom must be at least 1, got {self.time_headroom}")
-        if not 0.0 <= self.min_kill_ratio <= 1.0:
-            raise ValueError(f"ValidateOptions.min_kill_ratio must be from 0 to 1, got {self.min_kill_ratio}")
-
-    def fingerprint(self) -> str:
-        """The options as one string, for the cache's key."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
 def _snap(seconds: float, ceiling: float) -> float:
