@@ -191,6 +191,28 @@ def test_a_duplicate_of_a_task_admitted_before_is_named(tmp_path: Path) -> None:
     assert again.decision is Decision.ADMIT and again.cached
 
 
+def test_the_same_problem_with_another_reference_is_a_duplicate_once_both_are_admitted(tmp_path: Path) -> None:
+    tests = "from calc import clamp\n\n\ndef test_clamp():\n    assert clamp(11, 0, 10) == 10\n"
+    tests += "    assert clamp(-1, 0, 9) == 0\n    assert clamp(4, 0, 9) == 4\n"
+    other = "def clamp(x, lo, hi):\n    return lo if x < lo else hi if x > hi else x\n"
+    wrong = "def clamp(x, lo, hi):\n    return hi\n"
+    paths = [
+        write_task(
+            tmp_path,
+            name,
+            {"workspace/calc.py": CLAMP_STUB, "solution/calc.py": s, "tests/test_calc.py": tests},
+            PYTEST,
+        )
+        for name, s in (("wrong", wrong), ("first", CLAMP), ("second", other))
+    ]
+    wrong_report, first, second = run(paths)
+    # A wrong reference is no original: the task beside it with a right one is admitted.
+    assert ReasonCode.REFERENCE_FAILS in wrong_report.codes() and ReasonCode.DUPLICATE not in wrong_report.codes()
+    assert first.decision is Decision.ADMIT, first.reasons
+    assert second.codes() == {ReasonCode.DUPLICATE} and second.duplicate_of == f"first ({paths[1]})", second.reasons
+    assert second.gradings > 0  # validated first: only then could it be told from a wrong one
+
+
 def test_without_libfaketime_validation_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_clock, "_PLACES", (str(tmp_path / "nowhere" / "libfaketime.so.1"),))
     files = {"workspace/calc.py": CLAMP_STUB, "solution/calc.py": CLAMP, "tests/test_calc.py": BUSY}

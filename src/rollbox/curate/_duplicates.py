@@ -1,17 +1,19 @@
 """Duplicates: the same task twice, under two ids, or the same bug written two ways.
 
-Two fingerprints per task, each a digest:
+Three fingerprints per task, each a digest:
 
-- ``task``: the workspace, the tests and the grading (runner and its settings): what the agent meets and how it is
-  graded. Two tasks that share it are one task (an exact duplicate, whatever their ids, instructions or limits).
+- ``problem``: the workspace, the tests and the grading (runner and its settings): what the agent meets and how it
+  is graded. ``task``: that and the reference. Two tasks that share ``task`` are one task (whatever their ids,
+  instructions or limits); two that share only ``problem`` differ in their reference, of which one may be wrong,
+  so both are validated, and the later one is a duplicate when both are admitted.
 - ``fix``: the tests, the grading, the workspace files the reference leaves alone, and, for each file it changes,
   that file before and after, as Python normalised (:func:`normalised`: ``not a == b`` is ``a != b``, ``a > b`` is
-  ``b < a``, ``not not x`` is ``x``, an ``if not c`` with an ``else`` is the ``if c`` with its branches
-  exchanged, comments and formatting gone). Two tasks that share it ask for the same fix of the same bug written
-  two ways, judged by the same fail_to_pass tests (a near duplicate).
+  ``b < a``, ``a == b`` is ``b == a``, ``not not x`` is ``x``, an ``if`` with an ``else`` on a negative comparison
+  is the positive one with its branches exchanged, comments and formatting gone). Two tasks that share it ask for
+  the same fix of the same bug written two ways, judged by the same tests (a near duplicate).
 
 The first task of a set with a fingerprint is the original; a later one with it is a ``duplicate`` that names it.
-Tasks validated before count too (``ValidationCache.original``).
+Tasks an earlier validation admitted count too (``ValidationCache.original``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ._cache import ValidationCache
 from ._reasons import Reason, ReasonCode
 from ._reference import Reference, read_tree
 
-__all__ = ["Fingerprint", "duplicates", "fingerprint", "normalised"]
+__all__ = ["Fingerprint", "after_grading", "before_grading", "duplicates", "fingerprint", "normalised"]
 
 #: A comparison negated: ``not (a OP b)`` is ``a INVERSE b``.
 _INVERSE: dict[type[ast.cmpop], type[ast.cmpop]] = {
@@ -54,11 +56,16 @@ _MIRROR: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.Gt: ast.Lt, ast.GtE: ast.
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """A task's two fingerprints (see the module's docstring)."""
+    """A task's fingerprints (see the module's docstring)."""
 
     task: str
+    problem: str
     #: ``None``: the task has no reference, so no fix to compare.
     fix: str | None
+
+    def all(self) -> list[str]:
+        """Every fingerprint (to remember an admitted task by)."""
+        return [k for k in (self.task, self.problem, self.fix) if k is not None]
 
 
 class _Normalise(ast.NodeTransformer):
@@ -138,9 +145,11 @@ def fingerprint(task: Task, reference: Reference | None) -> Fingerprint:
     """The task's fingerprints."""
     grading = repr(task.grading).encode()
     tests = _tests_digest(task)
-    whole = hashlib.sha256(b"task\0" + grading + tests + _digest(task.workspace)).hexdigest()
+    problem = hashlib.sha256(b"problem\0" + grading + tests + _digest(task.workspace)).hexdigest()
+    solution = _digest(task.solution) if task.solution is not None else b""
+    whole = hashlib.sha256(b"task\0" + problem.encode() + solution).hexdigest()
     if reference is None:
-        return Fingerprint(whole, None)
+        return Fingerprint(whole, problem, None)
     workspace = read_tree(task.workspace)
     changed = sorted(p for p, data in reference.files.items() if workspace.get(p) != data)
     fix = hashlib.sha256(b"fix\0" + grading + tests + _digest(task.workspace, frozenset(changed)))
@@ -149,19 +158,39 @@ def fingerprint(task: Task, reference: Reference | None) -> Fingerprint:
         for side in (before, after):
             text = side.decode("utf-8", errors="surrogateescape")
             fix.update(f"{path}\0".encode() + normalised(text).encode("utf-8", errors="surrogateescape") + b"\0")
-    return Fingerprint(whole, fix.hexdigest())
+    return Fingerprint(whole, problem, fix.hexdigest())
+
+
+#: A fingerprint, and how a task that shares it is the same as the original (the start of a sentence).
+Key = tuple[str | None, str]
+
+
+def before_grading(prints: Fingerprint) -> list[Key]:
+    """What makes a task a duplicate whatever its validation would find: the whole task, or the same fix."""
+    return [(prints.task, SAME_TASK), (prints.fix, SAME_FIX)]
+
+
+def after_grading(prints: Fingerprint) -> list[Key]:
+    """What makes an admitted task a duplicate of another admitted one: the same problem, another reference."""
+    return [(prints.problem, SAME_PROBLEM)]
 
 
 def duplicates(
-    tasks: Sequence[Task], fingerprints: Sequence[Fingerprint], cache: ValidationCache | None
+    tasks: Sequence[Task],
+    keys: Sequence[Sequence[Key]],
+    cache: ValidationCache | None,
+    eligible: Sequence[bool] | None = None,
 ) -> dict[int, tuple[str, Reason]]:
-    """The tasks (by index) that duplicate an earlier one of ``tasks`` or one a validation before admitted (as
-    ``cache`` remembers; one with the same id is the task itself, validated again): the original (``id (path)``)
-    and the ``duplicate`` reason naming it."""
+    """The tasks (by index) that share one of their ``keys`` with an earlier one of ``tasks`` or one a validation
+    before admitted (as ``cache`` remembers; one with the same id is the task itself, validated again): the
+    original (``id (path)``) and the ``duplicate`` reason naming it. A task not ``eligible`` is left out: neither
+    a duplicate nor an original."""
     first: dict[str, int] = {}
     found: dict[int, tuple[str, Reason]] = {}
-    for index, (task, prints) in enumerate(zip(tasks, fingerprints, strict=True)):
-        for key, how in ((prints.task, _SAME_TASK), (prints.fix, _SAME_FIX)):
+    for index, task in enumerate(tasks):
+        if eligible is not None and not eligible[index]:
+            continue
+        for key, how in keys[index]:
             if key is None:
                 continue
             if key in first:
@@ -175,11 +204,12 @@ def duplicates(
             found[index] = (original, Reason(ReasonCode.DUPLICATE, f"{how} {original}, {where}"))
             break
         if index not in found:
-            for key in (prints.task, prints.fix):
+            for key, _ in keys[index]:
                 if key is not None:
                     first.setdefault(key, index)
     return found
 
 
-_SAME_TASK = "the same workspace, tests and grading as"
-_SAME_FIX = "the same fix (normalised: the same bug, written another way) for the same tests as"
+SAME_TASK = "the same workspace, tests, grading and reference as"
+SAME_FIX = "the same fix (normalised: the same bug, written another way) for the same tests as"
+SAME_PROBLEM = "the same workspace, tests and grading (another reference) as"

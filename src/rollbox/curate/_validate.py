@@ -43,7 +43,7 @@ from ._cache import ValidationCache, content_hash
 from ._candidates import ESSENTIAL, TEST_DATA, Candidate, hack_candidates, trivial_candidates
 from ._clock import CLOCK_OFFSETS, clock_env, libfaketime
 from ._contradictions import contradictions
-from ._duplicates import duplicates, fingerprint
+from ._duplicates import after_grading, before_grading, duplicates, fingerprint
 from ._generate import generate_cases, write_fix
 from ._grader import Grader, Measured, Progress
 from ._headroom import tight, widen
@@ -498,7 +498,7 @@ async def validate(
     if options.clock and libfaketime() is None:
         clock_env(CLOCK_OFFSETS[0])  # raises ClockUnavailable, which says what to do
     prints = [fingerprint(task, Reference.of(task)) for task in tasks]
-    copies = duplicates(tasks, prints, cache)
+    copies = duplicates(tasks, [before_grading(p) for p in prints], cache)
     grader = Grader(workers=workers, on_progress=on_progress)
     grader.progress.tasks = len(tasks)
     reports: dict[int, TaskReport] = {}
@@ -557,10 +557,15 @@ async def validate(
             grader.report()
     finally:
         await grader.close()
+    admitted = [reports[i].decision is not Decision.REJECT for i in range(len(tasks))]
+    for index, (original, reason) in duplicates(tasks, [after_grading(p) for p in prints], cache, admitted).items():
+        reasons = (*reports[index].reasons, reason)
+        reports[index] = dataclasses.replace(
+            reports[index], reasons=reasons, decision=decide(reasons), duplicate_of=original
+        )
     if cache is not None:
         for index, report in reports.items():
             if report.decision is not Decision.REJECT:  # an original later validations compare with
-                for key in (prints[index].task, prints[index].fix):
-                    if key is not None:
-                        cache.remember(key, report.task_id, report.path)
+                for key in prints[index].all():
+                    cache.remember(key, report.task_id, report.path)
     return [reports[i] for i in range(len(tasks))]
