@@ -4,6 +4,7 @@ repeatably, written as pytest tasks that validation admits and the judge grades 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -38,8 +39,12 @@ def test_synthesis_on_a_real_package(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert 0 < sum(inflection.admitted.values()) <= sum(inflection.kept.values()) <= 3
     assert report.tasks and all(path.is_dir() for path in report.tasks)
     assert (tmp_path / "home" / "sdists" / "inflection-0.5.1.tar.gz").is_file()
-    assert "| inflection 0.5.1 |" in report.markdown()
-    assert (tmp_path / "out" / "synth-report.json").is_file()
+    assert "| inflection 0.5.1 |" in report.markdown() and "shortcut-passable removed" in report.markdown()
+    written = json.loads((tmp_path / "out" / "synth-report.json").read_text())
+    counts = written["packages"][0]
+    assert {"duplicates", "shortcut_passable", "strengthened", "screen_s", "validation_task_s"} <= set(counts)
+    assert counts["screen_s"] > 0 and written["duration_s"] >= counts["screen_s"]
+    assert inflection.strengthened <= inflection.shortcut_passable
 
     path = report.tasks[0]
     task = load_task(path)

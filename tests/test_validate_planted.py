@@ -3,14 +3,18 @@ reason, beside healthy tasks of every runner, which are admitted."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import datetime
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rollbox import Limits, Sandbox
 from rollbox.curate import Decision, ReasonCode, TaskReport, ValidateOptions, validate
 from rollbox.tasks import load_task
 
@@ -432,7 +436,296 @@ def healthy_fixture_handed_to_code(root: Path) -> Path:
     )
 
 
-HEALTHY = (healthy_pytest, healthy_function, healthy_stdio, healthy_data_read_by_code, healthy_fixture_handed_to_code)
+WORDS = "pear apple fig plum kiwi apple fig"
+
+
+def distinct_words(hash_seed: int) -> list[str]:
+    """``list(set(WORDS.split()))`` as a graded process computes it under ``PYTHONHASHSEED=hash_seed``."""
+
+    async def run() -> list[str]:
+        async with Sandbox(limits=Limits(timeout_s=30)) as sb:
+            script = f"print(repr(list(set({WORDS!r}.split()))))"
+            result = await sb.exec(["python3", "-c", script], env={"PYTHONHASHSEED": str(hash_seed)})
+        return list(ast.literal_eval(result.stdout_text))
+
+    return asyncio.run(run())
+
+
+WORDS_STUB = "def distinct(text):\n    raise NotImplementedError\n"
+WORDS_TESTS = "from words import distinct\n\n\ndef test_distinct():\n    assert distinct({text!r}) == {expected!r}\n"
+
+
+def set_order_pinned(root: Path) -> Path:
+    """(hash seed) The test pins the order a set of strings iterates in under the judge's PYTHONHASHSEED=0, which
+    its author saw; a solution correct by any statement (``sorted(...)``) fails it."""
+    pinned = distinct_words(0)
+    # Validation's first runs take hash seeds 1 and 2: at least one must iterate the set in another order.
+    assert pinned != distinct_words(1) or pinned != distinct_words(2)
+    return write_task(
+        root,
+        "set-order-pinned",
+        {
+            "workspace/words.py": WORDS_STUB,
+            "solution/words.py": "def distinct(text):\n    return list(set(text.split()))\n",
+            "tests/test_words.py": WORDS_TESTS.format(text=WORDS, expected=pinned),
+        },
+        PYTEST,
+    )
+
+
+def healthy_set_sorted(root: Path) -> Path:
+    """The control of (hash seed): the distinct words, sorted."""
+    return write_task(
+        root,
+        "healthy-set-sorted",
+        {
+            "workspace/words.py": WORDS_STUB,
+            "solution/words.py": "def distinct(text):\n    return sorted(set(text.split()))\n",
+            "tests/test_words.py": WORDS_TESTS.format(text=WORDS, expected=sorted(set(WORDS.split()))),
+        },
+        PYTEST,
+    )
+
+
+AGE_STUB = "import datetime\n\n\ndef age(born):\n    raise NotImplementedError\n"
+AGE = """import datetime
+
+
+def age(born):
+    today = datetime.date.today()
+    return today.year - born.year - ((today.month, today.day) < (born.month, born.day))
+"""
+
+
+def time_bomb(root: Path) -> Path:
+    """(clock) The test compares with a fixed date the age it had the day it was written: it passes today and fails
+    next birthday."""
+    now = datetime.date.today()
+    expected = now.year - 2000 - ((now.month, now.day) < (3, 15))
+    tests = (
+        "import datetime\n\nfrom people import age\n\n\ndef test_age():\n"
+        f"    assert age(datetime.date(2000, 3, 15)) == {expected}\n"
+    )
+    return write_task(
+        root,
+        "time-bomb",
+        {"workspace/people.py": AGE_STUB, "solution/people.py": AGE, "tests/test_people.py": tests},
+        PYTEST,
+    )
+
+
+def healthy_relative_date(root: Path) -> Path:
+    """The control of (clock): the test's dates are relative to the day it runs."""
+    tests = (
+        "import datetime\n\nfrom people import age\n\n\ndef test_age():\n"
+        "    today = datetime.date.today()\n"
+        "    assert age(datetime.date(today.year - 30, today.month, min(today.day, 28))) == 30\n"
+        "    assert age(today) == 0\n"
+    )
+    return write_task(
+        root,
+        "healthy-relative-date",
+        {"workspace/people.py": AGE_STUB, "solution/people.py": AGE, "tests/test_people.py": tests},
+        PYTEST,
+    )
+
+
+#: A test that keeps a CPU busy for ``{seconds}`` s of its own CPU time (however long a busy machine makes that).
+BUSY_TESTS = CLAMP_TESTS + (
+    "\n\nimport time\n\n\ndef test_many():\n    start, results = time.process_time(), set()\n"
+    "    while time.process_time() - start < {seconds}:\n        results.add(clamp(5, 0, 10))\n"
+    "    assert results == {{5}}\n"
+)
+
+
+def tight_time_limit(root: Path) -> Path:
+    """(time limit) The reference spends at least 0.6 s of CPU (about 0.8 s with pytest's own): a CPU limit of 2 s
+    leaves it less than three times that. Decided by CPU time, which a busy machine does not raise."""
+    return write_task(
+        root,
+        "tight-time-limit",
+        {
+            "workspace/calc.py": CLAMP_STUB,
+            "solution/calc.py": CLAMP,
+            "tests/test_calc.py": BUSY_TESTS.format(seconds=0.6),
+        },
+        PYTEST + '[limits]\ntimeout = "60s"\ncpu_time = "2s"\n',
+    )
+
+
+def healthy_time_limit(root: Path) -> Path:
+    """The control of (time limit): as much work under a CPU limit of 20 s."""
+    return write_task(
+        root,
+        "healthy-time-limit",
+        {
+            "workspace/calc.py": CLAMP_STUB,
+            "solution/calc.py": CLAMP,
+            "tests/test_calc.py": BUSY_TESTS.format(seconds=0.5),
+        },
+        PYTEST + '[limits]\ntimeout = "60s"\ncpu_time = "20s"\n',
+    )
+
+
+DURATION = """UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def seconds(text):
+    \"\"\"The seconds ``text`` (such as ``1h30m``) names, whitespace around it ignored.
+
+    Raises ValueError when it is empty, has an unknown unit, or ends in a number without a unit.
+    \"\"\"
+    text = text.strip()
+    if not text:
+        raise ValueError(text)
+    total, number = 0, ""
+    for char in text:
+        if char.isdigit():
+            number += char
+        elif char in UNITS:
+            total += int(number) * UNITS[char]
+            number = ""
+        else:
+            raise ValueError(text)
+    if number:
+        raise ValueError(text)
+    return total
+"""
+DURATION_STUB = DURATION.split("    text = text.strip()", maxsplit=1)[0] + "    raise NotImplementedError\n"
+DURATION_TESTS = """from durations import seconds
+
+
+def test_seconds():
+    assert seconds("1s") == 1
+    assert seconds("2m") == 120
+    assert seconds("3h") == 10800
+    assert seconds("1d") == 86400
+    assert seconds("1h30m") == 5400
+    assert seconds("1d2h3m4s") == 93784
+    assert seconds("90s") == 90
+    assert seconds("10m5s") == 605
+"""
+
+
+def unchecked_promises(root: Path) -> Path:
+    """(promises) The statement promises three ValueErrors and whitespace handling; the tests check none of them,
+    and the rest well enough that most mutants die."""
+    return write_task(
+        root,
+        "unchecked-promises",
+        {
+            "workspace/durations.py": DURATION_STUB,
+            "solution/durations.py": DURATION,
+            "tests/test_durations.py": DURATION_TESTS,
+        },
+        PYTEST,
+    )
+
+
+def healthy_checked_promises(root: Path) -> Path:
+    """The control of (promises): every promised error, and the whitespace, checked."""
+    tests = DURATION_TESTS + (
+        "\n\nimport pytest\n\n\ndef test_promises():\n"
+        "    assert seconds(' 1m\\n') == 60\n"
+        "    for text in ('', ' ', '1s!', '5'):\n"
+        "        with pytest.raises(ValueError):\n            seconds(text)\n"
+    )
+    return write_task(
+        root,
+        "healthy-checked-promises",
+        {"workspace/durations.py": DURATION_STUB, "solution/durations.py": DURATION, "tests/test_durations.py": tests},
+        PYTEST,
+    )
+
+
+INFLECT = """IRREGULAR = {"cow": "kine", "person": "people", "child": "children"}
+
+
+def plural(word):
+    if word in IRREGULAR:
+        return IRREGULAR[word]
+    if word.endswith("y") and word[-2:-1] not in "aeiou":
+        return word[:-1] + "ies"
+    if word.endswith(("s", "x", "z", "ch", "sh")):
+        return word + "es"
+    return word + "s"
+"""
+PLURALS = {
+    "cow": "kine",
+    "person": "people",
+    "child": "children",
+    "city": "cities",
+    "fly": "flies",
+    "lady": "ladies",
+    "day": "days",
+    "boy": "boys",
+    "box": "boxes",
+    "bus": "buses",
+    "church": "churches",
+    "cat": "cats",
+}
+INFLECT_TESTS = (
+    "import pytest\n\nfrom inflect import plural\n\n\n"
+    f"@pytest.mark.parametrize(('word', 'expected'), {sorted(PLURALS.items())!r})\n"
+    "def test_plural(word, expected):\n    assert plural(word) == expected\n"
+)
+
+
+def bug_fix(root: Path, name: str, bug: tuple[str, str]) -> Path:
+    """A bug-fix task on ``INFLECT`` with ``bug`` (old, new) made: fail_to_pass the cases the bug breaks."""
+    broken = INFLECT.replace(*bug)
+    namespace: dict[str, Any] = {}
+    exec(broken, namespace)
+    failing = [f"tests/test_inflect.py::test_plural[{w}-{p}]" for w, p in sorted(PLURALS.items())]
+    f2p = [t for t, (w, p) in zip(failing, sorted(PLURALS.items()), strict=True) if namespace["plural"](w) != p]
+    p2p = [t for t in failing if t not in f2p]
+    toml = PYTEST + f"fail_to_pass = {f2p!r}\npass_to_pass = {p2p!r}\n".replace("'", '"')
+    return write_task(
+        root,
+        name,
+        {"workspace/inflect.py": broken, "solution/inflect.py": INFLECT, "tests/test_inflect.py": INFLECT_TESTS},
+        toml,
+    )
+
+
+def healthy_bug_fix(root: Path) -> Path:
+    """The control of (special case, duplicates): a bug in the rule for -y, which five cases show."""
+    return bug_fix(root, "healthy-bug-fix", ('word[-2:-1] not in "aeiou"', 'word[-2:-1] in "aeiou"'))
+
+
+def bug_fix_written_another_way(root: Path) -> Path:
+    """(duplicates) The same bug as ``healthy_bug_fix``, written another way: the same fix, the same tests."""
+    return bug_fix(
+        root, "bug-fix-written-another-way", ('word[-2:-1] not in "aeiou"', 'not word[-2:-1] not in "aeiou"')
+    )
+
+
+def healthy_pytest_again(root: Path) -> Path:
+    """(duplicates) ``healthy_pytest`` under another id."""
+    path = root / "healthy-pytest-again"
+    shutil.copytree(healthy_pytest(root / "copy"), path)
+    (path / "task.toml").write_text('id = "another-clamp"\n' + PYTEST)
+    return path
+
+
+def one_case_bug(root: Path) -> Path:
+    """(special case) The bug breaks one irregular word, which one case shows: ``if word == 'cow': return 'kine'``
+    in the buggy function passes every test."""
+    return bug_fix(root, "one-case-bug", ('"cow": "kine"', '"cow": "cows"'))
+
+
+HEALTHY = (
+    healthy_pytest,
+    healthy_function,
+    healthy_stdio,
+    healthy_data_read_by_code,
+    healthy_fixture_handed_to_code,
+    healthy_set_sorted,
+    healthy_relative_date,
+    healthy_time_limit,
+    healthy_checked_promises,
+    healthy_bug_fix,
+)
 PLANTED = {
     data_in_workspace: ReasonCode.TEST_DATA_IN_WORKSPACE,
     oracle_in_tests: ReasonCode.HACK_PASSES,
@@ -449,7 +742,15 @@ PLANTED = {
     leaks_file: ReasonCode.ANSWER_LEAK,
     leaks_git: ReasonCode.ANSWER_LEAK,
     nondeterministic_checker: ReasonCode.NONDETERMINISTIC,
+    set_order_pinned: ReasonCode.HASH_SEED_DEPENDENT,
+    time_bomb: ReasonCode.DATE_DEPENDENT,
+    tight_time_limit: ReasonCode.TIGHT_TIME_LIMIT,
+    healthy_pytest_again: ReasonCode.DUPLICATE,
+    bug_fix_written_another_way: ReasonCode.DUPLICATE,
+    one_case_bug: ReasonCode.SHORTCUT_PASSES,
 }
+#: Trustworthy, but their tests check too little.
+WEAK = {unchecked_promises: ReasonCode.WEAK_TESTS}
 
 
 @pytest.fixture(scope="module")
@@ -457,7 +758,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskReport]:
     if shutil.which("git") is None:
         pytest.skip("git is needed to plant a leak in a repository's history")
     root = tmp_path_factory.mktemp("planted")
-    paths = [make(root) for make in (*HEALTHY, *PLANTED)]
+    paths = [make(root) for make in (*HEALTHY, *PLANTED, *WEAK)]
     tasks = [load_task(path) for path in paths]
     # Few steady runs: what these tasks plant shows on the first runs (tests/test_validate_flaky.py proves the
     # sequential rule's power).
@@ -479,6 +780,46 @@ def test_planted_defects_are_flagged(reports: dict[str, TaskReport], make: objec
     code = PLANTED[make]  # type: ignore[index]
     assert code in report.codes(), report.reasons
     assert report.decision is Decision.REJECT
+
+
+@pytest.mark.parametrize("make", WEAK, ids=lambda m: m.__name__)
+def test_weak_tests_are_weak(reports: dict[str, TaskReport], make: object) -> None:
+    report = reports[make.__name__.replace("_", "-")]  # type: ignore[attr-defined]
+    assert report.decision is Decision.WEAK and report.codes() == {WEAK[make]}, report.reasons  # type: ignore[index]
+
+
+def test_unchecked_branches_decide_whatever_the_ratio(reports: dict[str, TaskReport]) -> None:
+    report = reports["unchecked-promises"]
+    # The ratio alone would admit it: every survivor sits in what the statement promises.
+    assert report.kill_ratio is not None and report.kill_ratio >= 0.6
+    (detail,) = [r.detail for r in report.reasons]
+    assert detail.startswith("no test checks 3 of 5 branches") and "`if not text:` emptied" in detail, detail
+    assert "`else` of `if char in UNITS:` emptied" in detail and "`if number:` emptied" in detail
+    assert any(d.endswith("(removed_branch)") for d in report.survivors()["durations.py::seconds"])
+    checked = reports["healthy-checked-promises"]
+    assert not [m for m in checked.mutants if m.operator == "removed_branch" and not m.killed]
+
+
+def test_the_new_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:
+    def detail(task: str, code: ReasonCode) -> str:
+        return next(r.detail for r in reports[task].reasons if r.code is code)
+
+    assert "PYTHONHASHSEED=" in detail("set-order-pinned", ReasonCode.HASH_SEED_DEPENDENT)
+    assert "d)" in detail("time-bomb", ReasonCode.DATE_DEPENDENT) and "test_age" in detail(
+        "time-bomb", ReasonCode.DATE_DEPENDENT
+    )
+    tight = reports["tight-time-limit"]
+    assert tight.reference_cpu_s is not None and tight.reference_cpu_s >= 0.6
+    assert "CPU 2 s limit" in detail("tight-time-limit", ReasonCode.TIGHT_TIME_LIMIT)
+    assert reports["healthy-pytest-again"].duplicate_of.startswith("healthy-pytest (")  # type: ignore[union-attr]
+    assert reports["healthy-pytest-again"].gradings == 0
+    assert detail("bug-fix-written-another-way", ReasonCode.DUPLICATE).startswith("the same fix")
+    assert reports["bug-fix-written-another-way"].duplicate_of.startswith("healthy-bug-fix (")  # type: ignore[union-attr]
+    assert "`plural('cow')` -> `return 'kine'`" in detail("one-case-bug", ReasonCode.SHORTCUT_PASSES)
+    assert reports["one-case-bug"].f2p_inputs == 1
+    # The control's evidence spans five inputs: no table of them is tried.
+    assert reports["healthy-bug-fix"].f2p_inputs == 5
+    assert not [c for c in reports["healthy-bug-fix"].candidates if c.kind == "shortcut"]
 
 
 def test_reasons_name_what_is_wrong(reports: dict[str, TaskReport]) -> None:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from rollbox.curate import SynthOptions, synthesize
+from rollbox.curate import ClockUnavailable, SynthOptions, synthesize
 from rollbox.sandbox import IsolationUnavailable
 
 from ._args import whole
@@ -19,8 +19,10 @@ Each package's source distribution is fetched from the package index (it ships t
 run in sandboxes, and bugs are injected with AST operators; a bug is kept when some tests fail because of it, the
 others pass, and again on a second run. Each kept bug becomes a pytest task in DEST (the package with the bug as
 the workspace, its tests hidden, the original module as the reference, an instruction describing the failures);
-every task is validated and only admitted ones stay. DEST/synth-report.json holds the yield per package and per
-operator.
+every task is validated and only admitted ones stay: a task that duplicates another (the same bug written another
+way) is removed, and so is one a special-case patch passes (the failing tests' inputs answered from a table, the
+bug left in place) unless differential tests (the fix against the bug on nearby inputs, hidden) make it fail.
+DEST/synth-report.json holds the yield per package and per operator, what was removed and why, and the time.
 
 Each package gets a runtime layer of its own (its declared requirements, test extras included, and pytest; wheels
 only), and its tasks carry it as [environment] with every package pinned, so the judge builds and uses that layer
@@ -63,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     bar = ProgressBar(sys.stderr, "synth") if sys.stderr.isatty() else None
     try:
         report = asyncio.run(synthesize(packages, Path(dest), options=options, workers=args.workers, on_progress=bar))
-    except IsolationUnavailable as exc:
+    except (IsolationUnavailable, ClockUnavailable) as exc:
         print(f"rollbox tasks synth: cannot run packages' tests here: {exc}", file=sys.stderr)
         return 1
     finally:

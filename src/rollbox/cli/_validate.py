@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rollbox.curate import (
+    ClockUnavailable,
     Decision,
     Progress,
     TaskReport,
@@ -26,12 +27,15 @@ from ._args import share, whole
 
 _EPILOG = """\
 Each task gets a decision, admit, weak (its tests let too many mutants of the reference survive) or reject, with
-reasons: reference_fails, reference_reads_tests, flaky, order_dependent, timing_dependent, trivial_passes,
-hack_passes, test_data_in_workspace, f2p_passes_before, p2p_fails, weak_tests, contradictory_cases, answer_leak,
-nondeterministic, validation_error.
+reasons: reference_fails, reference_reads_tests, flaky, order_dependent, hash_seed_dependent, date_dependent,
+timing_dependent, tight_time_limit, trivial_passes, hack_passes, shortcut_passes, test_data_in_workspace,
+f2p_passes_before, p2p_fails, weak_tests, contradictory_cases, answer_leak, duplicate, nondeterministic,
+validation_error.
 
-While every run of the reference passed, it runs again in the tests' own order, up to --steady-runs (29) runs in
-all: a test that fails 1 run in 10 is then missed with probability 0.9**29 = 4.7%.
+While every run of the reference passed, it runs again in the tests' own order, each run under another hash seed,
+up to --steady-runs (29) runs in all: a test that fails 1 run in 10 is then missed with probability 0.9**29 = 4.7%.
+Two runs move the clock 3750 days ahead and back (libfaketime: apt-get install libfaketime; --no-clock skips them).
+The wall and CPU limits must be at least 3 times the reference's worst CPU time.
 --json prints {"tasks": [{"task_id", "decision", "reasons": [{"code", "detail"}], ...}]}.
 
 Results are cached per task content under $ROLLBOX_HOME/validate (default ~/.rollbox): validating an unchanged
@@ -71,13 +75,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--json", action="store_true", help="print the reports as one JSON object")
     p.add_argument("--report", type=Path, metavar="FILE", help="write an HTML summary to FILE")
-    p.add_argument("--fix", action="store_true", help="write generated cases that kill surviving mutants")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="write generated cases that kill surviving mutants, differential tests that a special-case patch fails, "
+        "and limits that leave the reference its headroom",
+    )
     p.add_argument("--workers", type=whole(1, 1024), metavar="N", help="gradings at once (default: the CPUs)")
     p.add_argument("--min-kill-ratio", type=share, default=0.6, metavar="R", help="below it a task is weak")
     p.add_argument(
         "--max-mutants", type=whole(0, 100_000), default=40, metavar="N", help="mutants graded per task at most"
     )
     p.add_argument("--no-pressure", action="store_true", help="skip the reruns under CPU pressure")
+    p.add_argument("--no-clock", action="store_true", help="skip the runs with the clock moved (needs no libfaketime)")
     p.add_argument("--no-cache", action="store_true", help="validate again even tasks validated before")
     p.set_defaults(run=_run)
 
@@ -119,6 +129,8 @@ def _print(reports: list[TaskReport]) -> None:
             print(f"         {reason.code.value}: {reason.detail}")
         if report.fixed_file:
             print(f"         fixed: wrote {report.fixed_file} ({report.generated_cases} generated cases)")
+        if report.widened_limits:
+            print(f"         fixed: [limits] {report.widened_limits}")
     counts = {d: sum(r.decision is d for r in reports) for d in Decision}
     print(", ".join(f"{count} {decision.value}" for decision, count in counts.items()))
 
@@ -131,6 +143,7 @@ def _run(args: argparse.Namespace) -> int:
             min_kill_ratio=args.min_kill_ratio,
             max_mutants=args.max_mutants,
             pressure=not args.no_pressure,
+            clock=not args.no_clock,
             fix=args.fix,
         )
     except ValueError as exc:
@@ -152,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
                 on_progress=bar,
             )
         )
-    except IsolationUnavailable as exc:
+    except (IsolationUnavailable, ClockUnavailable) as exc:
         print(f"rollbox validate: cannot validate here: {exc}", file=sys.stderr)
         return 1
     finally:

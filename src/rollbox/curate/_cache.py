@@ -56,7 +56,8 @@ def _code_version() -> str:
 
 
 class ValidationCache:
-    """Reports by key, one JSON file each under ``root`` (default ``$ROLLBOX_HOME/validate``)."""
+    """Reports by key, one JSON file each under ``root`` (default ``$ROLLBOX_HOME/validate``); and under
+    ``root/seen``, the tasks validations admitted, by fingerprint (``_duplicates``), for later ones to compare with."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or rollbox_home() / "validate"
@@ -76,13 +77,31 @@ class ValidationCache:
 
     def put(self, key: str, report: TaskReport) -> None:
         """Store ``report`` under ``key`` (atomically: a reader never sees half a file)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        _write(self.root / f"{key}.json", report.to_json())
+
+    def original(self, fingerprint: str) -> tuple[str, str] | None:
+        """The task (its id and directory) that a validation before admitted with ``fingerprint``, if any."""
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                json.dump(report.to_json(), file)
-            os.replace(temporary, self.root / f"{key}.json")
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+            data = json.loads((self.root / "seen" / f"{fingerprint}.json").read_text(encoding="utf-8"))
+            return str(data["task_id"]), str(data["path"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def remember(self, fingerprint: str, task_id: str, path: str) -> None:
+        """Keep the task with ``fingerprint`` as the original later validations compare with (the first kept stays)."""
+        if self.original(fingerprint) is None:
+            _write(self.root / "seen" / f"{fingerprint}.json", {"task_id": task_id, "path": path})
+
+
+def _write(path: Path, data: object) -> None:
+    """``data`` as JSON at ``path``, atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(data, file)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

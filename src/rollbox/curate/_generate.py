@@ -30,8 +30,9 @@ from rollbox.tasks._cases import FunctionCase, load_function_cases, load_stdio_c
 from rollbox.tasks._values import decode, encode
 
 from ._reference import Reference, read_tree
+from ._toml import set_key
 
-__all__ = ["Generated", "generate_cases"]
+__all__ = ["Generated", "generate_cases", "variations"]
 
 _BATCH = 25
 _HASH_SEEDS = ("0", "1")
@@ -76,7 +77,7 @@ class Generated:
     invalid: int = 0
 
 
-def _variations(value: Any, rng: random.Random) -> Iterator[Any]:
+def variations(value: Any, rng: random.Random) -> Iterator[Any]:
     """Values near ``value``, of its type: boundaries, one step away, emptied, shortened, reversed."""
     kind = type(value)
     if kind is bool:
@@ -95,9 +96,7 @@ def _variations(value: Any, rng: random.Random) -> Iterator[Any]:
         variants = [[], items[:-1], items[1:], items + items[-1:], items[::-1], sorted(items, key=repr), items[:1]]
         if items:
             position = rng.randrange(len(items))
-            variants += [
-                [*items[:position], near, *items[position + 1 :]] for near in _variations(items[position], rng)
-            ]
+            variants += [[*items[:position], near, *items[position + 1 :]] for near in variations(items[position], rng)]
         yield from (kind(v) for v in variants)
     elif kind is dict:
         yield {}
@@ -196,7 +195,7 @@ def _function_inputs(task: Task, reference: Reference, grading: FunctionGrading,
     found: list[list[Any]] = []
     for args in examples:
         for position, value in enumerate(args):
-            found += [[*args[:position], near, *args[position + 1 :]] for near in _variations(value, rng)]
+            found += [[*args[:position], near, *args[position + 1 :]] for near in variations(value, rng)]
     annotations = _signature(reference, grading)
     if annotations and all(_boundaries(a) for a in annotations):
         columns = [_boundaries(a) for a in annotations]
@@ -238,7 +237,7 @@ def _stdio_inputs(task: Task, grading: StdioGrading, limit: int) -> list[str]:
     found: list[str] = []
     for text in existing:
         for start, end, token in _number_tokens(text)[:12]:
-            for near in _variations(int(token), rng):
+            for near in variations(int(token), rng):
                 found.append(text[:start] + str(near) + text[end:])
     unique = [text for text in dict.fromkeys(found) if text not in existing]
     rng.shuffle(unique)
@@ -396,24 +395,5 @@ def write_fix(task: Task, cases: Sequence[dict[str, Any]]) -> str:
     if existing and not existing.endswith("\n"):
         existing += "\n"
     (task.tests / new).write_text(existing + "".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
-    toml = task.path / "task.toml"
-    lines = toml.read_text(encoding="utf-8").splitlines()
-    section, done = "", False
-    for index, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("["):
-            if section == "[grading]" and not done:
-                lines.insert(index, f'cases = "{new}"')
-                done = True
-                break
-            section = stripped
-        elif section == "[grading]" and stripped.split("=", 1)[0].strip() == "cases":
-            lines[index] = f'cases = "{new}"'
-            done = True
-            break
-    if not done:
-        if section != "[grading]":
-            raise ValueError(f"{toml} has no [grading] table to point at {new}")
-        lines.append(f'cases = "{new}"')
-    toml.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    set_key(task.path / "task.toml", "grading", "cases", f'"{new}"')
     return f"tests/{new}"

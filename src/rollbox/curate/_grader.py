@@ -8,15 +8,17 @@ needed it reports ``validation_error``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rollbox.judge import Verdict, VerdictStatus, grade
+from rollbox.judge.runners._probe import probe
 from rollbox.sandbox import SandboxSource, WarmSandboxes
 from rollbox.tasks import Task
 
-__all__ = ["Grader", "Progress"]
+__all__ = ["Grader", "Measured", "Progress"]
 
 
 @dataclass
@@ -27,6 +29,14 @@ class Progress:
     planned: int = 0
     tasks_done: int = 0
     tasks: int = 0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A verdict, and the CPU seconds of the grading's longest run under the task's limits (``None``: unknown)."""
+
+    verdict: Verdict
+    cpu_s: float | None
 
 
 class Grader:
@@ -57,29 +67,51 @@ class Grader:
 
     async def grade(self, task: Task, files: Mapping[str, bytes]) -> Verdict:
         """One grading; ``infra_error`` only when every retry failed too."""
+        return (await self.measure(task, files)).verdict
+
+    async def measure(self, task: Task, files: Mapping[str, bytes], env: Mapping[str, str] | None = None) -> Measured:
+        """One grading, under ``env`` over the judge's variables (validation's probe: see
+        ``rollbox.judge.runners._probe``), with its CPU time."""
         verdict = Verdict(task_id=task.id, status=VerdictStatus.INFRA_ERROR, reward=None)
+        cpu_s: float | None = None
         async with self._gate:
             for _ in range(1 + self._retries):
-                try:
-                    verdict = await grade(task, files, sandboxes=self.sandboxes)
-                except Exception as exc:  # a bug of rollbox's: this grading's infra_error, not the whole run's end
-                    verdict = Verdict(
-                        task_id=task.id,
-                        status=VerdictStatus.INFRA_ERROR,
-                        reward=None,
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
+                with probe(env) as measured:
+                    try:
+                        verdict = await grade(task, files, sandboxes=self.sandboxes)
+                    except Exception as exc:  # a bug of rollbox's: this grading's infra_error, not the run's end
+                        verdict = Verdict(
+                            task_id=task.id,
+                            status=VerdictStatus.INFRA_ERROR,
+                            reward=None,
+                            error=f"{type(exc).__name__}: {exc}",
+                        )
+                cpu_s = measured.cpu_s
                 if verdict.status is not VerdictStatus.INFRA_ERROR:
                     break
         self.progress.done += 1
         self.report()
-        return verdict
+        return Measured(verdict, cpu_s)
 
     async def grade_all(self, items: Sequence[tuple[Task, Mapping[str, bytes]]]) -> list[Verdict]:
         """Every item's verdict, in the items' order (graded concurrently)."""
         self.progress.planned += len(items)
         self.report()
         return list(await asyncio.gather(*(self.grade(task, files) for task, files in items)))
+
+    async def measure_all(
+        self, items: Sequence[tuple[Task, Mapping[str, bytes], Mapping[str, str] | None]]
+    ) -> list[Measured]:
+        """Every ``(task, files, env)`` item measured, in the items' order (graded concurrently)."""
+        self.progress.planned += len(items)
+        self.report()
+        return list(await asyncio.gather(*(self.measure(task, files, env) for task, files, env in items)))
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one of the ``workers`` slots (for a sandbox run that is no grading)."""
+        async with self._gate:
+            yield
 
     async def close(self) -> None:
         """Close the warm sandboxes."""

@@ -37,6 +37,9 @@ class Operator(str, enum.Enum):
     INVERTED_CONDITION = "inverted_condition"
     #: An arithmetic operator exchanged for its counterpart (``+`` and ``-``, ``*`` and ``//``, ...).
     ARITHMETIC = "arithmetic"
+    #: A whole branch emptied (an ``if``'s or ``else``'s body, an ``except`` handler's), or a ``raise`` removed:
+    #: behaviour a statement promises, which a test that checks it notices.
+    REMOVED_BRANCH = "removed_branch"
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,33 @@ class _Sites(ast.NodeVisitor):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.For | ast.While | ast.If | ast.With | ast.Try):
             for body in (getattr(node, "body", []), getattr(node, "orelse", []), getattr(node, "finalbody", [])):
                 self._removals(body)
+        self._branches(node)
+
+    def _branches(self, node: ast.AST) -> None:
+        if isinstance(node, ast.If):
+            test = _short(self.source, node.test)
+            self._emptied(node.body, f"the branch `if {test}:` emptied")
+            if node.orelse and not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):  # not an elif
+                self._emptied(node.orelse, f"the `else` of `if {test}:` emptied")
+        elif isinstance(node, ast.ExceptHandler):
+            caught = f" {_short(self.source, node.type)}" if node.type is not None else ""
+            self._emptied(node.body, f"the handler `except{caught}:` emptied")
+        elif isinstance(node, ast.Raise):
+            self._add(
+                Operator.REMOVED_BRANCH,
+                node,
+                f"`{_short(self.source, node)}` removed",
+                lambda: apply_edits(self.source, [Edit.of(node, "pass")]),
+            )
+
+    def _emptied(self, body: list[ast.stmt], description: str) -> None:
+        if not body or all(isinstance(s, ast.Pass) for s in body):
+            return
+        first, last = body[0], body[-1]
+        edit = Edit(first.lineno, first.col_offset, last.end_lineno or last.lineno, last.end_col_offset or 0, "pass")
+        self.sites.append(
+            (Operator.REMOVED_BRANCH, first.lineno, description, lambda: apply_edits(self.source, [edit]))
+        )
 
     def _constant(self, node: ast.Constant) -> None:
         value = node.value

@@ -31,6 +31,19 @@ class ReasonCode(str, enum.Enum):
     ORDER_DEPENDENT = "order_dependent"
     #: A test that passes on every ordinary run of the reference fails under CPU pressure.
     TIMING_DEPENDENT = "timing_dependent"
+    #: A test passes under the judge's hash seed (``PYTHONHASHSEED=0``) and fails, repeatably, under another: it
+    #: pins the iteration order of a set or a dict keyed by strings, which a correct solution need not keep.
+    HASH_SEED_DEPENDENT = "hash_seed_dependent"
+    #: A test passes today and fails, repeatably, with the clock moved years ahead or back: a time bomb.
+    DATE_DEPENDENT = "date_dependent"
+    #: The task's time limit leaves the reference less than the stated headroom over its CPU time.
+    TIGHT_TIME_LIMIT = "tight_time_limit"
+    #: The task is another task again: the same workspace, tests and grading, or the same fix (compared after
+    #: normalising how it is written) for the same fail_to_pass tests. The detail names the original.
+    DUPLICATE = "duplicate"
+    #: A special-case patch passes: the starting workspace with the fail_to_pass tests' calls answered from a
+    #: table of their inputs, the bug left in place.
+    SHORTCUT_PASSES = "shortcut_passes"
     #: A trivial solution (the untouched workspace, an empty body, a constant, NotImplementedError) passes.
     TRIVIAL_PASSES = "trivial_passes"
     #: A hack (always-equal objects, early exits, conftest or config rewrites, test edits, expected values read
@@ -46,7 +59,8 @@ class ReasonCode(str, enum.Enum):
     F2P_PASSES_BEFORE = "f2p_passes_before"
     #: A pass_to_pass test fails on the starting workspace or with the reference.
     P2P_FAILS = "p2p_fails"
-    #: Mutants of the reference survive the tests: the kill ratio is below the threshold.
+    #: Mutants of the reference survive the tests: the kill ratio is below the threshold, or a mutant that removes
+    #: a whole branch or ``raise`` survives (behaviour no test checks).
     WEAK_TESTS = "weak_tests"
     #: Two cases give the same inputs different expected outputs.
     CONTRADICTORY_CASES = "contradictory_cases"

@@ -31,6 +31,8 @@ class MutantResult:
     operator: str
     path: str
     location: str
+    #: The function it changes (``Class.method``), or ``""`` at module level.
+    function: str = ""
     description: str
     killed: bool
     #: Whether the generated cases kill it (``None``: none were generated, or it was already killed).
@@ -41,6 +43,7 @@ class MutantResult:
         return {
             "operator": self.operator,
             "path": self.path,
+            "function": self.function,
             "location": self.location,
             "description": self.description,
             "killed": self.killed,
@@ -72,6 +75,15 @@ class TaskReport:
     #: Gradings of the reference that looked for failing tests (every order's, the sequential rule's, the reruns).
     reference_runs: int = 0
     candidates: tuple[CandidateResult, ...] = ()
+    #: The reference's worst CPU time over its runs (the time limit's headroom is measured against it).
+    reference_cpu_s: float | None = None
+    #: What ``--fix`` wrote into task.toml's [limits] (empty: nothing).
+    widened_limits: str = ""
+    #: Distinct inputs the fail_to_pass tests gave the functions a special-case patch would answer (``None``: not
+    #: recorded): one or a few, and a table of them passes for a fix (``shortcut_passes``).
+    f2p_inputs: int | None = None
+    #: The task this one duplicates (its id and directory), for ``duplicate``.
+    duplicate_of: str | None = None
     #: Gradings run for this report.
     gradings: int = 0
     duration_s: float = 0.0
@@ -81,6 +93,15 @@ class TaskReport:
     def codes(self) -> set[ReasonCode]:
         """The reasons' codes."""
         return {reason.code for reason in self.reasons}
+
+    def survivors(self) -> dict[str, list[str]]:
+        """The surviving mutants' descriptions per function (``path::Class.method``; ``path`` at module level)."""
+        found: dict[str, list[str]] = {}
+        for m in self.mutants:
+            if not m.killed:
+                name = f"{m.path}::{m.function}" if m.function else m.path
+                found.setdefault(name, []).append(f"{m.location}: {m.description} ({m.operator})")
+        return found
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object: ``task_id``, ``decision``, ``reasons`` (``code``, ``detail``) first."""
@@ -96,6 +117,11 @@ class TaskReport:
             "fixed_file": self.fixed_file,
             "flaky_tests": list(self.flaky_tests),
             "reference_runs": self.reference_runs,
+            "reference_cpu_s": self.reference_cpu_s,
+            "widened_limits": self.widened_limits,
+            "f2p_inputs": self.f2p_inputs,
+            "duplicate_of": self.duplicate_of,
+            "survivors": self.survivors(),
             "mutants": [mutant.to_json() for mutant in self.mutants],
             "candidates": [candidate.to_json() for candidate in self.candidates],
             "gradings": self.gradings,
@@ -124,6 +150,10 @@ class TaskReport:
             reference_runs=data["reference_runs"],
             mutants=tuple(MutantResult(**m) for m in data["mutants"]),
             candidates=tuple(CandidateResult(**c) for c in data["candidates"]),
+            reference_cpu_s=data.get("reference_cpu_s"),
+            widened_limits=data.get("widened_limits", ""),
+            f2p_inputs=data.get("f2p_inputs"),
+            duplicate_of=data.get("duplicate_of"),
             gradings=data["gradings"],
             duration_s=data["duration_s"],
             cached=data["cached"],

@@ -1,10 +1,11 @@
-"""What the reference's runs say about each test: flaky, failing, or dependent on the order.
+"""What the reference's runs say about each test: flaky, failing, or dependent on a condition of the run.
 
-Runs are grouped by order (seed 0 the tests' own, see ``_variants``). Within one order a test's outcome must not
-change: a test that passed and failed there is ``flaky``. Validation keeps running the reference in the tests' own
-order while every run passed, up to ``steady_runs`` runs in all, so a test that fails a share ``p`` of its runs
-goes unseen with probability ``(1 - p) ** steady_runs``; the first failure ends that, and the order it failed in
-is run again to tell these apart.
+Each run of the reference has a :class:`Condition`: the order of the tests (seed 0 the tests' own, see
+``_variants``), the hash seed (``PYTHONHASHSEED``; the judge's is 0) and the clock (moved by an offset, see
+``_clock``). The judge's own condition is the baseline. Within one condition a test's outcome must not change: a
+test that passed and failed there is ``flaky``. A test that passed on every baseline run and failed on every run
+of another condition depends on what that condition changes. Only what was observed counts: a test that never
+reported (the run hit a limit first, or died) is neither a pass nor a failure.
 """
 
 from __future__ import annotations
@@ -16,37 +17,75 @@ from rollbox.judge import Outcome, Verdict, VerdictStatus
 
 from ._variants import Variant
 
-__all__ = ["RunFindings", "read_runs"]
+__all__ = ["BASELINE", "Condition", "RunFindings", "read_runs"]
+
+
+@dataclass(frozen=True, order=True)
+class Condition:
+    """What one run of the reference varies from the judge's own grading; at most one thing at a time."""
+
+    #: The tests' order: 0 their own, 1 reversed, ``k`` a shuffle drawn from ``k``.
+    order: int = 0
+    #: ``PYTHONHASHSEED`` (the judge grades under 0).
+    hash_seed: int = 0
+    #: The clock's offset as libfaketime writes it (``+3750d``); empty: the real clock.
+    clock: str = ""
+
+    def describe(self) -> str:
+        """The condition in words."""
+        if self.clock:
+            days = int(self.clock.rstrip("d"))
+            return f"the clock moved {abs(days)} days {'ahead' if days > 0 else 'back'} ({self.clock})"
+        if self.hash_seed:
+            return f"PYTHONHASHSEED={self.hash_seed} (the judge grades under 0)"
+        if self.order == 1:
+            return "reversed order (seed 1)"
+        return f"shuffled order {self.order} (seed {self.order})" if self.order else "the judge's own run"
+
+
+#: The judge's own grading: the tests' order, hash seed 0, the real clock.
+BASELINE = Condition()
 
 
 @dataclass(frozen=True)
 class RunFindings:
     """The tests the reference's runs single out (the original task's ids, sorted)."""
 
-    #: Passed and failed on runs in one order.
+    #: Passed and failed on runs of one condition.
     flaky: list[str]
-    #: Not flaky, and failed on every run in the tests' own order.
+    #: Not flaky, and failed on every baseline run that reported it.
     failing: list[str]
-    #: Not flaky, passed on every run in the tests' own order, and failed on every run of another: that order's seed.
-    order_dependent: dict[str, int]
+    #: Not flaky, passed on every baseline run, and failed on every run of another condition that reported it:
+    #: the first such condition.
+    dependent: dict[str, Condition]
+    #: Expected on a baseline run but never reported on any (the run ended before them).
+    missing: list[str]
 
 
-def read_runs(runs: Mapping[int, Sequence[Verdict]], variants: Sequence[Variant]) -> RunFindings:
-    """The findings of ``runs`` (verdicts by seed; ``variants[seed]`` maps the ids back), infra errors aside."""
-    outcomes: dict[str, dict[int, list[bool]]] = {}
-    for seed, verdicts in runs.items():
+def read_runs(runs: Mapping[Condition, Sequence[Verdict]], variants: Sequence[Variant]) -> RunFindings:
+    """The findings of ``runs`` (verdicts by condition; ``variants[order]`` maps the ids back), infra errors
+    aside."""
+    outcomes: dict[str, dict[Condition, list[bool]]] = {}
+    expected: set[str] = set()
+    for condition, verdicts in runs.items():
         for verdict in verdicts:
             if verdict.status is VerdictStatus.INFRA_ERROR:
                 continue
             for graded in verdict.tests:
+                test = variants[condition.order].original(graded.id)
+                if condition == BASELINE:
+                    expected.add(test)
+                if graded.outcome is Outcome.MISSING:
+                    continue  # it never ran: nothing was observed
                 ok = graded.outcome is Outcome.PASSED
-                outcomes.setdefault(variants[seed].original(graded.id), {}).setdefault(seed, []).append(ok)
-    flaky = sorted(t for t, by_seed in outcomes.items() if any(len(set(p)) > 1 for p in by_seed.values()))
-    failing = sorted(t for t, s in outcomes.items() if t not in flaky and s.get(0) and not any(s[0]))
-    order: dict[str, int] = {}
-    for test, by_seed in sorted(outcomes.items()):
-        if test not in flaky and by_seed.get(0) and all(by_seed[0]):
-            bad = [seed for seed, passes in by_seed.items() if seed and not any(passes)]
+                outcomes.setdefault(test, {}).setdefault(condition, []).append(ok)
+    flaky = sorted(t for t, by in outcomes.items() if any(len(set(seen)) > 1 for seen in by.values()))
+    failing = sorted(t for t, by in outcomes.items() if t not in flaky and by.get(BASELINE) and not any(by[BASELINE]))
+    dependent: dict[str, Condition] = {}
+    for test, by in sorted(outcomes.items()):
+        if test not in flaky and by.get(BASELINE) and all(by[BASELINE]):
+            bad = sorted(c for c, seen in by.items() if c != BASELINE and not any(seen))
             if bad:
-                order[test] = bad[0]
-    return RunFindings(flaky=flaky, failing=failing, order_dependent=order)
+                dependent[test] = bad[0]
+    missing = sorted(t for t in expected if BASELINE not in outcomes.get(t, {}))
+    return RunFindings(flaky=flaky, failing=failing, dependent=dependent, missing=missing)

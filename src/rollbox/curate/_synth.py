@@ -22,6 +22,7 @@ import json
 import re
 import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,11 +34,14 @@ from rollbox.tasks import Environment, PytestGrading, Task, load_task
 
 from ._grader import Grader, Progress
 from ._mutate import Mutant, Operator, mutants, sample_mutants
+from ._options import ValidateOptions
 from ._package import Layout, package_environment, read_layout, split_tree
 from ._pypi import SynthError, fetch_sdist, unpack_sdist
-from ._reasons import Decision
+from ._reasons import Decision, ReasonCode
 from ._reference import is_test_file
-from ._validate import ValidateOptions, validate
+from ._report import TaskReport
+from ._toml import toml_list
+from ._validate import validate
 
 __all__ = ["PackageYield", "SynthOptions", "SynthReport", "synthesize"]
 
@@ -46,7 +50,10 @@ _RUN_DIR = "/tmp/.rollbox-synth"
 
 
 def _default_validation() -> ValidateOptions:
-    return ValidateOptions(runs=2, reruns=2, max_mutants=6, pressure_runs=1, generate=False, candidates="essential")
+    # fix: a task a special-case patch passes gets differential tests when some tell the fix from the bug.
+    return ValidateOptions(
+        runs=2, reruns=2, max_mutants=6, pressure_runs=1, generate=False, candidates="essential", fix=True
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,8 +84,32 @@ class PackageYield:
     rejected: Counter[str] = dataclasses.field(default_factory=Counter)
     #: The tasks validation turned away (their directories are removed): name -> each reason's code and detail.
     rejected_tasks: dict[str, list[dict[str, str]]] = dataclasses.field(default_factory=dict)
+    #: Tasks removed as duplicates of another (the same bug written another way, or the same task again).
+    duplicates: int = 0
+    #: Tasks a special-case patch passed: removed, or (``strengthened``) admitted with differential tests.
+    shortcut_passable: int = 0
+    strengthened: int = 0
+    #: Tasks removed only because a special-case patch passed them (what the check alone takes away).
+    shortcut_only: int = 0
+    #: Seconds to fetch, build and screen the package (wall), and its tasks' validation (summed over tasks, which
+    #: are validated side by side).
+    screen_s: float = 0.0
+    validation_task_s: float = 0.0
     #: Why the package gave nothing (it could not be fetched, built or tested).
     error: str | None = None
+
+    def tally(self, report: TaskReport) -> None:
+        """Count one task's validation."""
+        self.validation_task_s += report.duration_s
+        shortcut = any(c.kind == "shortcut" and c.status == "passed" for c in report.candidates)
+        self.shortcut_passable += shortcut
+        codes = report.codes()
+        if report.decision is Decision.ADMIT:
+            self.strengthened += shortcut and report.fixed_file is not None
+            return
+        self.rejected.update({c.value for c in codes})
+        self.duplicates += ReasonCode.DUPLICATE in codes
+        self.shortcut_only += codes == {ReasonCode.SHORTCUT_PASSES}
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object."""
@@ -91,6 +122,12 @@ class PackageYield:
             "admitted": dict(self.admitted),
             "rejected": dict(self.rejected),
             "rejected_tasks": self.rejected_tasks,
+            "duplicates": self.duplicates,
+            "shortcut_passable": self.shortcut_passable,
+            "strengthened": self.strengthened,
+            "shortcut_only": self.shortcut_only,
+            "screen_s": round(self.screen_s, 1),
+            "validation_task_s": round(self.validation_task_s, 1),
             "error": self.error,
         }
 
@@ -101,25 +138,34 @@ class SynthReport:
 
     packages: list[PackageYield]
     tasks: list[Path]
+    #: Wall seconds of the whole run.
+    duration_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object."""
-        return {"packages": [p.to_json() for p in self.packages], "tasks": [str(t) for t in self.tasks]}
+        return {
+            "packages": [p.to_json() for p in self.packages],
+            "tasks": [str(t) for t in self.tasks],
+            "duration_s": round(self.duration_s, 1),
+        }
 
     def markdown(self) -> str:
-        """The yield per package and per operator, as two Markdown tables."""
+        """The yield per package and per operator, as two Markdown tables, and the reasons tasks were turned away."""
         lines = [
-            "| package | steady tests | mutants graded | bugs kept | tasks admitted |",
-            "|---|---:|---:|---:|---:|",
+            "| package | steady tests | candidates | bugs kept | duplicates removed | shortcut-passable removed "
+            "| strengthened | tasks admitted | screening s | validation task-s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for p in self.packages:
             name = f"{p.name} {p.version}".strip()
             if p.error:
-                lines.append(f"| {name} | - | - | - | {p.error} |")
+                lines.append(f"| {name} | - | - | - | - | - | - | - | - | {p.error} |")
                 continue
+            removed = p.shortcut_passable - p.strengthened
             lines.append(
-                f"| {name} | {p.steady_tests} | {sum(p.graded.values())} | {sum(p.kept.values())} "
-                f"| {sum(p.admitted.values())} |"
+                f"| {name} | {p.steady_tests} | {sum(p.graded.values())} | {sum(p.kept.values())} | {p.duplicates} "
+                f"| {removed} | {p.strengthened} | {sum(p.admitted.values())} | {p.screen_s:.0f} "
+                f"| {p.validation_task_s:.0f} |"
             )
         total = Counter[str]()
         kept = Counter[str]()
@@ -129,7 +175,10 @@ class SynthReport:
             kept.update(p.kept)
             admitted.update(p.admitted)
         lines += [
-            f"| **all** | | {sum(total.values())} | {sum(kept.values())} | {sum(admitted.values())} |",
+            f"| **all** | | {sum(total.values())} | {sum(kept.values())} "
+            f"| {sum(p.duplicates for p in self.packages)} "
+            f"| {sum(p.shortcut_passable - p.strengthened for p in self.packages)} "
+            f"| {sum(p.strengthened for p in self.packages)} | {sum(admitted.values())} | | |",
             "",
             "| operator | mutants graded | bugs kept | tasks admitted | admitted per graded |",
             "|---|---:|---:|---:|---:|",
@@ -165,15 +214,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-").lower()
 
 
-def _toml_list(items: Sequence[str]) -> str:
-    return "[\n" + "".join(f"  {json.dumps(i)},\n" for i in items) + "]"
-
-
 def _environment_toml(environment: Environment) -> str:
     """``[environment]`` for task.toml: the package's runtime layer, every requirement pinned."""
     return (
         f"[environment]\npython = {json.dumps(environment.python)}\n"
-        f"requirements = {_toml_list(environment.requirements)}\n"
+        f"requirements = {toml_list(environment.requirements)}\n"
     )
 
 
@@ -186,6 +231,13 @@ class _Package:
         self.tasks: list[tuple[Path, str]] = []  # (task directory, operator)
 
     async def run(self) -> None:
+        started = time.monotonic()
+        try:
+            await self._run()
+        finally:
+            self.result.screen_s = time.monotonic() - started
+
+    async def _run(self) -> None:
         try:
             sdist = await asyncio.to_thread(fetch_sdist, self.spec)
             self.result.name, self.result.version = sdist.name, sdist.version
@@ -340,8 +392,8 @@ class _Package:
             "change": bug.mutant.description,
         }
         (path / "task.toml").write_text(
-            f'id = {json.dumps(name)}\n\n[grading]\nrunner = "pytest"\nfail_to_pass = {_toml_list(bug.failing)}\n'
-            f'pass_to_pass = {_toml_list(p2p)}\n\n[limits]\ntimeout = "{limits.timeout_s:g}s"\n'
+            f'id = {json.dumps(name)}\n\n[grading]\nrunner = "pytest"\nfail_to_pass = {toml_list(bug.failing)}\n'
+            f'pass_to_pass = {toml_list(p2p)}\n\n[limits]\ntimeout = "{limits.timeout_s:g}s"\n'
             f'cpu_time = "{limits.cpu_time_s:g}s"\nmemory = "1G"\npids = 256\n\n'
             f"{_environment_toml(probe.environment)}\n[metadata]\n"
             + "".join(f"{k} = {json.dumps(v)}\n" for k, v in metadata.items()),
@@ -363,6 +415,7 @@ async def synthesize(
     A package that cannot be used (not on the index, no sdist, missing requirements, no test passing) is reported
     in its :class:`PackageYield`'s ``error`` and gives no task; the others go on.
     """
+    started = time.monotonic()
     options = options or SynthOptions()
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
@@ -391,10 +444,10 @@ async def synthesize(
             on_progress=on_progress,
         )
         for (run, path, operator), report in zip(made, reports, strict=True):
+            run.result.tally(report)
             if report.decision is Decision.ADMIT:
                 run.result.admitted[operator] += 1
             else:
-                run.result.rejected.update({r.code.value for r in report.reasons})
                 reasons = [{"code": r.code.value, "detail": r.detail} for r in report.reasons]
                 run.result.rejected_tasks[path.name] = reasons
                 shutil.rmtree(path)
@@ -402,6 +455,6 @@ async def synthesize(
         for run, _, operator in made:
             run.result.admitted[operator] += 1
     kept = [path for _, path, _ in made if path.exists()]
-    result = SynthReport([run.result for run in runs], kept)
+    result = SynthReport([run.result for run in runs], kept, duration_s=time.monotonic() - started)
     (dest / "synth-report.json").write_text(json.dumps(result.to_json(), indent=1) + "\n", encoding="utf-8")
     return result

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
 from rollbox import telemetry
 from rollbox.judge import Outcome, Verdict, VerdictStatus
@@ -43,21 +41,27 @@ from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
 from ._cache import ValidationCache, content_hash
 from ._candidates import ESSENTIAL, TEST_DATA, Candidate, hack_candidates, trivial_candidates
+from ._clock import CLOCK_OFFSETS, clock_env, libfaketime
 from ._contradictions import contradictions
+from ._duplicates import after_grading, before_grading, duplicates, fingerprint
 from ._generate import generate_cases, write_fix
-from ._grader import Grader, Progress
+from ._grader import Grader, Measured, Progress
+from ._headroom import tight, widen
 from ._leaks import find_leaks
-from ._mutate import Mutant, mutants, sample_mutants
+from ._options import ValidateOptions
 from ._pressure import cpu_pressure, pressure_processes
 from ._reads import naming_the_tests, sealed_off
-from ._reasons import Reason, ReasonCode, decide
+from ._reasons import Decision, Reason, ReasonCode, decide
 from ._reference import Reference
+from ._reference_runs import ReferenceRuns, listed
 from ._report import CandidateResult, MutantResult, TaskReport
-from ._runs import read_runs
-from ._variants import Variant, limited, ordered, with_cases
+from ._runs import BASELINE
+from ._special_cases import check_special_cases
+from ._strength import choose_mutants, weak_reasons
+from ._variants import limited, ordered, with_cases
 from ._verdicts import caught_by_a_canary, let_through, passed, same
 
-__all__ = ["ValidateOptions", "validate"]
+__all__ = ["validate"]
 
 #: How long a mutant's grading may take, as a multiple of the reference's (plus a second): a mutant that loops
 #: is killed in seconds, not at the task's own limit.
@@ -65,62 +69,10 @@ _MUTANT_TIME_FACTOR = 5.0
 #: Gradings again of a hack that every test passed and only a must-fail canary caught: canaries are drawn at
 #: random per grading, so another draw may miss it (and training rewards that draw).
 _CANARY_REDRAWS = 8
+#: The hash seed the determinism check's reruns run under (the judge's is 0).
+_OTHER_HASH_SEED = {"PYTHONHASHSEED": "1"}
 #: Wall limits snap to these (seconds), so that mutants of many tasks share warm pools.
 _STEPS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ValidateOptions:
-    """What validation does, and how hard it looks."""
-
-    #: Reference runs, each in another seeded test order (the first in the tests' own).
-    runs: int = 3
-    #: Extra runs of an order in which a test failed (and of the tests' own order then).
-    reruns: int = 2
-    #: Runs of the reference, all passing, before a task counts as steady: while every run so far passed, more run
-    #: in the tests' own order. A test failing a share ``p`` of its runs is missed with probability
-    #: ``(1 - p) ** steady_runs``: 29 miss one that fails 1 run in 10 with probability 0.9**29 = 4.7%.
-    steady_runs: int = 29
-    #: Below this kill ratio, a task is ``weak``.
-    min_kill_ratio: float = 0.6
-    #: Mutants graded per task at most (drawn evenly across operators).
-    max_mutants: int = 40
-    #: Whether to rerun the reference under CPU pressure, and how often.
-    pressure: bool = True
-    pressure_runs: int = 2
-    #: Whether to generate cases for ``function`` and ``stdio`` tasks whose mutants survive, and how many inputs.
-    generate: bool = True
-    max_generated: int = 200
-    #: Whether to write the stronger cases as a new file of the task (the old one kept).
-    fix: bool = False
-    #: Every trivial and hack candidate, or only one of each kind of trick (``essential``: for tasks whose every
-    #: grading is expensive, such as a package's whole test suite).
-    candidates: Literal["all", "essential"] = "all"
-
-    def __post_init__(self) -> None:
-        for name in ("runs", "pressure_runs", "steady_runs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ValidateOptions.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("reruns", "max_mutants", "max_generated"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ValidateOptions.{name} must not be negative, got {getattr(self, name)}")
-        if self.candidates not in ("all", "essential"):
-            raise ValueError(f"ValidateOptions.candidates must be 'all' or 'essential', got {self.candidates!r}")
-        if not 0.0 <= self.min_kill_ratio <= 1.0:
-            raise ValueError(f"ValidateOptions.min_kill_ratio must be from 0 to 1, got {self.min_kill_ratio}")
-
-    def fingerprint(self) -> str:
-        """The options as one string, for the cache's key."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-
-def _listed(names: Sequence[str], limit: int = 4) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _order_name(seed: int) -> str:
-    return "the tests' own order" if seed == 0 else "reversed order" if seed == 1 else f"shuffled order {seed}"
 
 
 def _snap(seconds: float, ceiling: float) -> float:
@@ -167,17 +119,27 @@ class _TaskRun:
         #: Tests that passed on every run of the reference in the tests' own order (None: it did not pass).
         self.steady: set[str] | None = None
         self.reference_wall_s = 0.0
+        #: The reference's worst CPU time over its runs on the real clock (``None``: not measured).
+        self.reference_cpu_s: float | None = None
+        #: What ``fix`` wrote into task.toml's [limits], when the time limit was too tight.
+        self.widened = ""
+        self.f2p_inputs: int | None = None
 
     def add(self, code: ReasonCode, detail: str) -> None:
         self.reasons.append(Reason(code, detail))
 
     async def grade(self, items: Sequence[tuple[Task, Mapping[str, bytes]]]) -> list[Verdict]:
-        verdicts = await self.grader.grade_all(items)
-        self.gradings += len(verdicts)
-        for verdict in verdicts:
-            if verdict.status is VerdictStatus.INFRA_ERROR:
-                self.add(ReasonCode.VALIDATION_ERROR, f"a grading failed in rollbox or the host: {verdict.error}")
-        return verdicts
+        return [m.verdict for m in await self.measure([(task, files, None) for task, files in items])]
+
+    async def measure(
+        self, items: Sequence[tuple[Task, Mapping[str, bytes], Mapping[str, str] | None]]
+    ) -> list[Measured]:
+        measured = await self.grader.measure_all(items)
+        self.gradings += len(measured)
+        for m in measured:
+            if m.verdict.status is VerdictStatus.INFRA_ERROR:
+                self.add(ReasonCode.VALIDATION_ERROR, f"a grading failed in rollbox or the host: {m.verdict.error}")
+        return measured
 
     async def run(self) -> None:
         started = time.monotonic()
@@ -200,28 +162,22 @@ class _TaskRun:
         if self.options.candidates == "essential":
             trivials = [c for c in trivials if c.name in ESSENTIAL]
             hacks = [c for c in hacks if c.name in ESSENTIAL]
-        variants = (
-            [ordered(task, seed, self.scratch) for seed in range(self.options.runs)] if reference is not None else []
-        )
         repeated = [c for c in trivials if c.name in ("untouched_workspace", "empty_body")]
-        first: list[tuple[Task, Mapping[str, bytes]]] = [(v.task, reference.files) for v in variants if reference]
-        first += [(task, c.files) for c in [*trivials, *repeated, *hacks]]
-        verdicts = await self.grade(first)
-        reference_verdicts, verdicts = verdicts[: len(variants)], verdicts[len(variants) :]
-        trivial_verdicts, verdicts = verdicts[: len(trivials)], verdicts[len(trivials) :]
-        repeat_verdicts, hack_verdicts = verdicts[: len(repeated)], verdicts[len(repeated) :]
-        if reference is None:
+        runs = self._reference_runs()
+        first = runs.first() if runs is not None else []
+        others = [(task, c.files) for c in [*trivials, *hacks]]
+        # The determinism check's reruns under another hash seed: a verdict that follows the seed is no verdict.
+        again = [(task, c.files, _OTHER_HASH_SEED) for c in repeated]
+        measured, verdicts = await asyncio.gather(self.measure([*first, *again]), self.grade(others))
+        first_measured, repeat_verdicts = measured[: len(first)], [m.verdict for m in measured[len(first) :]]
+        trivial_verdicts, hack_verdicts = verdicts[: len(trivials)], verdicts[len(trivials) :]
+        if runs is None:
             self.add(
                 ReasonCode.REFERENCE_FAILS, "the task has no reference solution (solution/): nothing to check it by"
             )
         else:
-            runs = {seed: [verdict] for seed, verdict in enumerate(reference_verdicts)}
-            await self._reference(variants, runs)
-            self.candidates.append(
-                CandidateResult(
-                    name="reference", kind="reference", status=runs[0][0].status.value, reward=runs[0][0].reward
-                )
-            )
+            await runs.finish(first_measured)
+            self._read_reference(runs)
         self._starting_workspace(trivials, trivial_verdicts)
         for candidate, verdict in zip(repeated, repeat_verdicts, strict=True):
             before = trivial_verdicts[trivials.index(candidate)]
@@ -230,64 +186,68 @@ class _TaskRun:
                 self.add(
                     ReasonCode.NONDETERMINISTIC,
                     f"{candidate.name} got {before.status.value} ({before.passed}/{before.total} tests) and then "
-                    f"{verdict.status.value} ({verdict.passed}/{verdict.total}) on a rerun",
+                    f"{verdict.status.value} ({verdict.passed}/{verdict.total}) on a rerun (under "
+                    f"PYTHONHASHSEED={_OTHER_HASH_SEED['PYTHONHASHSEED']})",
                 )
         hack_verdicts = await self._past_the_canaries(hacks, hack_verdicts)
         self._trivials_and_hacks(trivials, trivial_verdicts, hacks, hack_verdicts)
         if self.steady is not None and reference is not None:
             await self._sealed_off(reference)
+            await self._shortcuts(reference)
             await self._mutants(reference)
 
-    async def _until_steady(self, runs: dict[int, list[Verdict]]) -> None:
-        """While every run of the reference passed and fewer than ``steady_runs`` ran, more in the tests' own order,
-        as many at once as the grader has workers (a failure ends it: the evidence is no longer ambiguous)."""
-        assert self.reference is not None
-        while True:
-            done = sum(len(verdicts) for verdicts in runs.values())
-            if done >= self.options.steady_runs or not all(passed(v) for vs in runs.values() for v in vs):
-                return
-            batch = min(self.grader.workers, self.options.steady_runs - done)
-            runs[0] += await self.grade([(self.task, self.reference.files)] * batch)
+    async def _shortcuts(self, reference: Reference) -> None:
+        found = await check_special_cases(
+            self.task,
+            reference,
+            grader=self.grader,
+            grade=self.grade,
+            scratch=self.scratch,
+            max_inputs=self.options.shortcut_inputs,
+            fix=self.options.fix,
+        )
+        self.reasons += found.reasons
+        self.candidates += found.candidates
+        self.f2p_inputs = found.inputs
+        if found.fixed_file is not None:
+            self.fixed_file, self.generated = found.fixed_file, found.cases
 
-    async def _reference(self, variants: list[Variant], runs: dict[int, list[Verdict]]) -> None:
-        assert self.reference is not None
-        await self._until_steady(runs)
-        failing = [seed for seed, verdicts in runs.items() if not all(passed(v) for v in verdicts)]
-        if failing and self.options.reruns:
-            again = sorted({*failing, 0})
-            seeds = [seed for seed in again for _ in range(self.options.reruns)]
-            verdicts = await self.grade([(variants[seed].task, self.reference.files) for seed in seeds])
-            for seed, verdict in zip(seeds, verdicts, strict=True):
-                runs[seed].append(verdict)
-        self.reference_runs = sum(len(verdicts) for verdicts in runs.values())
-        found = read_runs(runs, variants)
-        flaky, failing_tests, order = found.flaky, found.failing, found.order_dependent
-        self.flaky = flaky
-        if flaky:
-            self.add(ReasonCode.FLAKY, f"{_listed(flaky)} passed and failed on reruns of the reference in one order")
-        own = [v for v in runs[0] if v.status is not VerdictStatus.INFRA_ERROR]
-        if failing_tests or (own and not any(passed(v) for v in own) and not flaky):
-            status = own[0].status.value if own else "infra_error"
-            shown = f"fails {_listed(failing_tests)}" if failing_tests else f"gets {status}"
-            detail = own[0].error or next((f["detail"] for f in own[0].flags if f["code"] == "tampered"), "")
-            self.add(
-                ReasonCode.REFERENCE_FAILS,
-                f"the reference {shown} on every run in the tests' own order ({status})"
-                + (f": {detail}" if detail else ""),
-            )
-            grading = self.task.grading
-            if isinstance(grading, PytestGrading) and grading.fail_to_pass is not None:
-                p2p = [t for t in failing_tests if t in grading.pass_to_pass]
-                if p2p:
-                    self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {_listed(p2p)} fail with the reference")
-        for test, seed in order.items():
-            self.add(
-                ReasonCode.ORDER_DEPENDENT,
-                f"{test} passes in the tests' own order but fails on every run in {_order_name(seed)} (seed {seed})",
-            )
-        if own and all(passed(v) for v in own) and not flaky:
-            self.steady = {t.id for t in own[0].tests}
-            self.reference_wall_s = max(v.duration_s for v in own)
+    def _reference_runs(self) -> ReferenceRuns | None:
+        if self.reference is None:
+            return None
+        options = self.options
+        return ReferenceRuns(
+            task=self.task,
+            reference=self.reference,
+            variants=[ordered(self.task, seed, self.scratch) for seed in range(options.runs)],
+            measure=self.measure,
+            workers=self.grader.workers,
+            steady_runs=options.steady_runs,
+            reruns=options.reruns,
+            hash_seeds=options.hash_seeds,
+            clock=options.clock,
+        )
+
+    def _read_reference(self, runs: ReferenceRuns) -> None:
+        self.reasons += runs.reasons
+        self.flaky = runs.flaky
+        self.reference_runs = runs.count
+        own = runs.runs[BASELINE][0].verdict
+        self.candidates.append(
+            CandidateResult(name="reference", kind="reference", status=own.status.value, reward=own.reward)
+        )
+        if runs.steady is None:
+            return
+        self.steady, self.reference_wall_s, self.reference_cpu_s = runs.steady, runs.wall_s, runs.worst_cpu_s
+        if self.reference_cpu_s is None:
+            return
+        detail = tight(self.task, self.reference_cpu_s, self.options.time_headroom)
+        if detail is None:
+            return
+        if self.options.fix:
+            self.widened = widen(self.task, self.reference_cpu_s, self.options.time_headroom)
+            return  # the task on disk now has the limits the rule asks
+        self.add(ReasonCode.TIGHT_TIME_LIMIT, detail + " (--fix widens it)")
 
     def _starting_workspace(self, trivials: list[Candidate], verdicts: list[Verdict]) -> None:
         untouched = verdicts[0]
@@ -298,10 +258,10 @@ class _TaskRun:
             outcome = {t.id: t.outcome for t in untouched.tests}
             already = [t for t in grading.fail_to_pass if outcome.get(t) is Outcome.PASSED]
             if already:
-                self.add(ReasonCode.F2P_PASSES_BEFORE, f"fail_to_pass {_listed(already)} already pass on the workspace")
+                self.add(ReasonCode.F2P_PASSES_BEFORE, f"fail_to_pass {listed(already)} already pass on the workspace")
             broken = [t for t in grading.pass_to_pass if outcome.get(t) is not Outcome.PASSED]
             if broken:
-                self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {_listed(broken)} do not pass on the starting workspace")
+                self.add(ReasonCode.P2P_FAILS, f"pass_to_pass {listed(broken)} do not pass on the starting workspace")
 
     async def _past_the_canaries(self, hacks: list[Candidate], verdicts: list[Verdict]) -> list[Verdict]:
         """Each hack's verdict, a hack caught only by a canary taken again up to :data:`_CANARY_REDRAWS` times:
@@ -382,7 +342,7 @@ class _TaskRun:
                 return
         self.add(
             ReasonCode.REFERENCE_READS_TESTS,
-            f"{_listed(sorted(failed or ()))} pass on every run of the reference but fail when its own code may not "
+            f"{listed(sorted(failed or ()))} pass on every run of the reference but fail when its own code may not "
             "open the hidden tests' files: it reads them",
         )
 
@@ -392,12 +352,7 @@ class _TaskRun:
         return limited(self.task, dataclasses.replace(limits, timeout_s=wall, cpu_time_s=min(limits.cpu_time_s, wall)))
 
     async def _mutants(self, reference: Reference) -> None:
-        found: list[tuple[str, Mutant]] = []
-        for target in reference.targets:
-            found += [(target.path, m) for m in mutants(target.source, within=target.functions or None)]
-        chosen_mutants = sample_mutants([m for _, m in found], self.options.max_mutants, seed=self.task.id)
-        paths = {id(m): path for path, m in found}
-        chosen = [(paths[id(m)], m) for m in chosen_mutants]
+        chosen = choose_mutants(reference, self.options.max_mutants, seed=self.task.id)
         if not chosen:
             return
         task = self._mutant_task()
@@ -414,6 +369,7 @@ class _TaskRun:
                 MutantResult(
                     operator=mutant.operator.value,
                     path=path,
+                    function=mutant.function,
                     location=mutant.location,
                     description=mutant.description,
                     killed=not passed(verdict),
@@ -424,21 +380,12 @@ class _TaskRun:
         if self.generated:
             strong = sum(m.killed or bool(m.killed_by_generated) for m in self.mutants)
             self.kill_ratio_generated = strong / len(self.mutants)
-        ratio = self.kill_ratio
-        if ratio < self.options.min_kill_ratio:
-            alive = [m for m in self.mutants if not m.killed]
-            detail = (
-                f"the tests kill {ratio:.0%} of {len(self.mutants)} mutants of the reference (threshold "
-                f"{self.options.min_kill_ratio:.0%}); {len(alive)} survive, e.g. {alive[0].location}: "
-                f"{alive[0].description}"
-            )
-            if self.fixed_file and self.kill_ratio_generated is not None:
-                if self.kill_ratio_generated >= self.options.min_kill_ratio:
-                    return  # the task on disk now has the stronger cases
-                detail += f"; with {self.fixed_file} {self.kill_ratio_generated:.0%}"
-            elif self.kill_ratio_generated is not None:
-                detail += f"; generated cases would raise it to {self.kill_ratio_generated:.0%} (--fix writes them)"
-            self.add(ReasonCode.WEAK_TESTS, detail)
+        self.reasons += weak_reasons(
+            self.mutants,
+            min_kill_ratio=self.options.min_kill_ratio,
+            kill_ratio_generated=self.kill_ratio_generated,
+            fixed_file=self.fixed_file,
+        )
 
     async def _generated(self, reference: Reference, survivors: list[dict[str, bytes]]) -> list[bool | None]:
         """For each surviving mutant, whether generated cases kill it (``None``: none were generated). The cases
@@ -503,7 +450,7 @@ class _TaskRun:
         if failed:
             self.add(
                 ReasonCode.TIMING_DEPENDENT,
-                f"{_listed(failed)} pass on every ordinary run of the reference but fail under CPU pressure",
+                f"{listed(failed)} pass on every ordinary run of the reference but fail under CPU pressure",
             )
 
     def report(self) -> TaskReport:
@@ -521,6 +468,9 @@ class _TaskRun:
             fixed_file=self.fixed_file,
             flaky_tests=tuple(self.flaky),
             reference_runs=self.reference_runs,
+            reference_cpu_s=self.reference_cpu_s,
+            widened_limits=self.widened,
+            f2p_inputs=self.f2p_inputs,
             candidates=tuple(self.candidates),
             gradings=self.gradings,
             duration_s=self.duration_s,
@@ -545,6 +495,10 @@ async def validate(
         on_progress: Called with a :class:`Progress` after each grading is planned or done.
     """
     options = options or ValidateOptions()
+    if options.clock and libfaketime() is None:
+        clock_env(CLOCK_OFFSETS[0])  # raises ClockUnavailable, which says what to do
+    prints = [fingerprint(task, Reference.of(task)) for task in tasks]
+    copies = duplicates(tasks, [before_grading(p) for p in prints], cache)
     grader = Grader(workers=workers, on_progress=on_progress)
     grader.progress.tasks = len(tasks)
     reports: dict[int, TaskReport] = {}
@@ -554,6 +508,18 @@ async def validate(
         with tempfile.TemporaryDirectory(prefix="rollbox-validate-") as scratch:
             for index, task in enumerate(tasks):
                 content = content_hash(task)
+                if index in copies:  # decided by the set, not by the content: never cached
+                    original, reason = copies[index]
+                    reports[index] = TaskReport(
+                        task_id=task.id,
+                        path=str(task.path),
+                        decision=Decision.REJECT,
+                        reasons=(reason,),
+                        content_hash=content,
+                        duplicate_of=original,
+                    )
+                    grader.progress.tasks_done += 1
+                    continue
                 keys[index] = cache.key(content, options.fingerprint()) if cache else ""
                 found = cache.get(keys[index]) if cache else None
                 if found is not None:
@@ -591,4 +557,15 @@ async def validate(
             grader.report()
     finally:
         await grader.close()
+    admitted = [reports[i].decision is not Decision.REJECT for i in range(len(tasks))]
+    for index, (original, reason) in duplicates(tasks, [after_grading(p) for p in prints], cache, admitted).items():
+        reasons = (*reports[index].reasons, reason)
+        reports[index] = dataclasses.replace(
+            reports[index], reasons=reasons, decision=decide(reasons), duplicate_of=original
+        )
+    if cache is not None:
+        for index, report in reports.items():
+            if report.decision is not Decision.REJECT:  # an original later validations compare with
+                for key in prints[index].all():
+                    cache.remember(key, report.task_id, report.path)
     return [reports[i] for i in range(len(tasks))]

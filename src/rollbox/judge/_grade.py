@@ -30,6 +30,7 @@ from .integrity._workspace import (
     workspace_size,
 )
 from .runners._function import run_function
+from .runners._probe import record_cpu
 from .runners._pytest import run_pytest
 from .runners._report import RunnerReport
 from .runners._script import run_script
@@ -193,6 +194,7 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
         flags = changes.flags + scanned
         with scratch_directory("rollbox-grade-") as tree:
             report = await runner(task, task.grading, _grading_tree(task, candidate, Path(tree), changes), source)
+        record_cpu(report.longest_cpu_s())
     except WorkspaceError as exc:
         # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,
         # never a masked infra_error it could learn to provoke.

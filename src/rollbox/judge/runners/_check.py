@@ -33,8 +33,9 @@ from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.sandbox import ExecResult, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
-from ._channel import GRADING_ENV, ForgedChannel, read_records
+from ._channel import ForgedChannel, read_records
 from ._drivers import driver_command, install_driver
+from ._probe import grading_env
 from ._report import RunnerReport
 from ._tree import GradingTree
 
@@ -131,7 +132,7 @@ async def run_check(tree: GradingTree, task: Task, grading: FunctionGrading, san
         imports = _imported_modules(source)
         command, warm = driver_command(box, driver, f"/workspace/{grading.module}", grading.entry_point, *imports)
         request = json.dumps({"id": run_id, "source": source})
-        result = await box.exec(command, stdin=request, env=GRADING_ENV, warm_python=warm)
+        result = await box.exec(command, stdin=request, env=grading_env(), warm_python=warm)
     if result.status is Status.INFRA_ERROR:
         return RunnerReport(
             tests=(GradedTest(test_id, Outcome.MISSING),), run_status=result.status, detail=result.error

@@ -17,6 +17,8 @@ from importlib import resources
 
 from rollbox.sandbox import Sandbox, SandboxError
 
+from ._probe import forks_apply
+
 __all__ = ["compiled", "driver_command", "install_driver", "sandbox_python"]
 
 
@@ -82,8 +84,9 @@ def driver_command(sb: Sandbox, driver: str, *args: str) -> tuple[list[str], boo
     """The command that runs an installed driver in ``sb``, and whether it is a ``warm_python`` one.
 
     A fork of the sandbox's zygote where one runs or is starting (a warm-Python sandbox); else one plain
-    interpreter, which costs less than starting a zygote for a single command.
+    interpreter, which costs less than starting a zygote for a single command; and always one plain interpreter
+    under a probe's variables (``_probe``), which a fork would not take.
     """
-    if sb.warm_python_ready or sb.warm_python:
+    if (sb.warm_python_ready or sb.warm_python) and forks_apply():
         return ["python3", driver, *args], True
     return ["python3", "-s", driver, *args], False

@@ -13,9 +13,10 @@ from rollbox.tasks import FunctionGrading, Task
 from rollbox.tasks._cases import FunctionCase, load_function_cases
 from rollbox.tasks._values import decode
 
-from ._channel import GRADING_ENV, ForgedChannel, read_records
+from ._channel import ForgedChannel, read_records
 from ._check import run_check
 from ._drivers import driver_command, install_driver
+from ._probe import grading_env
 from ._report import RunnerReport, merge_reports
 from ._tree import GradingTree
 
@@ -82,7 +83,7 @@ async def run_function(
             await tree.lay(sb)
             driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
             command, warm = driver_command(sb, driver, f"/workspace/{grading.module}", grading.entry_point)
-            result = await sb.exec(command, stdin=inputs, env=GRADING_ENV, warm_python=warm)
+            result = await sb.exec(command, stdin=inputs, env=grading_env(), warm_python=warm)
         reports.append(_cases_report(grading, cases, result))
     return merge_reports(reports)
 

@@ -46,8 +46,8 @@ from rollbox.judge.integrity._seal import SealedModule, seal_module
 from rollbox.sandbox import FreshSandboxes, Sandbox, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
 
-from ._channel import GRADING_ENV
 from ._drivers import compiled, install_driver, sandbox_python
+from ._probe import grading_env
 from ._pytest_results import PytestRun, Sealed
 from ._report import RunnerReport
 from ._tree import GradingTree
@@ -237,12 +237,13 @@ async def run_pytest(
                 "-q",
                 *(layout.path(f.removeprefix(layout.prefix)) for f in files),
             ],
-            env={
-                **GRADING_ENV,
-                "PYTHONPATH": f"{_JUDGE}/plugin",
-                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-                "ROLLBOX_SEALED": f"{_JUDGE}/sealed",
-            },
+            env=grading_env(
+                {
+                    "PYTHONPATH": f"{_JUDGE}/plugin",
+                    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                    "ROLLBOX_SEALED": f"{_JUDGE}/sealed",
+                }
+            ),
             cwd=_JUDGE if layout.prefix else "/workspace",
         )
     if result.status is Status.INFRA_ERROR:

@@ -30,8 +30,15 @@ class RunnerReport:
     #: CPU seconds of the graded runs, summed; and their peak memory, for efficiency terms of the reward.
     cpu_s: float = 0.0
     peak_memory_bytes: int = 0
+    #: CPU seconds of the longest single run under the task's limits (each case of a stdio task runs under them
+    #: alone); ``None``: ``cpu_s``, one run.
+    longest_run_cpu_s: float | None = None
     #: Findings of the runner itself (``{"code", "path", "detail"}``), reported with the verdict's flags.
     flags: tuple[dict[str, str], ...] = ()
+
+    def longest_cpu_s(self) -> float:
+        """CPU seconds of the longest single run under the task's limits."""
+        return self.cpu_s if self.longest_run_cpu_s is None else self.longest_run_cpu_s
 
 
 def merge_reports(reports: Sequence[RunnerReport]) -> RunnerReport:
@@ -60,5 +67,6 @@ def merge_reports(reports: Sequence[RunnerReport]) -> RunnerReport:
         fail_to_pass=tuple(t for r in reports for t in r.fail_to_pass),
         flags=tuple(f for r in reports for f in r.flags),
         cpu_s=sum(r.cpu_s for r in reports),
+        longest_run_cpu_s=max(r.longest_cpu_s() for r in reports),
         peak_memory_bytes=max(r.peak_memory_bytes for r in reports),
     )

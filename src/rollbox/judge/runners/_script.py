@@ -48,8 +48,9 @@ from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import ScriptGrading, Task
 
-from ._channel import GRADING_ENV, ForgedChannel, read_records
+from ._channel import ForgedChannel, read_records
 from ._native import reward_shim
+from ._probe import grading_env
 from ._report import RunnerReport
 from ._tree import GradingTree
 
@@ -183,7 +184,7 @@ async def _verify(task: Task, grading: ScriptGrading, tree: GradingTree, sandbox
         await sb.write_file(f"{REWARD_DIR}/.rollbox", b"", read_only=True)  # the directory, read-only to all
         await sb.write_file(_SHIM, reward_shim(), read_only=True)
         await tree.lay(sb)
-        env = {**GRADING_ENV, "ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR, "LD_PRELOAD": _SHIM}
+        env = grading_env({"ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR, "LD_PRELOAD": _SHIM})
         result = await sb.exec(["bash", f"{TESTS_DIR}/{grading.script}"], env=env)
     if result.status is Status.INFRA_ERROR:
         return _Run(result, Outcome.MISSING)

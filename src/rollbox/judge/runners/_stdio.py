@@ -26,7 +26,7 @@ from rollbox.sandbox import ExecResult, FreshSandboxes, Network, SandboxSource, 
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
 from rollbox.tasks._cases import StdioCase, load_stdio_cases
 
-from ._channel import GRADING_ENV
+from ._probe import grading_env
 from ._report import RunnerReport
 from ._tree import GradingTree
 
@@ -110,7 +110,7 @@ async def _run_cases(
     async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
         await tree.lay(sb)
         for case in cases:
-            results.append(await sb.exec(list(grading.command), stdin=case.input, env=GRADING_ENV))
+            results.append(await sb.exec(list(grading.command), stdin=case.input, env=grading_env()))
             if results[-1].status in _STOPS:
                 break
     return results
@@ -131,7 +131,7 @@ async def _check(
             await sb.write_file(f"{_CHECK_DIR}/input", cases[index].input)
             await sb.write_file(f"{_CHECK_DIR}/expected", cases[index].output)
             await sb.write_file(f"{_CHECK_DIR}/output", output)
-            result = await sb.exec(argv, env=GRADING_ENV)
+            result = await sb.exec(argv, env=grading_env())
             if result.status is Status.INFRA_ERROR:
                 return outcomes, result
             if result.status in (Status.OK, Status.NONZERO_EXIT):
@@ -181,5 +181,6 @@ async def run_stdio(
         crashed=not any(r.ok for r in results),
         detail=failure.error if failure else None,
         cpu_s=sum(r.cpu_s for r in results),
+        longest_run_cpu_s=max((r.cpu_s for r in results), default=0.0),
         peak_memory_bytes=max((r.peak_memory_bytes or 0 for r in results), default=0),
     )
