@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 
 def test_sync_client(server: Running) -> None:
     with rollbox.Client(server.url) as client:
-        assert client.health() == {"status": "ok"}
+        assert client.health() == {"status": "ok", "worker": "0.0"}  # the worker that answered: slot 0, generation 0
         answer = client.run_code("import sys; print(sys.stdin.read()[::-1])", stdin="abc", files={"x": b"\x00"})
         assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "cba\n"
         with client.sandbox(limits=rollbox.Limits(timeout_s=5, memory_bytes=128 * 2**20)) as sb:

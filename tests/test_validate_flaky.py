@@ -58,7 +58,15 @@ def test_the_default_bound_gives_the_stated_power() -> None:
 def reports(tmp_path_factory: pytest.TempPathFactory) -> tuple[TaskReport, list[TaskReport]]:
     root = tmp_path_factory.mktemp("flaky")
     tasks = [load_task(write_task(root / "clean", TESTS))]
-    tasks += [load_task(write_task(root / f"unlucky-{i}", TESTS + UNLUCKY)) for i in range(VALIDATIONS)]
+    # Ten tasks, each with a case of its own: the same task ten times over would be nine duplicates, not graded.
+    tasks += [
+        load_task(
+            write_task(
+                root / f"unlucky-{i}", TESTS + UNLUCKY + f"\n\ndef test_own():\n    assert double({i}) == {2 * i}\n"
+            )
+        )
+        for i in range(VALIDATIONS)
+    ]
     options = ValidateOptions(pressure=False, max_mutants=0, generate=False, candidates="essential")
     clean, *unlucky = asyncio.run(validate(tasks, options=options, workers=2))
     return clean, unlucky

@@ -84,7 +84,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--workers", type=whole(1, 1024), metavar="N", help="gradings at once (default: the CPUs)")
     p.add_argument("--min-kill-ratio", type=share, default=0.6, metavar="R", help="below it a task is weak")
     p.add_argument(
-        "--max-mutants", type=whole(0, 100_000), default=40, metavar="N", help="mutants graded per task at most"
+        "--max-mutants",
+        type=whole(0, 100_000),
+        default=40,
+        metavar="N",
+        help="mutants graded per task at most: N branch removals and N of the other operators",
     )
     p.add_argument("--no-pressure", action="store_true", help="skip the reruns under CPU pressure")
     p.add_argument("--no-clock", action="store_true", help="skip the runs with the clock moved (needs no libfaketime)")
