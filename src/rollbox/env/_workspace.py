@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -17,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox import Limits, Sandbox, WorkspaceChanges
+from rollbox.sandbox import Limits, Sandbox, WorkspaceChanges, scratch_directory
 from rollbox.tasks import Task
 
 __all__ = ["WorkspaceScan", "final_workspace", "scan_workspace"]
@@ -149,8 +148,7 @@ async def final_workspace(sandbox: Sandbox, limits: Limits) -> AsyncIterator[Wor
         TreeTooLarge: the changes hold more than that (the agent's doing).
         OSError: the copy failed on the host.
     """
-    root = os.environ.get("ROLLBOX_SCRATCH_DIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None)
-    with tempfile.TemporaryDirectory(prefix="rollbox-episode-", dir=root) as scratch:
+    with scratch_directory("rollbox-episode-") as scratch:
         yield await sandbox.read_changes(
             Path(scratch) / "workspace", max_bytes=limits.disk_bytes, max_files=_MAX_NEW_FILES
         )

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status, WorkspaceChanges
+from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status, WorkspaceChanges, scratch_directory
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
 from ._runtime import task_sandboxes
@@ -25,7 +25,6 @@ from .integrity._workspace import (
     build_grading_tree,
     diff_workspace,
     removals,
-    scratch_directory,
     stage_changes,
     workspace_size,
 )

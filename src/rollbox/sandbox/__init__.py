@@ -9,6 +9,7 @@ from ._limits import Limits, Network, parse_duration, parse_size
 from ._process import InsecureBackendWarning
 from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
+from ._scratch import scratch_directory
 from .pool._batch import Program, run_batch
 from .pool._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
 from .pool._resizable import ResizablePool
@@ -38,4 +39,5 @@ __all__ = [
     "parse_size",
     "run",
     "run_batch",
+    "scratch_directory",
 ]

@@ -20,7 +20,6 @@ import posixpath
 import shutil
 import stat
 import sys
-import tempfile
 import tomllib
 from collections.abc import Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +38,6 @@ __all__ = [
     "diff_workspace",
     "is_protected",
     "removals",
-    "scratch_directory",
     "stage_changes",
     "workspace_size",
 ]
@@ -601,19 +599,6 @@ def _check_files(
         raise WorkspaceError(
             f"the candidate's files hold {total} bytes, more than {bounds.total_bytes}, the task's disk limit"
         )
-
-
-def scratch_directory(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    """A temporary directory for one grading's host-side files (a candidate's workspace, a grading tree).
-
-    It is made in ``$ROLLBOX_SCRATCH_DIR``, else in /dev/shm where the machine has it (a grading tree is small and
-    lives for one grading: on a disk, creating and removing it costs more than the grading's own host work), else
-    in the system's temporary directory.
-    """
-    root = os.environ.get("ROLLBOX_SCRATCH_DIR") or (
-        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
-    )
-    return tempfile.TemporaryDirectory(prefix=prefix, dir=root)
 
 
 def _check_name_lengths(path: str) -> None:
