@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -344,6 +345,12 @@ def test_limits_are_plain_numbers_of_their_kind_and_bounded() -> None:
     ):
         with pytest.raises(ValueError, match=message):
             Limits(**bad)  # type: ignore[arg-type]
+    # None leaves only file_size_bytes unset (the disk limit applies); any other limit refuses it at once, not in
+    # the middle of a sandbox's start.
+    for name in (f.name for f in dataclasses.fields(Limits) if f.name != "file_size_bytes"):
+        with pytest.raises(ValueError, match=f"Limits.{name} must be a finite number, got None"):
+            Limits(**{name: None})
+    assert Limits(file_size_bytes=None).effective_file_size_bytes == Limits().disk_bytes
 
 
 def test_write_tree_copies_files_and_links_never_following_them(tmp_path: Path) -> None:

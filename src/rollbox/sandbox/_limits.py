@@ -102,7 +102,9 @@ class Limits:
         for field in fields(self):
             name, value = field.name, getattr(self, field.name)
             if value is None:
-                continue
+                if name == "file_size_bytes":  # the one limit that may be unset (then the disk limit applies)
+                    continue
+                raise ValueError(f"Limits.{name} must be a finite number, got None (leave it out for its default)")
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ValueError(f"Limits.{name} must be a finite number, got {value!r}")
             # An int (or a numpy integer) exactly; anything else as a float.
