@@ -21,11 +21,10 @@ import ast
 import builtins
 import copy
 import math
-import operator
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._constants import UNFOLDABLE, WITH_STR, fold
 from ._values import encode
 
 __all__ = ["ConvertedCheck", "convert_check"]
@@ -35,80 +34,18 @@ class _NotConstant(Exception):
     """An expression that is not a constant this importer may fold."""
 
 
-_MAX_INT_BITS = 4096
 _MAX_UNROLLED = 1000
-_MAX_SEQUENCE = 100_000
 
 
 def _fold(node: ast.expr) -> Any:
-    """The value of a constant expression: literals, arithmetic on them and ``str`` of a number (where ``str`` is
-    the builtin: the callers check), each bounded in size.
+    """The value of a constant expression (:func:`rollbox.tasks._constants.fold`, ``str`` of a number included:
+    the callers check that the builtins it calls are not rebound).
 
     Raises:
         _NotConstant: ``node`` names anything, calls anything else, or would compute something large.
     """
-    if isinstance(node, ast.Constant) and node.value is not Ellipsis:
-        return node.value
-    if isinstance(node, ast.Call) and _is_call_of(node, "str") and len(node.args) == 1 and not node.keywords:
-        value = _fold(node.args[0])
-        if type(value) not in (int, float, bool):
-            raise _NotConstant
-        return str(value)
-    if isinstance(node, ast.List | ast.Tuple | ast.Set):
-        if any(isinstance(e, ast.Starred) for e in node.elts):
-            raise _NotConstant
-        items = [_fold(e) for e in node.elts]
-        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
-    if isinstance(node, ast.Dict):
-        if any(k is None for k in node.keys):
-            raise _NotConstant
-        return {_fold(k): _fold(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Not):
-        operand = _fold(node.operand)
-        if isinstance(node.op, ast.Not):
-            return not operand
-        if type(operand) not in (int, float, complex):
-            raise _NotConstant
-        return -operand if isinstance(node.op, ast.USub) else +operand
-    if isinstance(node, ast.BinOp):
-        return _arithmetic(node.op, _fold(node.left), _fold(node.right))
-    raise _NotConstant
-
-
-_OPERATORS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-
-
-def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
-    function = _OPERATORS.get(type(op))
-    sequences = (str, bytes, list, tuple)
-    if function is None:
-        raise _NotConstant
-    if type(left) in (int, float) and type(right) in (int, float):
-        if isinstance(op, ast.Pow) and (abs(right) > 64 or abs(left) > 2**64):
-            raise _NotConstant
-    elif isinstance(op, ast.Add) and type(left) is type(right) and type(left) in sequences:
-        if len(left) + len(right) > _MAX_SEQUENCE:
-            raise _NotConstant
-    elif isinstance(op, ast.Mult) and type(left) in sequences and type(right) is int:
-        if len(left) * max(right, 0) > _MAX_SEQUENCE:
-            raise _NotConstant
-    else:
-        raise _NotConstant
-    try:
-        value = function(left, right)
-    except (ArithmeticError, ValueError, TypeError) as exc:
-        raise _NotConstant from exc
-    if (type(value) is int and value.bit_length() > _MAX_INT_BITS) or (
-        type(value) is float and not math.isfinite(value)
-    ):
+    value = fold(node, WITH_STR)
+    if value is UNFOLDABLE:
         raise _NotConstant
     return value
 
@@ -140,8 +77,9 @@ def _as_case(statement: ast.stmt, candidate: str, shadowed: set[str]) -> dict[st
     """
     if not isinstance(statement, ast.Assert):
         return None
-    if "str" in shadowed and any(isinstance(n, ast.expr) and _is_call_of(n, "str") for n in ast.walk(statement)):
-        return None  # str(...) is folded as the builtin
+    rebound = WITH_STR & shadowed
+    if rebound and any(isinstance(n, ast.Call) and _is_call_of(n, *rebound) for n in ast.walk(statement)):
+        return None  # str(...), set() and the like are folded as the builtins
     try:
         return _case_of(statement.test, candidate, shadowed)
     except (_NotConstant, RecursionError, TypeError):
@@ -269,8 +207,8 @@ def _bound_names(*trees: ast.AST) -> set[str]:
     return names
 
 
-def _is_call_of(node: ast.expr, name: str) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+def _is_call_of(node: ast.expr, *names: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names
 
 
 def _is_noop(statement: ast.stmt) -> bool:

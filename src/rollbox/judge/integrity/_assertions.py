@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._constants import UNFOLDABLE, fold
+from rollbox.tasks._constants import UNFOLDABLE, fold
 
 __all__ = ["Assertion", "Sealable", "assertions"]
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._constants import UNFOLDABLE, fold
+from rollbox.tasks._constants import UNFOLDABLE, fold
 
 __all__ = ["LiteralCases", "inline_tables", "literal_cases", "seal_columns"]
 

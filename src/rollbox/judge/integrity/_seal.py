@@ -40,8 +40,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollbox.tasks._constants import UNFOLDABLE, fold
+
 from ._assertions import Assertion, Sealable, assertions
-from ._constants import UNFOLDABLE, fold
 from ._parametrize import LiteralCases, inline_tables, literal_cases, seal_columns
 
 __all__ = ["SEAL_FUNCTION", "Seal", "SealedModule", "seal_module"]
