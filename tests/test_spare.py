@@ -247,7 +247,9 @@ def test_a_cgroup_passed_on_reports_and_limits_only_the_next_command() -> None:
     assert big.ok, big
     for after in (spin_after, bomb_after, forks_after, big_after):
         # Each next command reports its own small usage: no CPU, peak, OOM kill or refused fork of the one before.
-        assert after.ok and after.cpu_s < spin.cpu_s / 2 and (after.peak_memory_bytes or 0) < 16 << 20, after
+        # (A shell's own CPU in an emulated machine on a loaded host nears the spin's: below the spin is the proof,
+        # for a count that included the spin would be above it.)
+        assert after.ok and after.cpu_s < spin.cpu_s and (after.peak_memory_bytes or 0) < 16 << 20, after
     # The cgroups were passed on, not made anew: one name for all (else this test would prove little).
     names = {after.stdout_text for after in (spin_after, bomb_after, forks_after, big_after)}
     assert len(names) == (1 if _passed_on() else 4)
