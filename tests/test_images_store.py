@@ -267,3 +267,19 @@ def test_device_nodes_under_dev_are_dropped_and_fifos_kept(tmp_path: Path) -> No
     root = _import(tmp_path, [Entry("dev", "dir"), Entry("dev/null", "chr"), Entry("pipe", "fifo", mode=0o600)])
     assert not (root / "dev" / "null").exists()
     assert stat.S_ISFIFO(os.lstat(root / "pipe").st_mode)
+
+
+def test_doctor_names_each_image_by_digest_and_a_missing_root(tmp_path: Path) -> None:
+    from rollbox.sandbox._doctor import _image_checks
+
+    store = ImageStore(tmp_path / "store")
+    image = store.import_layout(image_layout(tmp_path), ref="doctor/test:1")
+    checks = {c.name: c for c in _image_checks(store)}
+    assert checks["images"].detail.startswith("1 in ")
+    assert checks[f"image {image.short}"].ok and image.digest in checks[f"image {image.short}"].detail
+    assert "doctor/test:1" in checks[f"image {image.short}"].detail
+    import shutil
+
+    shutil.rmtree(image.root)
+    broken = {c.name: c for c in _image_checks(store)}[f"image {image.short}"]
+    assert not broken.ok and broken.fix is not None and "doctor/test:1" in broken.fix
