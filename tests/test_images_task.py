@@ -4,6 +4,7 @@ the task's grading and its episodes on that image's root, and the verdict and th
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -14,7 +15,7 @@ import pytest
 import rollbox
 from oci_images import Entry, host_files_layer, host_image, tar_layer, write_layout
 from rollbox.judge import VerdictStatus, grade
-from rollbox.tasks import Task, load_task, write_task
+from rollbox.tasks import Task, import_tasks, load_task, write_task
 
 if os.geteuid() != 0:
     pytest.skip("images run in the namespaces backend, which needs root", allow_module_level=True)
@@ -107,3 +108,24 @@ def test_the_image_survives_writing_the_task_back(tmp_path: Path) -> None:
         out / "copy", task_id=task.id, grading=task.grading, environment=task.environment, tests={"cases.jsonl": CASES}
     )
     assert written.environment.image == "rollbox-test/host:1"
+
+
+def test_the_swebench_importer_targets_an_image_per_instance(tmp_path: Path) -> None:
+    from test_import_swebench import instance, make_calc_repo
+
+    repo = make_calc_repo(tmp_path / "repos" / "acme__calc")
+    source = tmp_path / "instances.jsonl"
+    source.write_text(json.dumps(instance(repo)) + "\n")
+    report = import_tasks(
+        "swebench", source, tmp_path / "tasks", repos=repo.path.parent, image="rollbox-test/{repo}:{version}"
+    )
+    assert not report.refused, report.refused
+    task = load_task(tmp_path / "tasks" / "acme__calc-1")
+    assert task.environment.image == "rollbox-test/acme__calc:1.0"
+    assert task.environment.requirements == () and task.environment.is_default  # no layer: the image has it all
+    # Without the option, the uv layer of the instance's requirements, as before.
+    plain = import_tasks("swebench", source, tmp_path / "plain", repos=repo.path.parent)
+    assert not plain.refused
+    assert load_task(tmp_path / "plain" / "acme__calc-1").environment.requirements == ("pytest>=7",)
+    with pytest.raises(ValueError, match="swebench only"):
+        import_tasks("stdio", source, tmp_path / "x", image="x")
