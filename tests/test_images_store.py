@@ -256,6 +256,15 @@ def test_a_hard_link_out_of_the_tree_is_refused(tmp_path: Path, target: str) -> 
     assert os.stat("/etc/passwd").st_nlink == before
 
 
+def test_a_hard_link_through_a_symlink_the_layer_made_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("untouched\n")
+    with pytest.raises(ImageError, match="nothing is written through a link"):
+        _import(tmp_path, [Entry("a", "symlink", target=str(outside)), Entry("stolen", "hardlink", target="a/victim")])
+    assert os.stat(outside / "victim").st_nlink == 1
+
+
 def test_a_device_node_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match="device node 'usr/mem'"):
         _import(tmp_path, [Entry("usr", "dir"), Entry("usr/mem", "chr")])
