@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -51,8 +52,11 @@ def hostile_image() -> Image:
             Entry("etc/secret-of-the-image", data=b"image secret\n", mode=0o600),
         ]
     )
-    write_layout(layout, [host_files_layer(), top], config=HOST_IMAGE_CONFIG, compress=False)
-    return ImageStore().import_layout(layout, ref="rollbox-test/hostile:1")
+    try:
+        write_layout(layout, [host_files_layer(), top], config=HOST_IMAGE_CONFIG, compress=False)
+        return ImageStore().import_layout(layout, ref="rollbox-test/hostile:1")
+    finally:
+        shutil.rmtree(layout.parent)
 
 
 def test_the_hosts_files_are_invisible_on_an_image_root(tmp_path: Path) -> None:

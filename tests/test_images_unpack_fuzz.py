@@ -9,8 +9,10 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +43,12 @@ def layers(draw: st.DrawFn) -> list[Entry]:
         entries.append(Entry(name, draw(kinds), draw(st.sampled_from([b"", b"x"])), mode, target))
         made.append(name.strip("/"))
     return entries
+
+
+@pytest.fixture(scope="module", autouse=True)
+def outside_removed() -> Iterator[None]:
+    yield
+    shutil.rmtree(OUTSIDE)
 
 
 def _snapshot(path: Path) -> list[tuple[str, int, int]]:
