@@ -8,7 +8,9 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -192,7 +194,8 @@ def test_resolve_by_reference_digest_and_prefix(tmp_path: Path) -> None:
     store = ImageStore(tmp_path / "store")
     image = store.import_layout(image_layout(tmp_path), ref="repo/name:latest")
     hex_digest = image.digest[7:]
-    for name in ("repo/name", "repo/name:latest", image.digest, hex_digest[:12], f"repo/name@{image.digest}"):
+    names = ("repo/name", "repo/name:latest", "docker.io/repo/name", image.digest, hex_digest[:12])
+    for name in (*names, f"repo/name@{image.digest}"):
         assert store.resolve(name) == image, name
     with pytest.raises(ImageError, match=r"no image 'repo/other:1'.*rollbox images pull") as info:
         store.resolve("repo/other:1")
@@ -287,8 +290,41 @@ def test_doctor_names_each_image_by_digest_and_a_missing_root(tmp_path: Path) ->
     assert checks["images"].detail.startswith("1 in ")
     assert checks[f"image {image.short}"].ok and image.digest in checks[f"image {image.short}"].detail
     assert "doctor/test:1" in checks[f"image {image.short}"].detail
-    import shutil
-
     shutil.rmtree(image.root)
     broken = {c.name: c for c in _image_checks(store)}[f"image {image.short}"]
     assert not broken.ok and broken.fix is not None and "doctor/test:1" in broken.fix
+
+
+@pytest.mark.skipif(not (shutil.which("umoci") and shutil.which("skopeo")), reason="needs umoci and skopeo")
+def test_images_made_by_umoci_and_saved_by_skopeo_are_imported(tmp_path: Path) -> None:
+    # A layout as umoci makes it (a layer that adds, then one that deletes: a whiteout), and the docker-save archive
+    # skopeo writes of it (its layer.tar a link to a file of the archive).
+    def umoci(*args: str) -> None:
+        subprocess.run(["umoci", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    umoci("init", "--layout", "img")
+    umoci("new", "--image", "img:t")
+    umoci("unpack", "--image", "img:t", "bundle")
+    data = tmp_path / "bundle" / "rootfs" / "data"
+    data.mkdir()
+    (data / "kept").write_text("kept\n")
+    (data / "gone").write_text("gone\n")
+    umoci("repack", "--image", "img:t", "bundle")
+    (data / "gone").unlink()
+    umoci("repack", "--image", "img:t", "bundle")
+    umoci("config", "--image", "img:t", "--config.env", "FOO=bar", "--config.workingdir", "/data")
+    archive = tmp_path / "saved.tar"
+    subprocess.run(
+        ["skopeo", "copy", "-q", "oci:img:t", f"docker-archive:{archive}:test/umoci:1"],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    store = ImageStore(tmp_path / "store")
+    layout = store.import_layout(tmp_path / "img")
+    saved = store.import_archive(archive)
+    for image in (layout, saved):
+        assert sorted(os.listdir(image.root / "data")) == ["kept"]
+        assert image.config.env == (("FOO", "bar"),) and image.config.working_dir == "/data"
+    assert layout.refs == () and saved.refs == ("docker.io/test/umoci:1",)  # whole references only: "t" is a tag
+    assert store.resolve("test/umoci:1") == store.resolve("docker.io/test/umoci:1") == saved

@@ -62,6 +62,9 @@ class Manifest:
     platform: str
     raw: bytes
     raw_config: bytes
+    #: The name the layout gives it (``org.opencontainers.image.ref.name``), when that is a whole reference
+    #: (``name:tag``, as ``docker save``'s tags are), not only a tag.
+    name: str | None = None
 
 
 def _hex(digest: object, where: str) -> str:
@@ -150,6 +153,7 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         raise ImageError(f"cannot read {layout}/index.json: {exc.strerror}") from None
     where = f"{layout}/index.json"
     entry = _pick(layout, list(index.get("manifests") or []), ref, where)
+    named = (entry.get("annotations") or {}).get(_REF_NAME)
     for _ in range(4):  # an index may point to an index (a manifest list); deeper nesting is not an image's
         if entry.get("mediaType") not in _INDEX_TYPES:
             break
@@ -179,6 +183,7 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         platform=_platform_of({"platform": config}) if config.get("os") else this_platform(),
         raw=raw,
         raw_config=raw_config,
+        name=named if isinstance(named, str) and ":" in named.rpartition("/")[2] and "/" in named else None,
     )
 
 

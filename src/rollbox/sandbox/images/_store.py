@@ -88,7 +88,8 @@ class ImageStore:
 
     def import_layout(self, path: Path, *, ref: str | None = None) -> Image:
         """Import the image in the OCI image layout directory ``path`` (the one for this machine's platform, or
-        the one named ``ref`` where it holds several), recording ``ref`` (or the name the layout gives it) for it.
+        the one named ``ref`` where it holds several), recording ``ref`` for it; without one, the name the layout
+        gives it where that is a whole reference (``NAME:TAG``, as a docker-save archive's tags are).
 
         Raises:
             ImageError: not a layout, a blob missing or not matching its digest, a layer refused (see ``_unpack``).
@@ -137,6 +138,7 @@ class ImageStore:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         (self._roots / f"{root_id}.lock").touch()
+        ref = ref or manifest.name
         refs = [ref] if ref else []
         known = self._read(manifest.digest.removeprefix("sha256:"))
         if known is not None:
@@ -253,8 +255,9 @@ class ImageStore:
         return str(record.get("manifest", "")).encode(), str(record.get("image_config", "")).encode()
 
     def resolve(self, ref_or_digest: str) -> Image:
-        """The image named by a reference it was imported as (``name:tag``; ``name`` means ``name:latest``), by
-        its digest (``sha256:...``, ``name@sha256:...``), or by a unique prefix of 12 or more hex digits.
+        """The image named by a reference it was imported as (``name:tag``; ``name`` means ``name:latest``, and
+        ``docker.io/library/`` is implied, as Docker names them), by its digest (``sha256:...``,
+        ``name@sha256:...``), or by a unique prefix of 12 or more hex digits.
 
         Raises:
             ImageError: none, or several, match; the message says how to import or name one.
@@ -266,8 +269,7 @@ class ImageStore:
         if len(hex_part) >= 12 and set(hex_part) <= _HEX:
             matches = [i for i in images if i.digest.removeprefix("sha256:").startswith(hex_part)]
         else:
-            tagged = wanted if ":" in wanted.rpartition("/")[2] else f"{wanted}:latest"
-            matches = [i for i in images if wanted in i.refs or tagged in i.refs]
+            matches = [i for i in images if _normal(wanted) in {_normal(r) for r in i.refs}]
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -331,6 +333,14 @@ class ImageStore:
             return size
         finally:
             os.close(fd)
+
+
+def _normal(ref: str) -> str:
+    """``ref`` as Docker Hub's names are compared: ``docker.io/library/`` implied, ``:latest`` when untagged."""
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        ref = ref.removeprefix(prefix)
+    ref = ref.removeprefix("library/")
+    return ref if ":" in ref.rpartition("/")[2] else f"{ref}:latest"
 
 
 def _delete(path: Path, trash_dir: Path | None) -> None:
