@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from oci_images import HOST_IMAGE_CONFIG, Entry, host_files_layer, host_image, tar_layer, write_layout
-from rollbox import Limits, Sandbox, SandboxPool, Status
+from rollbox import Limits, Sandbox, SandboxError, SandboxPool, Status
 from rollbox.sandbox import SandboxConfig, WarmSandboxes
 from rollbox.sandbox.images import Image, ImageStore
 from rollbox.sandbox.runtime import LayerStore, RuntimeSpec
@@ -151,3 +151,18 @@ def test_a_runtime_layer_mounts_over_an_image(wheels: Path) -> None:  # noqa: F8
 
 
 HOST_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+def test_a_sandbox_on_an_image_whose_root_was_collected_fails_saying_what_to_do(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "store")
+    layout = write_layout(tmp_path / "layout", [tar_layer([Entry("bin", "dir", mode=0o755)])])
+    image = store.import_layout(layout, ref="gone:1")
+    store.remove("gone:1")
+    assert store.gc() > 0
+
+    async def main() -> None:
+        async with Sandbox(SandboxConfig(limits=LIMITS, image=image)):
+            pass
+
+    with pytest.raises(SandboxError, match="gone or being removed; import the image again"):
+        asyncio.run(main())

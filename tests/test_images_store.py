@@ -4,6 +4,7 @@ property test of the whole class)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import hashlib
 import json
@@ -328,3 +329,13 @@ def test_images_made_by_umoci_and_saved_by_skopeo_are_imported(tmp_path: Path) -
         assert image.config.env == (("FOO", "bar"),) and image.config.working_dir == "/data"
     assert layout.refs == () and saved.refs == ("docker.io/test/umoci:1",)  # whole references only: "t" is a tag
     assert store.resolve("test/umoci:1") == store.resolve("docker.io/test/umoci:1") == saved
+
+
+def test_imports_at_once_of_one_image_unpack_it_once(tmp_path: Path) -> None:
+    layout = image_layout(tmp_path)
+    store = ImageStore(tmp_path / "store")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        images = list(pool.map(lambda ref: store.import_layout(layout, ref=ref), ["a:1", "b:1", "c:1", "d:1"]))
+    assert len({i.digest for i in images}) == 1
+    assert sorted(store.resolve(images[0].digest).refs) == ["a:1", "b:1", "c:1", "d:1"]
+    assert len([p for p in (tmp_path / "store" / "roots").iterdir() if p.is_dir()]) == 1
