@@ -10,6 +10,7 @@ Layout (``$ROLLBOX_HOME/images``)::
     manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references
     .lock                   flock: exclusive while an import, a removal or a gc changes the store
     .tmp/                   imports under way (or left by one that died: gc empties it)
+    downloads/              what pulls download, as layouts, before they import them (theirs to manage)
 
 An import verifies every blob against its digest (the manifest and configuration before anything is unpacked, each
 layer as it is unpacked: both its blob's digest and its diff_id) and publishes nothing of a layer or an image that
@@ -72,6 +73,8 @@ class ImageStore:
         self._roots = self.home / "roots"
         self._manifests = self.home / "manifests"
         self._tmp = self.home / ".tmp"
+        #: Where pulls keep the layouts they download (resumable), before :meth:`import_layout`; never collected.
+        self.downloads = self.home / "downloads"
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
