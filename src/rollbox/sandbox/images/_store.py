@@ -26,17 +26,17 @@ import hashlib
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from rollbox.sandbox.runtime._store import rollbox_home
 
+from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
 from ._errors import ImageError
 from ._image import Image, ImageConfig
-from ._layout import Manifest, blob_path, layout_from_docker, read_manifest
+from ._layout import Manifest, blob_path, read_manifest
 from ._unpack import unpack_layer
 
 __all__ = ["ImageStore"]
@@ -116,7 +116,7 @@ class ImageStore:
         with self._locked():
             staging = Path(tempfile.mkdtemp(prefix="archive-", dir=self._tmp))
             try:
-                _extract_archive(path, staging)
+                extract_archive(path, staging)
                 if not (staging / "index.json").is_file() and (staging / "manifest.json").is_file():
                     layout_from_docker(staging)
                 manifest = read_manifest(staging, ref)
@@ -356,47 +356,3 @@ def _delete(path: Path, trash_dir: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def _member_path(name: str) -> str:
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts or name.startswith("/"):
-        raise ImageError(f"the archive's entry {name!r} lies outside it (a hostile archive): refused")
-    return "/".join(parts)
-
-
-def _extract_archive(archive: Path, into: Path) -> None:
-    """Extract a docker-save or OCI archive's files and directories into ``into``; a symbolic link between two of
-    its files (docker save links layers it holds twice) becomes a copy; anything else, or a name that leaves
-    ``into``, is refused."""
-    links: list[tuple[str, str]] = []
-    try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            for member in tar:
-                rel = _member_path(member.name)
-                if not rel:
-                    continue
-                target = into / rel
-                if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                elif member.isreg():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    source = tar.extractfile(member)
-                    assert source is not None
-                    with target.open("wb") as out:
-                        shutil.copyfileobj(source, out, 1 << 20)
-                elif member.issym() or member.islnk():
-                    base = rel.rpartition("/")[0] if member.issym() else ""
-                    links.append((rel, _member_path(os.path.normpath(os.path.join(base, member.linkname)))))
-                else:
-                    raise ImageError(f"the archive's entry {member.name!r} is not a file or directory: refused")
-    except (tarfile.TarError, OSError) as exc:
-        raise ImageError(
-            f"{archive} is not a readable tar archive ({exc}): give a docker-save or OCI archive"
-        ) from None
-    for rel, linked in links:
-        original = into / linked
-        if not original.is_file() or original.is_symlink():
-            raise ImageError(f"the archive's link {rel!r} points to {linked!r}, not a file of the archive: refused")
-        (into / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.link(original, into / rel)
