@@ -1,0 +1,1 @@
+"""Runtime images (see the core modules); this branch holds only the builder until they merge."""
