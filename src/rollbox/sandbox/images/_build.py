@@ -130,7 +130,7 @@ def _debootstrap(recipe: Recipe, out: Path) -> None:
     """The recipe's system as mmdebstrap's tarball: the essential set plus the recipe's packages."""
     if shutil.which("mmdebstrap") is None:
         raise BuildError("mmdebstrap is not installed: run scripts/setup (or apt-get install mmdebstrap)")
-    command = ["mmdebstrap", "--variant=essential", "--format=tar", "--quiet"]
+    command = ["mmdebstrap", "--variant=essential", "--format=tar"]
     if recipe.packages:
         command.append("--include=" + ",".join(sorted(recipe.packages)))
     command += [recipe.suite, str(out), recipe.mirror]
@@ -139,19 +139,20 @@ def _debootstrap(recipe: Recipe, out: Path) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["(no output)"]
-        reason = next((line for line in reversed(lines) if line.startswith("E:")), lines[-1])
+        # apt's own complaint (an unknown package, an unreachable mirror) is the first error; mmdebstrap's follow.
+        reason = next((line for line in lines if line.startswith("E:")), lines[-1])
         raise BuildError(
             f"mmdebstrap failed building recipe {recipe.name}: {reason.strip()} (check the packages with "
             f"`apt-cache policy PKG` and that {recipe.mirror} is reachable)"
         )
 
 
-def _kept(member: tarfile.TarInfo) -> bool:
+def _kept(name: str, member: tarfile.TarInfo) -> bool:
     if member.ischr() or member.isblk() or member.isfifo():
         return False
     if member.isdir():
         return True
-    return not (member.name.startswith(_DROPPED_FILES) or member.name.endswith(_DROPPED_SUFFIXES))
+    return not (name.startswith(_DROPPED_FILES) or name.endswith(_DROPPED_SUFFIXES))
 
 
 def _normalized_layer(source: tarfile.TarFile, recipe: Recipe, out: IO[bytes]) -> str:
@@ -159,7 +160,7 @@ def _normalized_layer(source: tarfile.TarFile, recipe: Recipe, out: IO[bytes]) -
     members: dict[str, tarfile.TarInfo] = {}
     for member in source.getmembers():
         name = member.name.removeprefix("./").rstrip("/")
-        if name and name != "." and _kept(member):
+        if name and name != "." and _kept(name, member):
             members[name] = member
     added: dict[str, bytes] = {}
     for file in recipe.files:
