@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from .._errors import RollboxError
+from ._errors import ImageError
 
 __all__ = ["DEFAULT_MIRROR", "BuildError", "Recipe", "RecipeFile", "combined_recipe", "load_recipe", "recipe_names"]
 
@@ -46,7 +46,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEYS = {"suite", "mirror", "packages", "env", "files", "working_dir", "epoch"}
 
 
-class BuildError(RollboxError):
+class BuildError(ImageError):
     """A recipe could not be read, or its image could not be built; the message says what to do."""
 
 
