@@ -175,7 +175,11 @@ def write_layout(
     manifest = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config_size},
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config_size,
+        },
         "layers": entries,
     }
     digest, size = _blob(layout, json.dumps(manifest).encode())
@@ -199,7 +203,12 @@ def docker_archive(archive: Path, layers: Sequence[bytes], *, config: dict[str, 
     """A ``docker save`` archive of the old kind: manifest.json, a configuration, ``<id>/layer.tar`` files."""
     diff_ids = ["sha256:" + hashlib.sha256(t).hexdigest() for t in layers]
     image_config = json.dumps(
-        {"architecture": "amd64", "os": "linux", "config": config or {}, "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": config or {},
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        }
     ).encode()
     config_name = hashlib.sha256(image_config).hexdigest() + ".json"
     manifest = [{"Config": config_name, "RepoTags": [tag], "Layers": [f"{d[7:]}/layer.tar" for d in diff_ids]}]

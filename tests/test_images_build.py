@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from image_builds import need_mmdebstrap, run_in, unpack
 
+from image_builds import need_mmdebstrap, run_in, unpack
 from rollbox.sandbox.images._build import build
 from rollbox.sandbox.images._recipe import (
     BuildError,
@@ -141,7 +141,7 @@ def test_every_shipped_recipe_loads_and_an_unknown_name_lists_them() -> None:
     for name in names:
         recipe = load_recipe(name)
         assert recipe.name == name and recipe.packages
-    with pytest.raises(BuildError, match="no recipe named 'cobol'; shipped recipes: .*python"):
+    with pytest.raises(BuildError, match=r"no recipe named 'cobol'; shipped recipes: .*python"):
         load_recipe("cobol")
 
 

@@ -28,7 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from ..runtime._store import rollbox_home
+from rollbox.sandbox.runtime._store import rollbox_home
+
 from ._recipe import BuildError, Recipe
 
 __all__ = ["build", "build_cache"]

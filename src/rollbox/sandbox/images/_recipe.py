@@ -176,7 +176,9 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
             raise BuildError(f"cannot read recipe {path}: {exc.strerror}") from None
     name = str(name_or_path)
     if name not in recipe_names():
-        raise BuildError(f"no recipe named {name!r}; shipped recipes: {', '.join(recipe_names())}, or give a .toml path")
+        raise BuildError(
+            f"no recipe named {name!r}; shipped recipes: {', '.join(recipe_names())}, or give a .toml path"
+        )
     text = resources.files(__package__).joinpath("recipes", f"{name}.toml").read_text()
     return Recipe.from_toml(name, text)
 
