@@ -73,13 +73,31 @@ def build(recipe: Recipe, *, cache: Path | None = None, rebuild: bool = False) -
     with _locked(cache / f".{layout.name}.lock"):
         if (layout / "index.json").is_file() and not rebuild:
             return layout
-        with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as work:
-            staged = Path(work) / "layout"
-            _build_layout(recipe, staged, Path(work))
+        work = Path(tempfile.mkdtemp(dir=cache, prefix=".build-"))
+        try:
+            staged = work / "layout"
+            _build_layout(recipe, staged, work)
             if layout.exists():
                 shutil.rmtree(layout)
             staged.rename(layout)
+        finally:
+            _remove_work(work)
     return layout
+
+
+def _remove_work(work: Path) -> None:
+    """Remove a build's scratch directory, unless something is still mounted below it: mmdebstrap mounts the
+    host's /proc, /sys and /dev into its chroot and unmounts them itself, but if it was killed they stay, and
+    removing the tree would then delete the host's own files through them."""
+    prefix = str(work.resolve()) + "/"
+    with open("/proc/self/mountinfo") as mounts:
+        mounted = [line.split()[4] for line in mounts if line.split()[4].startswith(prefix)]
+    if mounted:
+        raise BuildError(
+            f"a killed build left {len(mounted)} mounts under {work} (e.g. {mounted[0]}): unmount them "
+            f"(umount -R {mounted[0]}) and remove {work}"
+        )
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @contextlib.contextmanager
