@@ -4,6 +4,7 @@ sandboxes to run on. No registry, no Docker, no network."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -12,14 +13,18 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from rollbox.sandbox.images import Image, ImageStore
 
 __all__ = [
     "Entry",
     "docker_archive",
     "host_files_layer",
+    "host_image",
     "oci_archive",
     "tar_layer",
     "write_layout",
@@ -113,10 +118,11 @@ def host_files_layer(extra: Sequence[str] = (), commands: Sequence[str] = HOST_C
                 if parent not in seen:
                     seen.add(parent)
                     tar.add(parent, arcname=parent.lstrip("/"), recursive=False)
-            if path in seen or not os.path.lexists(path):
+            if not os.path.lexists(path) or (path in seen and not recursive):
                 return
-            seen.add(path)
-            tar.add(path, arcname=path.lstrip("/"), recursive=False)
+            if path not in seen:
+                seen.add(path)
+                tar.add(path, arcname=path.lstrip("/"), recursive=False)
             if os.path.islink(path):
                 target = os.path.join(os.path.dirname(path), os.readlink(path))
                 add(_real_parent(os.path.normpath(target)))
@@ -224,3 +230,23 @@ def docker_archive(archive: Path, layers: Sequence[bytes], *, config: dict[str, 
         for d, t in zip(diff_ids, layers, strict=True):
             put(f"{d[7:]}/layer.tar", t)
     return archive
+
+
+#: The host image's configuration: what a sandbox on it must apply.
+HOST_IMAGE_CONFIG = {
+    "Env": ["PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "IMAGE_VARIABLE=from-the-image"],
+    "WorkingDir": "/srv",
+    "User": "root",
+}
+
+
+@functools.cache
+def host_image() -> Image:
+    """An image of the host's own programs (python3, a shell, coreutils: see ``HOST_COMMANDS``), imported once per
+    test process into the session's store (``ROLLBOX_HOME``)."""
+    layout = Path(tempfile.mkdtemp(prefix="rollbox-host-image-")) / "layout"
+    try:
+        write_layout(layout, [host_files_layer()], config=HOST_IMAGE_CONFIG, compress=False)
+        return ImageStore().import_layout(layout, ref="rollbox-test/host:1")
+    finally:
+        shutil.rmtree(layout.parent, ignore_errors=True)
