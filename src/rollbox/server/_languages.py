@@ -18,8 +18,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox.images import Image, ImageError, ImageStore
-from rollbox.sandbox.images._build import build
+from rollbox.sandbox.images import Image, ImageStore
+from rollbox.sandbox.images._build import build_image
 from rollbox.sandbox.images._languages import LANGUAGES, Language
 from rollbox.sandbox.images._recipe import load_recipe
 
@@ -114,9 +114,4 @@ class Languages:
         if self.images != _RECIPES:
             path = Path(key)
             return store.import_layout(path) if (path / "index.json").is_file() else store.resolve(key)
-        recipe = load_recipe(key)
-        ref = f"rollbox/{recipe.name}:{recipe.digest.removeprefix('sha256:')[:12]}"
-        try:
-            return store.resolve(ref)
-        except ImageError:
-            return store.import_layout(build(recipe), ref=ref)
+        return build_image(load_recipe(key), store)

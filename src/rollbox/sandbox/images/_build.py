@@ -30,9 +30,12 @@ from typing import IO
 
 from rollbox.sandbox.runtime._store import rollbox_home
 
+from ._errors import ImageError
+from ._image import Image
 from ._recipe import BuildError, Recipe
+from ._store import ImageStore
 
-__all__ = ["build", "build_cache"]
+__all__ = ["build", "build_cache", "build_image"]
 
 _TAR = "application/vnd.oci.image.layer.v1.tar"
 _CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -98,6 +101,21 @@ def _remove_work(work: Path) -> None:
             f"(umount -R {mounted[0]}) and remove {work}"
         )
     shutil.rmtree(work, ignore_errors=True)
+
+
+def build_image(recipe: Recipe, store: ImageStore, *, cache: Path | None = None) -> Image:
+    """The recipe's image in ``store``, as ``rollbox/NAME:DIGEST12`` (the recipe's digest): found there, or built
+    (see :func:`build`) and imported.
+
+    Raises:
+        BuildError: as :func:`build`.
+        ImageError: the built layout could not be imported.
+    """
+    ref = f"rollbox/{recipe.name}:{recipe.digest.removeprefix('sha256:')[:12]}"
+    try:
+        return store.resolve(ref)
+    except ImageError:
+        return store.import_layout(build(recipe, cache=cache), ref=ref)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,114 @@
+"""Every language of the table through ``/run_code``, each in an image built from the recipes (one image of all the
+recipes together, built once and cached across sessions): a program that reads stdin runs, and one that does not
+compile is reported as SandboxFusion reports it. SandboxFusion's own client (``sandbox-fusion`` from PyPI) sends the
+requests for the languages it knows; ``c``, ``D`` and ``kotlin``, which it does not name, go in its HTTP shape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from image_builds import cached_build
+from language_programs import PROGRAMS
+from rollbox.sandbox.images import ImageStore
+from rollbox.sandbox.images._languages import LANGUAGES
+from rollbox.sandbox.images._recipe import combined_recipe, load_recipe, recipe_names
+from rollbox.server import ServerConfig
+from serving import Running, running
+
+sandbox_fusion = pytest.importorskip("sandbox_fusion")
+pytestmark = pytest.mark.slow
+
+#: The name the tests import the image of all the recipes as.
+REF = "rollbox/languages:test"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    layout = cached_build(combined_recipe("languages", [load_recipe(n) for n in recipe_names()]))
+    home = tmp_path_factory.mktemp("home")
+    ImageStore(home / "images").import_layout(layout, ref=REF)
+    config = ServerConfig(home=home, language_images=REF, pool_size=1, max_timeout_s=120.0)
+    with running(config) as r:
+        yield r
+
+
+@pytest.fixture
+def http(server: Running) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=300) as client:
+        yield client
+
+
+def _run(server: Running, http: httpx.Client, language: str, code: str) -> dict[str, Any]:
+    """What ``/run_code`` answers, through SandboxFusion's client where it knows the language."""
+    fields = {"code": code, "language": language, "stdin": "3 4\n"}
+    if language in sandbox_fusion.models.Language.__args__:
+        response = sandbox_fusion.run_code(sandbox_fusion.RunCodeRequest(**fields), endpoint=server.url, max_attempts=1)
+        return response.dict()  # type: ignore[no-any-return]
+    answer = http.post("/run_code", json=fields)
+    assert answer.status_code == 200, answer.text
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def _status(value: object) -> str:
+    return str(getattr(value, "value", value))
+
+
+@pytest.mark.parametrize("language", sorted(PROGRAMS))
+def test_a_program_runs_and_reads_stdin_and_a_compile_error_is_reported(
+    server: Running, http: httpx.Client, language: str
+) -> None:
+    good, bad = PROGRAMS[language]
+    lang = LANGUAGES[language]
+    ran = _run(server, http, language, good)
+    assert _status(ran["status"]) == "Success", ran
+    out = ran["run_result"]
+    assert _status(out["status"]) == "Finished" and out["return_code"] == 0
+    if language == "pytest":
+        assert "1 passed" in out["stdout"]
+    elif language == "D_ut":
+        assert "passed unittests" in out["stderr"]
+    else:
+        assert out["stdout"] == "7\n", out
+    if lang.compile is not None:
+        assert ran["compile_result"]["return_code"] == 0
+
+    broken = _run(server, http, language, bad)
+    assert _status(broken["status"]) == "Failed", broken
+    if lang.compile is not None:  # SandboxFusion's compile error: the compile's result, and no run at all
+        compiled = broken["compile_result"]
+        assert _status(compiled["status"]) == "Finished" and compiled["return_code"] != 0
+        assert compiled["stderr"].strip()
+        assert broken["run_result"] is None
+    else:  # no compile step: the interpreter refuses it, and says why
+        assert broken["compile_result"] is None
+        assert broken["run_result"]["return_code"] != 0 and broken["run_result"]["stderr"].strip()
+
+
+def test_languages_lists_every_language_and_says_which_debian_lacks(http: httpx.Client) -> None:
+    rows = {row["name"]: row for row in http.get("/v1/languages").json()}
+    assert set(rows) == set(LANGUAGES)
+    for name in ("julia", "swift", "lean"):
+        assert rows[name]["available"] is False and rows[name]["image"] is None
+        assert "Debian bookworm does not package" in rows[name]["reason"]
+    runnable = {name for name, row in rows.items() if row["available"]}
+    assert runnable == set(LANGUAGES) - {"julia", "swift", "lean"}
+    assert rows["java"]["image"] == REF and rows["java"]["compile"] == ["javac", "Main.java"]
+    refused = http.post("/run_code", json={"code": "println(1)", "language": "julia"})
+    assert refused.status_code == 400 and "Debian bookworm does not package Julia" in refused.text
+
+
+def test_a_language_gets_its_limits_and_a_request_overrides_them(server: Running, http: httpx.Client) -> None:
+    threads = (
+        "public class Main { public static void main(String[] a) {"
+        " System.out.println(Thread.getAllStackTraces().size() > 0);"
+        " System.out.println(Runtime.getRuntime().maxMemory() > 256L * 1024 * 1024); } }\n"
+    )
+    body = http.post("/run_code", json={"code": threads, "language": "java"}).json()
+    assert body["status"] == "Success" and body["run_result"]["stdout"] == "true\ntrue\n", body
+    # The request's own memory limit wins over the language's: a JVM does not start in 16 MiB.
+    starved = http.post("/run_code", json={"code": threads, "language": "java", "memory_limit_MB": 16}).json()
+    assert starved["status"] == "Failed"
