@@ -7,7 +7,7 @@ from __future__ import annotations
 PROGRAMS: dict[str, tuple[str, str]] = {
     "python": ("a, b = map(int, input().split())\nprint(a + b)\n", "def f(:\n"),
     "pytest": (
-        "import sys\n\ndef test_sum():\n    assert 3 + 4 == 7\n    print(sys.stdin.read())\n",
+        "def test_sum():\n    assert 3 + 4 == 7\n",  # pytest keeps stdin from tests
         "def test_f(:\n",
     ),
     "bash": ("read a b\necho $((a + b))\n", "if then fi (\n"),

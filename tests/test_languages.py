@@ -5,13 +5,15 @@ requests for the languages it knows; ``c``, ``D`` and ``kotlin``, which it does 
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from image_builds import cached_build
+from image_builds import cached_build, need_mmdebstrap
 from language_programs import PROGRAMS
 from rollbox.sandbox.images import ImageStore
 from rollbox.sandbox.images._languages import LANGUAGES
@@ -81,11 +83,12 @@ def test_a_program_runs_and_reads_stdin_and_a_compile_error_is_reported(
     if lang.compile is not None:  # SandboxFusion's compile error: the compile's result, and no run at all
         compiled = broken["compile_result"]
         assert _status(compiled["status"]) == "Finished" and compiled["return_code"] != 0
-        assert compiled["stderr"].strip()
+        assert (compiled["stderr"] + compiled["stdout"]).strip()  # tsc reports on stdout
         assert broken["run_result"] is None
     else:  # no compile step: the interpreter refuses it, and says why
         assert broken["compile_result"] is None
-        assert broken["run_result"]["return_code"] != 0 and broken["run_result"]["stderr"].strip()
+        refused = broken["run_result"]
+        assert refused["return_code"] != 0 and (refused["stderr"] + refused["stdout"]).strip()  # pytest: stdout
 
 
 def test_languages_lists_every_language_and_says_which_debian_lacks(http: httpx.Client) -> None:
@@ -112,3 +115,24 @@ def test_a_language_gets_its_limits_and_a_request_overrides_them(server: Running
     # The request's own memory limit wins over the language's: a JVM does not start in 16 MiB.
     starved = http.post("/run_code", json={"code": threads, "language": "java", "memory_limit_MB": 16}).json()
     assert starved["status"] == "Failed"
+
+
+def test_files_are_fetched_after_a_compile_error_as_sandboxfusion_does(http: httpx.Client) -> None:
+    kept = base64.b64encode(b"notes").decode()
+    request = {"code": "int main( {", "language": "cpp", "files": {"notes.txt": kept}, "fetch_files": ["notes.txt"]}
+    body = http.post("/run_code", json=request).json()
+    assert body["status"] == "Failed" and body["run_result"] is None and body["compile_result"]["return_code"] != 0
+    assert body["files"] == {"notes.txt": kept}
+
+
+def test_an_image_that_cannot_be_built_is_a_sandbox_error_never_a_failed_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need_mmdebstrap()
+    # A mirror nothing listens on: mmdebstrap fails at once. That is the service's fault, not the program's.
+    monkeypatch.setenv("ROLLBOX_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
+    config = ServerConfig(home=tmp_path, language_images="recipes", pool_size=1)
+    with running(config) as r, httpx.Client(base_url=r.url, timeout=300) as http:
+        body = http.post("/run_code", json={"code": "print(1)", "language": "lua"}).json()
+    assert body["status"] == "SandboxError", body
+    assert "mmdebstrap failed building recipe lua" in body["message"] and "127.0.0.1:9" in body["message"]
