@@ -31,11 +31,27 @@ REF = "rollbox/languages:test"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     layout = cached_build(combined_recipe("languages", [load_recipe(n) for n in recipe_names()]))
-    home = tmp_path_factory.mktemp("home")
-    ImageStore(home / "images").import_layout(layout, ref=REF)
-    config = ServerConfig(home=home, language_images=REF, pool_size=1, max_timeout_s=120.0)
+    ImageStore().import_layout(layout, ref=REF)  # the session's ROLLBOX_HOME: the service's and the judge's store
+    tasks = tmp_path_factory.mktemp("tasks")
+    _java_task(tasks / "sum-java")
+    config = ServerConfig(language_images=REF, tasks_dir=tasks, pool_size=1, max_timeout_s=120.0)
     with running(config) as r:
         yield r
+
+
+def _java_task(root: Path) -> None:
+    """A stdio task in Java on the languages' image, for ``/submit``."""
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "Main.java").write_text("public class Main { public static void main(String[] a) {} }\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "cases.jsonl").write_text('{"input": "3 4\\n", "output": "7\\n"}\n')
+    (root / "instruction.md").write_text("Print the sum of the two integers on stdin, in Java.\n")
+    command = "sh -c 'javac -d /tmp/classes Main.java && java -cp /tmp/classes Main'"
+    (root / "task.toml").write_text(
+        f'id = "sum-java"\n[grading]\nrunner = "stdio"\ncommand = "{command}"\n'
+        '[limits]\ntimeout = "60s"\ncpu_time = "60s"\nmemory = "2G"\npids = 512\n'
+        f'[environment]\nimage = "{REF}"\n'
+    )
 
 
 @pytest.fixture
@@ -136,3 +152,13 @@ def test_an_image_that_cannot_be_built_is_a_sandbox_error_never_a_failed_program
         body = http.post("/run_code", json={"code": "print(1)", "language": "lua"}).json()
     assert body["status"] == "SandboxError", body
     assert "mmdebstrap failed building recipe lua" in body["message"] and "127.0.0.1:9" in body["message"]
+
+
+def test_submit_grades_a_java_completion_on_the_tasks_image(http: httpx.Client) -> None:
+    good, bad = PROGRAMS["java"]
+    for completion, accepted in ((f"```java\n{good}```", True), (f"```java\n{bad}```", False)):
+        request = {"dataset": "tasks", "id": "sum-java", "completion": completion}
+        request["config"] = {"language": "java", "extra": {"path": "Main.java"}}
+        body = http.post("/submit", json=request).json()
+        assert body["accepted"] is accepted, body
+        assert body["extracted_code"] == (good if accepted else bad)
