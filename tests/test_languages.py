@@ -62,7 +62,9 @@ def http(server: Running) -> Iterator[httpx.Client]:
 
 def _run(server: Running, http: httpx.Client, language: str, code: str) -> dict[str, Any]:
     """What ``/run_code`` answers, through SandboxFusion's client where it knows the language."""
-    fields = {"code": code, "language": language, "stdin": "3 4\n"}
+    lang = LANGUAGES[language]  # its own timeouts: SandboxFusion's client always sends its defaults (10 s)
+    fields = {"code": code, "language": language, "stdin": "3 4\n", "compile_timeout": lang.compile_timeout_s}
+    fields["run_timeout"] = lang.run_timeout_s
     if language in sandbox_fusion.models.Language.__args__:
         response = sandbox_fusion.run_code(sandbox_fusion.RunCodeRequest(**fields), endpoint=server.url, max_attempts=1)
         return response.dict()  # type: ignore[no-any-return]

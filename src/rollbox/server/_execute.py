@@ -142,7 +142,7 @@ class Executor:
         c = self.config
         for name in ("compile_timeout", "run_timeout"):
             value = getattr(request, name)
-            if value is not None and value > c.max_timeout_s:
+            if value > c.max_timeout_s:
                 raise Refused(400, f"{name}={value:g} s is above this server's maximum of {c.max_timeout_s:g} s")
         limits = language.limits(c.default_limits)
         memory = min(limits.memory_bytes, c.max_memory_bytes)
@@ -156,8 +156,11 @@ class Executor:
                 )
         pids = min(limits.pids, c.max_pids)
         limits = replace(limits, memory_bytes=memory, pids=pids, timeout_s=c.max_timeout_s, cpu_time_s=c.max_timeout_s)
-        compile_s = request.compile_timeout or min(language.compile_timeout_s, c.max_timeout_s)
-        run_s = request.run_timeout or min(language.run_timeout_s, c.max_timeout_s)
+        given = request.model_fields_set  # a timeout the request does not give is the language's
+        compile_s = (
+            request.compile_timeout if "compile_timeout" in given else min(language.compile_timeout_s, c.max_timeout_s)
+        )
+        run_s = request.run_timeout if "run_timeout" in given else min(language.run_timeout_s, c.max_timeout_s)
         return limits, compile_s, run_s
 
     async def run_code(self, request: RunCodeRequest, *, tenant: str, run: str) -> RunCodeResponse:
