@@ -1,0 +1,393 @@
+"""Pulling an image from a registry (the OCI distribution API) into an OCI image layout directory.
+
+    result = pull("127.0.0.1:5000/tools:1", layout_dir)     # then ImageStore().import_layout(result.layout, ...)
+
+The manifest (or, from a manifest list / OCI index, the one for this machine's platform) is fetched by tag or
+digest and checked against its digest; its configuration and layers are downloaded into ``blobs/sha256/`` of the
+layout, each into ``<hex>.partial`` first and renamed to its name only once its digest matches. A download that
+was cut off goes on where it stopped (an HTTP Range request) when the pull is run again. Registries are reached
+anonymously, with a bearer token from the registry's token service (the ``WWW-Authenticate: Bearer realm=...``
+challenge), or with basic credentials (given, in ``ROLLBOX_REGISTRY_USER``/``ROLLBOX_REGISTRY_PASSWORD``, or in
+``~/.docker/config.json``). Loopback registries are spoken to over plain HTTP, others over HTTPS.
+
+Every failure is an :class:`ImageError` of one line: the registry unreachable, credentials refused, no such
+image, no image for this platform, a blob that does not match its digest (nothing of it is kept).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ._errors import ImageError
+from ._layout import REF_NAME, this_platform
+from ._reference import Reference, parse_reference
+
+__all__ = ["Credentials", "PullProgress", "PullResult", "credentials_for", "pull"]
+
+_INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+_MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+_ACCEPT = ", ".join((*_MANIFEST_TYPES, *_INDEX_TYPES))
+_MAX_MANIFEST_BYTES = 8 << 20
+_CHUNK = 1 << 20
+_LOOPBACK = re.compile(r"(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?")
+_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A user name and password (or token) for a registry's basic auth or its token service."""
+
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class PullProgress:
+    """Where a pull stands, after each chunk: bytes of blobs done (resumed ones included) out of all."""
+
+    done_bytes: int
+    total_bytes: int
+    blob: str
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """What a pull did.
+
+    Attributes:
+        reference: The reference pulled, in full (``HOST/NAME:TAG``).
+        digest: The digest of the image's manifest (for this platform, when the reference named a list).
+        layout: The OCI image layout directory that holds it; its ``index.json`` names only this image.
+        downloaded_bytes: Bytes fetched from the registry this time.
+        reused_bytes: Bytes of blobs already there, whole or partly (a resumed download's first part).
+    """
+
+    reference: str
+    digest: str
+    layout: Path
+    downloaded_bytes: int
+    reused_bytes: int
+
+
+def credentials_for(registry: str, docker_config: Path | None = None) -> Credentials | None:
+    """The credentials for ``registry``: ``ROLLBOX_REGISTRY_USER`` and ``ROLLBOX_REGISTRY_PASSWORD`` when both are
+    set, else the ``auth`` of ``~/.docker/config.json`` (or ``docker_config``) for that host, else None."""
+    user, password = os.environ.get("ROLLBOX_REGISTRY_USER"), os.environ.get("ROLLBOX_REGISTRY_PASSWORD")
+    if user and password is not None:
+        return Credentials(user, password)
+    path = docker_config or Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        auths = json.loads(path.read_text()).get("auths", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    keys = {registry, f"https://{registry}", f"http://{registry}"}
+    if registry == "docker.io":
+        keys |= {"https://index.docker.io/v1/", "index.docker.io"}
+    for key, entry in auths.items() if isinstance(auths, dict) else ():
+        if key.rstrip("/") in keys or key in keys:
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                name, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
+                return Credentials(name, secret)
+    return None
+
+
+def pull(
+    reference: str,
+    layout: Path,
+    *,
+    credentials: Credentials | None = None,
+    platform: str | None = None,
+    plain_http: bool | None = None,
+    on_progress: Callable[[PullProgress], None] | None = None,
+    timeout_s: float = 60.0,
+) -> PullResult:
+    """Download the image ``reference`` names into the OCI image layout directory ``layout`` (made if missing;
+    blobs already there are kept, a partial one is resumed).
+
+    Args:
+        reference: ``NAME[:TAG]``, ``NAME@sha256:...``, ``HOST[:PORT]/NAME[:TAG]``.
+        layout: The layout directory (one per repository keeps its blobs across tags and pulls).
+        credentials: For the registry; default :func:`credentials_for` its host.
+        platform: ``os/arch[/variant]`` to take from a manifest list; default this machine's.
+        plain_http: Speak HTTP, not HTTPS; default only for loopback hosts.
+        on_progress: Called after each chunk of a blob.
+        timeout_s: For each connection and each read.
+
+    Raises:
+        ImageError: what went wrong, in one line, and what to do.
+    """
+    ref = parse_reference(reference)
+    layout = Path(layout)
+    (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    if plain_http is None:
+        plain_http = bool(_LOOPBACK.fullmatch(ref.registry))
+    session = _Session(ref, credentials or credentials_for(ref.registry), plain_http, timeout_s)
+    with session, _locked(layout):
+        return _Pull(session, ref, layout, platform or this_platform(), on_progress).run()
+
+
+@contextlib.contextmanager
+def _locked(layout: Path) -> Iterator[None]:
+    """One pull into a layout at a time (a second waits, then finds the blobs there)."""
+    fd = os.open(layout / ".pull.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+class _Session:
+    """HTTP to one registry's repository, with its authentication: a bearer token fetched when challenged for one
+    (and again when it expires), or basic credentials when the registry asks for those."""
+
+    def __init__(self, ref: Reference, credentials: Credentials | None, plain_http: bool, timeout_s: float) -> None:
+        self.ref = ref
+        self.credentials = credentials
+        self.base = f"{'http' if plain_http else 'https'}://{ref.api_host}/v2/{ref.repository}"
+        self.client = httpx.Client(timeout=timeout_s, follow_redirects=True)
+        self.authorization: str | None = None
+
+    def __enter__(self) -> _Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    @contextlib.contextmanager
+    def get(self, path: str, headers: dict[str, str], what: str) -> Iterator[httpx.Response]:
+        """A streamed GET of ``base/path``, authenticated; its status is checked by the caller (but 401/403)."""
+        for attempt in range(2):
+            sent = {**headers, **({"Authorization": self.authorization} if self.authorization else {})}
+            try:
+                with self.client.stream("GET", f"{self.base}/{path}", headers=sent) as response:
+                    if response.status_code == 401 and attempt == 0 and self._answer(response):
+                        continue
+                    if response.status_code in (401, 403):
+                        raise ImageError(self._refused(response.status_code, what))
+                    yield response
+                    return
+            except httpx.TransportError as exc:
+                raise ImageError(
+                    f"registry {self.ref.registry} cannot be reached for {what} ({type(exc).__name__}: {exc}): "
+                    "check the address, that it is up, and --plain-http for one served without TLS"
+                ) from exc
+
+    def _answer(self, response: httpx.Response) -> bool:
+        """Take up the challenge of a 401: whether there is something new to try."""
+        challenge = response.headers.get("WWW-Authenticate", "")
+        scheme, _, params = challenge.partition(" ")
+        if scheme.lower() == "basic":
+            if self.credentials is None or self.authorization is not None:
+                return False
+            token = base64.b64encode(f"{self.credentials.username}:{self.credentials.password}".encode()).decode()
+            self.authorization = f"Basic {token}"
+            return True
+        if scheme.lower() != "bearer":
+            return False
+        fields = dict(_CHALLENGE.findall(params))
+        if "realm" not in fields:
+            return False
+        query = {"service": fields.get("service", ""), "scope": fields.get("scope") or self.scope}
+        auth = (self.credentials.username, self.credentials.password) if self.credentials else None
+        try:
+            answer = self.client.get(fields["realm"], params={k: v for k, v in query.items() if v}, auth=auth)
+        except httpx.TransportError as exc:
+            raise ImageError(
+                f"the token service of {self.ref.registry} ({fields['realm']}) cannot be reached ({exc}): "
+                "check that it is up"
+            ) from exc
+        if answer.status_code in (401, 403):
+            raise ImageError(self._refused(answer.status_code, "a token"))
+        try:
+            body = answer.json()
+            token = body.get("token") or body["access_token"]
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise ImageError(
+                f"the token service of {self.ref.registry} answered {answer.status_code} without a token: "
+                "check the registry's auth configuration"
+            ) from exc
+        self.authorization = f"Bearer {token}"
+        return True
+
+    @property
+    def scope(self) -> str:
+        return f"repository:{self.ref.repository}:pull"
+
+    def _refused(self, status: int, what: str) -> str:
+        if self.credentials is None:
+            todo = (
+                "give credentials (--username/--password-stdin, ROLLBOX_REGISTRY_USER and ROLLBOX_REGISTRY_PASSWORD, "
+                "or docker login's ~/.docker/config.json)"
+            )
+        else:
+            todo = f"check that user {self.credentials.username!r} and its password are right and may pull it"
+        return f"registry {self.ref.registry} refused {what} of {self.ref.repository} ({status}): {todo}"
+
+
+class _Pull:
+    """One pull: the manifest for the platform, then its blobs, then the layout's index."""
+
+    def __init__(
+        self,
+        session: _Session,
+        ref: Reference,
+        layout: Path,
+        platform: str,
+        on_progress: Callable[[PullProgress], None] | None,
+    ) -> None:
+        self.session, self.ref, self.layout, self.platform = session, ref, layout, platform
+        self.on_progress = on_progress
+        self.done = self.total = self.downloaded = self.reused = 0
+
+    def run(self) -> PullResult:
+        media, data, digest = self._manifest(self.ref.target, expect=self.ref.digest)
+        if media in _INDEX_TYPES:
+            entry = self._pick(json.loads(data))
+            media, data, digest = self._manifest(entry["digest"], expect=entry["digest"])
+            if media in _INDEX_TYPES:
+                raise ImageError(f"{self.ref}: the entry for {self.platform} is itself an index: not supported")
+        manifest = json.loads(data)
+        blobs = [manifest["config"], *manifest.get("layers", [])]
+        self.total = sum(int(blob.get("size", 0)) for blob in blobs)
+        for blob in blobs:
+            self._blob(str(blob["digest"]), int(blob["size"]))
+        self._write(digest, data)
+        entry = {"mediaType": media, "digest": digest, "size": len(data)}
+        entry["annotations"] = {REF_NAME: str(self.ref)}
+        (self.layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+        index = json.dumps({"schemaVersion": 2, "manifests": [entry]}, indent=1)
+        partial = self.layout / "index.json.partial"
+        partial.write_text(index)
+        partial.rename(self.layout / "index.json")
+        return PullResult(str(self.ref), digest, self.layout, self.downloaded, self.reused)
+
+    def _manifest(self, target: str, *, expect: str | None) -> tuple[str, bytes, str]:
+        """The manifest (or index) ``target`` names: its media type, bytes and digest (checked against ``expect``,
+        else against the digest the registry gives)."""
+        what = f"the manifest {target}"
+        with self.session.get(f"manifests/{target}", {"Accept": _ACCEPT}, what) as response:
+            if response.status_code == 404:
+                raise ImageError(
+                    f"{self.ref}: the registry has no manifest {target} in {self.ref.repository} "
+                    "(check the name and tag)"
+                )
+            if response.status_code != 200:
+                raise ImageError(f"{self.ref}: the registry answered {response.status_code} for {what}")
+            data = b""
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > _MAX_MANIFEST_BYTES:
+                    raise ImageError(f"{self.ref}: {what} is over {_MAX_MANIFEST_BYTES} bytes: not a manifest")
+            media = response.headers.get("Content-Type", "").split(";")[0].strip()
+            given = response.headers.get("Docker-Content-Digest")
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        for claimed in (expect, given):
+            if claimed is not None and claimed.startswith("sha256:") and claimed != digest:
+                raise ImageError(f"{self.ref}: {what} has digest {digest}, not {claimed}: refused (re-push it)")
+        try:
+            body = json.loads(data)
+        except ValueError as exc:
+            raise ImageError(f"{self.ref}: {what} is not JSON: {exc}") from exc
+        media = body.get("mediaType", media) if isinstance(body, dict) else media
+        if media not in (*_INDEX_TYPES, *_MANIFEST_TYPES):
+            raise ImageError(
+                f"{self.ref}: {what} is of type {media or 'unknown'} (schema 1?): only OCI and Docker v2 "
+                "manifests are supported; push it again with a current client"
+            )
+        return media, data, digest
+
+    def _pick(self, index: dict[str, Any]) -> dict[str, Any]:
+        """The index's entry for this platform (a variant is compared only when both name one)."""
+        want = self.platform.split("/")
+        found = []
+        for entry in index.get("manifests", []):
+            p = entry.get("platform") or {}
+            have = [p.get("os", ""), p.get("architecture", "")] + ([p["variant"]] if p.get("variant") else [])
+            found.append("/".join(have))
+            if have[:2] == want[:2] and (len(have) < 3 or len(want) < 3 or have[2] == want[2]):
+                return dict(entry)
+        raise ImageError(
+            f"{self.ref} has no image for {self.platform} (it has {', '.join(found) or 'none'}): "
+            "pull one built for this machine, or give --platform"
+        )
+
+    def _write(self, digest: str, data: bytes) -> None:
+        path = self.layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+        if not path.exists():
+            partial = path.with_name(path.name + ".partial")
+            partial.write_bytes(data)
+            partial.rename(path)
+
+    def _blob(self, digest: str, size: int) -> None:
+        """Download the blob ``digest`` (``size`` bytes) unless it is there, resuming a partial download; publish
+        it under its name only once its digest matches."""
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise ImageError(f"{self.ref}: the manifest names blob {digest!r}: only sha256 digests are supported")
+        path = self.layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+        if path.exists():
+            self._count(digest, size, reused=size)
+            return
+        partial = path.with_name(path.name + ".partial")
+        hasher = hashlib.sha256()
+        have = 0
+        with contextlib.suppress(FileNotFoundError), open(partial, "rb") as old:
+            while chunk := old.read(_CHUNK):
+                hasher.update(chunk)
+                have += len(chunk)
+        if have > size:
+            partial.unlink()
+            hasher, have = hashlib.sha256(), 0
+        self._count(digest, 0, reused=have)
+        headers = {"Range": f"bytes={have}-"} if 0 < have < size else {}
+        with self.session.get(f"blobs/{digest}", headers, f"blob {digest}") as response:
+            if response.status_code == 200 and have:  # the registry ignored the range: start again
+                hasher, have = hashlib.sha256(), 0
+            elif response.status_code not in (200, 206) and not (response.status_code == 416 and have == size):
+                said = "does not have it" if response.status_code == 404 else f"answered {response.status_code}"
+                raise ImageError(f"{self.ref}: blob {digest}: the registry {said} (push the image again)")
+            with open(partial, "ab" if have else "wb") as out:
+                for chunk in response.iter_bytes(_CHUNK) if have < size else ():
+                    have += len(chunk)
+                    if have > size:
+                        break
+                    hasher.update(chunk)
+                    out.write(chunk)
+                    self.downloaded += len(chunk)
+                    self._count(digest, len(chunk))
+        if have < size:  # the registry ended early: what came is kept for the next pull to go on from
+            raise ImageError(
+                f"{self.ref}: blob {digest} was cut off after {have} of {size} bytes: pull again to resume"
+            )
+        got = "sha256:" + hasher.hexdigest()
+        if have != size or got != digest:
+            partial.unlink()
+            raise ImageError(
+                f"{self.ref}: blob {digest} came as {have} bytes with digest {got}, not {size} bytes of {digest}: "
+                "refused and deleted; pull again, and if it recurs the registry's copy is corrupt (push it again)"
+            )
+        partial.rename(path)
+
+    def _count(self, digest: str, done: int, *, reused: int = 0) -> None:
+        self.done += done + reused
+        self.reused += reused
+        if self.on_progress is not None:
+            self.on_progress(PullProgress(self.done, self.total, digest))

@@ -1,0 +1,218 @@
+"""Pulling images from a real registry (Debian's docker-registry) on 127.0.0.1: anonymous and token auth, manifest
+lists, resumed downloads, corrupt blobs refused; what is pulled is imported by the store and checked by skopeo."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oci_images import Entry, tar_layer, write_layout
+from registry_server import PASSWORD, USER, Registry, free_port, registry, sha256
+from rollbox.sandbox.images import ImageError, ImageStore
+from rollbox.sandbox.images._reference import Reference, parse_reference
+from rollbox.sandbox.images._registry import Credentials, PullProgress, credentials_for, pull
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def open_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    with registry(tmp_path_factory.mktemp("open-registry")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    with registry(tmp_path_factory.mktemp("token-registry"), auth=True) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No credentials but the ones a test gives (not the user's ~/.docker)."""
+    monkeypatch.delenv("ROLLBOX_REGISTRY_USER", raising=False)
+    monkeypatch.delenv("ROLLBOX_REGISTRY_PASSWORD", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+
+
+def small_layout(path: Path, text: str, *, ref: str = "1") -> Path:
+    return write_layout(path, [tar_layer([Entry("etc", "dir", mode=0o755), Entry("etc/hello", data=text.encode())])],
+                        config={"Env": ["GREETING=" + text]}, ref=ref)  # fmt: skip
+
+
+def test_a_pulled_image_is_a_layout_skopeo_reads_and_the_store_imports(open_registry: Registry, tmp_path: Path) -> None:
+    open_registry.push(small_layout(tmp_path / "src", "from the registry"), "tests/hello:1")
+    progress: list[PullProgress] = []
+    result = pull(f"{open_registry.host}/tests/hello:1", tmp_path / "pulled", on_progress=progress.append)
+    assert result.reused_bytes == 0 and result.downloaded_bytes == progress[-1].total_bytes == progress[-1].done_bytes
+    inspected = json.loads(subprocess.run(["skopeo", "inspect", f"oci:{result.layout}"], check=True,
+                                          capture_output=True, text=True).stdout)  # fmt: skip
+    assert inspected["Digest"] == result.digest and "GREETING=from the registry" in inspected["Env"]
+    image = ImageStore(tmp_path / "store").import_layout(result.layout, ref=result.reference)
+    assert image.digest == result.digest and (image.root / "etc/hello").read_text() == "from the registry"
+    assert ImageStore(tmp_path / "store").resolve(f"{open_registry.host}/tests/hello:1") == image
+    # By digest, again: nothing is downloaded twice.
+    again = pull(f"{open_registry.host}/tests/hello@{result.digest}", tmp_path / "pulled")
+    assert again.digest == result.digest and again.downloaded_bytes == 0 and again.reused_bytes > 0
+
+
+def test_token_auth_refuses_anonymous_pulls_and_takes_credentials(token_registry: Registry, tmp_path: Path) -> None:
+    token_registry.push(small_layout(tmp_path / "src", "private"), "team/private:2")
+    ref = f"{token_registry.host}/team/private:2"
+    with pytest.raises(ImageError, match=r"refused .* \(401\): give credentials"):
+        pull(ref, tmp_path / "anonymous")
+    with pytest.raises(ImageError, match="check that user 'trainer' and its password are right"):
+        pull(ref, tmp_path / "wrong", credentials=Credentials(USER, "wrong"))
+    result = pull(ref, tmp_path / "pulled", credentials=Credentials(USER, PASSWORD))
+    assert (tmp_path / "pulled/blobs/sha256" / result.digest.removeprefix("sha256:")).is_file()
+
+
+def test_credentials_come_from_the_environment_or_docker_config(
+    token_registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token_registry.push(small_layout(tmp_path / "src", "docker config"), "team/dc:1")
+    config = tmp_path / "docker"
+    config.mkdir()
+    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {f"http://{token_registry.host}": {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    assert credentials_for(token_registry.host) == Credentials(USER, PASSWORD)
+    pull(f"{token_registry.host}/team/dc:1", tmp_path / "one")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("ROLLBOX_REGISTRY_USER", USER)
+    monkeypatch.setenv("ROLLBOX_REGISTRY_PASSWORD", PASSWORD)
+    pull(f"{token_registry.host}/team/dc:1", tmp_path / "two")
+
+
+def _two_platform_layout(path: Path) -> Path:
+    """A layout whose index.json names an image index of an amd64 and an arm64 image (different files)."""
+    entries = []
+    for arch in ("amd64", "arm64"):
+        write_layout(path, [tar_layer([Entry("arch", data=arch.encode())])])
+        manifest_digest = json.loads((path / "index.json").read_text())["manifests"][0]["digest"]
+        manifest = json.loads((path / "blobs/sha256" / manifest_digest.removeprefix("sha256:")).read_bytes())
+        config_path = path / "blobs/sha256" / manifest["config"]["digest"].removeprefix("sha256:")
+        config = json.loads(config_path.read_bytes()) | {"architecture": arch}
+        data = json.dumps(config).encode()
+        (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
+        manifest["config"] |= {"digest": sha256(data), "size": len(data)}
+        data = json.dumps(manifest).encode()
+        (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
+        entries.append({"mediaType": manifest["mediaType"], "digest": sha256(data), "size": len(data),
+                        "platform": {"os": "linux", "architecture": arch}})  # fmt: skip
+    data = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                       "manifests": entries}).encode()  # fmt: skip
+    (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
+    index = {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": sha256(data), "size": len(data)}
+    (path / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [index]}))
+    return path
+
+
+def test_a_manifest_list_gives_this_machines_platform(open_registry: Registry, tmp_path: Path) -> None:
+    open_registry.push(_two_platform_layout(tmp_path / "src"), "tests/multi:1", all_platforms=True)
+    ref = f"{open_registry.host}/tests/multi:1"
+    image = ImageStore(tmp_path / "store").import_layout(pull(ref, tmp_path / "here").layout)
+    assert (image.root / "arch").read_text() == "amd64" and image.platform == "linux/amd64"
+    arm = ImageStore(tmp_path / "store").import_layout(pull(ref, tmp_path / "arm", platform="linux/arm64").layout)
+    assert (arm.root / "arch").read_text() == "arm64"
+    with pytest.raises(ImageError, match=r"has no image for linux/s390x \(it has linux/amd64, linux/arm64\)"):
+        pull(ref, tmp_path / "none", platform="linux/s390x")
+
+
+def test_an_interrupted_download_resumes_where_it_stopped(open_registry: Registry, tmp_path: Path) -> None:
+    big = os.urandom(6 << 20)  # incompressible: the blob is as big as this
+    layout = write_layout(tmp_path / "src", [tar_layer([Entry("big", data=big)])], compress=False, ref="1")
+    open_registry.push(layout, "tests/big:1")
+    ref = f"{open_registry.host}/tests/big:1"
+
+    def stop_midway(progress: PullProgress) -> None:
+        if progress.done_bytes > 2 << 20:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pull(ref, tmp_path / "pulled", on_progress=stop_midway)
+    partial = list((tmp_path / "pulled/blobs/sha256").glob("*.partial"))
+    assert len(partial) == 1 and 0 < partial[0].stat().st_size < len(big)
+    kept = partial[0].stat().st_size
+    result = pull(ref, tmp_path / "pulled")
+    assert result.reused_bytes >= kept and result.downloaded_bytes < len(big)
+    assert result.downloaded_bytes == len(big_blob(result.layout)) - kept  # a Range request: the rest only
+    image = ImageStore(tmp_path / "store").import_layout(result.layout)
+    assert (image.root / "big").read_bytes() == big
+
+
+def big_blob(layout: Path) -> bytes:
+    return max((p.read_bytes() for p in (layout / "blobs/sha256").iterdir()), key=len)
+
+
+def test_a_corrupt_blob_is_refused_and_nothing_of_it_is_kept(open_registry: Registry, tmp_path: Path) -> None:
+    tar = tar_layer([Entry("file", data=b"the real content " * 1000)])
+    layout = write_layout(tmp_path / "src", [tar], compress=False, ref="1")
+    open_registry.push(layout, "tests/corrupt:1")
+    (layer,) = open_registry.layers("tests/corrupt", "1")
+    data = open_registry.blob_data(layer)
+    corrupt = bytearray(data.read_bytes())
+    corrupt[len(corrupt) // 2] ^= 0xFF  # same size, another digest
+    data.write_bytes(corrupt)
+    with pytest.raises(ImageError, match=rf"blob {layer} came as .* with digest sha256:\w+, not .*: refused"):
+        pull(f"{open_registry.host}/tests/corrupt:1", tmp_path / "pulled")
+    assert not (tmp_path / "pulled/index.json").exists()
+    kept = list((tmp_path / "pulled/blobs/sha256").iterdir())
+    assert [sha256(p.read_bytes()).removeprefix("sha256:") for p in kept] == [p.name for p in kept]  # verified only
+    assert layer.removeprefix("sha256:") not in [p.name for p in kept]  # neither the layer nor its .partial
+
+
+def test_unknown_images_and_unreachable_registries_are_one_line(open_registry: Registry, tmp_path: Path) -> None:
+    with pytest.raises(ImageError, match="has no manifest nope in tests/missing"):
+        pull(f"{open_registry.host}/tests/missing:nope", tmp_path / "a")
+    with pytest.raises(ImageError, match=r"registry 127.0.0.1:\d+ cannot be reached .*check the address"):
+        pull(f"127.0.0.1:{free_port()}/tests/x:1", tmp_path / "b")
+    with pytest.raises(ImageError, match="is not a tag"):
+        pull("alpine:bad tag", tmp_path / "c")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("alpine", Reference("docker.io", "library/alpine", "latest")),
+        ("alpine:3.19", Reference("docker.io", "library/alpine", "3.19")),
+        ("user/app:v1", Reference("docker.io", "user/app", "v1")),
+        ("docker.io/library/alpine", Reference("docker.io", "library/alpine", "latest")),
+        ("index.docker.io/user/app", Reference("docker.io", "user/app", "latest")),
+        ("localhost/app", Reference("localhost", "app", "latest")),
+        ("127.0.0.1:5000/a/b:c", Reference("127.0.0.1:5000", "a/b", "c")),
+        ("ghcr.io/o/r@sha256:" + "a" * 64, Reference("ghcr.io", "o/r", None, "sha256:" + "a" * 64)),
+        ("ghcr.io/o/r:t@sha256:" + "b" * 64, Reference("ghcr.io", "o/r", "t", "sha256:" + "b" * 64)),
+    ],
+)
+def test_references_are_read_as_docker_reads_them(text: str, expected: Reference) -> None:
+    assert parse_reference(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "Alpine", "a:b:c", "a@sha256:short", "host:99/", "a//b", "a:-x", "a b"])
+def test_what_is_not_a_reference_is_one_clear_line(text: str) -> None:
+    with pytest.raises(ImageError, match=f"image reference {text!r}: "):
+        parse_reference(text)
+
+
+_component = st.from_regex(r"[a-z0-9]+([._-][a-z0-9]+)?", fullmatch=True)
+
+
+@given(
+    host=st.sampled_from(["docker.io", "ghcr.io", "127.0.0.1:5000", "localhost", "reg.example:443"]),
+    parts=st.lists(_component, min_size=1, max_size=3),
+    tag=st.none() | st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True),
+    digest=st.none() | st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True),
+)
+def test_a_reference_reads_back_as_itself(host: str, parts: list[str], tag: str | None, digest: str | None) -> None:
+    repository = "/".join(parts) if host != "docker.io" or len(parts) > 1 else f"library/{parts[0]}"
+    ref = Reference(host, repository, tag if tag or digest else "latest", digest)
+    assert parse_reference(str(ref)) == ref
