@@ -31,10 +31,12 @@ from typing import Any
 import httpx
 
 from ._errors import ImageError
+from ._image import Image
 from ._layout import REF_NAME, this_platform
 from ._reference import Reference, parse_reference
+from ._store import ImageStore
 
-__all__ = ["Credentials", "PullProgress", "PullResult", "credentials_for", "pull"]
+__all__ = ["Credentials", "PullProgress", "PullResult", "credentials_for", "download_dir", "pull", "pull_image"]
 
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -134,14 +136,80 @@ def pull(
     Raises:
         ImageError: what went wrong, in one line, and what to do.
     """
-    ref = parse_reference(reference)
     layout = Path(layout)
     (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    with _locked(layout):
+        return _pull_locked(
+            parse_reference(reference),
+            layout,
+            credentials=credentials,
+            platform=platform,
+            plain_http=plain_http,
+            on_progress=on_progress,
+            timeout_s=timeout_s,
+        )
+
+
+def _pull_locked(
+    ref: Reference,
+    layout: Path,
+    *,
+    credentials: Credentials | None,
+    platform: str | None,
+    plain_http: bool | None,
+    on_progress: Callable[[PullProgress], None] | None,
+    timeout_s: float,
+) -> PullResult:
+    """:func:`pull` into ``layout``, whose lock the caller holds."""
     if plain_http is None:
         plain_http = bool(_LOOPBACK.fullmatch(ref.registry))
-    session = _Session(ref, credentials or credentials_for(ref.registry), plain_http, timeout_s)
-    with session, _locked(layout):
+    with _Session(ref, credentials or credentials_for(ref.registry), plain_http, timeout_s) as session:
         return _Pull(session, ref, layout, platform or this_platform(), on_progress).run()
+
+
+def download_dir(store: ImageStore, reference: str) -> Path:
+    """Where pulls of ``reference``'s repository keep their layout in ``store``: one per registry and repository,
+    so that a cut-off pull resumes and blobs shared by its tags are fetched once."""
+    ref = parse_reference(reference)
+    return store.downloads / ref.registry.replace(":", "_") / ref.repository
+
+
+def pull_image(
+    store: ImageStore,
+    reference: str,
+    *,
+    credentials: Credentials | None = None,
+    platform: str | None = None,
+    plain_http: bool | None = None,
+    on_progress: Callable[[PullProgress], None] | None = None,
+    timeout_s: float = 60.0,
+) -> tuple[Image, PullResult]:
+    """Pull ``reference`` (see :func:`pull`) into ``store``'s downloads and import it, known by the reference as
+    given; the download's blobs are deleted once imported (the store keeps what it unpacked).
+
+    Raises:
+        ImageError: as :func:`pull`, or the import's.
+    """
+    ref = parse_reference(reference)
+    layout = download_dir(store, reference)
+    (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    with _locked(layout):  # to the end: another pull of the repository must not delete what this one imports
+        result = _pull_locked(
+            ref,
+            layout,
+            credentials=credentials,
+            platform=platform,
+            plain_http=plain_http,
+            on_progress=on_progress,
+            timeout_s=timeout_s,
+        )
+        image = store.import_layout(result.layout, ref=reference)
+        for blob in (layout / "blobs" / "sha256").iterdir():
+            if not blob.name.endswith(".partial"):
+                blob.unlink()
+        for name in ("index.json", "oci-layout"):
+            (layout / name).unlink(missing_ok=True)
+    return image, result
 
 
 @contextlib.contextmanager
