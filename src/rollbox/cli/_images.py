@@ -54,7 +54,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     pull.add_argument("--platform", metavar="OS/ARCH", help="from a manifest list (default: this machine's)")
     pull.add_argument("--username", help="for the registry, with --password-stdin")
     pull.add_argument("--password-stdin", action="store_true", help="read the password (or token) from stdin")
-    pull.add_argument("--plain-http", action="store_true", default=None, help="speak HTTP, not HTTPS (loopback registries always are)")
+    pull.add_argument(
+        "--plain-http", action="store_true", default=None, help="speak HTTP, not HTTPS (loopback registries always are)"
+    )
     pull.add_argument("--json", action="store_true", help="print the image as a JSON object")
     pull.set_defaults(run=_pull)
     imp = verbs.add_parser("import", help="import an OCI layout directory, a docker-save or an OCI archive")
