@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -168,6 +169,20 @@ def test_a_corrupt_blob_is_refused_and_nothing_of_it_is_kept(open_registry: Regi
     kept = list((tmp_path / "pulled/blobs/sha256").iterdir())
     assert [sha256(p.read_bytes()).removeprefix("sha256:") for p in kept] == [p.name for p in kept]  # verified only
     assert layer.removeprefix("sha256:") not in [p.name for p in kept]  # neither the layer nor its .partial
+
+
+def test_a_manifest_that_is_not_what_its_digest_says_is_refused(open_registry: Registry, tmp_path: Path) -> None:
+    open_registry.push(small_layout(tmp_path / "src", "tampered"), "tests/tampered:1")
+    digest = httpx.head(
+        f"http://{open_registry.host}/v2/tests/tampered/manifests/1",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+    ).headers["Docker-Content-Digest"]
+    data = open_registry.blob_data(digest)
+    data.write_bytes(b" " + data.read_bytes())  # still JSON, another digest
+    for target in ("tests/tampered:1", f"tests/tampered@{digest}"):
+        with pytest.raises(ImageError, match=rf"the manifest .* has digest sha256:\w+, not {digest}: refused"):
+            pull(f"{open_registry.host}/{target}", tmp_path / "pulled")
+    assert not (tmp_path / "pulled/index.json").exists()
 
 
 def test_unknown_images_and_unreachable_registries_are_one_line(open_registry: Registry, tmp_path: Path) -> None:
