@@ -7,12 +7,14 @@ import base64
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oci_images import Entry, tar_layer, write_layout
@@ -93,28 +95,39 @@ def test_credentials_come_from_the_environment_or_docker_config(
     pull(f"{token_registry.host}/team/dc:1", tmp_path / "two")
 
 
+def _image_for(path: Path, arch: str) -> dict[str, object]:
+    """Write an image for linux/``arch`` (its file /arch says which) into the layout ``path``: its descriptor."""
+    write_layout(path, [tar_layer([Entry("arch", data=arch.encode())])])
+    manifest_digest = json.loads((path / "index.json").read_text())["manifests"][0]["digest"]
+    manifest = json.loads((path / "blobs/sha256" / manifest_digest.removeprefix("sha256:")).read_bytes())
+    config_path = path / "blobs/sha256" / manifest["config"]["digest"].removeprefix("sha256:")
+    data = json.dumps(json.loads(config_path.read_bytes()) | {"architecture": arch}).encode()
+    (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
+    manifest["config"] |= {"digest": sha256(data), "size": len(data)}
+    data = json.dumps(manifest).encode()
+    (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
+    return {"mediaType": manifest["mediaType"], "digest": sha256(data), "size": len(data),
+            "platform": {"os": "linux", "architecture": arch}}  # fmt: skip
+
+
 def _two_platform_layout(path: Path) -> Path:
     """A layout whose index.json names an image index of an amd64 and an arm64 image (different files)."""
-    entries = []
-    for arch in ("amd64", "arm64"):
-        write_layout(path, [tar_layer([Entry("arch", data=arch.encode())])])
-        manifest_digest = json.loads((path / "index.json").read_text())["manifests"][0]["digest"]
-        manifest = json.loads((path / "blobs/sha256" / manifest_digest.removeprefix("sha256:")).read_bytes())
-        config_path = path / "blobs/sha256" / manifest["config"]["digest"].removeprefix("sha256:")
-        config = json.loads(config_path.read_bytes()) | {"architecture": arch}
-        data = json.dumps(config).encode()
-        (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
-        manifest["config"] |= {"digest": sha256(data), "size": len(data)}
-        data = json.dumps(manifest).encode()
-        (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
-        entries.append({"mediaType": manifest["mediaType"], "digest": sha256(data), "size": len(data),
-                        "platform": {"os": "linux", "architecture": arch}})  # fmt: skip
+    entries = [_image_for(path, arch) for arch in ("amd64", "arm64")]
     data = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
                        "manifests": entries}).encode()  # fmt: skip
     (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
     index = {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": sha256(data), "size": len(data)}
     (path / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [index]}))
     return path
+
+
+def test_an_image_of_another_platform_alone_is_refused(open_registry: Registry, tmp_path: Path) -> None:
+    entry = _image_for(tmp_path / "src", "arm64")
+    (tmp_path / "src/index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    open_registry.push(tmp_path / "src", "tests/arm-only:1")
+    with pytest.raises(ImageError, match="is an image for linux/arm64 only, not linux/amd64: pull one built for"):
+        pull(f"{open_registry.host}/tests/arm-only:1", tmp_path / "pulled")
+    assert not (tmp_path / "pulled/index.json").exists()
 
 
 def test_a_manifest_list_gives_this_machines_platform(open_registry: Registry, tmp_path: Path) -> None:
@@ -231,3 +244,92 @@ def test_a_reference_reads_back_as_itself(host: str, parts: list[str], tag: str 
     repository = "/".join(parts) if host != "docker.io" or len(parts) > 1 else f"library/{parts[0]}"
     ref = Reference(host, repository, tag if tag or digest else "latest", digest)
     assert parse_reference(str(ref)) == ref
+
+
+class _HostileRegistry:
+    """A registry on 127.0.0.1 that answers every manifest request with ``manifest`` (whatever it is) and serves
+    the blobs in ``blobs``: what a broken or hostile registry may send."""
+
+    def __init__(self) -> None:
+        self.manifest: bytes = b"{}"
+        self.blobs: dict[str, bytes] = {}
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                kind, _, target = self.path.rpartition("/")
+                body = registry.manifest if kind.endswith("/manifests") else registry.blobs.get(target)
+                self.send_response(404 if body is None else 200)
+                self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[_HostileRegistry]:
+    running = _HostileRegistry()
+    yield running
+    running.server.shutdown()
+    running.server.server_close()
+
+
+_CONFIG = json.dumps({"os": "linux", "architecture": "amd64", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+_VALID: dict[str, object] = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "config": {
+        "mediaType": "application/vnd.oci.image.config.v1+json",
+        "digest": sha256(_CONFIG),
+        "size": len(_CONFIG),
+    },
+    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": sha256(b"x" * 10), "size": 10}],
+}
+_INDEX: dict[str, object] = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.index.v1+json",
+    "manifests": [{"digest": sha256(b"m"), "size": 1, "platform": {"os": "linux", "architecture": "amd64"}}],
+}
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@st.composite
+def _manifests(draw: st.DrawFn) -> bytes:
+    """Any JSON, or a valid manifest or index with one part (at any depth) replaced by any JSON, or bytes."""
+    choice = draw(st.sampled_from(["json", "manifest", "index", "bytes"]))
+    if choice == "bytes":
+        return draw(st.binary(max_size=64))
+    if choice == "json":
+        return json.dumps(draw(_json)).encode()
+    doc = json.loads(json.dumps(_VALID if choice == "manifest" else _INDEX))
+    node = doc
+    while True:
+        key = draw(st.sampled_from(sorted(node)) if isinstance(node, dict) else st.integers(0, len(node) - 1))
+        if not isinstance(node[key], (dict, list)) or not node[key] or draw(st.booleans()):
+            node[key] = draw(_json)
+            return json.dumps(doc).encode()
+        node = node[key]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(manifest=_manifests())
+def test_whatever_a_registry_sends_as_a_manifest_is_an_image_error(
+    hostile: _HostileRegistry, tmp_path: Path, manifest: bytes
+) -> None:
+    hostile.manifest = manifest
+    hostile.blobs = {sha256(_CONFIG): _CONFIG, sha256(b"x" * 10): b"x" * 10}
+    try:
+        pull(f"{hostile.host}/tests/hostile:1", tmp_path / "pulled")
+    except ImageError as exc:
+        assert "\n" not in str(exc)

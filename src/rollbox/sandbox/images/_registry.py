@@ -23,7 +23,6 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ._errors import ImageError
 from ._image import Image
@@ -206,15 +205,15 @@ class _Pull:
     def run(self) -> PullResult:
         media, data, digest = self._manifest(self.ref.target, expect=self.ref.digest)
         if media in _INDEX_TYPES:
-            entry = self._pick(json.loads(data))
-            media, data, digest = self._manifest(entry["digest"], expect=entry["digest"])
+            chosen = self._pick(json.loads(data))
+            media, data, digest = self._manifest(chosen, expect=chosen)
             if media in _INDEX_TYPES:
                 raise ImageError(f"{self.ref}: the entry for {self.platform} is itself an index: not supported")
-        manifest = json.loads(data)
-        blobs = [manifest["config"], *manifest.get("layers", [])]
-        self.total = sum(int(blob.get("size", 0)) for blob in blobs)
-        for blob in blobs:
-            self._blob(str(blob["digest"]), int(blob["size"]))
+        blobs = self._descriptors(json.loads(data))
+        self.total = sum(size for _, size in blobs)
+        for blob_digest, size in blobs:
+            self._blob(blob_digest, size)
+        self._check_platform(blobs[0][0])
         self._write(digest, data)
         entry = {"mediaType": media, "digest": digest, "size": len(data)}
         entry["annotations"] = {REF_NAME: str(self.ref)}
@@ -260,16 +259,52 @@ class _Pull:
             )
         return media, data, digest
 
-    def _pick(self, index: dict[str, Any]) -> dict[str, Any]:
-        """The index's entry for this platform (a variant is compared only when both name one)."""
+    def _descriptors(self, manifest: object) -> list[tuple[str, int]]:
+        """The (digest, size) of the manifest's configuration, then of its layers, checked for shape (what a
+        registry sends is not trusted)."""
+        descriptors: list[object] = []
+        if isinstance(manifest, dict) and isinstance(layers := manifest.get("layers", []), list):
+            descriptors = [manifest.get("config"), *layers]
+        found = [
+            (d["digest"], d["size"])
+            for d in descriptors
+            if isinstance(d, dict) and isinstance(d.get("digest"), str) and type(d.get("size")) is int
+            if d["size"] >= 0
+        ]
+        if not found or len(found) != len(descriptors):
+            raise ImageError(
+                f"{self.ref}: its manifest is not an image manifest (a config and layers, each with a digest and "
+                "a size): push the image again with a current client"
+            )
+        return found
+
+    def _check_platform(self, config_digest: str) -> None:
+        """Refuse an image built for another platform (one that a manifest list did not choose)."""
+        path = self.layout / "blobs" / "sha256" / config_digest.removeprefix("sha256:")
+        try:
+            config = json.loads(path.read_bytes())
+            have = f"{config['os']}/{config['architecture']}"
+        except (ValueError, KeyError, TypeError):
+            return  # no platform stated: the import decides
+        if have.split("/")[:2] != self.platform.split("/")[:2]:
+            raise ImageError(
+                f"{self.ref} is an image for {have} only, not {self.platform}: pull one built for this platform"
+            )
+
+    def _pick(self, index: object) -> str:
+        """The digest of the index's manifest for this platform (a variant is compared only when both name one)."""
         want = self.platform.split("/")
         found = []
-        for entry in index.get("manifests", []):
-            p = entry.get("platform") or {}
-            have = [p.get("os", ""), p.get("architecture", "")] + ([p["variant"]] if p.get("variant") else [])
+        entries = index.get("manifests") if isinstance(index, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            p = entry.get("platform") if isinstance(entry, dict) else None
+            if not isinstance(p, dict) or not isinstance(entry.get("digest"), str):
+                continue
+            have = [str(p.get("os", "")), str(p.get("architecture", ""))]
+            have += [str(p["variant"])] if p.get("variant") else []
             found.append("/".join(have))
             if have[:2] == want[:2] and (len(have) < 3 or len(want) < 3 or have[2] == want[2]):
-                return dict(entry)
+                return str(entry["digest"])
         raise ImageError(
             f"{self.ref} has no image for {self.platform} (it has {', '.join(found) or 'none'}): "
             "pull one built for this machine, or give --platform"
