@@ -253,11 +253,18 @@ class _HostileRegistry:
     def __init__(self) -> None:
         self.manifest: bytes = b"{}"
         self.blobs: dict[str, bytes] = {}
+        self.challenge: str | None = None
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 kind, _, target = self.path.rpartition("/")
+                if registry.challenge is not None and "/v2/" in self.path:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", registry.challenge)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 body = registry.manifest if kind.endswith("/manifests") else registry.blobs.get(target)
                 self.send_response(404 if body is None else 200)
                 self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
@@ -333,3 +340,31 @@ def test_whatever_a_registry_sends_as_a_manifest_is_an_image_error(
         pull(f"{hostile.host}/tests/hostile:1", tmp_path / "pulled")
     except ImageError as exc:
         assert "\n" not in str(exc)
+
+
+_header_text = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=30)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    case=st.tuples(
+        st.sampled_from(["Bearer", "Basic", "bearer", "Digest", ""]),
+        _header_text | st.sampled_from(["SELF", "http://127.0.0.1:1/t", "ftp://x/", "http://[::1", "::", "/token"]),
+        _header_text,
+        st.sampled_from([b"[]", b"{}", b'{"token": 5}', b"not json", b'{"token": "a\\nb"}', b'{"token": "t"}']),
+    )
+)
+def test_whatever_a_registry_challenges_with_is_an_image_error(
+    hostile: _HostileRegistry, tmp_path: Path, case: tuple[str, str, str, bytes]
+) -> None:
+    """A challenge of any scheme and realm, and a token service's answer of any shape: one ImageError line."""
+    scheme, realm, rest, token_answer = case
+    realm = f"http://{hostile.host}/token" if realm == "SELF" else realm
+    hostile.challenge = f'{scheme} realm="{realm}",{rest}'
+    hostile.blobs = {"token": token_answer}
+    try:
+        with pytest.raises(ImageError) as caught:
+            pull(f"{hostile.host}/tests/hostile:1", tmp_path / "pulled", credentials=Credentials("u", "p"))
+        assert "\n" not in str(caught.value)
+    finally:
+        hostile.challenge = None

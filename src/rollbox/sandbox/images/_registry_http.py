@@ -112,7 +112,7 @@ class Session:
         auth = (self.credentials.username, self.credentials.password) if self.credentials else None
         try:
             answer = self.client.get(fields["realm"], params={k: v for k, v in query.items() if v}, auth=auth)
-        except httpx.TransportError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # the realm is the registry's word
             raise ImageError(
                 f"the token service of {self.ref.registry} ({fields['realm']}) cannot be reached ({exc}): "
                 "check that it is up"
@@ -122,6 +122,8 @@ class Session:
         try:
             body = answer.json()
             token = body.get("token") or body["access_token"]
+            if not isinstance(token, str) or not token.isprintable():
+                raise ValueError("not a token")
         except (ValueError, KeyError, AttributeError) as exc:
             raise ImageError(
                 f"the token service of {self.ref.registry} answered {answer.status_code} without a token: "
