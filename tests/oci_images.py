@@ -136,7 +136,8 @@ def host_files_layer(extra: Sequence[str] = (), commands: Sequence[str] = HOST_C
                 add(link)
         for path in files:
             add(path)
-        for path in ["/usr/lib/python3.11", "/etc/ld.so.cache", *extra]:
+        # libgcc_s is loaded by glibc itself (pthread_exit, unwinding): no ldd shows it, every Debian image has it.
+        for path in ["/usr/lib/python3.11", "/etc/ld.so.cache", "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1", *extra]:
             add(path, recursive=True)
     return out.getvalue()
 

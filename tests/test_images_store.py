@@ -4,11 +4,14 @@ property test of the whole class)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import hashlib
 import json
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -192,7 +195,8 @@ def test_resolve_by_reference_digest_and_prefix(tmp_path: Path) -> None:
     store = ImageStore(tmp_path / "store")
     image = store.import_layout(image_layout(tmp_path), ref="repo/name:latest")
     hex_digest = image.digest[7:]
-    for name in ("repo/name", "repo/name:latest", image.digest, hex_digest[:12], f"repo/name@{image.digest}"):
+    names = ("repo/name", "repo/name:latest", "docker.io/repo/name", image.digest, hex_digest[:12])
+    for name in (*names, f"repo/name@{image.digest}"):
         assert store.resolve(name) == image, name
     with pytest.raises(ImageError, match=r"no image 'repo/other:1'.*rollbox images pull") as info:
         store.resolve("repo/other:1")
@@ -256,6 +260,15 @@ def test_a_hard_link_out_of_the_tree_is_refused(tmp_path: Path, target: str) -> 
     assert os.stat("/etc/passwd").st_nlink == before
 
 
+def test_a_hard_link_through_a_symlink_the_layer_made_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("untouched\n")
+    with pytest.raises(ImageError, match="nothing is written through a link"):
+        _import(tmp_path, [Entry("a", "symlink", target=str(outside)), Entry("stolen", "hardlink", target="a/victim")])
+    assert os.stat(outside / "victim").st_nlink == 1
+
+
 def test_a_device_node_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match="device node 'usr/mem'"):
         _import(tmp_path, [Entry("usr", "dir"), Entry("usr/mem", "chr")])
@@ -267,3 +280,62 @@ def test_device_nodes_under_dev_are_dropped_and_fifos_kept(tmp_path: Path) -> No
     root = _import(tmp_path, [Entry("dev", "dir"), Entry("dev/null", "chr"), Entry("pipe", "fifo", mode=0o600)])
     assert not (root / "dev" / "null").exists()
     assert stat.S_ISFIFO(os.lstat(root / "pipe").st_mode)
+
+
+def test_doctor_names_each_image_by_digest_and_a_missing_root(tmp_path: Path) -> None:
+    from rollbox.sandbox._doctor import _image_checks
+
+    store = ImageStore(tmp_path / "store")
+    image = store.import_layout(image_layout(tmp_path), ref="doctor/test:1")
+    checks = {c.name: c for c in _image_checks(store)}
+    assert checks["images"].detail.startswith("1 in ")
+    assert checks[f"image {image.short}"].ok and image.digest in checks[f"image {image.short}"].detail
+    assert "doctor/test:1" in checks[f"image {image.short}"].detail
+    shutil.rmtree(image.root)
+    broken = {c.name: c for c in _image_checks(store)}[f"image {image.short}"]
+    assert not broken.ok and broken.fix is not None and "doctor/test:1" in broken.fix
+
+
+@pytest.mark.skipif(not (shutil.which("umoci") and shutil.which("skopeo")), reason="needs umoci and skopeo")
+def test_images_made_by_umoci_and_saved_by_skopeo_are_imported(tmp_path: Path) -> None:
+    # A layout as umoci makes it (a layer that adds, then one that deletes: a whiteout), and the docker-save archive
+    # skopeo writes of it (its layer.tar a link to a file of the archive).
+    def umoci(*args: str) -> None:
+        subprocess.run(["umoci", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    umoci("init", "--layout", "img")
+    umoci("new", "--image", "img:t")
+    umoci("unpack", "--image", "img:t", "bundle")
+    data = tmp_path / "bundle" / "rootfs" / "data"
+    data.mkdir()
+    (data / "kept").write_text("kept\n")
+    (data / "gone").write_text("gone\n")
+    umoci("repack", "--image", "img:t", "bundle")
+    (data / "gone").unlink()
+    umoci("repack", "--image", "img:t", "bundle")
+    umoci("config", "--image", "img:t", "--config.env", "FOO=bar", "--config.workingdir", "/data")
+    archive = tmp_path / "saved.tar"
+    subprocess.run(
+        ["skopeo", "copy", "-q", "oci:img:t", f"docker-archive:{archive}:test/umoci:1"],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    store = ImageStore(tmp_path / "store")
+    layout = store.import_layout(tmp_path / "img")
+    saved = store.import_archive(archive)
+    for image in (layout, saved):
+        assert sorted(os.listdir(image.root / "data")) == ["kept"]
+        assert image.config.env == (("FOO", "bar"),) and image.config.working_dir == "/data"
+    assert layout.refs == () and saved.refs == ("docker.io/test/umoci:1",)  # whole references only: "t" is a tag
+    assert store.resolve("test/umoci:1") == store.resolve("docker.io/test/umoci:1") == saved
+
+
+def test_imports_at_once_of_one_image_unpack_it_once(tmp_path: Path) -> None:
+    layout = image_layout(tmp_path)
+    store = ImageStore(tmp_path / "store")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        images = list(pool.map(lambda ref: store.import_layout(layout, ref=ref), ["a:1", "b:1", "c:1", "d:1"]))
+    assert len({i.digest for i in images}) == 1
+    assert sorted(store.resolve(images[0].digest).refs) == ["a:1", "b:1", "c:1", "d:1"]
+    assert len([p for p in (tmp_path / "store" / "roots").iterdir() if p.is_dir()]) == 1

@@ -4,6 +4,7 @@ the task's grading and its episodes on that image's root, and the verdict and th
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -13,8 +14,9 @@ import pytest
 
 import rollbox
 from oci_images import Entry, host_files_layer, host_image, tar_layer, write_layout
+from rollbox import telemetry
 from rollbox.judge import VerdictStatus, grade
-from rollbox.tasks import Task, load_task, write_task
+from rollbox.tasks import Task, import_tasks, load_task, write_task
 
 if os.geteuid() != 0:
     pytest.skip("images run in the namespaces backend, which needs root", allow_module_level=True)
@@ -95,7 +97,16 @@ def test_an_episode_runs_on_the_image_and_its_trajectory_names_the_digest(tmp_pa
             assert last.done and last.reward == 1.0, last.info
         return env
 
-    env = asyncio.run(play())
+    events: list[telemetry.Event] = []
+
+    class Sink:
+        def write(self, event: telemetry.Event) -> None:
+            events.append(event)
+
+    with telemetry.recording(Sink()):
+        env = asyncio.run(play())
+    (end,) = [e for e in events if e.kind == "episode.end"]
+    assert end.fields["image"] == image.digest  # the archive keeps it with the episode's end
     assert env.trajectory.image == image.digest
     assert env.trajectory.to_json()["verdict"]["image"] == image.digest
 
@@ -107,3 +118,32 @@ def test_the_image_survives_writing_the_task_back(tmp_path: Path) -> None:
         out / "copy", task_id=task.id, grading=task.grading, environment=task.environment, tests={"cases.jsonl": CASES}
     )
     assert written.environment.image == "rollbox-test/host:1"
+
+
+def test_the_swebench_importer_targets_an_image_per_instance(tmp_path: Path) -> None:
+    from test_import_swebench import instance, make_calc_repo
+
+    repo = make_calc_repo(tmp_path / "repos" / "acme__calc")
+    source = tmp_path / "instances.jsonl"
+    source.write_text(json.dumps(instance(repo)) + "\n")
+    report = import_tasks(
+        "swebench", source, tmp_path / "tasks", repos=repo.path.parent, image="rollbox-test/{repo}:{version}"
+    )
+    assert not report.refused, report.refused
+    task = load_task(tmp_path / "tasks" / "acme__calc-1")
+    assert task.environment.image == "rollbox-test/acme__calc:1.0"
+    assert task.environment.requirements == () and task.environment.is_default  # no layer: the image has it all
+    # Without the option, the uv layer of the instance's requirements, as before.
+    plain = import_tasks("swebench", source, tmp_path / "plain", repos=repo.path.parent)
+    assert not plain.refused
+    assert load_task(tmp_path / "plain" / "acme__calc-1").environment.requirements == ("pytest>=7",)
+    with pytest.raises(ValueError, match="swebench only"):
+        import_tasks("stdio", source, tmp_path / "x", image="x")
+
+
+def test_the_schedulers_pool_of_an_image_task_is_named_by_the_images_digest(tmp_path: Path) -> None:
+    from rollbox.scheduler._grade_kind import task_pool
+
+    image = host_image()
+    assert json.loads(task_pool(stdio_task(tmp_path / "a", "rollbox-test/host:1")))["image"] == image.digest
+    assert "image" not in json.loads(task_pool(stdio_task(tmp_path / "b", "nowhere/none:1")))  # the job says why

@@ -447,6 +447,7 @@ class Episode:
             tests_passed=verdict.passed,
             tests_total=verdict.total,
             error=verdict.error,
+            image=self.trajectory.image,
         )
 
     def _cut(self, observation: Observation) -> Observation:

@@ -90,6 +90,13 @@ class SandboxConfig:
             object.__setattr__(self, "workspace", Path(os.fspath(self.workspace)).resolve())
         if not isinstance(self.env, _Variables):
             object.__setattr__(self, "env", _Variables(self.env))
+        # Made once: pools are looked up by the configuration for every sandbox borrowed.
+        object.__setattr__(
+            self, "_hash", hash((self.limits, self.network, self.runtime, self.image, self.workspace, self.env))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
 
     @classmethod
     def of(cls, config: SandboxConfig | None = None, **fields: Any) -> SandboxConfig:

@@ -53,7 +53,7 @@ def _key(
     workspace: str | None,
     env: Mapping[str, str] | None,
     *,
-    image: str | None,
+    image: str | None = None,
 ) -> str:
     values = {f.name: getattr(limits, f.name) for f in fields(limits) if getattr(limits, f.name) is not None}
     config: dict[str, object] = {"limits": values, "network": network.value}

@@ -7,7 +7,8 @@
     async with Sandbox(SandboxConfig(image=image)) as sb:  # / is the image's root, read-only
         await sb.exec(["python3", "--version"])
 
-``_layout`` reads an OCI image layout (the manifest for this machine, verified); ``_unpack`` unpacks one layer's
+``_layout`` reads an OCI image layout (the manifest for this machine, verified); ``_archive`` makes docker-save and
+OCI archives layouts; ``_unpack`` unpacks one layer's
 blob safely, verifying its digests as it reads; ``_compose`` lays the layers into one root; ``_store`` keeps them
 (``$ROLLBOX_HOME/images``: layers shared by images, roots shared by images of the same layers, gc).
 """

@@ -4,16 +4,12 @@ An OCI image layout (image-spec ``image-layout.md``) is ``oci-layout``, ``index.
 ``index.json`` lists manifests, or indexes (manifest lists) whose entries carry a platform: the one for this
 machine's is taken. Every blob read here is checked against its digest before anything uses it; a layer's blob is
 checked as it is unpacked (see ``_unpack``), since it is read once.
-
-A ``docker save`` archive of the old kind (``manifest.json`` and ``<id>/layer.tar``) is turned into a layout by
-:func:`layout_from_docker`; newer ones, and OCI archives, are layouts already once extracted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform as platform_module
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +18,7 @@ from typing import Any
 from ._errors import ImageError
 from ._image import ImageConfig
 
-__all__ = ["Layer", "Manifest", "blob_path", "layout_from_docker", "read_manifest", "this_platform"]
+__all__ = ["REF_NAME", "Layer", "Manifest", "blob_path", "read_manifest", "strings", "this_platform"]
 
 _INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
@@ -33,7 +29,8 @@ _MANIFEST_TYPES = {
     "application/vnd.docker.distribution.manifest.v2+json",
 }
 _MAX_JSON_BYTES = 8 << 20  # a manifest, an index or a configuration bigger than this is not one
-_REF_NAME = "org.opencontainers.image.ref.name"
+#: The annotation an index names an image by.
+REF_NAME = "org.opencontainers.image.ref.name"
 _ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 
@@ -62,6 +59,9 @@ class Manifest:
     platform: str
     raw: bytes
     raw_config: bytes
+    #: The name the layout gives it (``org.opencontainers.image.ref.name``), when that is a whole reference
+    #: (``name:tag``, as ``docker save``'s tags are), not only a tag.
+    name: str | None = None
 
 
 def _hex(digest: object, where: str) -> str:
@@ -124,10 +124,10 @@ def _pick(layout: Path, entries: list[dict[str, Any]], ref: str | None, where: s
         )
     if len(candidates) > 1 and ref is not None:
         tag = ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else None
-        named = [e for e in candidates if (e.get("annotations") or {}).get(_REF_NAME) in {ref, tag}]
+        named = [e for e in candidates if (e.get("annotations") or {}).get(REF_NAME) in {ref, tag}]
         candidates = named or candidates
     if len(candidates) > 1:
-        names = sorted({str((e.get("annotations") or {}).get(_REF_NAME, e.get("digest"))) for e in candidates})
+        names = sorted({str((e.get("annotations") or {}).get(REF_NAME, e.get("digest"))) for e in candidates})
         raise ImageError(f"{where} holds {len(candidates)} images ({', '.join(names)}): name one with ref=")
     return candidates[0]
 
@@ -150,6 +150,7 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         raise ImageError(f"cannot read {layout}/index.json: {exc.strerror}") from None
     where = f"{layout}/index.json"
     entry = _pick(layout, list(index.get("manifests") or []), ref, where)
+    named = (entry.get("annotations") or {}).get(REF_NAME)
     for _ in range(4):  # an index may point to an index (a manifest list); deeper nesting is not an image's
         if entry.get("mediaType") not in _INDEX_TYPES:
             break
@@ -179,17 +180,19 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         platform=_platform_of({"platform": config}) if config.get("os") else this_platform(),
         raw=raw,
         raw_config=raw_config,
+        name=named if isinstance(named, str) and ":" in named.rpartition("/")[2] and "/" in named else None,
     )
 
 
-def _strings(value: object) -> tuple[str, ...]:
+def strings(value: object) -> tuple[str, ...]:
+    """``value``'s items as strings when it is a JSON list, else none."""
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
 def _image_config(config: dict[str, Any]) -> ImageConfig:
     inner = config.get("config") or {}
     env = []
-    for item in _strings(inner.get("Env")):
+    for item in strings(inner.get("Env")):
         name, sep, value = item.partition("=")
         if sep and name:
             env.append((name, value))
@@ -197,79 +200,6 @@ def _image_config(config: dict[str, Any]) -> ImageConfig:
         env=tuple(env),
         working_dir=inner.get("WorkingDir") or None,
         user=inner.get("User") or None,
-        entrypoint=_strings(inner.get("Entrypoint")),
-        cmd=_strings(inner.get("Cmd")),
+        entrypoint=strings(inner.get("Entrypoint")),
+        cmd=strings(inner.get("Cmd")),
     )
-
-
-def _file_digest(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return "sha256:" + h.hexdigest(), size
-
-
-def layout_from_docker(extracted: Path) -> None:
-    """Make the extracted ``docker save`` archive in ``extracted`` (``manifest.json``, a configuration file and
-    ``<id>/layer.tar`` files) an OCI image layout in place: its files become blobs under their digests, and a
-    manifest is written for them (so its digest is rollbox's, as no registry gave one).
-
-    Raises:
-        ImageError: ``manifest.json`` is not a docker-save manifest, names several images, or a missing file.
-    """
-    try:
-        saved = json.loads((extracted / "manifest.json").read_bytes())
-    except (OSError, ValueError) as exc:
-        raise ImageError(f"the archive's manifest.json cannot be read ({exc}): not a docker-save archive") from None
-    if not isinstance(saved, list) or len(saved) != 1 or not isinstance(saved[0], dict):
-        count = len(saved) if isinstance(saved, list) else "no"
-        raise ImageError(f"the archive holds {count} images; rollbox imports one: save one image per archive")
-    entry = saved[0]
-    blobs = extracted / "blobs" / "sha256"
-    blobs.mkdir(parents=True, exist_ok=True)
-
-    def as_blob(name: object) -> tuple[str, int]:
-        if not isinstance(name, str) or name.startswith("/") or ".." in name.split("/"):
-            raise ImageError(f"the archive's manifest.json names {name!r}, not a file of the archive")
-        path = extracted / name
-        if not path.is_file():
-            raise ImageError(f"the archive's manifest.json names {name}, which the archive lacks")
-        digest, size = _file_digest(path)
-        target = blobs / digest.removeprefix("sha256:")
-        if not target.exists():
-            os.link(path, target)
-        return digest, size
-
-    config_digest, config_size = as_blob(entry.get("Config"))
-    layers = [as_blob(name) for name in _strings(entry.get("Layers"))]
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": config_digest,
-            "size": config_size,
-        },
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d, "size": s} for d, s in layers],
-    }
-    data = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    (blobs / digest.removeprefix("sha256:")).write_bytes(data)
-    tags = _strings(entry.get("RepoTags"))
-    annotations = {_REF_NAME: tags[0]} if tags else {}
-    index = {
-        "schemaVersion": 2,
-        "manifests": [
-            {
-                "mediaType": manifest["mediaType"],
-                "digest": digest,
-                "size": len(data),
-                **({"annotations": annotations} if annotations else {}),
-            }
-        ],
-    }
-    (extracted / "index.json").write_text(json.dumps(index))
-    (extracted / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')

@@ -10,6 +10,7 @@ Layout (``$ROLLBOX_HOME/images``)::
     manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references
     .lock                   flock: exclusive while an import, a removal or a gc changes the store
     .tmp/                   imports under way (or left by one that died: gc empties it)
+    downloads/              what pulls download, as layouts, before they import them (theirs to manage)
 
 An import verifies every blob against its digest (the manifest and configuration before anything is unpacked, each
 layer as it is unpacked: both its blob's digest and its diff_id) and publishes nothing of a layer or an image that
@@ -25,17 +26,17 @@ import hashlib
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from rollbox.sandbox.runtime._store import rollbox_home
 
+from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
 from ._errors import ImageError
 from ._image import Image, ImageConfig
-from ._layout import Manifest, blob_path, layout_from_docker, read_manifest
+from ._layout import Manifest, blob_path, read_manifest
 from ._unpack import unpack_layer
 
 __all__ = ["ImageStore"]
@@ -72,6 +73,8 @@ class ImageStore:
         self._roots = self.home / "roots"
         self._manifests = self.home / "manifests"
         self._tmp = self.home / ".tmp"
+        #: Where pulls keep the layouts they download (resumable), before :meth:`import_layout`; never collected.
+        self.downloads = self.home / "downloads"
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -88,7 +91,8 @@ class ImageStore:
 
     def import_layout(self, path: Path, *, ref: str | None = None) -> Image:
         """Import the image in the OCI image layout directory ``path`` (the one for this machine's platform, or
-        the one named ``ref`` where it holds several), recording ``ref`` (or the name the layout gives it) for it.
+        the one named ``ref`` where it holds several), recording ``ref`` for it; without one, the name the layout
+        gives it where that is a whole reference (``NAME:TAG``, as a docker-save archive's tags are).
 
         Raises:
             ImageError: not a layout, a blob missing or not matching its digest, a layer refused (see ``_unpack``).
@@ -112,7 +116,7 @@ class ImageStore:
         with self._locked():
             staging = Path(tempfile.mkdtemp(prefix="archive-", dir=self._tmp))
             try:
-                _extract_archive(path, staging)
+                extract_archive(path, staging)
                 if not (staging / "index.json").is_file() and (staging / "manifest.json").is_file():
                     layout_from_docker(staging)
                 manifest = read_manifest(staging, ref)
@@ -137,6 +141,7 @@ class ImageStore:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         (self._roots / f"{root_id}.lock").touch()
+        ref = ref or manifest.name
         refs = [ref] if ref else []
         known = self._read(manifest.digest.removeprefix("sha256:"))
         if known is not None:
@@ -253,8 +258,9 @@ class ImageStore:
         return str(record.get("manifest", "")).encode(), str(record.get("image_config", "")).encode()
 
     def resolve(self, ref_or_digest: str) -> Image:
-        """The image named by a reference it was imported as (``name:tag``; ``name`` means ``name:latest``), by
-        its digest (``sha256:...``, ``name@sha256:...``), or by a unique prefix of 12 or more hex digits.
+        """The image named by a reference it was imported as (``name:tag``; ``name`` means ``name:latest``, and
+        ``docker.io/library/`` is implied, as Docker names them), by its digest (``sha256:...``,
+        ``name@sha256:...``), or by a unique prefix of 12 or more hex digits.
 
         Raises:
             ImageError: none, or several, match; the message says how to import or name one.
@@ -266,8 +272,7 @@ class ImageStore:
         if len(hex_part) >= 12 and set(hex_part) <= _HEX:
             matches = [i for i in images if i.digest.removeprefix("sha256:").startswith(hex_part)]
         else:
-            tagged = wanted if ":" in wanted.rpartition("/")[2] else f"{wanted}:latest"
-            matches = [i for i in images if wanted in i.refs or tagged in i.refs]
+            matches = [i for i in images if _normal(wanted) in {_normal(r) for r in i.refs}]
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -333,6 +338,14 @@ class ImageStore:
             os.close(fd)
 
 
+def _normal(ref: str) -> str:
+    """``ref`` as Docker Hub's names are compared: ``docker.io/library/`` implied, ``:latest`` when untagged."""
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        ref = ref.removeprefix(prefix)
+    ref = ref.removeprefix("library/")
+    return ref if ":" in ref.rpartition("/")[2] else f"{ref}:latest"
+
+
 def _delete(path: Path, trash_dir: Path | None) -> None:
     """Take ``path`` out of its name at once (a rename into ``trash_dir``), then delete it."""
     if trash_dir is not None:
@@ -343,47 +356,3 @@ def _delete(path: Path, trash_dir: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def _member_path(name: str) -> str:
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts or name.startswith("/"):
-        raise ImageError(f"the archive's entry {name!r} lies outside it (a hostile archive): refused")
-    return "/".join(parts)
-
-
-def _extract_archive(archive: Path, into: Path) -> None:
-    """Extract a docker-save or OCI archive's files and directories into ``into``; a symbolic link between two of
-    its files (docker save links layers it holds twice) becomes a copy; anything else, or a name that leaves
-    ``into``, is refused."""
-    links: list[tuple[str, str]] = []
-    try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            for member in tar:
-                rel = _member_path(member.name)
-                if not rel:
-                    continue
-                target = into / rel
-                if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                elif member.isreg():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    source = tar.extractfile(member)
-                    assert source is not None
-                    with target.open("wb") as out:
-                        shutil.copyfileobj(source, out, 1 << 20)
-                elif member.issym() or member.islnk():
-                    base = rel.rpartition("/")[0] if member.issym() else ""
-                    links.append((rel, _member_path(os.path.normpath(os.path.join(base, member.linkname)))))
-                else:
-                    raise ImageError(f"the archive's entry {member.name!r} is not a file or directory: refused")
-    except (tarfile.TarError, OSError) as exc:
-        raise ImageError(
-            f"{archive} is not a readable tar archive ({exc}): give a docker-save or OCI archive"
-        ) from None
-    for rel, linked in links:
-        original = into / linked
-        if not original.is_file() or original.is_symlink():
-            raise ImageError(f"the archive's link {rel!r} points to {linked!r}, not a file of the archive: refused")
-        (into / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.link(original, into / rel)

@@ -25,19 +25,23 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import shutil
 import stat
 import tarfile
+import threading
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO, TypeVar
 
 from ._errors import ImageError
 
 __all__ = ["Unpacked", "readable", "unpack_layer"]
 
 _CHUNK = 1 << 20
+T = TypeVar("T")
 _WHITEOUT = ".wh."
 
 
@@ -49,7 +53,11 @@ def readable(mode: int) -> int:
 
 
 class _Verified:
-    """A blob read as its uncompressed tar stream, hashing both the blob and the stream."""
+    """A blob read as its uncompressed tar stream, hashing both the blob and the stream.
+
+    Reading, hashing and decompressing run in a thread of their own, ahead of the tar's reader (zlib and hashlib
+    release the interpreter's lock): unpacking a layer then costs little more than writing its files.
+    """
 
     def __init__(self, f: BinaryIO) -> None:
         self._f = f
@@ -57,41 +65,68 @@ class _Verified:
         self.diff = hashlib.sha256()
         self._buffer = bytearray()
         self._at = 0
-        self._inflate: zlib._Decompress | None = None
-        self._started = False
         self._eof = False
+        self._chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=8)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="rollbox-layer-reader", daemon=True)
+        self._thread.start()
 
-    def _refill(self) -> None:
+    def _put(self, item: bytes | BaseException | None) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._chunks.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for out in self._inflated():
+                self.diff.update(out)
+                if not self._put(out):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the reader, who raises it
+            self._put(exc)
+
+    def _inflated(self) -> Iterator[bytes]:
         data = self._f.read(_CHUNK)
         self.blob.update(data)
-        if not self._started:
-            self._started = True
-            if data[:4] == b"\x28\xb5\x2f\xfd":
-                raise ImageError("a zstd-compressed layer: rollbox reads gzip or plain tar layers; recompress it")
-            if data[:2] == b"\x1f\x8b":
-                self._inflate = zlib.decompressobj(wbits=31)
-        if not data:
-            self._eof = True
-            if self._inflate is not None and not self._inflate.eof:
-                raise ImageError("the layer's gzip stream is truncated (an incomplete download: fetch it again)")
+        if data[:4] == b"\x28\xb5\x2f\xfd":
+            raise ImageError("a zstd-compressed layer: rollbox reads gzip or plain tar layers; recompress it")
+        if data[:2] != b"\x1f\x8b":
+            while data:
+                yield data
+                data = self._f.read(_CHUNK)
+                self.blob.update(data)
             return
-        if self._inflate is None:
-            self._take(data)
-            return
+        inflate = zlib.decompressobj(wbits=31)
         while data:
-            if self._inflate.eof:  # a gzip file may hold several members, one after another
-                if not data.strip(b"\0"):
-                    return  # zeros after the last member: padding
-                self._inflate = zlib.decompressobj(wbits=31)
-            try:
-                self._take(self._inflate.decompress(data))
-            except zlib.error as exc:
-                raise ImageError(f"the layer's gzip stream is corrupt ({exc})") from None
-            data = self._inflate.unused_data if self._inflate.eof else b""
+            while data:
+                if inflate.eof:  # a gzip file may hold several members, one after another
+                    if not data.strip(b"\0"):
+                        break  # zeros after the last member: padding
+                    inflate = zlib.decompressobj(wbits=31)
+                try:
+                    yield inflate.decompress(data)
+                except zlib.error as exc:
+                    raise ImageError(f"the layer's gzip stream is corrupt ({exc})") from None
+                data = inflate.unused_data if inflate.eof else b""
+            data = self._f.read(_CHUNK)
+            self.blob.update(data)
+        if not inflate.eof:
+            raise ImageError("the layer's gzip stream is truncated (an incomplete download: fetch it again)")
 
-    def _take(self, out: bytes) -> None:
-        self.diff.update(out)
-        self._buffer += out
+    def _refill(self) -> None:
+        item = self._chunks.get()
+        if isinstance(item, BaseException):
+            self._eof = True
+            raise item
+        if item is None:
+            self._eof = True
+        else:
+            self._buffer += item
 
     def read(self, size: int = -1) -> bytes:
         while not self._eof and (size < 0 or len(self._buffer) - self._at < size):
@@ -110,6 +145,12 @@ class _Verified:
             self._refill()
             del self._buffer[:]
             self._at = 0
+        self._thread.join()
+
+    def close(self) -> None:
+        """Stop the reading thread (when the tar's reader gave up early) and wait for it."""
+        self._stop.set()
+        self._thread.join()
 
 
 @dataclass(frozen=True)
@@ -132,8 +173,11 @@ class _Layer:
     """The staging directory of one layer, with the directories known to be real ones (no link among them)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
+        self.root = str(root)
         self._dirs: set[str] = {""}
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
 
     def parent(self, rel: str) -> None:
         """Make ``rel``'s parent directories where missing; refuse any that is not a real directory."""
@@ -145,7 +189,7 @@ class _Layer:
             walked = f"{walked}/{part}" if walked else part
             if walked in self._dirs:
                 continue
-            path = self.root / walked
+            path = self.path(walked)
             try:
                 st = os.lstat(path)
             except FileNotFoundError:
@@ -158,25 +202,51 @@ class _Layer:
                     )
             self._dirs.add(walked)
 
-    def clear(self, rel: str, *, for_dir: bool) -> bool:
-        """Remove what stands at ``rel`` (an earlier entry of the same name), unless it is a directory and a
-        directory comes: True when a directory is left there."""
-        path = self.root / rel
+    def make(self, rel: str, create: Callable[[str], T]) -> T:
+        """``create(path)`` for ``rel``; where an earlier entry of the same name stands, it is removed first (an
+        entry is made new, never written through what stood there)."""
+        path = self.path(rel)
         try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return False
-        if stat.S_ISDIR(st.st_mode):
-            if for_dir:
-                return True
+            return create(path)
+        except FileExistsError:
+            pass
+        if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
             self._dirs = {d for d in self._dirs if d != rel and not d.startswith(f"{rel}/")}
         else:
             os.unlink(path)
-        return False
+        return create(path)
 
-    def add_dir(self, rel: str) -> None:
+    def directory(self, rel: str, mode: int) -> None:
+        """A directory at ``rel`` (kept, with its contents, where one stands already), with ``mode``."""
+        path = self.path(rel)
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(path)
+                os.mkdir(path, 0o755)
+        os.chmod(path, mode)
         self._dirs.add(rel)
+
+
+def _create_file(flags: int) -> Callable[[str], int]:
+    return lambda path: os.open(path, flags, 0o600)
+
+
+_NEW_FILE = _create_file(os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _write_all(fd: int, source: IO[bytes], size: int) -> None:
+    while size > 0:
+        chunk = source.read(min(size, _CHUNK))
+        if not chunk:
+            raise ImageError("the layer's tar stream ends inside a file (a truncated layer)")
+        size -= len(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, layer: _Layer) -> int:
@@ -185,30 +255,36 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, layer: _Layer) -> in
     if not rel:
         return 0  # the layer's root itself ("./"): its attributes are the store's
     layer.parent(rel)
-    path = layer.root / rel
-    name = rel.rpartition("/")[2]
     if member.isdir():
-        if not layer.clear(rel, for_dir=True):
-            os.mkdir(path, 0o755)
-        os.chmod(path, readable(member.mode) | 0o200)
-        layer.add_dir(rel)
+        layer.directory(rel, readable(member.mode) | 0o200)
         return 0
+    if member.isreg():
+        if rel.rpartition("/")[2].startswith(_WHITEOUT):
+            os.close(layer.make(rel, _NEW_FILE))
+            return 0
+        fd = layer.make(rel, _NEW_FILE)
+        try:
+            source = tar.extractfile(member)
+            assert source is not None
+            _write_all(fd, source, member.size)
+            os.fchmod(fd, readable(member.mode))
+            mtime_ns = int(member.mtime * 1_000_000_000)
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
+        finally:
+            os.close(fd)
+        return member.size
     if member.ischr() or member.isblk():
         if rel == "dev" or rel.startswith("dev/"):
             return 0
         raise ImageError(f"the layer holds a device node {rel!r}: refused (an image cannot bring devices)")
-    layer.clear(rel, for_dir=False)
-    if name.startswith(_WHITEOUT):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o000))
-        return 0
     if member.issym():
-        os.symlink(member.linkname, path)
+        layer.make(rel, lambda path: os.symlink(member.linkname, path))
         return 0
     if member.islnk():
         target = _relative(member.linkname, "hard link target")
-        source = layer.root / target
+        source_path = layer.path(target)
         try:
-            st = os.lstat(source)
+            st = os.lstat(source_path)
         except FileNotFoundError:
             st = None
         if not target or st is None or stat.S_ISDIR(st.st_mode):
@@ -217,22 +293,12 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, layer: _Layer) -> in
                 "(a hard link out of the tree): refused"
             )
         layer.parent(target)  # its parents must be real directories too: no link is followed to reach it
-        os.link(source, path, follow_symlinks=False)
+        layer.make(rel, lambda path: os.link(source_path, path, follow_symlinks=False))
         return 0
     if member.isfifo():
-        os.mkfifo(path, readable(member.mode))
+        layer.make(rel, lambda path: os.mkfifo(path, readable(member.mode)))
         return 0
-    if not member.isreg():
-        raise ImageError(f"the layer's entry {rel!r} is of a kind rollbox does not unpack (tar type {member.type!r})")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        source_f = tar.extractfile(member)
-        assert source_f is not None
-        shutil.copyfileobj(source_f, out, _CHUNK)
-        os.fchmod(out.fileno(), readable(member.mode))
-        mtime_ns = int(member.mtime * 1_000_000_000)
-        os.utime(out.fileno(), ns=(mtime_ns, mtime_ns))
-    return member.size
+    raise ImageError(f"the layer's entry {rel!r} is of a kind rollbox does not unpack (tar type {member.type!r})")
 
 
 def unpack_layer(blob: Path, into: Path) -> Unpacked:
@@ -251,11 +317,13 @@ def unpack_layer(blob: Path, into: Path) -> Unpacked:
             with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
                 for member in tar:
                     size += _extract(tar, member, layer)
+            stream.drain()
         except tarfile.TarError as exc:
             raise ImageError(f"the layer blob {blob.name[:12]} is not a tar archive ({exc})") from None
         except OSError as exc:
             raise ImageError(f"cannot unpack the layer blob {blob.name[:12]}: {exc}") from None
-        stream.drain()
+        finally:
+            stream.close()
     return Unpacked(
         digest="sha256:" + stream.blob.hexdigest(), diff_id="sha256:" + stream.diff.hexdigest(), size_bytes=size
     )
