@@ -243,3 +243,24 @@ def test_hard_links_survive_sorting_whatever_their_names(files: dict[str, bytes]
             assert member.linkname in content and names.index(member.linkname) < names.index(member.name)
             content[member.name] = content[member.linkname]
     assert {n: content[n] for n in expected} == expected
+
+
+def test_a_recipes_file_replaces_one_name_of_a_hard_linked_file_and_the_others_keep_the_packages() -> None:
+    raw = _tar(
+        [
+            _entry("./usr", tarfile.DIRTYPE, mode=0o755),
+            _entry("./usr/bin", tarfile.DIRTYPE, mode=0o755),
+            _entry("./usr/bin/zz", mode=0o755),
+            _entry("./usr/bin/aa", tarfile.LNKTYPE, linkname="./usr/bin/zz"),
+            _entry("./usr/bin/mm", tarfile.LNKTYPE, linkname="./usr/bin/zz"),
+        ],
+        {"./usr/bin/zz": b"packaged"},
+    )
+    for replaced in ("/usr/bin/zz", "/usr/bin/aa"):
+        recipe = Recipe("x", files=(RecipeFile(replaced, "recipe's", 0o755),))
+        layer = _normalize(raw, recipe)
+        content = {m.name: data for m, data in layer if m.isfile()}
+        content |= {m.name: content[m.linkname] for m, _ in layer if m.islnk()}
+        others = {"usr/bin/zz", "usr/bin/aa", "usr/bin/mm"} - {replaced.lstrip("/")}
+        assert content[replaced.lstrip("/")] == b"recipe's"
+        assert {content[n] for n in others} == {b"packaged"}, replaced

@@ -194,27 +194,26 @@ def _kept(name: str, member: tarfile.TarInfo) -> bool:
 
 def _normalized_layer(source: tarfile.TarFile, recipe: Recipe, out: IO[bytes]) -> str:
     """Write the layer (sorted, owned by 0, clamped mtimes, the recipe's files laid over) and return its digest."""
-    members: dict[str, tarfile.TarInfo] = {}
+    packaged: dict[str, tarfile.TarInfo] = {}
     for member in source.getmembers():
         name = member.name.removeprefix("./").rstrip("/")
         if name and name != "." and _kept(name, member):
-            members[name] = member
-    added: dict[str, bytes] = {}
-    for file in recipe.files:
-        name = file.path.lstrip("/")
+            packaged[name] = member
+    added = {file.path.lstrip("/"): file for file in recipe.files}
+    # A hard link's group (the packages' names of one file, less those a recipe's file replaces) is written as one
+    # regular file, the first name in order, and links to it: sorting never puts a link before its target.
+    groups: dict[str, set[str]] = {}
+    for name, member in packaged.items():
+        target = member.linkname.removeprefix("./").rstrip("/")
+        if member.islnk() and name not in added and target in packaged:
+            groups.setdefault(target, {target} - added.keys()).add(name)
+    group_of = {name: target for target, group in groups.items() for name in group}
+    first_of = {name: min(groups[target]) for name, target in group_of.items()}
+    members = dict(packaged)
+    for name, file in added.items():
         for parent in reversed(Path(name).parents[:-1]):
-            if str(parent) not in members:
-                members[str(parent)] = _info(str(parent), tarfile.DIRTYPE, 0o755)
+            members.setdefault(str(parent), _info(str(parent), tarfile.DIRTYPE, 0o755))
         members[name] = _info(name, tarfile.REGTYPE, file.mode)
-        added[name] = file.content.encode()
-    # A hard link's group is written as one regular file (the first name in order) and links to it, so that the
-    # sorted order never puts a link before its target.
-    groups: dict[str, list[str]] = {}
-    for name, member in members.items():
-        if member.islnk():
-            target = member.linkname.removeprefix("./").rstrip("/")
-            groups.setdefault(target, [target]).append(name)
-    first_of = {name: min(group) for group in groups.values() for name in group}
     hasher = _Hasher(out)
     with tarfile.open(fileobj=hasher, mode="w|", format=tarfile.PAX_FORMAT) as layer:
         for name in sorted(members):
@@ -222,15 +221,16 @@ def _normalized_layer(source: tarfile.TarFile, recipe: Recipe, out: IO[bytes]) -
             info = _info(name, member.type, member.mode, min(int(member.mtime), recipe.epoch))
             data: IO[bytes] | None = None
             if name in added:
-                info.size = len(added[name])
-                data = io.BytesIO(added[name])
+                content = added[name].content.encode()
+                info.size, data = len(content), io.BytesIO(content)
             elif name in first_of and first_of[name] != name:
                 info.type, info.linkname = tarfile.LNKTYPE, first_of[name]
-            elif member.isfile() or member.islnk():
-                real = members[first_of[name]] if name in first_of else member
-                origin = real if not real.islnk() else members[real.linkname.removeprefix("./").rstrip("/")]
+            elif name in first_of:  # the group's one regular file, with the data of the file its links name
+                origin = packaged[group_of[name]]
                 info.type, info.size = tarfile.REGTYPE, origin.size
                 data = source.extractfile(origin)
+            elif member.isfile():
+                info.size, data = member.size, source.extractfile(member)
             elif member.issym():
                 info.linkname = member.linkname
             layer.addfile(info, data)
