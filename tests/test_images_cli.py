@@ -3,8 +3,11 @@ image's root, import, list, inspect, rm, gc, credentials on stdin, and one line 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -127,3 +130,21 @@ def test_bad_input_is_one_line_that_says_what_to_do(
     assert done.returncode == code, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("rollbox images") and message.format(**places) in done.stderr, done.stderr
+
+
+def test_a_pull_on_a_terminal_shows_a_progress_bar(open_registry: Registry, tmp_path: Path) -> None:
+    layout = write_layout(tmp_path / "src", [tar_layer([Entry("data", data=os.urandom(3 << 20))])], ref="1")
+    open_registry.push(layout, "tests/bar:1")
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "ROLLBOX_HOME": str(tmp_path / "home"), "DOCKER_CONFIG": str(tmp_path / "none")}
+    done = subprocess.run([sys.executable, "-m", "rollbox", "images", "pull", f"{open_registry.host}/tests/bar:1"],
+                          stderr=terminal, stdout=subprocess.PIPE, env=env, timeout=300, check=False)  # fmt: skip
+    os.close(terminal)
+    shown = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(controller, 65536):
+            shown += chunk
+    os.close(controller)
+    assert done.returncode == 0
+    assert re.search(rb"pulling 127\.0\.0\.1:\d+/tests/bar:1 \[#{30}\] 3\.\dM/3\.\dM", shown), shown
+    assert b"downloaded" in shown
