@@ -148,3 +148,32 @@ def test_a_pull_on_a_terminal_shows_a_progress_bar(open_registry: Registry, tmp_
     assert done.returncode == 0
     assert re.search(rb"pulling 127\.0\.0\.1:\d+/tests/bar:1 \[#{30}\] 3\.\dM/3\.\dM", shown), shown
     assert b"downloaded" in shown
+
+
+def test_a_task_on_a_pulled_image_is_graded_on_it(open_registry: Registry, tmp_path: Path) -> None:
+    """The issue's end to end: an image pulled from a registry on loopback, named by a task, grades the task."""
+    layout = write_layout(tmp_path / "src", [host_files_layer()], config={"Env": ["IMAGE_VARIABLE=pulled"]},
+                          compress=False, ref="1")  # fmt: skip
+    open_registry.push(layout, "tests/python:1")
+    ref = f"{open_registry.host}/tests/python:1"
+    home = tmp_path / "home"
+    pulled = rollbox(home, "images", "pull", ref, "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    task = tmp_path / "task"
+    (task / "tests").mkdir(parents=True)
+    (task / "workspace").mkdir()
+    (task / "tests" / "cases.jsonl").write_text('{"input": "1 2\\n", "output": "3\\n"}\n')
+    (task / "task.toml").write_text(
+        f'id = "sum"\n[grading]\nrunner = "stdio"\ncommand = "python3 solution.py"\n[environment]\nimage = "{ref}"\n'
+    )
+    (tmp_path / "solution").mkdir()
+    (tmp_path / "solution" / "solution.py").write_text(
+        "import os, sys\n"
+        "assert os.environ['IMAGE_VARIABLE'] == 'pulled'\n"
+        "print(sum(int(x) for x in sys.stdin.read().split()))\n"
+    )
+    graded = rollbox(home, "grade", str(task), "--solution", str(tmp_path / "solution"), "--json")
+    assert graded.stdout.strip(), graded.stderr
+    verdict = json.loads(graded.stdout)
+    assert verdict["status"] == "passed", graded.stdout + graded.stderr
+    assert verdict["image"] == json.loads(pulled.stdout)["digest"]
