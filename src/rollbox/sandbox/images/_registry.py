@@ -337,7 +337,9 @@ class _Pull:
             partial.unlink()
             hasher, have = hashlib.sha256(), 0
         self._count(digest, 0, reused=have)
-        headers = {"Range": f"bytes={have}-"} if 0 < have < size else {}
+        # The blob's bytes as stored, never re-encoded on the way (its digest is of those), read raw as they come
+        # (httpx's decoding and re-chunking would only copy them again).
+        headers = {"Accept-Encoding": "identity"} | ({"Range": f"bytes={have}-"} if 0 < have < size else {})
         with self.session.get(f"blobs/{digest}", headers, f"blob {digest}") as response:
             if response.status_code == 200 and have:  # the registry ignored the range: start again
                 hasher, have = hashlib.sha256(), 0
@@ -345,7 +347,7 @@ class _Pull:
                 said = "does not have it" if response.status_code == 404 else f"answered {response.status_code}"
                 raise ImageError(f"{self.ref}: blob {digest}: the registry {said} (push the image again)")
             with open(partial, "ab" if have else "wb") as out:
-                for chunk in response.iter_bytes(_CHUNK) if have < size else ():
+                for chunk in response.iter_raw() if have < size else ():
                     have += len(chunk)
                     if have > size:
                         break

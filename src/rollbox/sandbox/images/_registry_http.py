@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import re
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,13 @@ from ._errors import ImageError
 from ._reference import Reference
 
 __all__ = ["Credentials", "Session", "credentials_for"]
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """httpx's TLS context (certifi's authorities), made once: loading them costs more than a small pull."""
+    return httpx.create_ssl_context()
+
 
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 
@@ -65,7 +74,7 @@ class Session:
         self.ref = ref
         self.credentials = credentials
         self.base = f"{'http' if plain_http else 'https'}://{ref.api_host}/v2/{ref.repository}"
-        self.client = httpx.Client(timeout=timeout_s, follow_redirects=True)
+        self.client = httpx.Client(timeout=timeout_s, follow_redirects=True, verify=_tls())
         self.authorization: str | None = None
 
     def __enter__(self) -> Session:
