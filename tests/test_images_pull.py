@@ -4,6 +4,7 @@ lists, resumed downloads, corrupt blobs refused; what is pulled is imported by t
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import subprocess
@@ -267,6 +268,9 @@ class _HostileRegistry:
                     return
                 body = registry.manifest if kind.endswith("/manifests") else registry.blobs.get(target)
                 self.send_response(404 if body is None else 200)
+                if body and "gzip" in self.headers.get("Accept-Encoding", "") and not kind.endswith("/manifests"):
+                    body = gzip.compress(body)  # as a server or proxy may, when the client allows it
+                    self.send_header("Content-Encoding", "gzip")
                 self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
                 self.send_header("Content-Length", str(len(body or b"")))
                 self.end_headers()
@@ -368,3 +372,13 @@ def test_whatever_a_registry_challenges_with_is_an_image_error(
         assert "\n" not in str(caught.value)
     finally:
         hostile.challenge = None
+
+
+def test_blobs_come_as_stored_even_from_a_server_that_would_compress_them(
+    hostile: _HostileRegistry, tmp_path: Path
+) -> None:
+    hostile.manifest = json.dumps(_VALID).encode()
+    hostile.blobs = {sha256(_CONFIG): _CONFIG, sha256(b"x" * 10): b"x" * 10}
+    result = pull(f"{hostile.host}/tests/plain:1", tmp_path / "pulled")
+    assert (tmp_path / "pulled/blobs/sha256" / sha256(b"x" * 10).removeprefix("sha256:")).read_bytes() == b"x" * 10
+    assert result.digest == sha256(hostile.manifest)
