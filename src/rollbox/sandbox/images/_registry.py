@@ -324,7 +324,7 @@ class _Pull:
             raise ImageError(f"{self.ref}: the manifest names blob {digest!r}: only sha256 digests are supported")
         path = self.layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
         if path.exists():
-            self._count(digest, size, reused=size)
+            self._count(digest, 0, reused=size)
             return
         partial = path.with_name(path.name + ".partial")
         hasher = hashlib.sha256()
@@ -342,6 +342,7 @@ class _Pull:
         headers = {"Accept-Encoding": "identity"} | ({"Range": f"bytes={have}-"} if 0 < have < size else {})
         with self.session.get(f"blobs/{digest}", headers, f"blob {digest}") as response:
             if response.status_code == 200 and have:  # the registry ignored the range: start again
+                self._count(digest, 0, reused=-have)  # (nothing was reused after all)
                 hasher, have = hashlib.sha256(), 0
             elif response.status_code not in (200, 206) and not (response.status_code == 416 and have == size):
                 said = "does not have it" if response.status_code == 404 else f"answered {response.status_code}"

@@ -86,6 +86,7 @@ class Session:
     @contextlib.contextmanager
     def get(self, path: str, headers: dict[str, str], what: str) -> Iterator[httpx.Response]:
         """A streamed GET of ``base/path``, authenticated; its status is checked by the caller (but 401/403)."""
+        answered = False
         for attempt in range(2):
             sent = {**headers, **({"Authorization": self.authorization} if self.authorization else {})}
             try:
@@ -94,9 +95,15 @@ class Session:
                         continue
                     if response.status_code in (401, 403):
                         raise ImageError(self._refused(response.status_code, what))
+                    answered = True
                     yield response
                     return
             except httpx.TransportError as exc:
+                if answered:  # the body was coming: what came of it is kept
+                    raise ImageError(
+                        f"the connection to registry {self.ref.registry} broke during {what} "
+                        f"({type(exc).__name__}: {exc}): pull again to resume"
+                    ) from exc
                 raise ImageError(
                     f"registry {self.ref.registry} cannot be reached for {what} ({type(exc).__name__}: {exc}): "
                     "check the address, that it is up, and --plain-http for one served without TLS"
