@@ -34,7 +34,7 @@ pytest_plugins = ["postgres_server"]
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes  # noqa: E402
+from rollbox.sandbox import Limits, Network, Sandbox, SandboxConfig, WarmSandboxes  # noqa: E402
 from rollbox.sandbox.namespaces._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
 from rollbox.sandbox.namespaces._state import UID_BASE, UID_COUNT  # noqa: E402
 
@@ -162,17 +162,19 @@ class CountingSandboxes:
         self.inner, self.out, self.borrowed = inner, 0, 0
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
         self.out += 1
         self.borrowed += 1
         try:
-            async with self.inner.sandbox(limits=limits, network=network) as sb:
+            async with self.inner.sandbox(config) as sb:
                 yield sb
         finally:
             self.out -= 1
 
-    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
-        return self.inner.sandboxes(count, **kw)
+    def sandboxes(
+        self, count: int, config: SandboxConfig, **kw: Any
+    ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self.inner.sandboxes(count, config, **kw)
 
 
 async def start_without_fds(limits: Limits, network: Network) -> None:

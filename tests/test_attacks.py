@@ -37,6 +37,7 @@ import pytest
 
 import rollbox
 from conftest import TIME_SCALE, own_sandbox_processes
+from oci_images import host_image
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
 
 if os.geteuid() != 0:
@@ -93,9 +94,11 @@ def run(coro: Awaitable[T]) -> T:
     return asyncio.run(main())
 
 
-#: Every attack made through ``with_sandbox`` runs twice: in a fresh sandbox, and through the warm path, in a
-#: pooled sandbox that an earlier user dirtied (files everywhere, a daemon, IPC objects) and that the pool then reset.
-SANDBOX_PATHS = ("fresh", "warm")
+#: Every attack made through ``with_sandbox`` runs three times: in a fresh sandbox, through the warm path, in a
+#: pooled sandbox that an earlier user dirtied (files everywhere, a daemon, IPC objects) and that the pool then reset,
+#: and in a fresh sandbox whose root is an image (of the host's own programs, see ``oci_images.host_image``), not
+#: the host's /usr.
+SANDBOX_PATHS = ("fresh", "warm", "image")
 _path = {"current": "fresh"}
 
 
@@ -122,8 +125,9 @@ def with_sandbox(body: Callable[[Sandbox], Awaitable[T]], *, limits: Limits = SM
     """Run ``body(sb)`` in a fresh sandbox, or in a reused one (see ``SANDBOX_PATHS``)."""
 
     async def main() -> T:
-        if _path["current"] == "fresh":
-            async with Sandbox(limits=limits, network=network) as sb:
+        if _path["current"] in ("fresh", "image"):
+            image = host_image() if _path["current"] == "image" else None
+            async with Sandbox(limits=limits, network=network, image=image) as sb:
                 return await body(sb)
         async with SandboxPool(size=1, limits=limits, network=network) as pool:
             async with pool.sandbox() as sb:
@@ -1011,6 +1015,9 @@ def test_the_sandbox_sees_only_its_own_mounts() -> None:
     expected = {"/", "/etc", "/proc", "/proc/sys", "/dev/pts", "/workspace", "/tmp", "/dev/shm"}
     expected |= {"/opt/rollbox/agent", "/opt/rollbox/zygote.py", *(d for _, d in NamespaceHost.get().runtime.binds)}
     expected |= {d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)}
+    if _path["current"] == "image":  # the image's top-level directories and files, each bound read-only
+        rollboxs = {"/proc", "/dev", "/sys", "/tmp", "/workspace"}
+        expected |= {f"/{e.name}" for e in os.scandir(host_image().root) if not e.is_symlink()} - rollboxs
     assert len(points) == len(set(points)) and set(points) <= expected, points
 
 
@@ -1096,6 +1103,7 @@ def runtime_in_tmp() -> Iterator[tuple[Path, Path]]:
         shutil.rmtree(decoy)
 
 
+@pytest.mark.parametrize("sandbox_path", ["fresh", "warm"], indirect=True)  # an image's root has no host runtime
 def test_a_link_planted_where_the_runtime_is_mounted_never_leads_the_launcher_out(
     runtime_in_tmp: tuple[Path, Path],
 ) -> None:

@@ -15,7 +15,7 @@ import rollbox
 from rollbox import telemetry
 from rollbox.env import EndReason, Episode, EpisodeState, EpisodeStateError, Observation, StepResult
 from rollbox.judge import VerdictStatus
-from rollbox.sandbox import Limits, Network, Sandbox, SandboxError, Status
+from rollbox.sandbox import Sandbox, SandboxConfig, SandboxError, Status
 from rollbox.tasks import Task
 from test_env_tasks import FIXED, VISIBLE, humaneval_task, write_calc_task
 
@@ -273,11 +273,13 @@ class FailingSandboxes:
     """A sandbox source on a host that cannot make sandboxes any more (what the judge sees when the host fails)."""
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network, **kw: Any) -> AsyncIterator[Sandbox]:
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
         raise SandboxError("cannot start a sandbox: the host is out of memory")
         yield  # pragma: no cover
 
-    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+    def sandboxes(
+        self, count: int, config: SandboxConfig, **kw: Any
+    ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
         raise SandboxError("cannot start a sandbox: the host is out of memory")
 
 

@@ -21,6 +21,7 @@ def test_top_level_exports() -> None:
             "PoolExhausted",
             "RollboxError",
             "Sandbox",
+            "SandboxConfig",
             "SandboxError",
             "SandboxPool",
             "SandboxStateError",
@@ -107,6 +108,7 @@ def test_tasks_and_judge_exports() -> None:
             "grade",
             "grade_batch",
             "runtime_spec",
+            "task_image",
             "task_sandboxes",
         ]
     )

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import CountingSandboxes, start_without_fds
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade, grade_batch
-from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes
+from rollbox.sandbox import Limits, Sandbox, SandboxConfig, WarmSandboxes
 from rollbox.tasks import Task, TaskFormatError, load_task
 from rollbox.tasks._cases import FunctionCase, load_function_cases
 
@@ -296,14 +296,14 @@ def test_drivers_fork_a_zygote_only_where_one_runs_or_is_starting() -> None:
     more); a warm-Python sandbox forks its zygote (warm pools make them by default), and so does one whose zygote
     an earlier command started."""
     from rollbox.judge.runners._drivers import driver_command
-    from rollbox.sandbox import FreshSandboxes, Limits, Network, WarmSandboxes
+    from rollbox.sandbox import FreshSandboxes, WarmSandboxes
 
     async def main() -> list[tuple[list[str], bool]]:
         limits = Limits(timeout_s=5)
         async with (
-            FreshSandboxes().sandbox(limits=limits, network=Network.NONE) as cold,
+            FreshSandboxes().sandbox(SandboxConfig(limits=limits)) as cold,
             WarmSandboxes(size=1) as pools,
-            pools.sandbox(limits=limits, network=Network.NONE) as pooled,
+            pools.sandbox(SandboxConfig(limits=limits)) as pooled,
         ):
             commands = [driver_command(cold, "/tmp/d.pyc", "x"), driver_command(pooled, "/tmp/d.pyc", "x")]
             await cold.write_file("t.py", "pass\n")
@@ -424,16 +424,18 @@ class _Flaky:
         self.inner, self.failures, self.borrowed = inner, failures, 0
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
         self.borrowed += 1
         if self.failures:
             self.failures -= 1
-            await start_without_fds(limits, network)
-        async with self.inner.sandbox(limits=limits, network=network) as sb:
+            await start_without_fds(config.limits, config.network)
+        async with self.inner.sandbox(config) as sb:
             yield sb
 
-    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
-        return self.inner.sandboxes(count, **kw)
+    def sandboxes(
+        self, count: int, config: SandboxConfig, **kw: Any
+    ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self.inner.sandboxes(count, config, **kw)
 
 
 def test_a_batch_grades_again_what_rollbox_failed_and_never_what_the_candidate_did(task: Task) -> None:

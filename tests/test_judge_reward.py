@@ -15,7 +15,7 @@ import pytest
 
 from conftest import start_without_fds
 from rollbox.judge import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward, grade
-from rollbox.sandbox import Limits, Network, Sandbox, WarmSandboxes
+from rollbox.sandbox import Sandbox, SandboxConfig, WarmSandboxes
 from rollbox.tasks import RewardKind, RewardSpec, TaskFormatError, load_task
 
 P, F = Outcome.PASSED, Outcome.FAILED
@@ -135,12 +135,12 @@ class FailingOnce:
         self.inner, self.doomed, self.fault, self.borrowed = inner, doomed, fault, 0
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
         self.borrowed += 1
         doomed = self.borrowed == self.doomed
         if doomed and self.fault == "raise":
-            await start_without_fds(limits, network)
-        async with self.inner.sandbox(limits=limits, network=network) as sb:
+            await start_without_fds(config.limits, config.network)
+        async with self.inner.sandbox(config) as sb:
             killer = asyncio.ensure_future(kill_during_the_mark(sb)) if doomed else None
             try:
                 yield sb
@@ -148,8 +148,10 @@ class FailingOnce:
                 if killer is not None:
                     killer.cancel()
 
-    def sandboxes(self, count: int, **kw: Any) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
-        return self.inner.sandboxes(count, **kw)
+    def sandboxes(
+        self, count: int, config: SandboxConfig, **kw: Any
+    ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self.inner.sandboxes(count, config, **kw)
 
 
 @pytest.mark.parametrize("fault", ["raise", "kill"])

@@ -15,7 +15,6 @@ import pytest
 from rollbox import (
     ExecResult,
     Limits,
-    Network,
     PoolExhausted,
     Sandbox,
     SandboxError,
@@ -23,7 +22,7 @@ from rollbox import (
     SandboxStateError,
     Status,
 )
-from rollbox.sandbox import WarmSandboxes
+from rollbox.sandbox import SandboxConfig, WarmSandboxes
 
 LIMITS = Limits(timeout_s=5, cpu_time_s=3, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
 
@@ -400,7 +399,7 @@ def test_warm_sandboxes_beyond_their_size_are_made_fresh() -> None:
     async def main() -> list[ExecResult]:
         async with (
             WarmSandboxes(size=1) as sandboxes,
-            sandboxes.sandboxes(3, limits=LIMITS, network=Network.NONE) as boxes,
+            sandboxes.sandboxes(3, SandboxConfig(limits=LIMITS)) as boxes,
         ):
             assert len({id(sb) for sb in boxes}) == 3
             for i, sb in enumerate(boxes):

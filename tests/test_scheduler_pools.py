@@ -14,7 +14,7 @@ import pytest
 
 from rollbox import telemetry
 from rollbox.env import Observation, Trajectory, Turn, read_trajectories, write_trajectories
-from rollbox.sandbox import Limits, Network
+from rollbox.sandbox import Limits, SandboxConfig
 from rollbox.scheduler import (
     Capacity,
     ElasticSandboxes,
@@ -144,9 +144,9 @@ async def test_pools_differ_by_workspace_and_variables_and_idle_ones_make_room_l
     pools = ElasticSandboxes(max_size=1, max_total=2, grace_s=60, warm_python=False)
     with telemetry.recording(sizes):
         # Held throughout: a busy pool is never closed to make room.
-        async with pools, pools.sandbox(limits=limits, network=Network.NONE, workspace=spaces[0]) as held:
+        async with pools, pools.sandbox(SandboxConfig(limits=limits, workspace=spaces[0])) as held:
             for env in ({"X": "1"}, {"X": "2"}, {"X": "1"}):
-                async with pools.sandbox(limits=limits, network=Network.NONE, workspace=spaces[1], env=env) as sb:
+                async with pools.sandbox(SandboxConfig(limits=limits, workspace=spaces[1], env=env)) as sb:
                     seen.append((await sb.exec(["sh", "-c", "ls /workspace; echo $X"])).stdout.decode().split())
             assert (await held.exec(["ls", "/workspace"])).stdout == b"a.txt\n"
             keys = pools.sizes()
@@ -169,7 +169,7 @@ async def test_growth_ahead_of_the_queue_stays_within_max_total_across_pools(tmp
         (tmp_path / name).mkdir()
     async with ElasticSandboxes(max_size=3, max_total=4, grace_s=60, warm_python=False, interval_s=0.05) as pools:
         for name in ("a", "b"):
-            async with pools.sandbox(limits=limits, network=Network.NONE, workspace=tmp_path / name):
+            async with pools.sandbox(SandboxConfig(limits=limits, workspace=tmp_path / name)):
                 pass
         for _ in range(20):  # the scheduler repeats its word every second; here, faster
             pools.expect({key: 10 for key in pools.sizes()})  # ten jobs queued for each: each pool's target is 3
@@ -186,7 +186,7 @@ async def test_a_pool_opening_holds_back_neither_other_pools_borrowers_nor_opens
     sizes = Sizes()
 
     async def use(pools: ElasticSandboxes, name: str) -> None:
-        async with pools.sandbox(limits=limits, network=Network.NONE, workspace=tmp_path / name) as sb:
+        async with pools.sandbox(SandboxConfig(limits=limits, workspace=tmp_path / name)) as sb:
             await sb.exec(["true"])
 
     with telemetry.recording(sizes):
@@ -196,7 +196,7 @@ async def test_a_pool_opening_holds_back_neither_other_pools_borrowers_nor_opens
             # Three new pools opening (one of them wanted twice at once), then a borrow from the warm one.
             opening = [asyncio.create_task(use(pools, name)) for name in ("c", "c", "d", "e")]
             await asyncio.sleep(0)
-            async with pools.sandbox(limits=limits, network=Network.NONE, workspace=tmp_path / "warm"):
+            async with pools.sandbox(SandboxConfig(limits=limits, workspace=tmp_path / "warm")):
                 meanwhile = sum(e["change"] == "opened" for e in sizes.events) - 1
             await asyncio.gather(*opening)
     assert meanwhile < 3  # the warm pool's borrower did not wait for every other pool to open

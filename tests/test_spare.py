@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import TIME_SCALE, own_sandbox_processes
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
-from rollbox.sandbox import WarmSandboxes
+from rollbox.sandbox import SandboxConfig, WarmSandboxes
 from rollbox.sandbox.namespaces._cgroup import CgroupTree
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
@@ -90,10 +90,10 @@ def test_a_pooled_sandbox_keeps_its_spare_across_an_in_place_reset_and_nothing_e
         results = []
         async with WarmSandboxes(size=1, warm_python=False) as pool:  # no zygote: the spare is the agent's only child
             for _ in range(3):
-                async with pool.sandbox(limits=FAST, network="none") as sb:
+                async with pool.sandbox(SandboxConfig(limits=FAST)) as sb:
                     results.append(await sb.exec(["sh", "-c", "ls -A /tmp /workspace; sleep 30 &"]))
                     results.append(await sb.exec(["sh", "-c", "echo left > /tmp/x"], warm_python=False))
-            async with pool.sandbox(limits=FAST, network="none") as sb:
+            async with pool.sandbox(SandboxConfig(limits=FAST)) as sb:
                 await _settled(sb)
                 agent = sb._impl.agent.pid  # type: ignore[union-attr]
                 assert agent is not None

@@ -16,10 +16,15 @@ from rollbox.sandbox import (
     IsolationUnavailable,
     Limits,
     Network,
+    Sandbox,
+    SandboxError,
     parse_duration,
     parse_size,
     run,
 )
+from rollbox.sandbox.images import Image, ImageError
+
+from ._exec_image import image_for_exec
 
 _EPILOG = """\
 exit status: 0 whenever the sandbox ran (whatever the command did: read "status"), 1 when rollbox or the
@@ -33,6 +38,7 @@ examples:
   rollbox exec -- sh -c 'echo hello'
   rollbox exec --json --cpu-time 1 -- python3 -c 'while True: pass'       # status: cpu_time_limit
   rollbox exec --json --file ./solve.py:solve.py --stdin input.txt -- python3 solve.py
+  rollbox exec --image recipe:java --file Main.java:Main.java -- sh -c 'javac Main.java && java Main'
 """
 
 
@@ -125,6 +131,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--stdin", type=Path, metavar="FILE", help="feed FILE to the command's stdin")
     p.add_argument(
+        "--image",
+        metavar="REF|DIR|recipe:NAME",
+        help="run on an image's root: a store reference, an OCI layout directory, or a recipe built on first use "
+        "(recipe:java; a language's recipe raises the limits to what its toolchain needs)",
+    )
+    p.add_argument(
         "--backend",
         choices=["namespaces", "process"],
         default="namespaces",
@@ -170,12 +182,22 @@ def _run(args: argparse.Namespace) -> int:
             stdin = args.stdin.read_bytes()
         except OSError as exc:
             return _fail(f"--stdin {args.stdin}: {exc.strerror}")
+    image = None
+    if args.image is not None:
+        try:
+            image, limits = image_for_exec(args.image, limits)
+        except ImageError as exc:
+            print(f"rollbox exec: --image {args.image}: {exc}", file=sys.stderr)
+            return 2
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", InsecureBackendWarning)
         try:
-            result = asyncio.run(
-                run(cmd, limits=limits, network=args.network, stdin=stdin, files=files, backend=args.backend)
-            )
+            if image is None:
+                result = asyncio.run(
+                    run(cmd, limits=limits, network=args.network, stdin=stdin, files=files, backend=args.backend)
+                )
+            else:
+                result = asyncio.run(_run_on(image, cmd, limits=limits, network=args.network, stdin=stdin, files=files))
         except IsolationUnavailable as exc:
             result = ExecResult.infra_error(str(exc))
         except ValueError as exc:
@@ -187,6 +209,19 @@ def _run(args: argparse.Namespace) -> int:
     else:
         _print_human(result)
     return 1 if result.error is not None else 0
+
+
+async def _run_on(
+    image: Image, cmd: list[str], *, limits: Limits, network: str, stdin: bytes | None, files: dict[str, bytes]
+) -> ExecResult:
+    """``cmd`` in a fresh sandbox on ``image``'s root, in its working directory's place (/workspace)."""
+    try:
+        async with Sandbox(limits=limits, network=network, image=image) as sb:
+            for path, content in files.items():
+                await sb.write_file(path, content)
+            return await sb.exec(cmd, stdin=stdin)
+    except SandboxError as exc:
+        return ExecResult.infra_error(str(exc))
 
 
 def _write_all(stream: BinaryIO, data: bytes) -> None:

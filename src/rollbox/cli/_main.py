@@ -19,6 +19,7 @@ from . import (
     _eval,
     _exec,
     _grade,
+    _images,
     _jobs,
     _report,
     _run,
@@ -45,6 +46,7 @@ examples:
   rollbox validate tasks/ --report report.html     check tasks before training uses them
   rollbox tasks synth inflection tasks/synth       bug-fix tasks from a real package
   rollbox env build tasks/numpy-task               build the runtime layer a task runs in (env list, env gc)
+  rollbox images pull debian:bookworm-slim         an image for tasks to run on (images import, build, list)
   rollbox episode tasks/add --policy reference     run one agent episode, turn by turn
   rollbox run tasks/ --samples 4 --run-id r1       (task, sample) jobs, durable and resumable; rollbox jobs, runs
   rollbox tour                                     a tour, including a contained attack
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         _tasks,
         _validate,
         _env,
+        _images,
         _episode,
         _train,
         _run,

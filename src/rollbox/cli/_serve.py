@@ -54,6 +54,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--body-timeout", type=positive_seconds, help="seconds a request's body may take to arrive, else 408 (60)"
     )
     parser.add_argument("--pool-size", type=whole(1, 4096), help="warm sandboxes per configuration (twice the CPUs)")
+    parser.add_argument(
+        "--language-images",
+        metavar="host|recipes|IMAGE",
+        help="where /run_code runs each language: the host's toolchains (host, the default), each language's image "
+        "built from its recipe on first use (recipes), or one image for all (a store reference or layout directory)",
+    )
     parser.add_argument("--add-key", metavar="TENANT", help="print a new API key for TENANT, and exit")
     parser.add_argument("--admin", action="store_true", help="with --add-key: the tenant sees every tenant's figures")
     parser.add_argument("--revoke", metavar="TENANT", help="revoke every key of TENANT, and exit")
@@ -83,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
         ("pool_size", args.pool_size),
         ("body_timeout_s", args.body_timeout),
         ("node", args.node),
+        ("language_images", args.language_images),
     ):
         if value is not None:
             settings[name] = value

@@ -94,6 +94,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="swebench only (and required there): the clones of the instances' repositories, as DIR/OWNER__NAME "
         "or DIR/NAME",
     )
+    i.add_argument(
+        "--image",
+        metavar="TEMPLATE",
+        help="swebench only: each instance's image, with {instance_id}, {repo} (OWNER__NAME) and {version} filled "
+        "in, e.g. 'sweb.eval.x86_64.{instance_id}:latest' (default: a runtime layer of its requirements)",
+    )
     i.add_argument("--json", action="store_true", help="print the report as one JSON object")
     i.set_defaults(run=_import)
 
@@ -180,12 +186,15 @@ def _import(args: argparse.Namespace) -> int:
     if (args.repos is None) == (args.format == "swebench"):
         print("rollbox tasks import: --repos DIR is required for swebench, and only for it", file=sys.stderr)
         return 2
+    if args.image is not None and args.format != "swebench":
+        print("rollbox tasks import: --image TEMPLATE is for swebench only", file=sys.stderr)
+        return 2
     if args.repos is not None and not args.repos.is_dir():
         print(f"rollbox tasks import: --repos {args.repos}: not a directory", file=sys.stderr)
         return 2
     try:
         report = import_tasks(
-            args.format, args.source, args.dest, force=args.force, repos=args.repos, progress=progress
+            args.format, args.source, args.dest, force=args.force, repos=args.repos, image=args.image, progress=progress
         )
     except ImportSourceError as exc:
         print(f"rollbox tasks import: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollbox.judge import task_sandboxes
-from rollbox.sandbox import SandboxSource, Status
+from rollbox.sandbox import SandboxConfig, SandboxSource, Status
 from rollbox.tasks import Task
 
 from ._generate import variations
@@ -112,7 +112,7 @@ async def _answers(
     sandboxes: SandboxSource,
 ) -> list[list[Any]] | None:
     source = await task_sandboxes(task, sandboxes)
-    async with source.sandbox(limits=task.limits, network=task.network) as sb:
+    async with source.sandbox(SandboxConfig(limits=task.limits, network=task.network)) as sb:
         await sb.write_tree(task.workspace)
         await sb.write_files(dict(files))
         await sb.write_file(f"{_RUN}/inputs.json", json.dumps([list(i) for i in inputs]))

@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rollbox.sandbox import SandboxSource, Status
+from rollbox.sandbox import SandboxConfig, SandboxSource, Status
 from rollbox.tasks import Comparator, FunctionGrading, StdioGrading, Task
 from rollbox.tasks._cases import FunctionCase, load_function_cases, load_stdio_cases
 from rollbox.tasks._values import decode, encode
@@ -270,7 +270,7 @@ async def _function_outputs(
     codec = resources.files("rollbox.tasks").joinpath("_values.py").read_bytes()
     for start in range(0, len(inputs), _BATCH):
         batch = inputs[start : start + _BATCH]
-        async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
+        async with sandboxes.sandbox(SandboxConfig(limits=task.limits, network=task.network)) as sb:
             await _write_reference(sb, task, files)
             await sb.write_file("/tmp/.rollbox-generate/_values.py", codec)
             await sb.write_file("/tmp/.rollbox-generate/driver.py", _DRIVER)
@@ -308,7 +308,7 @@ async def _stdio_outputs(
     sandboxes: SandboxSource,
 ) -> list[Any]:
     outputs: list[Any] = [_INVALID] * len(inputs)
-    async with sandboxes.sandbox(limits=task.limits, network=task.network) as sb:
+    async with sandboxes.sandbox(SandboxConfig(limits=task.limits, network=task.network)) as sb:
         await _write_reference(sb, task, files)
         for index, text in enumerate(inputs):
             result = await sb.exec(list(grading.command), stdin=text, env={"PYTHONHASHSEED": seed, "TZ": "UTC"})

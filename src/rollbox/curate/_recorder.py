@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollbox.judge import task_sandboxes
-from rollbox.sandbox import SandboxSource, Status
+from rollbox.sandbox import SandboxConfig, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
 
 from ._reference import Reference
@@ -186,7 +186,7 @@ async def record_calls(task: Task, reference: Reference, sandboxes: SandboxSourc
         options = ["-c", f"{_RUN}/pytest.ini", f"--rootdir={_RUN}"]
     source = await task_sandboxes(task, sandboxes)
     limits = task.limits
-    async with source.sandbox(limits=limits, network=task.network) as sb:
+    async with source.sandbox(SandboxConfig(limits=limits, network=task.network)) as sb:
         await sb.write_tree(task.workspace)
         await sb.write_files(dict(reference.files))
         await sb.write_tree(task.tests, "." if grading.tests_in_workspace else f"{_RUN}/tests")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, task_sandboxes
-from rollbox.sandbox import Status
+from rollbox.sandbox import SandboxConfig, Status
 from rollbox.tasks import Environment, PytestGrading, Task, load_task
 
 from ._grader import Grader, Progress
@@ -312,7 +312,7 @@ class _Package:
         """pytest's one-line summary of each failing test (at most five), from a run in a sandbox."""
         shown = list(bug.failing[:5])
         sandboxes = await task_sandboxes(probe, self.grader.sandboxes)  # on the package's runtime layer
-        async with sandboxes.sandbox(limits=probe.limits, network=probe.network) as sb:
+        async with sandboxes.sandbox(SandboxConfig(limits=probe.limits, network=probe.network)) as sb:
             await sb.write_tree(probe.workspace)
             await sb.write_file(bug.module, bug.mutant.source)
             await sb.write_tree(probe.tests, f"{_RUN_DIR}/tests")

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from rollbox import telemetry
-from rollbox.judge import Verdict, VerdictStatus, grade, task_sandboxes
-from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status, TreeTooLarge
+from rollbox.judge import Verdict, VerdictStatus, grade, task_image, task_sandboxes
+from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxConfig, SandboxSource, Status, TreeTooLarge
+from rollbox.sandbox.images import ImageError
 from rollbox.sandbox.runtime import LayerBuildError, PythonNotFound
 from rollbox.tasks import Task, load_task
 
@@ -232,11 +233,15 @@ class Episode:
         ``_broken`` set, when the task's runtime cannot be had."""
         try:
             sandboxes = await task_sandboxes(self.task, self._sandboxes)
-        except (LayerBuildError, PythonNotFound) as exc:
+            image = task_image(self.task)  # resolved by task_sandboxes already
+        except (LayerBuildError, PythonNotFound, ImageError) as exc:
             self._broken = f"the task's runtime could not be prepared: {exc}"
             return None
+        self.trajectory.image = image.digest if image is not None else None
         return await self._stack.enter_async_context(
-            sandboxes.sandbox(limits=self._limits, network=self.task.network, workspace=self.task.workspace)
+            sandboxes.sandbox(
+                SandboxConfig(limits=self._limits, network=self.task.network, workspace=self.task.workspace)
+            )
         )
 
     def _first_observation(self) -> Observation:
@@ -442,6 +447,7 @@ class Episode:
             tests_passed=verdict.passed,
             tests_total=verdict.total,
             error=verdict.error,
+            image=self.trajectory.image,
         )
 
     def _cut(self, observation: Observation) -> Observation:

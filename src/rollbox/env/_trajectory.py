@@ -88,6 +88,8 @@ class Trajectory:
     policy: str | None = None
     #: The runtime layer the episode ran on (its key in the layer store); ``None`` for rollbox's own Python.
     runtime: str | None = None
+    #: The digest of the image the episode ran on (``sha256:...``); ``None``: the host's system directories.
+    image: str | None = None
     #: Seconds since the epoch at reset.
     started_at: float = 0.0
     budget: dict[str, Any] = field(default_factory=dict)
@@ -112,6 +114,7 @@ class Trajectory:
             "task_path": self.task_path,
             "policy": self.policy,
             "runtime": self.runtime,
+            "image": self.image,
             "started_at": self.started_at,
             "budget": self.budget,
             "reset": self.reset.to_json() if self.reset else None,
@@ -132,6 +135,7 @@ class Trajectory:
             task_path=data["task_path"],
             policy=data.get("policy"),
             runtime=data.get("runtime"),
+            image=data.get("image"),
             started_at=data.get("started_at", 0.0),
             budget=dict(data.get("budget") or {}),
             reset=Observation.from_json(data["reset"]) if data.get("reset") else None,

@@ -14,7 +14,7 @@ from typing import Any
 from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status, WorkspaceChanges, scratch_directory
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
-from ._runtime import task_sandboxes
+from ._runtime import task_image, task_sandboxes
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
 from .integrity._scan import PENALIZED, scan_changes
 from .integrity._workspace import (
@@ -179,6 +179,7 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
     runner = _RUNNERS[type(task.grading)]
     try:
         source = await task_sandboxes(task, source)  # the task's runtime layer (built on first use), its variables
+        image = task_image(task)  # resolved (and imported, for a path) by task_sandboxes already
         guard = isinstance(task.grading, PytestGrading | ScriptGrading)  # a test framework runs over the tree
         # surrogatepass: text with a lone surrogate is no valid source, and fails as Python would say.
         candidate: Candidate = (
@@ -242,4 +243,5 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
         flags=tuple(found),
         duration_s=time.monotonic() - start,
         error=report.detail if status is VerdictStatus.INFRA_ERROR else None,
+        image=image.digest if image is not None else None,
     )

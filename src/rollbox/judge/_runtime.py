@@ -9,19 +9,47 @@ requirements name pytest themselves.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import dataclasses
+from collections.abc import Mapping
 from importlib import metadata
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from rollbox.sandbox import Limits, Network, Sandbox, SandboxSource
+from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource
+from rollbox.sandbox.images import Image, ImageStore
 from rollbox.sandbox.runtime import Layer, LayerStore, RuntimeSpec
 from rollbox.tasks import PytestGrading, Task
 
-__all__ = ["runtime_spec", "task_sandboxes"]
+__all__ = ["runtime_spec", "task_image", "task_sandboxes"]
+
+#: Images named by a path, imported once per process: (path, its identity) -> the image.
+_imported: dict[tuple[str, tuple[int, int, int]], Image] = {}
+
+
+def task_image(task: Task, store: ImageStore | None = None) -> Image | None:
+    """The image ``task``'s sandboxes run on (``[environment] image``), or None: an image layout directory or a
+    docker-save / OCI archive at that path (relative to the task's directory) is imported into the store, once per
+    process while it is unchanged; anything else is a reference or digest the store resolves.
+
+    Raises:
+        ImageError: the image is not in the store, or cannot be imported (the message says what to do).
+    """
+    ref = task.environment.image
+    if ref is None:
+        return None
+    store = store or ImageStore()
+    path = task.path / ref
+    try:
+        st = path.stat()
+    except OSError:
+        return store.resolve(ref)
+    key = (str(path.resolve()), (st.st_dev, st.st_ino, st.st_mtime_ns))
+    if key not in _imported:
+        _imported[key] = store.import_layout(path) if path.is_dir() else store.import_archive(path)
+    return _imported[key]
 
 
 def runtime_spec(task: Task) -> RuntimeSpec | None:
@@ -38,64 +66,47 @@ def runtime_spec(task: Task) -> RuntimeSpec | None:
 
 
 class _TaskSandboxes:
-    """``inner``'s sandboxes, each with the task's runtime layer and variables."""
+    """``inner``'s sandboxes, each with the task's runtime layer, image and variables (where the configuration
+    asked for has none of its own)."""
 
-    def __init__(self, inner: SandboxSource, runtime: Layer | None, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, inner: SandboxSource, runtime: Layer | None, env: Mapping[str, str], image: Image | None = None
+    ) -> None:
         self._inner = inner
         self._runtime = runtime
+        self._image = image
         self._env = dict(env)
 
-    @contextlib.asynccontextmanager
-    async def sandbox(
-        self,
-        *,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[Sandbox]:
-        variables = {**self._env, **(env or {})}
-        async with self._inner.sandbox(
-            limits=limits, network=network, runtime=runtime or self._runtime, workspace=workspace, env=variables
-        ) as sb:
-            yield sb
+    def _task(self, config: SandboxConfig) -> SandboxConfig:
+        return dataclasses.replace(
+            config,
+            runtime=config.runtime or self._runtime,
+            image=config.image or self._image,
+            env={**self._env, **config.env},
+        )
 
-    @contextlib.asynccontextmanager
-    async def sandboxes(
-        self,
-        count: int,
-        *,
-        limits: Limits,
-        network: Network,
-        avoid: str | None = None,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[list[Sandbox]]:
-        variables = {**self._env, **(env or {})}
-        async with self._inner.sandboxes(
-            count,
-            limits=limits,
-            network=network,
-            avoid=avoid,
-            runtime=runtime or self._runtime,
-            workspace=workspace,
-            env=variables,
-        ) as boxes:
-            yield boxes
+    def sandbox(self, config: SandboxConfig) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        return self._inner.sandbox(self._task(config))
+
+    def sandboxes(
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
+    ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self._inner.sandboxes(count, self._task(config), avoid=avoid)
 
 
 async def task_sandboxes(task: Task, source: SandboxSource, store: LayerStore | None = None) -> SandboxSource:
-    """``source`` as ``task``'s sandboxes get it: each with the task's runtime layer (built now if it is not yet)
-    and its environment variables; ``source`` itself for a task that has neither.
+    """``source`` as ``task``'s sandboxes get it: each with the task's runtime layer (built now if it is not yet),
+    its image (imported now if it is a path: :func:`task_image`) and its environment variables; ``source`` itself
+    for a task that has none of them.
 
     Raises:
         PythonNotFound: the task's Python is not installed here.
         LayerBuildError: its layer could not be built.
+        ImageError: its image is unknown or cannot be imported.
     """
     spec = runtime_spec(task)
-    if spec is None and not task.environment.env:
+    image = await asyncio.to_thread(task_image, task)  # a first import unpacks: off the event loop
+    if spec is None and not task.environment.env and image is None:
         return source
     layer = await (store or LayerStore()).ensure(spec) if spec is not None else None
-    return _TaskSandboxes(source, layer, task.environment.env)
+    return _TaskSandboxes(source, layer, task.environment.env, image)

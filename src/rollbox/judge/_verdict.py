@@ -74,6 +74,8 @@ class Verdict:
     duration_s: float = 0.0
     #: For ``infra_error``: what failed and what to do about it.
     error: str | None = None
+    #: The digest of the image grading ran on (``sha256:...``), or ``None``: the host's system directories.
+    image: str | None = None
 
     @property
     def passed(self) -> int:
@@ -97,6 +99,7 @@ class Verdict:
             "flags": list(self.flags),
             "duration_s": round(self.duration_s, 6),
             "error": self.error,
+            **({"image": self.image} if self.image is not None else {}),
         }
 
 

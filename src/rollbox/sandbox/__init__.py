@@ -4,6 +4,7 @@ The lowest layer of rollbox; it imports nothing else of rollbox.
 """
 
 from ._changes import WorkspaceChanges
+from ._config import SandboxConfig
 from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError, TreeTooLarge
 from ._limits import Limits, Network, parse_duration, parse_size
 from ._process import InsecureBackendWarning
@@ -27,6 +28,7 @@ __all__ = [
     "ResizablePool",
     "RollboxError",
     "Sandbox",
+    "SandboxConfig",
     "SandboxError",
     "SandboxPool",
     "SandboxSource",

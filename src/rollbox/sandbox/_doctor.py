@@ -14,6 +14,7 @@ from ._errors import RollboxError
 from ._kernel import open_files_ceiling
 from ._limits import Limits
 from .agent._build import agent_binary
+from .images._store import ImageStore
 from .namespaces._cgroup import CgroupTree
 
 __all__ = ["Check", "diagnose"]
@@ -171,10 +172,30 @@ async def _measured_checks() -> list[Check]:
     return checks
 
 
+def _image_checks(store: ImageStore | None = None) -> list[Check]:
+    """The images sandboxes can run on here: each by digest and references, with its root there or not."""
+    store = store or ImageStore()
+    images = store.list()
+    checks = [Check("images", True, f"{len(images)} in {store.home}" + ("" if images else " (none imported)"))]
+    for image in images:
+        there = image.root.is_dir()
+        named = ", ".join(image.refs) or "no reference"
+        checks.append(
+            Check(
+                f"image {image.short}",
+                there,
+                f"{image.digest} ({named}; {image.platform}, {image.size_bytes / 2**20:.1f} MiB)"
+                + ("" if there else ": its root is missing"),
+                None if there else f"import it again ('rollbox images import' or 'rollbox images pull {named}')",
+            )
+        )
+    return checks
+
+
 def diagnose() -> list[Check]:
     """Check every isolation feature on this machine, the last ones from inside a real sandbox; then measure how
-    many live sandboxes it can hold."""
+    many live sandboxes it can hold; then list the images sandboxes can run on."""
     checks = _static_checks()
     if all(c.ok for c in checks):
         checks += asyncio.run(_measured_checks())
-    return checks
+    return checks + _image_checks()

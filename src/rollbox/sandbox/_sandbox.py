@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 from rollbox import telemetry
 
 from ._changes import WorkspaceChanges, tree_size
+from ._config import SandboxConfig
 from ._errors import IsolationUnavailable, SandboxError, SandboxStateError
 from ._files import (
     OverlayNotPlain,
@@ -40,7 +41,8 @@ from ._process import ProcessSandbox
 from ._result import ExecResult, Status
 from ._shortage import host_error
 from .agent._protocol import AgentConnection, ExecGroup, ExecRequest, Spare
-from .namespaces._backend import PATH, NamespaceSandbox
+from .images._image import Image
+from .namespaces._backend import PATH, NamespaceSandbox, image_path
 from .runtime._store import Layer
 
 __all__ = ["Backend", "Sandbox", "run"]
@@ -83,10 +85,16 @@ class Sandbox:
     """An isolated place to run commands: namespaces, cgroups, a syscall filter, no network by default.
 
     Args:
+        config: What the sandbox is made with, as one value (see :class:`SandboxConfig`); or give its fields as
+            the keyword arguments below (``limits``, ``network``, ``env``, ``runtime``, ``workspace``, ``image``).
         limits: What every command may use (defaults: :class:`Limits`).
         network: ``"none"`` (default) or ``"loopback"`` (a loopback of the sandbox's own).
         backend: ``"namespaces"`` (default) or ``"process"`` (rlimits only; not a security boundary, warns).
         env: Extra environment variables for every command (nothing of the host's environment is passed).
+        runtime: A runtime layer: its Python and packages (see :mod:`rollbox.sandbox.runtime`).
+        workspace: A host directory /workspace starts as, copy-on-write (never written).
+        image: An image whose root is the sandbox's ``/``, read-only (see :mod:`rollbox.sandbox.images`); its
+            ``Env`` starts every command's environment, its ``PATH`` is the commands' PATH.
         warm_python: Expect ``warm_python`` commands (see :meth:`exec`): the sandbox's Python zygote starts with
             the sandbox, in the background, and again whenever the sandbox restarts, so that no command waits for
             it. Off by default: a zygote costs more CPU than one plain ``python3``, and pays off from a few
@@ -100,36 +108,36 @@ class Sandbox:
 
     def __init__(
         self,
+        config: SandboxConfig | None = None,
         *,
         limits: Limits | None = None,
-        network: Network | str = Network.NONE,
+        network: Network | str | None = None,
         backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
         warm_python: bool = False,
         runtime: Layer | None = None,
         workspace: str | os.PathLike[str] | None = None,
+        image: Image | None = None,
     ) -> None:
-        self.limits = limits or Limits()
-        try:
-            self.network = Network(network)
-        except ValueError:
-            raise ValueError(f"unknown network {network!r}: expected 'none' or 'loopback'") from None
+        #: What the sandbox is made with (the keyword arguments, when no ``config`` is given, make one).
+        self.config = SandboxConfig.of(
+            config, limits=limits, network=network, env=env, runtime=runtime, workspace=workspace, image=image
+        )
         if backend not in ("namespaces", "process"):
             renamed = _RENAMED_BACKENDS.get(backend)
             hint = f" ({backend!r} is now {renamed!r})" if renamed else ""
             raise ValueError(f"unknown backend {backend!r}: expected 'namespaces' or 'process'{hint}")
         if backend == "process" and self.network is not Network.NONE:
             raise ValueError("the process backend cannot give a private loopback: use backend='namespaces'")
-        if backend == "process" and runtime is not None:
+        if backend == "process" and self.runtime is not None:
             raise ValueError("the process backend runs the host's own Python and cannot mount a runtime layer")
+        if backend == "process" and self.config.image is not None:
+            raise ValueError("the process backend runs on the host's own files and cannot mount an image")
         self.backend: Backend = backend
-        self.runtime = runtime
-        self.workspace = None if workspace is None else Path(workspace).resolve()
         if self.workspace is not None and not self.workspace.is_dir():
             raise ValueError(f"workspace {str(self.workspace)!r} is not a directory; give a directory to start from")
         #: ``"overlay"`` or ``"copy"`` once open with a ``workspace`` (see above); None without one.
         self.workspace_mode: WorkspaceMode | None = None
-        self._extra_env = dict(env or {})
         self._impl: _Backend | None = None
         self._state = _State.NEW
         self._lock = asyncio.Lock()
@@ -141,6 +149,31 @@ class Sandbox:
         #: kernel's counters (pid numbers, IPC ids) looks here first. The judge marks check variants this way.
         self.history: set[str] = set()
 
+    @property
+    def limits(self) -> Limits:
+        """What every command may use (``config.limits``)."""
+        return self.config.limits
+
+    @property
+    def network(self) -> Network:
+        """``config.network``."""
+        return self.config.network
+
+    @property
+    def runtime(self) -> Layer | None:
+        """``config.runtime``."""
+        return self.config.runtime
+
+    @property
+    def workspace(self) -> Path | None:
+        """``config.workspace``: the host directory /workspace starts as, or None."""
+        return self.config.workspace
+
+    @property
+    def image(self) -> Image | None:
+        """``config.image``: the image whose root the sandbox runs on, or None (the host's)."""
+        return self.config.image
+
     async def __aenter__(self) -> Sandbox:
         if self._state is not _State.NEW:
             raise SandboxStateError(f"this sandbox is {self._state.value}; a Sandbox can be entered only once")
@@ -150,11 +183,7 @@ class Sandbox:
                 f"at most {ceiling} here: its own hard limit on open files, which it cannot raise (no "
                 "CAP_SYS_RESOURCE). Lower Limits.open_files, or start rollbox with a higher hard limit (ulimit -Hn)"
             )
-        impl: _Backend = (
-            NamespaceSandbox(self.limits, self.network, self.runtime, self.workspace)
-            if self.backend == "namespaces"
-            else ProcessSandbox(self.limits)
-        )
+        impl: _Backend = NamespaceSandbox(self.config) if self.backend == "namespaces" else ProcessSandbox(self.limits)
         await impl.start()
         self._impl = impl
         self._state = _State.OPEN
@@ -266,7 +295,8 @@ class Sandbox:
     def _environment(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         home = "/workspace" if self.backend == "namespaces" else os.path.join(self._open().writable_root, "workspace")
         tmp = "/tmp" if self.backend == "namespaces" else os.path.join(self._open().writable_root, "tmp")
-        env = {
+        env = dict(self.image.config.env) if self.image is not None else {}
+        env |= {
             "PATH": PATH if self.backend == "namespaces" else os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": home,
             "TMPDIR": tmp,
@@ -275,7 +305,9 @@ class Sandbox:
             "USER": "sandbox",
             "LOGNAME": "sandbox",
         }
-        env.update(self._extra_env)
+        if self.image is not None:
+            env["PATH"] = image_path(self.image, self.runtime)
+        env.update(self.config.env)
         env.update(extra or {})
         return env
 

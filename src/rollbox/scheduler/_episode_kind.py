@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.env import Budget, OpenAIPolicy, Policy, PolicyError, make, policy_from_name, run_episode
-from rollbox.sandbox import Limits, Network, Sandbox, SandboxSource
-from rollbox.sandbox.runtime import Layer
+from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource
 from rollbox.tasks import Task, TaskFormatError
 
 from ._errors import PayloadError
@@ -116,33 +115,15 @@ class _Judging:
             self._said = True
             self._began()
 
-    def sandbox(
-        self,
-        *,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+    def sandbox(self, config: SandboxConfig) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         self._begin()
-        return self._source.sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
+        return self._source.sandbox(config)
 
     def sandboxes(
-        self,
-        count: int,
-        *,
-        limits: Limits,
-        network: Network,
-        avoid: str | None = None,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
     ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
         self._begin()
-        return self._source.sandboxes(
-            count, limits=limits, network=network, avoid=avoid, runtime=runtime, workspace=workspace, env=env
-        )
+        return self._source.sandboxes(count, config, avoid=avoid)
 
 
 class EpisodeKind:

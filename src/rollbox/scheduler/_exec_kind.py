@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollbox.sandbox import Limits, Network, Program
+from rollbox.sandbox import Limits, Network, Program, SandboxConfig
 
 from ._errors import PayloadError
 from ._kinds import JobContext, Outcome, requested
@@ -98,7 +98,7 @@ class ExecKind:
 
     async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
         program, limits, network = _parse(payload)
-        async with context.sandboxes.sandbox(limits=limits, network=network) as sb:
+        async with context.sandboxes.sandbox(SandboxConfig(limits=limits, network=network)) as sb:
             for path, content in program.files.items():
                 await sb.write_file(path, content)
             result = await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)

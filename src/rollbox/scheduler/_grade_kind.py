@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rollbox.judge import Solution, grade, runtime_spec
+from rollbox.judge import Solution, grade, runtime_spec, task_image
 from rollbox.sandbox import Limits
+from rollbox.sandbox.images import ImageError
 from rollbox.sandbox.runtime import RuntimeSpec
 from rollbox.tasks import Task, TaskFormatError, load_task
 
@@ -54,8 +55,20 @@ def load_payload_task(payload: Mapping[str, Any]) -> Task:
         raise PayloadError(f"cannot load task {payload['task']!r}: {exc}") from exc
 
 
+def _image(task: Task) -> str | None:
+    """The digest of ``task``'s image, as the pools name it; None without one, or where it cannot be had here (the
+    job says so when it runs)."""
+    if task.environment.image is None:
+        return None
+    try:
+        image = task_image(task)
+    except ImageError:
+        return None
+    return image.digest if image is not None else None
+
+
 def task_pool(task: Task, limits: Limits | None = None, *, workspace: bool = False) -> str:
-    """The warm pool of ``task``'s sandboxes: of its limits (or ``limits``), network, runtime and variables, and
+    """The warm pool of ``task``'s sandboxes: of its limits (or ``limits``), network, runtime, image and variables, and
     with its workspace for the agent's sandbox of an episode (the judge's sandboxes have none: the candidate's
     files are written into them)."""
     return pool_key(
@@ -64,6 +77,7 @@ def task_pool(task: Task, limits: Limits | None = None, *, workspace: bool = Fal
         runtime=_runtime(str(task.path)),
         workspace=task.workspace if workspace else None,
         env=task.environment.env,
+        image=_image(task),
     )
 
 

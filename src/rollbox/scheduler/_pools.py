@@ -24,11 +24,9 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rollbox import telemetry
-from rollbox.sandbox import Limits, Network, ResizablePool, Sandbox
-from rollbox.sandbox.runtime import Layer
+from rollbox.sandbox import ResizablePool, Sandbox, SandboxConfig
 
 from ._pool_key import pool_key
 
@@ -38,9 +36,9 @@ __all__ = ["ElasticSandboxes"]
 _HINT_S = 3.0
 
 
-#: A pool's place in :class:`ElasticSandboxes`: its :func:`pool_key`, and the key of the layer it runs on (two
-#: layers of one spec differ only if this machine's interpreters changed meanwhile).
-_Key = tuple[str, str | None]
+#: A pool's place in :class:`ElasticSandboxes`: its :func:`pool_key`, and the configuration itself (two layers of
+#: one spec differ only if this machine's interpreters changed meanwhile; the name holds the spec).
+_Key = tuple[str, SandboxConfig]
 
 
 @dataclass
@@ -147,30 +145,22 @@ class ElasticSandboxes:
         for elastic in self._pools.values():
             elastic.queued = self._queued.get(elastic.name, 0)
 
-    async def _entry(
-        self,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None,
-        workspace: Path | None,
-        env: Mapping[str, str] | None,
-    ) -> _Elastic:
-        name = pool_key(limits, network, runtime=runtime.spec if runtime else None, workspace=workspace, env=env)
-        key = (name, runtime.key if runtime else None)
+    async def _entry(self, config: SandboxConfig) -> _Elastic:
+        name = pool_key(
+            config.limits,
+            config.network,
+            runtime=config.runtime.spec if config.runtime else None,
+            workspace=config.workspace,
+            env=config.env,
+            image=config.image.digest if config.image else None,
+        )
+        key = (name, config)
         found = self._pools.get(key)
         if found is not None:
             return found
         opening = self._openings.get(key)
         if opening is None:
-            make = ResizablePool(
-                size=1,
-                limits=limits,
-                network=network,
-                warm_python=self.warm_python,
-                runtime=runtime,
-                workspace=workspace,
-                env=dict(env or {}),
-            )
+            make = ResizablePool(config, size=1, warm_python=self.warm_python)
             opening = self._openings[key] = asyncio.ensure_future(self._open(key, name, make))
             opening.add_done_callback(functools.partial(self._opened, key))
         # Shielded: a borrower that gives up does not stop the opening the others wait for.
@@ -209,21 +199,13 @@ class ElasticSandboxes:
 
     @contextlib.asynccontextmanager
     async def sandboxes(
-        self,
-        count: int,
-        *,
-        limits: Limits,
-        network: Network,
-        avoid: str | None = None,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
     ) -> AsyncIterator[list[Sandbox]]:
-        """``count`` distinct warm sandboxes of this configuration, borrowed together, reset when the block ends
-        (beyond ``max_size``, new ones, destroyed after)."""
-        elastic = await self._entry(limits, network, runtime, workspace, env)
+        """``count`` distinct warm sandboxes of ``config``, borrowed together, reset when the block ends (beyond
+        ``max_size``, new ones, destroyed after)."""
+        elastic = await self._entry(config)
         while elastic.closed:  # opened, then closed (idle: nobody had borrowed yet) before this borrower came back
-            elastic = await self._entry(limits, network, runtime, workspace, env)
+            elastic = await self._entry(config)
         pool = elastic.pool
         elastic.used_at = time.monotonic()
         elastic.arrivals.append(elastic.used_at)
@@ -240,8 +222,7 @@ class ElasticSandboxes:
                 elastic.lent += count
                 waiting = False
                 for _ in range(count - len(boxes)):
-                    extra = Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
-                    boxes.append(await stack.enter_async_context(extra))
+                    boxes.append(await stack.enter_async_context(Sandbox(config)))
                 began = time.monotonic()
                 try:
                     yield boxes
@@ -254,19 +235,9 @@ class ElasticSandboxes:
                 elastic.lent -= count
 
     @contextlib.asynccontextmanager
-    async def sandbox(
-        self,
-        *,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[Sandbox]:
-        """A warm sandbox of this configuration, reset when the block ends."""
-        async with self.sandboxes(1, limits=limits, network=network, runtime=runtime, workspace=workspace, env=env) as (
-            sb,
-        ):
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
+        """A warm sandbox of ``config``, reset when the block ends."""
+        async with self.sandboxes(1, config) as (sb,):
             yield sb
 
     def _target(self, elastic: _Elastic, now: float) -> int:

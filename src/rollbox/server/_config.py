@@ -76,6 +76,10 @@ class ServerConfig:
     #: configurations are kept warm (others get a fresh sandbox per request).
     pool_size: int = field(default_factory=lambda: 2 * len(os.sched_getaffinity(0)))
     warm_configs: int = 4
+    #: Where ``/run_code`` runs each language: ``host`` (the host's toolchains), ``recipes`` (each language in the
+    #: image built from its recipe, on first use), or an image every language runs in (a reference in the image
+    #: store, or an OCI layout directory); see :mod:`rollbox.server._languages`.
+    language_images: str = "host"
     #: Executions waiting for a sandbox, over every tenant, beyond which requests get 429.
     max_queue: int = 2048
     #: A sandbox of the sandboxes API unused for this long is closed.

@@ -15,10 +15,12 @@ from dataclasses import replace
 
 from rollbox import telemetry
 from rollbox.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxPool, Status
+from rollbox.sandbox.images import Image, ImageError
+from rollbox.sandbox.images._languages import Language
 
 from ._config import ServerConfig
 from ._guard import Refused
-from ._languages import Language
+from ._languages import Languages
 from ._models import CommandRunResult, CommandRunStatus, RunCodeRequest, RunCodeResponse, RunStatus
 
 __all__ = ["Executor", "decode_b64"]
@@ -38,7 +40,7 @@ class Executor:
     """Warm pools for one-shot executions: one per limits (at most ``config.warm_configs`` kept; a request with
     other limits gets a fresh sandbox), each of ``config.pool_size`` sandboxes."""
 
-    def __init__(self, config: ServerConfig, languages: dict[str, Language]) -> None:
+    def __init__(self, config: ServerConfig, languages: Languages) -> None:
         self.config = config
         self.languages = languages
         self._pools: OrderedDict[Limits, SandboxPool] = OrderedDict()
@@ -87,8 +89,9 @@ class Executor:
             return pool
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, limits: Limits, tenant: str) -> AsyncIterator[Sandbox]:
-        """A sandbox with these limits for the block: warm from a pool, or fresh.
+    async def sandbox(self, limits: Limits, tenant: str, image: Image | None = None) -> AsyncIterator[Sandbox]:
+        """A sandbox with these limits (on ``image``'s root, or the host's) for the block: warm from a pool (the
+        host's root only), or fresh.
 
         Raises:
             Refused: 429, ``config.max_queue`` executions already wait for a sandbox.
@@ -101,10 +104,10 @@ class Executor:
         self.waiting += 1
         waiting = True
         try:
-            pool = await self._pool(limits, tenant)
+            pool = await self._pool(limits, tenant) if image is None else None
             if pool is None:
                 start = time.monotonic()
-                fresh = Sandbox(limits=limits)
+                fresh = Sandbox(limits=limits, image=image)
                 try:
                     await fresh.__aenter__()
                 except SandboxError as exc:
@@ -128,9 +131,10 @@ class Executor:
             if waiting:  # never got a sandbox (an error, or cancelled meanwhile)
                 self.waiting -= 1
 
-    def limits_for(self, request: RunCodeRequest) -> Limits:
-        """The limits of a ``/run_code`` request: the server's defaults, with its memory, and CPU time and wall time
-        bounded by the server's maximum timeout (each command gets its own timeout).
+    def limits_for(self, request: RunCodeRequest, language: Language) -> tuple[Limits, float, float]:
+        """The limits of a ``/run_code`` request, and its compile and run timeouts: the server's defaults raised to
+        what the language needs, with the request's memory, and CPU time and wall time bounded by the server's
+        maximum timeout (each command gets its own timeout: the request's, else the language's).
 
         Raises:
             Refused: 400, a timeout or the memory is beyond the server's maximum (or below the sandbox's minimum).
@@ -140,7 +144,8 @@ class Executor:
             value = getattr(request, name)
             if value > c.max_timeout_s:
                 raise Refused(400, f"{name}={value:g} s is above this server's maximum of {c.max_timeout_s:g} s")
-        memory = c.default_limits.memory_bytes
+        limits = language.limits(c.default_limits)
+        memory = min(limits.memory_bytes, c.max_memory_bytes)
         if request.memory_limit_MB != -1:
             memory = request.memory_limit_MB * 2**20
             if not 8 * 2**20 <= memory <= c.max_memory_bytes:
@@ -149,7 +154,14 @@ class Executor:
                     f"memory_limit_MB={request.memory_limit_MB} is outside 8..{c.max_memory_bytes // 2**20} "
                     "(or -1 for the server's default)",
                 )
-        return replace(c.default_limits, memory_bytes=memory, timeout_s=c.max_timeout_s, cpu_time_s=c.max_timeout_s)
+        pids = min(limits.pids, c.max_pids)
+        limits = replace(limits, memory_bytes=memory, pids=pids, timeout_s=c.max_timeout_s, cpu_time_s=c.max_timeout_s)
+        given = request.model_fields_set  # a timeout the request does not give is the language's
+        compile_s = (
+            request.compile_timeout if "compile_timeout" in given else min(language.compile_timeout_s, c.max_timeout_s)
+        )
+        run_s = request.run_timeout if "run_timeout" in given else min(language.run_timeout_s, c.max_timeout_s)
+        return limits, compile_s, run_s
 
     async def run_code(self, request: RunCodeRequest, *, tenant: str, run: str) -> RunCodeResponse:
         """Run a SandboxFusion request; what the program did is in the response, never an exception.
@@ -158,42 +170,47 @@ class Executor:
             Refused: 400 for a language this server does not run, bad base64, or limits beyond the maximum; 429
                 when too many executions wait.
         """
-        language = self.languages.get(request.language)
-        if language is None:
-            raise Refused(
-                400,
-                f"language {request.language!r} is not available on this server; available: {sorted(self.languages)}",
+        try:
+            runnable = await self.languages.get(request.language)
+        except ImageError as exc:  # the service's fault: an infra error, never the program's
+            message = f"the image of {request.language} could not be made: {exc}"
+            telemetry.emit(
+                "sandbox.exec", run=run, tenant=tenant, endpoint="run_code", status="infra_error", error=message
             )
-        limits = self.limits_for(request)
+            return RunCodeResponse(status=RunStatus.SandboxError, message=message)
+        language = runnable.language
+        limits, compile_s, run_s = self.limits_for(request, language)
         files = {path: decode_b64(data, f"files[{path!r}]") for path, data in request.files.items() if data is not None}
-        source = language.source
         queued = time.monotonic()
         event: dict[str, object] = {"id": secrets.token_hex(8), "run": run, "tenant": tenant}
         event.update(endpoint="run_code", language=language.name)
+        if runnable.image is not None:
+            event["image"] = runnable.image.digest
         response = RunCodeResponse(status=RunStatus.Success)
         compiled: ExecResult | None = None
         result: ExecResult | None = None
         try:
-            async with self.sandbox(limits, tenant) as sb:
+            async with self.sandbox(limits, tenant, runnable.image) as sb:
                 event["queue_s"] = time.monotonic() - queued
                 try:
                     for path, data in files.items():
                         await sb.write_file(path, data)
-                    await sb.write_file(source, request.code)
+                    await sb.write_file(language.source, request.code)
                 except (ValueError, OSError) as exc:
                     raise Refused(400, f"cannot write the request's files: {exc}") from None
                 if language.compile is not None:
-                    compiled = await sb.exec(list(language.compile), timeout_s=request.compile_timeout)
+                    compiled = await sb.exec(list(language.compile), timeout_s=compile_s)
                     response.compile_result = _command(compiled)
                 if compiled is None or compiled.ok:
                     result = await sb.exec(
                         list(language.run),
                         stdin=request.stdin,
-                        timeout_s=request.run_timeout,
-                        warm_python=language.warm_python,
+                        timeout_s=run_s,
+                        warm_python=language.warm_python and runnable.image is None,
                     )
                     response.run_result = _command(result)
-                    response.files = await self._fetch(sb, request.fetch_files)
+                # As SandboxFusion does: what the compile left is fetched too when the run never happened.
+                response.files = await self._fetch(sb, request.fetch_files)
         except SandboxError as exc:
             result = ExecResult.infra_error(f"no sandbox could be made: {exc}")
             response.run_result = _command(result)

@@ -80,9 +80,14 @@ class RunCodeRequest(BaseModel):
     language: str = Field(max_length=64, examples=["python"], description="see GET /v1/languages")
     stdin: str | None = Field(default=None, max_length=_TEXT)
     # Numbers are numbers only (no true for a timeout, no "256" for megabytes).
-    compile_timeout: float = Field(10, gt=0, strict=True, description="seconds; at most the server's maximum timeout")
+    compile_timeout: float = Field(
+        10, gt=0, strict=True, description="seconds; absent: the language's (10 for most); at most the server's maximum"
+    )
     run_timeout: float = Field(
-        10, gt=0, strict=True, description="seconds (wall clock); at most the server's maximum timeout"
+        10,
+        gt=0,
+        strict=True,
+        description="seconds (wall clock); absent: the language's (10 for most); at most the server's maximum",
     )
     memory_limit_MB: int = Field(
         -1, strict=True, description="-1: the server's default; else at most the server's maximum"

@@ -66,7 +66,7 @@ async def stats(
     snapshot = service.stats.snapshot(view)
     snapshot["alerts"] = [a.to_json() for a in service.alerts.firing] if tenant.admin else []
     snapshot["run"] = service.config.run
-    snapshot["languages"] = sorted(service.languages)
+    snapshot["languages"] = service.languages.names()
     snapshot["archive"] = {"url": service.config.archive, "error": service.archive and service.archive.last_error}
     return snapshot
 
@@ -90,9 +90,10 @@ async def alert_rules(request: Request, tenant: TenantDep) -> Response:
 
 
 @router.get("/v1/languages", tags=["sandboxfusion"])
-async def languages(request: Request, tenant: TenantDep) -> list[str]:
-    """The languages ``/run_code`` runs on this machine."""
-    return sorted(service_of(request).languages)
+async def languages(request: Request, tenant: TenantDep) -> list[dict[str, object]]:
+    """Every language rollbox knows: whether ``/run_code`` runs it here (and in which image, with which commands),
+    or why not (Debian does not package it; the service runs on the host's toolchains)."""
+    return service_of(request).languages.listing()
 
 
 @router.get("/v1/tasks", tags=["grading"])

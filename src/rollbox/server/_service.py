@@ -19,6 +19,7 @@ from typing import Any
 from rollbox import telemetry
 from rollbox.env import Episode
 from rollbox.sandbox import ExecResult
+from rollbox.sandbox.images import ImageStore
 from rollbox.telemetry import Alerts, JsonlSink, LiveStats, Sink
 
 from ._config import ServerConfig
@@ -26,7 +27,7 @@ from ._execute import Executor
 from ._grading import Grader
 from ._guard import Guard, IdempotencyCache, Refused
 from ._jobs import Jobs
-from ._languages import available_languages
+from ._languages import Languages
 from ._peers import Owner, Peers
 from ._registry import Registry
 from ._relay import Gauge, Received, Relay
@@ -66,7 +67,7 @@ class Service:
             )
         self.stats = LiveStats()
         self.alerts = Alerts(self.stats, config.alerts)
-        self.languages = available_languages()
+        self.languages = Languages(config.language_images, ImageStore(Path(config.home) / "images"))
         self.executor = Executor(config, self.languages)
         self.sessions = Sessions(config, run=config.run, owner=self.owner)
         self.episodes: Registry[Episode] = Registry("episode", idle_timeout_s=config.idle_timeout_s)

@@ -8,8 +8,13 @@ In task.toml::
     python = "3.11"                       # MAJOR.MINOR; absent: the interpreter rollbox runs on
     requirements = ["numpy==1.26.4"]      # pip requirement lines
     env = { DATA_DIR = "/workspace/data" }  # variables for every command of the task (solving and grading)
+    image = "python:3.12"                 # the root its sandboxes run on (see below); absent: the host's /usr
 
 and environment/requirements.txt: one requirement a line, ``#`` comments; its lines come after the table's.
+
+``image`` names an image: a reference or digest in the image store (``rollbox images list``), or the path of an
+OCI image layout directory or a docker-save / OCI archive, relative to the task's directory. The judge resolves
+it (``rollbox.judge.task_image``); here it is only a string.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ _PYTHON = re.compile(r"^3\.\d{1,2}$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Variables the judge sets for its own channel; a task may not set or shadow them.
 _RESERVED_PREFIX = "ROLLBOX_"
-_KEYS = {"python", "requirements", "env"}
+_KEYS = {"python", "requirements", "env", "image"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,8 +56,15 @@ class Environment:
     requirements: tuple[str, ...] = ()
     #: Environment variables for the task's commands.
     env: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: The image the task's sandboxes run on, as written (a store reference or digest, or a path relative to the
+    #: task's directory); ``None`` means the host's system directories.
+    image: str | None = None
 
     def __post_init__(self) -> None:
+        if self.image is not None and (
+            not isinstance(self.image, str) or not self.image.strip() or any(c in self.image for c in "\0\n")
+        ):
+            raise ValueError(f"image: expected an image reference (name:tag, sha256:...) or a path, got {self.image!r}")
         if self.python is not None and not (isinstance(self.python, str) and _PYTHON.match(self.python)):
             hint = " (quote it: as a number, 3.10 reads as 3.1)" if isinstance(self.python, float) else ""
             raise ValueError(f"python: expected a version MAJOR.MINOR such as '3.11', got {self.python!r}{hint}")
@@ -159,6 +171,8 @@ def parse_environment(file: Path, table: Mapping[str, Any], requirements_file: P
         raise TaskFormatError(file, f"[environment] env: expected a table of NAME = 'value', got {env!r}")
     from_file: Iterable[str] = read_requirements(requirements_file) if requirements_file else ()
     try:
-        return Environment(python=table.get("python"), requirements=(*requirements, *from_file), env=env)
+        return Environment(
+            python=table.get("python"), requirements=(*requirements, *from_file), env=env, image=table.get("image")
+        )
     except ValueError as exc:
         raise TaskFormatError(file, f"[environment] {exc}") from None

@@ -31,6 +31,7 @@ def import_tasks(
     *,
     force: bool = False,
     repos: str | os.PathLike[str] | None = None,
+    image: str | None = None,
     progress: Progress | None = None,
 ) -> ImportReport:
     """Import every task of ``source`` (in ``format``) into ``dest``, one native task directory each, named after
@@ -46,6 +47,7 @@ def import_tasks(
         dest: the directory to write the tasks in (made if missing).
         force: replace task directories that already exist (otherwise they are refused).
         repos: for swebench (and only there, where it is required): the directory of the repositories' clones.
+        image: for swebench (and only there): a template of each instance's image (see :func:`read_swebench`).
         progress: called after each task with (tasks done, tasks in all, the task's id).
 
     Raises:
@@ -60,5 +62,7 @@ def import_tasks(
         raise ValueError(
             "swebench needs repos (--repos DIR), the directory of its repositories' clones; no other format takes it"
         )
-    items = reader(source, repos=repos) if format == "swebench" else reader(source)
+    if image is not None and format != "swebench":
+        raise ValueError(f"image (--image) is for swebench only, not {format}")
+    items = reader(source, repos=repos, image=image) if format == "swebench" else reader(source)
     return run_import(format, items, Path(dest), force=force, progress=progress)

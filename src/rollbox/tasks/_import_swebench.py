@@ -203,7 +203,9 @@ def _write(instance: dict[str, Any], repos: Path, root: Path, force: bool) -> Ta
             workspace=workspace,
             tests=tests if tests.is_dir() else {},
             solution=solution if solution.is_dir() else {},
-            environment=Environment(requirements=instance["requirements"]),
+            environment=Environment(image=instance["image"])
+            if "image" in instance
+            else Environment(requirements=instance["requirements"]),
             limits=Limits(timeout_s=300, cpu_time_s=300, memory_bytes=2 << 30, pids=256, disk_bytes=size + _DISK_SLACK),
             metadata={"source": "swebench", "repo": instance["repo"], "base_commit": base, **instance["metadata"]},
         )
@@ -220,9 +222,35 @@ def _write(instance: dict[str, Any], repos: Path, root: Path, force: bool) -> Ta
     return settle(root)
 
 
-def read_swebench(source: str | os.PathLike[str], *, repos: str | os.PathLike[str]) -> list[Draft | Refusal]:
+def _image(template: str, instance: dict[str, Any]) -> str:
+    """``template`` with ``{instance_id}``, ``{repo}`` (OWNER__NAME) and ``{version}`` of ``instance`` in place.
+
+    Raises:
+        ImportRefused: the template names anything else.
+    """
+    fields = {
+        "instance_id": instance["instance_id"],
+        "repo": instance["repo"].replace("/", "__"),
+        "version": instance["metadata"].get("version", ""),
+    }
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ImportRefused(
+            f"the image template {template!r} names {exc}; it may use {{instance_id}}, {{repo}} and {{version}}"
+        ) from None
+
+
+def read_swebench(
+    source: str | os.PathLike[str], *, repos: str | os.PathLike[str], image: str | None = None
+) -> list[Draft | Refusal]:
     """The instances of a SWE-bench JSON Lines file (see the module's docstring), with their repositories' clones
     in ``repos``: one draft each, or a refusal naming the line and the key.
+
+    ``image``, when given, is a template of each instance's image (``[environment] image``), with
+    ``{instance_id}``, ``{repo}`` and ``{version}`` filled in (``"sweb.eval.x86_64.{instance_id}:latest"``): the
+    instance's tests run on that image, which holds its environment, and no runtime layer is built for it.
+    Without it, each task gets a runtime layer of the instance's requirements (uv), as before.
 
     Raises:
         ImportSourceError: the file cannot be read.
@@ -234,6 +262,8 @@ def read_swebench(source: str | os.PathLike[str], *, repos: str | os.PathLike[st
             continue
         try:
             instance = _instance(record)
+            if image is not None:
+                instance["image"] = _image(image, instance)
         except ImportRefused as exc:
             raw = record.data.get("instance_id")
             found.append(Refusal(raw if isinstance(raw, str) else None, record.where, str(exc)))

@@ -106,6 +106,8 @@ def _environment_table(environment: Environment) -> dict[str, Any]:
         table["requirements"] = list(environment.requirements)
     if environment.env:
         table["env"] = dict(environment.env)
+    if environment.image is not None:
+        table["image"] = environment.image
     return table
 
 

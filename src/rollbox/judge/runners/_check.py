@@ -30,7 +30,7 @@ import secrets
 from typing import Any
 
 from rollbox.judge._verdict import GradedTest, Outcome
-from rollbox.sandbox import ExecResult, SandboxSource, Status
+from rollbox.sandbox import ExecResult, SandboxConfig, SandboxSource, Status
 from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
 from ._channel import ForgedChannel, read_records
@@ -121,9 +121,9 @@ async def run_check(tree: GradingTree, task: Task, grading: FunctionGrading, san
         raise TaskFormatError(path, f"cannot read the check: {exc}") from exc
     run_id = secrets.token_hex(16)
     mark = "rollbox.check:" + hashlib.sha256(source.encode()).hexdigest()
-    async with sandboxes.sandboxes(1, limits=task.limits, network=task.network, avoid=mark, workspace=tree.base) as (
-        box,
-    ):
+    async with sandboxes.sandboxes(
+        1, SandboxConfig(limits=task.limits, network=task.network, workspace=tree.base), avoid=mark
+    ) as (box,):
         if mark in box.history:
             await box.reset(fresh=True)
         box.history.add(mark)

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from rollbox.judge._verdict import GradedTest, Outcome
-from rollbox.sandbox import ExecResult, FreshSandboxes, Network, SandboxSource, Status
+from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxConfig, SandboxSource, Status
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
 from rollbox.tasks._cases import StdioCase, load_stdio_cases
 
@@ -125,7 +125,7 @@ async def _check(
     argv = [program] if direct else ["python3", "-s", program]
     argv += [f"{_CHECK_DIR}/input", f"{_CHECK_DIR}/expected", f"{_CHECK_DIR}/output"]
     outcomes: dict[int, Outcome] = {}
-    async with sandboxes.sandbox(limits=task.limits, network=Network.NONE) as sb:
+    async with sandboxes.sandbox(SandboxConfig(limits=task.limits)) as sb:
         await sb.write_tree(task.tests)
         for index, output in outputs.items():
             await sb.write_file(f"{_CHECK_DIR}/input", cases[index].input)

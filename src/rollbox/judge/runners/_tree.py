@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox import Limits, Network, Sandbox, SandboxSource
+from rollbox.sandbox import Limits, Network, Sandbox, SandboxConfig, SandboxSource
 
 __all__ = ["GradingTree"]
 
@@ -36,9 +36,9 @@ class GradingTree:
         """A sandbox from ``sandboxes`` whose /workspace starts as :attr:`base` (lay the tree with :meth:`lay`)."""
         # Without a base, asked for exactly as before workspaces existed: a source need not know of them then.
         opening = (
-            sandboxes.sandbox(limits=limits, network=network)
+            sandboxes.sandbox(SandboxConfig(limits=limits, network=network))
             if self.base is None
-            else sandboxes.sandbox(limits=limits, network=network, workspace=self.base)
+            else sandboxes.sandbox(SandboxConfig(limits=limits, network=network, workspace=self.base))
         )
         async with opening as sb:
             yield sb

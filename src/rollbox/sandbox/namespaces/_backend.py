@@ -35,6 +35,7 @@ import threading
 from importlib import resources
 from pathlib import Path
 
+from rollbox.sandbox._config import SandboxConfig
 from rollbox.sandbox._errors import IsolationUnavailable, SandboxError
 from rollbox.sandbox._kernel import in_thread
 from rollbox.sandbox._limits import Limits, Network
@@ -43,7 +44,8 @@ from rollbox.sandbox._shortage import host_error
 from rollbox.sandbox.agent._build import agent_binary
 from rollbox.sandbox.agent._protocol import AgentConnection, ExecGroup, Exited, Usage, roomy_socketpair
 from rollbox.sandbox.agent._spawner import Launched, Spawner
-from rollbox.sandbox.runtime._mounts import PATH, SYSTEM_DIRS, RuntimeMounts, host_mounts
+from rollbox.sandbox.images._image import Image
+from rollbox.sandbox.runtime._mounts import ENV, PATH, SYSTEM_DIRS, RuntimeMounts, host_mounts
 from rollbox.sandbox.runtime._store import Layer
 
 from ._cgroup import Cgroup, CgroupStats, CgroupTree
@@ -52,7 +54,7 @@ from ._root import SharedRoots
 from ._seccomp import build_filter
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
-__all__ = ["PATH", "NamespaceHost", "NamespaceSandbox"]
+__all__ = ["PATH", "NamespaceHost", "NamespaceSandbox", "image_path"]
 
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _DEVICE_LINKS = (
@@ -64,6 +66,18 @@ _DEVICE_LINKS = (
 )
 #: Where each sandbox's writable tree is mounted (its workspace/, tmp/ and shm/).
 _WRITABLE = ("/workspace", "/tmp", "/dev/shm")
+#: What of an image's root a sandbox never sees: rollbox's own mounts take these places.
+_NOT_FROM_IMAGE = frozenset({"proc", "dev", "sys", "tmp", "workspace"})
+#: A command's PATH on an image that names none (Docker's default).
+_IMAGE_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def image_path(image: Image, layer: Layer | None) -> str:
+    """A command's PATH on ``image``: the image's own, after the runtime layer's scripts when there is one."""
+    path = image.config.path or _IMAGE_DEFAULT_PATH
+    return f"{ENV}/bin:{path}" if layer is not None else path
+
+
 _AGENT_PATH = "/opt/rollbox/agent"
 _ZYGOTE_PATH = "/opt/rollbox/zygote.py"
 _ZYGOTE_SOURCE = str(resources.files("rollbox.sandbox.agent").joinpath("zygote.py"))
@@ -102,14 +116,24 @@ class NamespaceHost:
         self.unclosed: list[NamespaceSandbox] = []
         self._unclosed_lock = threading.Lock()  # sandboxes may be opened from several threads
 
-    def mounts(self, layer: Layer | None) -> RuntimeMounts:
-        """What a sandbox mounts for ``layer`` (the host's own Python for None), worked out once per layer.
+    def mounts(self, layer: Layer | None, image: Image | None = None) -> RuntimeMounts:
+        """What a sandbox mounts for ``layer`` (for None: the host's own Python on the host's root, nothing on an
+        image's, which has its own), worked out once per layer.
 
         Raises:
-            SandboxError: the layer's interpreter cannot be mounted (see ``runtime._mounts``).
+            SandboxError: the layer's interpreter cannot be mounted (see ``runtime._mounts``), or, on an image, it
+                is the host's system Python, which lives in the host's /usr.
         """
         if layer is None:
-            return self.runtime
+            return self.runtime if image is None else RuntimeMounts(())
+        if image is not None and any(
+            layer.python.executable == Path(d) or Path(d) in layer.python.executable.parents for d in SYSTEM_DIRS
+        ):
+            raise SandboxError(
+                f"the runtime layer {layer.key[:12]} runs on the host's system Python ({layer.python.executable}), "
+                "which lives in the host's /usr, not in an image: build the layer with a Python of uv's "
+                "('uv python install 3.12') to use it on an image, or use the image's own Python"
+            )
         if layer.key not in self._layer_mounts:
             self._layer_mounts[layer.key] = layer.mounts(self.state.runtime)
         return self._layer_mounts[layer.key]
@@ -270,16 +294,18 @@ class _CgroupExecGroup:
 class NamespaceSandbox:
     """One sandbox of this backend: its directory, uid, cgroup, and (while started) its agent."""
 
-    def __init__(
-        self, limits: Limits, network: Network, layer: Layer | None = None, workspace: Path | None = None
-    ) -> None:
-        self.limits = limits
-        self.network = network
+    def __init__(self, config: SandboxConfig) -> None:
+        self.limits = config.limits
+        self.network = network = config.network
         self.host = NamespaceHost.get()
-        self.layer = layer
-        #: What the sandbox mounts for its Python: the layer's, or the host's.
-        self.runtime = self.host.mounts(layer)
+        self.layer = config.runtime
+        #: The image whose root is the sandbox's, or None (the host's system directories).
+        self.image = config.image
+        #: What the sandbox mounts for its Python: the layer's, or the host's (none on an image).
+        self.runtime = self.host.mounts(config.runtime, config.image)
         self._layer_lock: int | None = None
+        self._image_lock: int | None = None
+        workspace = config.workspace
         #: Why ``workspace`` cannot be overlaid here (the caller copies it then), or None.
         self.overlay_unavailable = self.host.overlays.unavailable(workspace) if workspace is not None else None
         #: The host directory overlaid at /workspace, or None (an empty /workspace of the writable tree's).
@@ -323,6 +349,7 @@ class NamespaceSandbox:
         made: asyncio.Future[None] | None = None
         try:
             self._hold_layer()
+            self._hold_image()
             self.uid = self.host.state.uids.take()
             self._dir = SandboxDir.create(self.host.state, self.id, self.host.cgroups, uid=self.uid)
             self._dir.record_cgroup(self._cgroup)
@@ -360,6 +387,20 @@ class NamespaceSandbox:
             ) from exc
         except OSError as exc:
             raise SandboxError(host_error(f"cannot hold the runtime layer {self.layer.key[:12]}", exc)) from exc
+
+    def _hold_image(self) -> None:
+        """Take the image root's shared lock for as long as the sandbox lives, so that no ``gc`` removes it."""
+        if self.image is None:
+            return
+        try:
+            self._image_lock = self.image.hold()
+        except (FileNotFoundError, BlockingIOError) as exc:
+            raise SandboxError(
+                f"the root of the image {self.image.digest} ({self.image.root}) is gone or being removed; "
+                "import the image again ('rollbox images import' or 'rollbox images pull')"
+            ) from exc
+        except OSError as exc:
+            raise SandboxError(host_error(f"cannot hold the root of the image {self.image.digest}", exc)) from exc
 
     def _make_cgroup(self) -> None:
         self._cgroup.create(delegate=True)
@@ -444,13 +485,8 @@ class NamespaceSandbox:
         """The operations of the read-only root this sandbox shares with every other of its runtime (``agent.c
         template``): the system directories, /etc, the devices, the runtime and the agent, and the mount points of
         the sandbox's own mounts."""
-        ops: list[str] = []
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                ops += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                ops += ["--ro", path, path]
-        ops += ["--ro", str(self.host.state.etc), "/etc", "--dir", "/proc"]
+        ops = self._image_ops() if self.image is not None else self._host_ops()
+        ops += ["--dir", "/proc"]
         for device in _DEVICES:
             ops += ["--dev", device]
         for name, target in _DEVICE_LINKS:
@@ -461,6 +497,32 @@ class NamespaceSandbox:
             if not _below_writable(dest):
                 ops += ["--ro", source, dest]
         ops += ["--ro", str(self.host.agent), _AGENT_PATH, "--ro", _ZYGOTE_SOURCE, _ZYGOTE_PATH]
+        return ops
+
+    def _host_ops(self) -> list[str]:
+        """The host's system directories, and rollbox's /etc for them."""
+        ops: list[str] = []
+        for path in SYSTEM_DIRS:
+            if os.path.islink(path):
+                ops += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                ops += ["--ro", path, path]
+        return [*ops, "--ro", str(self.host.state.etc), "/etc"]
+
+    def _image_ops(self) -> list[str]:
+        """The image's root, entry by entry at the top (so that rollbox's own mounts take their places): its
+        directories and files bound read-only, its links made again (an image's /etc is its own, with the
+        sandbox's user; see ``images._compose``)."""
+        assert self.image is not None
+        ops: list[str] = []
+        with os.scandir(self.image.root) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name in _NOT_FROM_IMAGE:
+                    continue
+                if entry.is_symlink():
+                    ops += ["--symlink", os.readlink(entry.path), f"/{entry.name}"]
+                elif entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False):
+                    ops += ["--ro", entry.path, f"/{entry.name}"]
         return ops
 
     def _own_ops(self) -> list[str]:
@@ -625,3 +687,6 @@ class NamespaceSandbox:
         if self._layer_lock is not None:
             os.close(self._layer_lock)
             self._layer_lock = None
+        if self._image_lock is not None:
+            os.close(self._image_lock)
+            self._image_lock = None

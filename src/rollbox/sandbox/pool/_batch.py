@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from rollbox.sandbox._config import SandboxConfig
 from rollbox.sandbox._limits import Limits, Network
 from rollbox.sandbox._result import ExecResult
 from rollbox.sandbox._shortage import host_error
@@ -77,8 +78,7 @@ async def run_batch(
         workers = os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    limits = limits or Limits()
-    network = Network(network)
+    config = SandboxConfig(limits=limits or Limits(), network=Network(network))
     owned = sandboxes is None
     source: SandboxSource = sandboxes or WarmSandboxes(
         size=min(workers, max(1, len(todo))), warm_python=any(p.warm_python for p in todo)
@@ -86,7 +86,7 @@ async def run_batch(
 
     async def one(program: Program) -> ExecResult:
         try:
-            async with source.sandbox(limits=limits, network=network) as sb:
+            async with source.sandbox(config) as sb:
                 for path, content in program.files.items():
                     await sb.write_file(path, content)
                 return await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)

@@ -22,13 +22,14 @@ import functools
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from pathlib import Path
 from typing import Protocol
 
+from rollbox.sandbox._config import SandboxConfig
 from rollbox.sandbox._errors import RollboxError, SandboxError, SandboxStateError
 from rollbox.sandbox._limits import Limits, Network
 from rollbox.sandbox._sandbox import Backend, Sandbox
 from rollbox.sandbox._settle import settled
+from rollbox.sandbox.images._image import Image
 from rollbox.sandbox.runtime._store import Layer
 
 __all__ = ["FreshSandboxes", "PoolExhausted", "SandboxPool", "SandboxSource", "WarmSandboxes"]
@@ -48,9 +49,10 @@ class SandboxPool:
     """A fixed number of warm sandboxes of one configuration.
 
     Args:
+        config: What every sandbox of the pool is made with (:class:`SandboxConfig`), or give its fields:
+        limits, network, env, runtime, workspace, image: As for :class:`Sandbox`.
         size: How many sandboxes the pool holds, all made when it opens.
-        limits, network, backend, env, warm_python, runtime, workspace: As for :class:`Sandbox`; every sandbox of
-            the pool has them.
+        backend, warm_python: As for :class:`Sandbox`.
 
     Raises:
         IsolationUnavailable, SandboxError: on entry, as for :class:`Sandbox`.
@@ -58,29 +60,26 @@ class SandboxPool:
 
     def __init__(
         self,
+        config: SandboxConfig | None = None,
         *,
         size: int,
         limits: Limits | None = None,
-        network: Network | str = Network.NONE,
+        network: Network | str | None = None,
         backend: Backend = "namespaces",
         env: Mapping[str, str] | None = None,
         warm_python: bool = False,
         runtime: Layer | None = None,
         workspace: str | os.PathLike[str] | None = None,
+        image: Image | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one sandbox, got size={size}")
         self.size = size
-        self._make = functools.partial(
-            Sandbox,
-            limits=limits,
-            network=network,
-            backend=backend,
-            env=env,
-            warm_python=warm_python,
-            runtime=runtime,
-            workspace=workspace,
+        #: What every sandbox of the pool is made with.
+        self.config = SandboxConfig.of(
+            config, limits=limits, network=network, env=env, runtime=runtime, workspace=workspace, image=image
         )
+        self._make = functools.partial(Sandbox, self.config, backend=backend, warm_python=warm_python)
         self._make()  # validate the configuration now
         self._idle: deque[Sandbox] = deque()
         self._busy: set[Sandbox] = set()
@@ -279,37 +278,18 @@ async def close_all(closeables: Sequence[Sandbox | SandboxPool]) -> None:
 
 
 class SandboxSource(Protocol):
-    """Where code that needs a sandbox for a while gets one: fresh each time, or warm from pools.
+    """Where code that needs a sandbox for a while gets one: fresh each time, or warm from pools, for a
+    :class:`SandboxConfig` (the whole configuration, passed on as one value)."""
 
-    ``runtime``, ``workspace`` and ``env`` are as for :class:`Sandbox` (None: the host's Python, an empty
-    /workspace, no extra variables).
-    """
-
-    def sandbox(
-        self,
-        *,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
-        """A sandbox of this configuration for the duration of an ``async with`` block."""
+    def sandbox(self, config: SandboxConfig) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        """A sandbox of ``config`` for the duration of an ``async with`` block."""
         ...
 
     def sandboxes(
-        self,
-        count: int,
-        *,
-        limits: Limits,
-        network: Network,
-        avoid: str | None = None,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
     ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
-        """``count`` distinct sandboxes, borrowed together, for the duration of an ``async with`` block; those
-        whose :attr:`Sandbox.history` lacks the label ``avoid`` are preferred."""
+        """``count`` distinct sandboxes of ``config``, borrowed together, for the duration of an ``async with``
+        block; those whose :attr:`Sandbox.history` lacks the label ``avoid`` are preferred."""
         ...
 
 
@@ -317,40 +297,22 @@ class FreshSandboxes:
     """A new sandbox for every use, destroyed after it: the default."""
 
     @contextlib.asynccontextmanager
-    async def sandbox(
-        self,
-        *,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[Sandbox]:
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
         """A new sandbox, destroyed when the block ends."""
-        async with Sandbox(limits=limits, network=network, runtime=runtime, workspace=workspace, env=env) as sb:
+        async with Sandbox(config) as sb:
             yield sb
 
     @contextlib.asynccontextmanager
     async def sandboxes(
-        self,
-        count: int,
-        *,
-        limits: Limits,
-        network: Network,
-        avoid: str | None = None,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
     ) -> AsyncIterator[list[Sandbox]]:
         """``count`` new sandboxes (with an empty history), destroyed when the block ends."""
-        make = functools.partial(Sandbox, limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
         async with contextlib.AsyncExitStack() as stack:
-            yield [await stack.enter_async_context(make()) for _ in range(count)]
+            yield [await stack.enter_async_context(Sandbox(config)) for _ in range(count)]
 
 
 class WarmSandboxes:
-    """One warm :class:`SandboxPool` per configuration (limits, network, runtime layer, workspace and extra
-    environment), made on first use.
+    """One warm :class:`SandboxPool` per :class:`SandboxConfig` (its key), made on first use.
 
     async with WarmSandboxes(size=4) as sandboxes:
         verdict = await grade(task, workspace, sandboxes=sandboxes)
@@ -366,7 +328,7 @@ class WarmSandboxes:
     def __init__(self, *, size: int, warm_python: bool = True) -> None:
         self.size = size
         self.warm_python = warm_python
-        self._pools: dict[tuple[object, ...], SandboxPool] = {}
+        self._pools: dict[SandboxConfig, SandboxPool] = {}
         self._opening = asyncio.Lock()
 
     async def __aenter__(self) -> WarmSandboxes:
@@ -380,64 +342,29 @@ class WarmSandboxes:
         pools, self._pools = list(self._pools.values()), {}
         await close_all(pools)
 
-    async def _pool(
-        self,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None,
-        workspace: Path | None,
-        env: Mapping[str, str] | None,
-    ) -> SandboxPool:
-        variables = tuple(sorted((env or {}).items()))
-        key = (limits, Network(network), runtime.key if runtime else None, workspace, variables)
+    async def _pool(self, config: SandboxConfig) -> SandboxPool:
         async with self._opening:
-            if key not in self._pools:
-                pool = SandboxPool(
-                    size=self.size,
-                    limits=limits,
-                    network=network,
-                    warm_python=self.warm_python,
-                    runtime=runtime,
-                    workspace=workspace,
-                    env=dict(variables),
-                )
+            if config not in self._pools:
+                pool = SandboxPool(config, size=self.size, warm_python=self.warm_python)
                 await pool.__aenter__()
-                self._pools[key] = pool
-        return self._pools[key]
+                self._pools[config] = pool
+        return self._pools[config]
 
     @contextlib.asynccontextmanager
-    async def sandbox(
-        self,
-        *,
-        limits: Limits,
-        network: Network,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[Sandbox]:
-        """A warm sandbox of this configuration, reset when the block ends."""
-        async with (await self._pool(limits, network, runtime, workspace, env)).sandbox() as sb:
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
+        """A warm sandbox of ``config``, reset when the block ends."""
+        async with (await self._pool(config)).sandbox() as sb:
             yield sb
 
     @contextlib.asynccontextmanager
     async def sandboxes(
-        self,
-        count: int,
-        *,
-        limits: Limits,
-        network: Network,
-        avoid: str | None = None,
-        runtime: Layer | None = None,
-        workspace: Path | None = None,
-        env: Mapping[str, str] | None = None,
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
     ) -> AsyncIterator[list[Sandbox]]:
-        """``count`` distinct warm sandboxes of this configuration, borrowed together (as
-        :meth:`SandboxPool.sandboxes`), reset when the block ends; beyond ``size``, the rest are new ones,
-        destroyed when the block ends."""
-        pool = await self._pool(limits, network, runtime, workspace, env)
-        make = functools.partial(Sandbox, limits=limits, network=network, runtime=runtime, workspace=workspace, env=env)
+        """``count`` distinct warm sandboxes of ``config``, borrowed together (as :meth:`SandboxPool.sandboxes`),
+        reset when the block ends; beyond ``size``, the rest are new ones, destroyed when the block ends."""
+        pool = await self._pool(config)
         async with contextlib.AsyncExitStack() as stack:
             boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.size), avoid=avoid)))
             for _ in range(count - len(boxes)):
-                boxes.append(await stack.enter_async_context(make()))
+                boxes.append(await stack.enter_async_context(Sandbox(config)))
             yield boxes

@@ -1,0 +1,85 @@
+"""An image as a sandbox takes it: its identity, its unpacked root, and the parts of its configuration that apply."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Image", "ImageConfig"]
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What an image's configuration says about running it, as far as rollbox applies it.
+
+    Attributes:
+        env: Its ``Env``, in order, as ``(name, value)`` pairs: every command's environment starts from them
+            (rollbox's own ``HOME``, ``TMPDIR``, ``USER`` and locale stay; the caller's variables come last).
+        working_dir: Its ``WorkingDir``, or None (commands start in /workspace; ``rollbox exec --image`` may use it).
+        user: Its ``User``, as written; every user of an image is the sandbox's one unprivileged uid (1000).
+        entrypoint, cmd: Its ``Entrypoint`` and ``Cmd``, for ``rollbox images inspect`` (rollbox runs the command
+            it is given, never these).
+    """
+
+    env: tuple[tuple[str, str], ...] = ()
+    working_dir: str | None = None
+    user: str | None = None
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str | None:
+        """Its ``PATH``, or None when it sets none."""
+        return dict(self.env).get("PATH")
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image in the store, unpacked: give it to a sandbox as ``SandboxConfig(image=image)``.
+
+    Two images are equal when their manifests are (their digest): the references they are known by do not count.
+
+    Attributes:
+        digest: The digest of its manifest (``sha256:...``): what records name it by (never a tag).
+        root_id: The key of its unpacked root in the store: a hash of its layers' uncompressed digests, in order
+            (images with the same layers share one root).
+        root: The unpacked root file system, read-only and shared: sandboxes mount it at ``/``.
+        config: What its configuration says (see :class:`ImageConfig`).
+        refs: The references it is known by in the store (``name:tag``, what it was imported as).
+        platform: ``os/architecture[/variant]``.
+        size_bytes: What its unpacked layers hold (regular files' sizes).
+    """
+
+    digest: str
+    root_id: str
+    root: Path
+    config: ImageConfig = field(default_factory=ImageConfig)
+    refs: tuple[str, ...] = field(default=(), compare=False)
+    platform: str = "linux/amd64"
+    size_bytes: int = field(default=0, compare=False)
+
+    @property
+    def short(self) -> str:
+        """The first 12 hex digits of its digest, as listings show it."""
+        return self.digest.removeprefix("sha256:")[:12]
+
+    def hold(self) -> int:
+        """A descriptor holding the root's shared lock, so that ``gc`` and ``remove`` leave the root alone while it
+        is open (a sandbox holds it for its life).
+
+        Raises:
+            FileNotFoundError: the root was removed meanwhile (import the image again).
+            BlockingIOError: it is being removed right now.
+        """
+        fd = os.open(self.root.parent / f"{self.root_id}.lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            if not self.root.is_dir():
+                raise FileNotFoundError(errno.ENOENT, "the image's root was removed", str(self.root))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd

@@ -1,0 +1,205 @@
+"""Reading an OCI image layout directory: the manifest for this machine, its configuration, its layers' blobs.
+
+An OCI image layout (image-spec ``image-layout.md``) is ``oci-layout``, ``index.json`` and ``blobs/<alg>/<hex>``.
+``index.json`` lists manifests, or indexes (manifest lists) whose entries carry a platform: the one for this
+machine's is taken. Every blob read here is checked against its digest before anything uses it; a layer's blob is
+checked as it is unpacked (see ``_unpack``), since it is read once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform as platform_module
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._errors import ImageError
+from ._image import ImageConfig
+
+__all__ = ["REF_NAME", "Layer", "Manifest", "blob_path", "read_manifest", "strings", "this_platform"]
+
+_INDEX_TYPES = {
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+}
+_MANIFEST_TYPES = {
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+}
+_MAX_JSON_BYTES = 8 << 20  # a manifest, an index or a configuration bigger than this is not one
+#: The annotation an index names an image by.
+REF_NAME = "org.opencontainers.image.ref.name"
+_ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
+
+
+def this_platform() -> str:
+    """This machine's platform as images name it: ``linux/amd64``, ``linux/arm64``, ..."""
+    machine = platform_module.machine()
+    return f"linux/{_ARCHITECTURES.get(machine, machine)}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a manifest: its blob's digest and size, and its uncompressed digest (the config's diff_id)."""
+
+    digest: str
+    size: int
+    diff_id: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """An image's manifest, read and verified, with what its configuration says."""
+
+    digest: str
+    layers: tuple[Layer, ...]
+    config: ImageConfig
+    platform: str
+    raw: bytes
+    raw_config: bytes
+    #: The name the layout gives it (``org.opencontainers.image.ref.name``), when that is a whole reference
+    #: (``name:tag``, as ``docker save``'s tags are), not only a tag.
+    name: str | None = None
+
+
+def _hex(digest: object, where: str) -> str:
+    if not isinstance(digest, str) or not digest.startswith("sha256:"):
+        raise ImageError(f"{where}: digest {digest!r} is not sha256:<64 hex digits>; rollbox reads sha256 images only")
+    value = digest.removeprefix("sha256:")
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ImageError(f"{where}: digest {digest!r} is not sha256:<64 hex digits>")
+    return value
+
+
+def blob_path(layout: Path, digest: str) -> Path:
+    """Where ``digest``'s blob lies in ``layout`` (checked to be a well-formed sha256 digest).
+
+    Raises:
+        ImageError: the digest is malformed, or the blob is missing.
+    """
+    path = layout / "blobs" / "sha256" / _hex(digest, str(layout))
+    if not path.is_file():
+        raise ImageError(f"{layout}: blob {digest} is missing (an incomplete layout: copy or pull the image again)")
+    return path
+
+
+def _read_json_blob(layout: Path, digest: str, what: str) -> tuple[bytes, dict[str, Any]]:
+    path = blob_path(layout, digest)
+    with path.open("rb") as f:
+        data = f.read(_MAX_JSON_BYTES + 1)
+    if len(data) > _MAX_JSON_BYTES:
+        raise ImageError(f"{layout}: the {what} {digest} is over {_MAX_JSON_BYTES} bytes: not an image's {what}")
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise ImageError(f"{layout}: the {what} blob does not match its digest {digest} (corrupted: fetch it again)")
+    return data, _json_object(data, f"{layout}: the {what} {digest}")
+
+
+def _json_object(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ImageError(f"{where} is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ImageError(f"{where} is not a JSON object")
+    return value
+
+
+def _platform_of(entry: dict[str, Any]) -> str:
+    p = entry.get("platform") or {}
+    name = f"{p.get('os', '?')}/{p.get('architecture', '?')}"
+    return f"{name}/{p['variant']}" if p.get("variant") else name
+
+
+def _pick(layout: Path, entries: list[dict[str, Any]], ref: str | None, where: str) -> dict[str, Any]:
+    """The one manifest (or index) entry of ``entries`` meant: for this platform, and named ``ref`` if several."""
+    if not entries:
+        raise ImageError(f"{where} lists no manifest: not an image")
+    candidates = [e for e in entries if not e.get("platform") or _platform_of(e).startswith(this_platform())]
+    if not candidates:
+        found = sorted({_platform_of(e) for e in entries})
+        raise ImageError(
+            f"{where} has no image for {this_platform()} (it has {', '.join(found)}): use one built for it"
+        )
+    if len(candidates) > 1 and ref is not None:
+        tag = ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else None
+        named = [e for e in candidates if (e.get("annotations") or {}).get(REF_NAME) in {ref, tag}]
+        candidates = named or candidates
+    if len(candidates) > 1:
+        names = sorted({str((e.get("annotations") or {}).get(REF_NAME, e.get("digest"))) for e in candidates})
+        raise ImageError(f"{where} holds {len(candidates)} images ({', '.join(names)}): name one with ref=")
+    return candidates[0]
+
+
+def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
+    """The manifest of the image in ``layout`` for this machine (named ``ref`` where the layout holds several),
+    with its configuration, both verified against their digests.
+
+    Raises:
+        ImageError: not a layout, no image for this platform, several and none named, a blob missing or corrupt.
+    """
+    if not (layout / "oci-layout").is_file() or not (layout / "index.json").is_file():
+        raise ImageError(
+            f"{layout} is not an OCI image layout (no oci-layout or index.json): give a layout directory, "
+            "a docker-save or OCI archive, or an image in the store"
+        )
+    try:
+        index = _json_object((layout / "index.json").read_bytes()[: _MAX_JSON_BYTES + 1], f"{layout}/index.json")
+    except OSError as exc:
+        raise ImageError(f"cannot read {layout}/index.json: {exc.strerror}") from None
+    where = f"{layout}/index.json"
+    entry = _pick(layout, list(index.get("manifests") or []), ref, where)
+    named = (entry.get("annotations") or {}).get(REF_NAME)
+    for _ in range(4):  # an index may point to an index (a manifest list); deeper nesting is not an image's
+        if entry.get("mediaType") not in _INDEX_TYPES:
+            break
+        _data, nested = _read_json_blob(layout, entry.get("digest", ""), "index")
+        entry = _pick(layout, list(nested.get("manifests") or []), ref, f"{layout}: the index {entry['digest']}")
+    digest = entry.get("digest", "")
+    raw, manifest = _read_json_blob(layout, digest, "manifest")
+    if manifest.get("mediaType", entry.get("mediaType")) not in _MANIFEST_TYPES | {None}:
+        raise ImageError(f"{layout}: {digest} is a {manifest.get('mediaType')}, not an image manifest")
+    config_entry = manifest.get("config") or {}
+    raw_config, config = _read_json_blob(layout, config_entry.get("digest", ""), "configuration")
+    diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+    blobs = list(manifest.get("layers") or [])
+    if len(diff_ids) != len(blobs):
+        raise ImageError(
+            f"{layout}: the manifest {digest} has {len(blobs)} layers but its configuration {len(diff_ids)} diff_ids"
+        )
+    layers = []
+    for blob, diff_id in zip(blobs, diff_ids, strict=True):
+        _hex(blob.get("digest"), f"{layout}: a layer of {digest}")
+        _hex(diff_id, f"{layout}: a diff_id of {digest}")
+        layers.append(Layer(digest=blob["digest"], size=int(blob.get("size") or 0), diff_id=diff_id))
+    return Manifest(
+        digest=digest,
+        layers=tuple(layers),
+        config=_image_config(config),
+        platform=_platform_of({"platform": config}) if config.get("os") else this_platform(),
+        raw=raw,
+        raw_config=raw_config,
+        name=named if isinstance(named, str) and ":" in named.rpartition("/")[2] and "/" in named else None,
+    )
+
+
+def strings(value: object) -> tuple[str, ...]:
+    """``value``'s items as strings when it is a JSON list, else none."""
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _image_config(config: dict[str, Any]) -> ImageConfig:
+    inner = config.get("config") or {}
+    env = []
+    for item in strings(inner.get("Env")):
+        name, sep, value = item.partition("=")
+        if sep and name:
+            env.append((name, value))
+    return ImageConfig(
+        env=tuple(env),
+        working_dir=inner.get("WorkingDir") or None,
+        user=inner.get("User") or None,
+        entrypoint=strings(inner.get("Entrypoint")),
+        cmd=strings(inner.get("Cmd")),
+    )
