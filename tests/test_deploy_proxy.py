@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NGINX = shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin")
 
 pytestmark = [
-    pytest.mark.skipif(NGINX is None, reason="nginx is not installed: apt-get install nginx-light (scripts/setup does)"),
+    pytest.mark.skipif(NGINX is None, reason="nginx is not installed: apt-get install nginx-light (scripts/setup has)"),
     pytest.mark.timeout(600),
 ]
 
@@ -82,7 +83,9 @@ def nginx(directory: Path, nodes: dict[str, str]) -> Iterator[str]:
     assert NGINX is not None
     port = free_port()
     main = render(directory, f"127.0.0.1:{port}", nodes)
-    check = subprocess.run([NGINX, "-t", "-q", "-e", "stderr", "-c", str(main)], capture_output=True, text=True)
+    check = subprocess.run(
+        [NGINX, "-t", "-q", "-e", "stderr", "-c", str(main)], capture_output=True, text=True, check=False
+    )
     assert check.returncode == 0, check.stderr
     with (directory / "nginx.out").open("wb") as out:
         process = subprocess.Popen([NGINX, "-e", "stderr", "-c", str(main)], stdout=out, stderr=out)
@@ -106,7 +109,7 @@ def nginx(directory: Path, nodes: dict[str, str]) -> Iterator[str]:
 
 def _node_of(entry_id: str) -> str:
     """The node an id names (``sb_a.1.0_TOKEN`` -> ``a``)."""
-    return entry_id.split("_", 2)[1].split(".")[0]
+    return entry_id.split("_", 2)[1].split(".", maxsplit=1)[0]
 
 
 def _port(served: Served) -> str:
@@ -124,17 +127,32 @@ def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(tmp_path: P
     homes = {name: tmp_path / f"home-{name}" for name in ("a", "b")}
     for home in homes.values():
         home.mkdir()
-    options = ("--pool-size", "1", "--tasks-dir", str(tasks), "--db", postgres_url, "--archive", "")
+    # One tenants file for every node (a Kubernetes Secret in deploy/kubernetes), made as docs/deploy.md makes it.
+    tenants = tmp_path / "secret" / "tenants.json"
+    tenants.parent.mkdir()
+    made = subprocess.run(
+        [sys.executable, "-m", "rollbox", "serve", "--tenants", str(tenants), "--add-key", "team"],
+        env={**os.environ, "ROLLBOX_HOME": str(tmp_path / "home-cli")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = {"Authorization": f"Bearer {made.stdout.strip()}"}
+    options = ("--pool-size", "1", "--tasks-dir", str(tasks), "--db", postgres_url, "--archive", "", "--auth")
+    options += ("--tenants", str(tenants))
     proxy_dir = tmp_path / "nginx"
     proxy_dir.mkdir()
     with (
         serving_process(homes["a"], *options, node="a") as a,
         serving_process(homes["b"], *options, node="b") as b,
         nginx(proxy_dir, {"a": _port(a), "b": _port(b)}) as url,
-        httpx.Client(base_url=url, timeout=120) as proxy,
-        httpx.Client(base_url=a.url, timeout=120) as on_a,
-        httpx.Client(base_url=b.url, timeout=120) as on_b,
+        httpx.Client(base_url=url, timeout=120, headers=key) as proxy,
+        httpx.Client(base_url=a.url, timeout=120, headers=key) as on_a,
+        httpx.Client(base_url=b.url, timeout=120, headers=key) as on_b,
     ):
+        for http in (proxy, on_a, on_b):
+            assert httpx.get(http.base_url.join("/v1/tasks")).status_code == 401  # the key is needed, and enough
+        assert not any((home / "tenants.json").exists() for home in homes.values())
         direct = {"a": on_a, "b": on_b}
         address = {"a": _port(a), "b": _port(b)}
         # Opened through the proxy, which spreads them over the nodes; each id names the node that holds it.
