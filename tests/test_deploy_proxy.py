@@ -1,10 +1,11 @@
 """docs/deploy.md's proxy, for real: nginx (Debian's, which scripts/setup installs) with deploy/nginx/rollbox.conf and
 the upstreams deploy/nginx/nodes.sh writes, in front of two ``rollbox serve`` processes (``--node a``, ``--node b``,
-two workers each, each on its own port) that share one job store on PostgreSQL.
+two workers each, each on its own port) that share one job store on PostgreSQL and archive to one S3 bucket
+(moto's server on loopback, named as boto3 finds any other: AWS_ENDPOINT_URL).
 
 Each request for a sandbox or an episode must reach the node named in its id: nginx's access log says which node
 answered each, and a node that is sent a session of another answers 421. A job submitted through either node is
-seen, with its one result, through both and through the proxy.
+seen, with its one result, through both and through the proxy, and both nodes' events are in the archive.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollbox.telemetry import read_archive
 from serving import Served, double_task, free_port, serving_process
+from test_telemetry_archive import s3_server  # noqa: F401 (a fixture: moto's S3 server on loopback)
 
 ROOT = Path(__file__).resolve().parent.parent
 NGINX = shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin")
@@ -122,7 +125,16 @@ def _routed(log: Path) -> list[tuple[str, str]]:
     return [(fields[1], fields[3]) for fields in lines if len(fields) == 4]
 
 
-def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(tmp_path: Path, postgres_url: str) -> None:
+def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(
+    tmp_path: Path, postgres_url: str, s3_server: str, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    import s3fs
+
+    for name, value in (("ENDPOINT_URL", s3_server), ("ACCESS_KEY_ID", "test"), ("SECRET_ACCESS_KEY", "test")):
+        monkeypatch.setenv(f"AWS_{name}", value)  # for the nodes, as on a host with its credentials
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3fs.S3FileSystem().mkdir("rollbox-test")
+    archive = "s3://rollbox-test/archive"
     tasks = double_task(tmp_path)
     homes = {name: tmp_path / f"home-{name}" for name in ("a", "b")}
     for home in homes.values():
@@ -138,7 +150,8 @@ def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(tmp_path: P
         check=True,
     )
     key = {"Authorization": f"Bearer {made.stdout.strip()}"}
-    options = ("--pool-size", "1", "--tasks-dir", str(tasks), "--db", postgres_url, "--archive", "", "--auth")
+    options = ("--pool-size", "1", "--tasks-dir", str(tasks), "--db", postgres_url, "--auth", "--run", "proxied")
+    options += ("--archive", archive)
     options += ("--tenants", str(tenants))
     proxy_dir = tmp_path / "nginx"
     proxy_dir.mkdir()
@@ -203,6 +216,9 @@ def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(tmp_path: P
         for episode in episode_ids:
             assert proxy.delete(f"/v1/episodes/{episode}").status_code in (200, 204)
 
+    # Both nodes archived their events (written at the latest when they stopped) to the one bucket.
+    started = {e.fields.get("sandbox") for e in read_archive(archive, run="proxied", kind="sandbox.start")}
+    assert set(sandbox_ids) <= started
     routed = _routed(proxy_dir / "access.log")
     sessions = [(path, node) for path, node in routed if path.startswith(("/v1/sandboxes/", "/v1/episodes/"))]
     assert len(sessions) >= 4 * 3 * 2 + 2 * 3
