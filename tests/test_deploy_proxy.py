@@ -126,7 +126,10 @@ def _routed(log: Path) -> list[tuple[str, str]]:
 
 
 def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(
-    tmp_path: Path, postgres_url: str, s3_server: str, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    tmp_path: Path,
+    postgres_url: str,
+    s3_server: str,  # noqa: F811 (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import s3fs
 
