@@ -153,18 +153,20 @@ class Served:
 
 
 @contextlib.contextmanager
-def serving_process(home: Path, *options: str, workers: int = 2) -> Iterator[Served]:
-    """``rollbox serve --workers N OPTIONS`` on 127.0.0.1, a process of this test's own with ``home`` as its
-    ROLLBOX_HOME, once every worker serves; stopped with SIGTERM at the end (it must exit 0)."""
+def serving_process(home: Path, *options: str, workers: int = 2, node: str | None = None) -> Iterator[Served]:
+    """``rollbox serve --workers N [--node NODE] OPTIONS`` on 127.0.0.1, a process of this test's own with ``home``
+    as its ROLLBOX_HOME, once every worker serves; stopped with SIGTERM at the end (it must exit 0)."""
     port = free_port()
     log = home / "serve.log"
     argv = [sys.executable, "-m", "rollbox", "serve", "--port", str(port), "--workers", str(workers), *options]
+    if node is not None:
+        argv += ["--node", node]
     with log.open("wb") as out:
         process = subprocess.Popen(argv, env={**os.environ, "ROLLBOX_HOME": str(home)}, stdout=out, stderr=out)
     served = Served(f"http://127.0.0.1:{port}", process, log)
     try:
         for slot in range(workers):
-            served.wait_for(f"{slot}.0")
+            served.wait_for(f"{node}.{slot}.0" if node else f"{slot}.0")
         yield served
     finally:
         for pid in descendants(process.pid):

@@ -44,6 +44,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--db", metavar="URL", help="the job store: postgresql://... or a file (default $ROLLBOX_DB, else HOME/jobs.db)"
     )
+    parser.add_argument(
+        "--tenants", type=Path, metavar="FILE", help="the tenants and their hashed keys (default HOME/tenants.json)"
+    )
     parser.add_argument("--tasks-dir", type=Path, help="a directory of task directories to serve")
     parser.add_argument("--archive", help="fsspec URL of the archive (default HOME/archive; '' turns it off)")
     parser.add_argument("--run", dest="run_id", help="the run id of this service's work (default serve-DATE-TIME)")
@@ -82,6 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
     for name, value in (
         ("home", args.home),
         ("db", args.db),
+        ("tenants_file", args.tenants),
         ("tasks_dir", args.tasks_dir),
         ("archive_url", args.archive),
         ("run", args.run_id),
