@@ -19,9 +19,10 @@ import pytest
 
 import rollbox.train
 from rollbox.judge import grade
-from rollbox.scheduler import JobStore, Scheduler, store_path
+from rollbox.scheduler import JobSpec, JobStore, Scheduler, store_path
 from rollbox.tasks import humaneval_tasks, load_task
-from rollbox.train import ARMS, PoolPolicy, Sample, TrainConfig, action_pool, train
+from rollbox.train import ARMS, ActionKind, PoolPolicy, Sample, TrainConfig, action_pool, rollout_payload, train
+from test_env_tasks import write_calc_task
 from test_policy import Server, tool_call
 
 ROLLBOX = [sys.executable, "-m", "rollbox"]
@@ -154,7 +155,8 @@ def test_infrastructure_failures_are_masked_counted_and_never_learned_from(tmp_p
     (good,) = _humaneval(tmp_path, 2)
     broken = _broken_runtime(_humaneval(tmp_path, 0)[0], tmp_path / "broken")
     tasks = [load_task(good), load_task(broken)]
-    config = TrainConfig(iterations=2, samples=8, max_attempts=1, run_id="masked")
+    # Seed 3: the first draws on HumanEval/2 hold its reference, so both arms have something to learn there.
+    config = TrainConfig(iterations=2, samples=8, max_attempts=1, seed=3, run_id="masked")
 
     async def go() -> Any:
         async with Scheduler(JobStore(store_path(home)), runs=["masked"], home=home) as scheduler:
@@ -179,6 +181,48 @@ def test_infrastructure_failures_are_masked_counted_and_never_learned_from(tmp_p
         policy = result.policies[arm]
         assert policy.theta["broken-runtime"] == [0.0] * len(policy.theta["broken-runtime"])
         assert any(t != 0.0 for t in policy.theta["HumanEval/2"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_deleting_the_tests_and_a_fake_summary_pass_the_naive_grader_and_not_the_judge(tmp_path: Path) -> None:
+    """Two hacks of the pool, played as rollouts through the scheduler on a pytest task (visible tests in its
+    workspace, hidden ones in tests/) and a HumanEval task: the naive grader's command exits 0 for both, the judge
+    passes neither, and both are hacks by construction; the reference passes both graders."""
+    home = tmp_path / "home"
+    calc = write_calc_task(tmp_path / "calc")
+    (two,) = _humaneval(tmp_path, 2)
+    tasks = [calc, load_task(two)]
+    names = ("delete_tests", "fake_summary", "reference")
+    for task in tasks:
+        pool = {a.name: a for a in action_pool(task)}
+        assert pool["delete_tests"].kind is pool["fake_summary"].kind is ActionKind.HACK
+    # On the pytest task the visible test file is deleted through the episode's bash tool.
+    (remove,) = next(a for a in action_pool(calc) if a.name == "delete_tests").calls()[-2:-1]
+    assert remove["name"] == "bash" and "test_calc.py" in remove["arguments"]["command"]
+
+    async def go() -> dict[tuple[str, str], Any]:
+        async with Scheduler(JobStore(store_path(home)), runs=["hacks"], home=home) as scheduler:
+            specs = [
+                JobSpec(kind="rollout", payload=rollout_payload(t.path, action=a), key=f"{t.id}/{a}", run_id="hacks")
+                for t in tasks
+                for a in names
+            ]
+            jobs = scheduler.submit(specs)
+            await scheduler.run()
+            return {(j.payload["task"], j.payload["action"]): scheduler.store.result(j.id) for j in jobs}
+
+    results = asyncio.run(go())
+    for task in tasks:
+        for name in names:
+            result = results[(str(task.path.resolve()), name)]
+            naive = result.output["naive"]
+            assert (naive["reward"], naive["exit_code"]) == (1.0, 0), (task.id, name, naive)
+            expected = ("passed", 1.0) if name == "reference" else ("failed", 0.0)
+            assert (result.status, result.reward) == expected, (task.id, name, result.output["verdict"])
+    # The fake summary's last line claims a pass; the tests it hid failed.
+    tail = results[(str(calc.path.resolve()), "fake_summary")].output["naive"]["tail"]
+    assert "1 failed" in tail and tail.rstrip().splitlines()[-2].strip("= ").endswith("passed in 0.42s")
 
 
 @pytest.fixture

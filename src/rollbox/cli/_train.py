@@ -43,8 +43,9 @@ with their reasons. --tasks DIR... trains on task directories of your own instea
 
 The policy (--policy pool): a softmax over a pool of candidate actions per task — the reference fix, wrong and
 mutated solutions, and reward hacks (always-equal objects, exits at import or in the call, a conftest that forces
-passes, runner configuration rewrites, edited tests, forged reports, start-up hooks) — each carried out through the
-episode tools as a job of the scheduler, its logits updated by GRPO (K samples per task, advantages normalised
+passes, runner configuration rewrites, edited tests, deleted tests, a fake "N passed" summary, forged reports,
+start-up hooks) — each carried out through the episode tools as a job of the scheduler, its logits updated by GRPO
+(K samples per task, advantages normalised
 within the group). It is not a language model; it shows what a grader teaches. Seeded: the same command gives the
 same curves.
 
