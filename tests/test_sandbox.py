@@ -721,6 +721,32 @@ def test_a_cancelled_start_of_the_process_backend_leaves_nothing() -> None:
     assert running == [[]] * 30 and leftovers() == before, (running, leftovers() - before)
 
 
+def test_a_closed_process_sandbox_leaves_no_spare_behind() -> None:
+    # The process backend's agent is no sandbox's pid 1: a spare it forked outlived it, orphaned, and ended in its
+    # own time after the close had returned (at once when it saw its sync socket close; never, stopped, as here).
+    from rollbox.sandbox.agent._protocol import Spare, pidfd_ended
+
+    async def main() -> bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", rollbox.InsecureBackendWarning)
+            sb = await Sandbox(limits=FAST, backend="process").__aenter__()
+        assert sb._spare is not None
+        spare = await sb._spare
+        assert isinstance(spare, Spare)
+        pidfd = os.pidfd_open(spare.pid)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+            await sb.close()
+            ended = pidfd_ended(pidfd)
+            if not ended:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            return ended
+        finally:
+            os.close(pidfd)
+
+    assert asyncio.run(main())
+
+
 def test_work_that_must_end_is_waited_for_through_repeated_cancellations() -> None:
     from rollbox.sandbox._settle import settled
 

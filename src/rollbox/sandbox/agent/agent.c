@@ -972,6 +972,17 @@ static int reap(int sock, pid_t *command, uint32_t seq) {
     return reaped;
 }
 
+/* Stop serving with CODE, once the command (or the spare) is gone: killed and reaped, so that our end follows its
+ * end. Where we are no sandbox's pid 1 (the process backend) it would outlive us otherwise, an orphan ending in its
+ * own time after the host, which saw us end, counted the sandbox closed. */
+static int stop_serving(pid_t command, int code) {
+    if (command > 0) {
+        kill(command, SIGKILL);
+        while (waitpid(command, NULL, 0) < 0 && errno == EINTR) {}
+    }
+    return code;
+}
+
 static int serve(int sock) {
     static char buf[MSG_MAX];
     uint32_t ready = MSG_READY;
@@ -1005,7 +1016,7 @@ static int serve(int sock) {
         }
         while (read(children, &info, sizeof info) == sizeof info) {}
         int reaped = reap(sock, &command, seq);
-        if (reaped < 0) return 0;
+        if (reaped < 0) return stop_serving(command, 0);
         if (!polled[0].revents) {
             /* A SIGCHLD that ended no child was (but for one coalesced with another) sent by a program: kill,
              * or a file's owner signal through F_SETOWN. A flood of them must not have us burn CPU outside every
@@ -1015,26 +1026,27 @@ static int serve(int sock) {
             continue;
         }
         ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-        if (n == 0) return 0;
+        if (n == 0) return stop_serving(command, 0);
         if (n < 0) { if (errno == EINTR) continue; die("recvmsg"); }
         uint32_t type;
-        if ((size_t)n < sizeof type) return 125;
+        if ((size_t)n < sizeof type) return stop_serving(command, 125);
         memcpy(&type, buf, sizeof type);
         if (type == MSG_RESET && n == sizeof type) {
             remove_ipc_objects();
-            if (send(sock, &type, sizeof type, MSG_NOSIGNAL) < 0) return 0;
+            if (send(sock, &type, sizeof type, MSG_NOSIGNAL) < 0) return stop_serving(command, 0);
             continue;
         }
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         if (c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof fd)) {
             dprintf(2, "rollbox-agent: malformed request\n");
-            return 125;
+            return stop_serving(command, 125);
         }
         memcpy(&fd, CMSG_DATA(c), sizeof fd);
         if (type == MSG_ZYGOTE) {
             struct exec_header h;
             char *cwd, **args, **env;
-            if (parse_request(buf, (size_t)n, MSG_ZYGOTE, &h, &cwd, &args, &env) < 0) return 125;
+            if (parse_request(buf, (size_t)n, MSG_ZYGOTE, &h, &cwd, &args, &env) < 0)
+                return stop_serving(command, 125);
             start_zygote(sock, fd, cwd, args, env);
             free(args);
             free(env);
@@ -1043,7 +1055,7 @@ static int serve(int sock) {
         struct exec_header limits;
         if (type != MSG_SPARE || (size_t)n != sizeof limits || command) {
             dprintf(2, "rollbox-agent: malformed request\n");
-            return 125;
+            return stop_serving(command, 125);
         }
         memcpy(&limits, buf, sizeof limits);
         pid_t pid = fork();
@@ -1055,7 +1067,7 @@ static int serve(int sock) {
             continue;
         }
         struct exited_msg m = {MSG_EXITED, -errno, 0, 0, limits.seq, 0};
-        if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) return 0;
+        if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) return stop_serving(command, 0);
     }
 }
 
