@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 __all__ = ["RetryPolicy"]
 
+#: Jitter draws when the caller gives no generator: never the random module's own state, which is the user's.
+_JITTER = random.Random()
+
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
@@ -31,4 +34,4 @@ class RetryPolicy:
     def delay_s(self, attempt: int, rng: random.Random | None = None) -> float:
         """The wait before the attempt after ``attempt`` (1 for the first)."""
         ceiling = min(self.max_s, self.base_s * self.factor ** max(0, attempt - 1))
-        return ceiling * (1 - self.jitter * (rng or random).random())
+        return ceiling * (1 - self.jitter * (rng or _JITTER).random())

@@ -13,7 +13,7 @@ import contextlib
 import errno
 import fcntl
 import os
-import random
+import secrets
 import struct
 import threading
 from collections.abc import Iterator
@@ -60,7 +60,7 @@ class UidLocks:
         with self._mutex:
             if self._fd is None:
                 self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            start = random.randrange(UID_COUNT)
+            start = secrets.randbelow(UID_COUNT)  # not the random module's: that state is the user's
             for i in range(UID_COUNT):
                 n = (start + i) % UID_COUNT
                 if n not in self._held and _lock(self._fd, fcntl.F_WRLCK, n):
