@@ -12,7 +12,9 @@ Tool-call cases, each one command per iteration:
   episode (action checked, command run by ``bash -c``, observation formatted, cut to budget, turn recorded);
 - ``bare exec bash -c true``: ``await sb.exec(["bash", "-c", "true"])`` in one live sandbox: the same command,
   without the episode;
-- ``bare exec true``: ``await sb.exec(["true"])`` in one live sandbox.
+- ``bare exec true``: ``await sb.exec(["true"])`` in one live sandbox;
+- ``episode write_file``: ``write_file`` of a one-line file in the same episode (one host-side write into the
+  workspace, no process in the sandbox), beside ``bash("true")``.
 
 With ``--start``: ``rollbox.make(task)`` then ``await env.reset()`` (timed; the episode is closed after), on a
 task whose workspace is empty but for one file, and on the same task in a repository of N files (default 10,000)
@@ -144,8 +146,10 @@ async def measure(iterations: int, rounds: int) -> dict[str, list[float]]:
         async with rollbox.make(task, **budget) as env, rollbox.Sandbox() as sb:
             await env.reset()
             step = {"name": "bash", "arguments": {"command": "true"}}
+            write = {"name": "write_file", "arguments": {"path": "notes.txt", "content": "a line\n"}}
             cases = {
                 'episode bash("true")': _timed(lambda: env.step(step)),
+                "episode write_file": _timed(lambda: env.step(write)),
                 "bare exec bash -c true": _timed(lambda: sb.exec(["bash", "-c", "true"])),
                 "bare exec true": _timed(lambda: sb.exec(["true"])),
             }
@@ -188,12 +192,22 @@ def main() -> None:
     p99 = {name: statistics.quantiles(values, n=100)[98] * 1e3 for name, values in times.items()}
     ratio = medians['episode bash("true")'] / medians["bare exec bash -c true"]
     ratio_true = medians['episode bash("true")'] / medians["bare exec true"]
+    ratio_write = medians["episode write_file"] / medians['episode bash("true")']
     verdict = "PASS" if ratio <= TARGET else "MISS"
     print(f"  tool call / bare exec of the same command: {ratio:.2f}x (target <= {TARGET}x: {verdict})")
     print(f"  tool call / bare exec of true:             {ratio_true:.2f}x")
+    print(f'  write_file / bash("true"):                 {ratio_write:.2f}x')
     if args.json:
         args.json.write_text(
-            json.dumps({"median_ms": medians, "p99_ms": p99, "ratio": ratio, "ratio_true": ratio_true})
+            json.dumps(
+                {
+                    "median_ms": medians,
+                    "p99_ms": p99,
+                    "ratio": ratio,
+                    "ratio_true": ratio_true,
+                    "ratio_write": ratio_write,
+                }
+            )
         )
 
 
