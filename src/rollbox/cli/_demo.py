@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 from pathlib import Path
 
 from rollbox.judge import grade
-from rollbox.sandbox import Limits, Sandbox
+from rollbox.sandbox import Limits, Sandbox, temporary_directory
 from rollbox.sandbox._doctor import diagnose
 from rollbox.tasks import load_task
 
@@ -31,7 +30,7 @@ _CANDIDATES = {
 
 
 async def _judge() -> None:
-    with tempfile.TemporaryDirectory(prefix="rollbox-demo-") as scratch:
+    with temporary_directory("rollbox-demo-") as scratch:
         root = Path(scratch)
         for name, text in _TASK.items():
             (root / "task" / name).parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import re
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, task_sandboxes
-from rollbox.sandbox import SandboxConfig, Status
+from rollbox.sandbox import SandboxConfig, Status, temporary_directory
 from rollbox.tasks import Environment, PytestGrading, Task, load_task
 
 from ._grader import Grader, Progress
@@ -423,7 +422,7 @@ async def synthesize(
     grader.progress.tasks = len(packages)
     runs: list[_Package] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="rollbox-synth-") as scratch:
+        with temporary_directory("rollbox-synth-") as scratch:
             for index, spec in enumerate(packages):
                 runs.append(_Package(spec, dest, Path(scratch) / str(index), grader, options))
 

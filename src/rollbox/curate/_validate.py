@@ -30,13 +30,13 @@ import asyncio
 import dataclasses
 import math
 import re
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rollbox import telemetry
 from rollbox.judge import Outcome, Verdict, VerdictStatus
+from rollbox.sandbox import temporary_directory
 from rollbox.tasks import FunctionGrading, PytestGrading, StdioGrading, Task
 
 from ._cache import ValidationCache, content_hash
@@ -505,7 +505,7 @@ async def validate(
     keys: dict[int, str] = {}
     runs: dict[int, _TaskRun] = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="rollbox-validate-") as scratch:
+        with temporary_directory("rollbox-validate-") as scratch:
             for index, task in enumerate(tasks):
                 content = content_hash(task)
                 if index in copies:  # decided by the set, not by the content: never cached

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from rollbox.judge import Verdict, VerdictStatus
-from rollbox.sandbox import ExecResult, Sandbox
+from rollbox.sandbox import ExecResult, Sandbox, temporary_directory
 from rollbox.tasks import PytestGrading, RewardKind, RewardSpec, Task
 
 from ._workspace import WorkspaceScan
@@ -83,7 +83,7 @@ class VisibleTests:
     def grading_task(self) -> Task:
         """The task the judge grades for shaped rewards: the visible tests as hidden ones, reward ``pass_rate``."""
         if self._graded is None:
-            scratch = tempfile.TemporaryDirectory(prefix="rollbox-visible-")
+            scratch = temporary_directory("rollbox-visible-")
             root = Path(scratch.name)
             os.symlink(self.task.workspace, root / "workspace")
             for rel in (*self.tests, *self.support):

@@ -10,7 +10,7 @@ from ._limits import Limits, Network, parse_duration, parse_size
 from ._process import InsecureBackendWarning
 from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
-from ._scratch import scratch_directory
+from ._scratch import make_temporary_directory, scratch_directory, temporary_directory
 from .pool._batch import Program, run_batch
 from .pool._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
 from .pool._resizable import ResizablePool
@@ -37,9 +37,11 @@ __all__ = [
     "TreeTooLarge",
     "WarmSandboxes",
     "WorkspaceChanges",
+    "make_temporary_directory",
     "parse_duration",
     "parse_size",
     "run",
     "run_batch",
     "scratch_directory",
+    "temporary_directory",
 ]

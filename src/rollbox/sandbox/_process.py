@@ -11,23 +11,17 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 
 from ._errors import SandboxError
 from ._limits import Limits
+from ._scratch import make_temporary_directory, remove_tree
 from .agent._build import agent_binary
 from .agent._protocol import AgentConnection, ExecGroup, Exited, Usage
 from .agent._spawner import Spawner
 
 __all__ = ["InsecureBackendWarning", "ProcessSandbox"]
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove a tree a program wrote: ``rm`` walks any depth without recursing (Python's rmtree would overflow)."""
-    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False, stdin=subprocess.DEVNULL)
 
 
 class InsecureBackendWarning(UserWarning):
@@ -99,7 +93,7 @@ class ProcessSandbox:
 
     @staticmethod
     def _make_root() -> Path:
-        root = Path(tempfile.mkdtemp(prefix="rollbox-process-"))
+        root = make_temporary_directory("rollbox-process-")
         for name in ("workspace", "tmp"):
             (root / name).mkdir()
         return root
@@ -125,7 +119,7 @@ class ProcessSandbox:
         namespaces to renew: it says it did all it can)."""
         assert self._root is not None
         old, self._root = self._root, self._make_root()
-        _remove_tree(old)
+        remove_tree(old)
         return True
 
     def disk_full(self) -> bool:
@@ -169,5 +163,5 @@ class ProcessSandbox:
             self._agent.close()
             self._agent = None
         if self._root is not None:
-            _remove_tree(self._root)
+            remove_tree(self._root)
             self._root = None

@@ -17,11 +17,11 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
+
+from rollbox.sandbox import make_temporary_directory
 
 from ._config import ServerConfig
 from ._peers import Owner, Peers
@@ -171,7 +171,7 @@ def supervise(config: ServerConfig) -> int:
     """Serve ``config`` with ``config.workers`` worker processes until SIGTERM or SIGINT; returns the exit status
     (0 once stopped; 1 when a worker could not start)."""
     listener = _listen(config.host, config.port)
-    peers = Peers(Path(tempfile.mkdtemp(prefix="rollbox-serve-")), workers=config.workers, node=config.node)
+    peers = Peers(make_temporary_directory("rollbox-serve-"), workers=config.workers, node=config.node)
     try:
         return _Supervisor(config, listener, peers).run()
     finally:

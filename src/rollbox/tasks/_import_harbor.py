@@ -36,13 +36,20 @@ import re
 import shlex
 import shutil
 import stat
-import tempfile
 import tomllib
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rollbox.sandbox import IsolationUnavailable, Limits, Sandbox, SandboxError, TreeTooLarge, parse_size
+from rollbox.sandbox import (
+    IsolationUnavailable,
+    Limits,
+    Sandbox,
+    SandboxError,
+    TreeTooLarge,
+    parse_size,
+    temporary_directory,
+)
 
 from ._digest import tree_entries
 from ._dockerfile import DockerfileError, read_dockerfile
@@ -284,7 +291,7 @@ def _write(task_dir: Path, root: Path, force: bool) -> Task:
     except ValueError as exc:
         raise ImportRefused(f"environment/Dockerfile: {exc}") from None
     rewrite = _rewriter(image.workdir)
-    with tempfile.TemporaryDirectory(prefix="rollbox-harbor-") as scratch:
+    with temporary_directory("rollbox-harbor-") as scratch:
         work = Path(scratch)
         _build_workspace(image.workspace, work / "workspace")
         _copy_rewritten(task_dir / "tests", work / "tests", rewrite)
