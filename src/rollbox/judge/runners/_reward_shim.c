@@ -195,7 +195,8 @@ __attribute__((destructor)) static void finish(void) {
             snprintf(line, sizeof line, "{\"file\": \"%s\", \"too_large\": true}\n", NAMES[i]);
         } else {
             int at = snprintf(line, sizeof line, "{\"file\": \"%s\", \"hex\": \"", NAMES[i]);
-            for (ssize_t k = 0; k < n; k++) at += snprintf(line + at, sizeof line - (size_t)at, "%02x", (unsigned char)data[k]);
+            for (ssize_t k = 0; k < n; k++)
+                at += snprintf(line + at, sizeof line - (size_t)at, "%02x", (unsigned char)data[k]);
             snprintf(line + at, sizeof line - (size_t)at, "\"}\n");
         }
         emit(line);

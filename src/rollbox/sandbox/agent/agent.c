@@ -70,7 +70,8 @@
  *       keep, and rollbox holds a few thousand with a thousand sandboxes open. A SPAWN request on FD carries
  *       the command's cwd, argv and env, and as SCM_RIGHTS a reply socket, the command's stderr and the fds it
  *       gets as 3, 4, ...; the reply is the command's pid (or -errno) with its pidfd. A launcher's is run in the
- *       child, without an exec (SPAWN_LAUNCH). The kernel reaps what it starts. It dies with rollbox, and everything it started dies with it (parent-death signals).
+ *       child, without an exec (SPAWN_LAUNCH). The kernel reaps what it starts. It dies with rollbox, and
+ *       everything it started dies with it (parent-death signals).
  *       On kernels that cannot clone a detached mount, HOLD keeps a sandbox's writable tree mounted in the
  *       spawner's own mount namespace (made at the first HOLD; what it starts returns to the host's), RELEASE
  *       unmounts it, and a SPAWN may ask for a clone of a held tree as its last fd.
@@ -123,7 +124,8 @@ extern char **environ;
 #define MSG_SPAWN 7u           /* to the spawner: a header, cwd, argv, env; fds: a reply socket, stderr, then fds 3.. */
 #define MSG_HOLD 8u            /* to the spawner: a header, a tree's name; fds: a reply socket, the tree */
 #define MSG_RELEASE 9u         /* to the spawner: a header, a tree's name; fds: a reply socket */
-#define SPAWN_WITH_TREE 1u     /* a SPAWN's seq flag: its first env string names a held tree, passed cloned as the last fd */
+/* a SPAWN's seq flag: its first env string names a held tree, passed cloned as the last fd */
+#define SPAWN_WITH_TREE 1u
 #define SPAWN_LAUNCH 2u        /* a SPAWN's seq flag: argv is a launcher's, run in the spawner's child (see spawned) */
 #define HELD "/tmp"            /* where held trees are, in the spawner's own mount namespace */
 #define MSG_MAX (1u << 20)
@@ -336,7 +338,9 @@ static int mount_overlay(const char *lower, const char *upper, const char *work,
 /* One operation of the shared root's (see template): 0 when ARGV[*I] is none (its arguments consumed otherwise). */
 static int root_operation(struct root *r, int argc, char **argv, int *i) {
     const char *op = argv[*i];
-    int arity = !strcmp(op, "--ro") || !strcmp(op, "--symlink") ? 2 : !strcmp(op, "--dir") || !strcmp(op, "--dev") ? 1 : 0;
+    int arity = !strcmp(op, "--ro") || !strcmp(op, "--symlink") ? 2
+                : !strcmp(op, "--dir") || !strcmp(op, "--dev")   ? 1
+                                                                 : 0;
     if (arity == 0) return 0;
     if (*i + arity >= argc) { dprintf(2, "rollbox-agent: %s needs %d values\n", op, arity); _exit(125); }
     const char *a = argv[*i + 1], *b = arity >= 2 ? argv[*i + 2] : NULL;
@@ -452,9 +456,11 @@ static int prepare_operation(struct root *r, const char *stage, int base, int ar
 static void attach(struct root *r, const struct prepared *p) {
     int target = make_path(r, p->dest, p->file);
     if (p->tree < 0) {  /* --devpts: pseudo-terminals of the sandbox's own, at most PTYS of them */
-        if (mount("devpts", p->dest, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max=" PTYS) < 0)
+        const char *options = "newinstance,ptmxmode=0666,mode=0620,max=" PTYS;
+        if (mount("devpts", p->dest, "devpts", MS_NOSUID | MS_NOEXEC, options) < 0)
             die(p->dest);
-    } else if (syscall(SYS_move_mount, p->tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
+    } else if (syscall(SYS_move_mount, p->tree, "", target, "",
+                       MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
         die(p->dest);
     }
     if (p->tree >= 0) close(p->tree);
