@@ -101,11 +101,13 @@ def own_sandbox_processes() -> set[int]:
 
 
 def living_children(pid: int) -> list[int]:
-    """The children of process ``pid`` that are neither zombies nor gone."""
+    """The children of process ``pid`` that are neither zombies nor gone. A child that ended is listed a moment
+    longer as dead (state X) when its parent ignores SIGCHLD, as the spawner does: the kernel reaps it at once, and
+    unlists it a moment after it said so through its pidfd."""
     living = []
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # reaped meanwhile
-            if not Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].startswith(" Z"):
+            if not Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].startswith((" Z", " X")):
                 living.append(int(child))
     return living
 
