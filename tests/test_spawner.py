@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from conftest import living_children
-from rollbox import Limits, Sandbox
+from rollbox import Limits, Sandbox, SandboxError
+from rollbox.sandbox.agent import _spawner
 from rollbox.sandbox.agent._spawner import Spawner
 
 FAST = Limits(timeout_s=5, cpu_time_s=2, memory_bytes=128 * 2**20, pids=32, disk_bytes=16 * 2**20)
@@ -126,3 +127,34 @@ def test_a_spawn_cancelled_midway_leaves_nothing_running() -> None:
         return left
 
     assert asyncio.run(main()) == [[]] * 20
+
+
+def test_a_spawn_given_up_on_leaves_nothing_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The answer does not come in time (the spawner is stopped, as a host stalled for seconds stops it): the caller
+    # gives up, and what the spawner starts once it runs again must not run on with nobody watching it.
+    monkeypatch.setattr(_spawner, "_ANSWER_TIMEOUT_S", 0.3)
+
+    async def main() -> list[int]:
+        spawner = Spawner.get()
+        os.kill(spawner.pid, signal.SIGSTOP)  # the spawner this test's process started
+        try:
+            with pytest.raises(SandboxError, match="did not answer: timed out"):
+                await spawner.spawn(["/bin/sleep", "60"])
+        finally:
+            os.kill(spawner.pid, signal.SIGCONT)
+        # Requests are served in order: once this one is answered, the one given up on was dealt with.
+        later = await spawner.spawn(["/bin/sleep", "60"])
+        try:
+            living = [pid for pid in living_children(spawner.pid) if pid != later.pid]
+            for _ in range(50):  # killed: gone within moments (a sleep left running would stay for a minute)
+                if not living:
+                    break
+                await asyncio.sleep(0.1)
+                living = [pid for pid in living_children(spawner.pid) if pid != later.pid]
+            return living
+        finally:
+            later.kill()
+            await later.wait(timeout_s=5)
+            later.close()
+
+    assert asyncio.run(main()) == []

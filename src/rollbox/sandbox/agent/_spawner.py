@@ -348,17 +348,13 @@ async def _read_answer(reply: socket.socket) -> tuple[int, int]:
         await asyncio.wait_for(ready, _ANSWER_TIMEOUT_S)
         data, ancillary, flags, _addr = reply.recvmsg(_ANSWER.size, socket.CMSG_SPACE(4))
     except TimeoutError:
+        _give_up(reply)
         raise SandboxError("rollbox's spawner did not answer: timed out") from None
     except OSError as exc:
         raise SandboxError(host_error("rollbox's spawner did not answer", exc)) from None
     finally:
         loop.remove_reader(reply.fileno())
-    received = [
-        fd
-        for level, kind, payload in ancillary
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-        for fd in array.array("i", payload[: len(payload) - len(payload) % 4])
-    ]
+    received = _rights(ancillary)
     if len(data) != _ANSWER.size:
         for fd in received:
             os.close(fd)
@@ -374,3 +370,28 @@ async def _read_answer(reply: socket.socket) -> tuple[int, int]:
         reason = errno.EMFILE if flags & socket.MSG_CTRUNC else errno.EBADMSG
         raise SandboxError(host_error(f"cannot watch process {pid}, which rollbox's spawner started", reason))
     return pid, received[0]
+
+
+def _rights(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors a message carried."""
+    return [
+        fd
+        for level, kind, payload in ancillary
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+        for fd in array.array("i", payload[: len(payload) - len(payload) % 4])
+    ]
+
+
+def _give_up(reply: socket.socket) -> None:
+    """Stop waiting for an answer on ``reply``: once its end is shut, the spawner cannot answer and kills what it
+    started; an answer that came just before is read here, and what it names killed."""
+    with contextlib.suppress(OSError):
+        reply.shutdown(socket.SHUT_RDWR)
+    try:
+        _data, ancillary, _flags, _addr = reply.recvmsg(_ANSWER.size, socket.CMSG_SPACE(4))
+    except OSError:  # none came
+        return
+    for pidfd in _rights(ancillary):
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)

@@ -1172,7 +1172,8 @@ static int release(const char *name) {
     return 0;
 }
 
-static void answer(int reply, int32_t value, int fd) {
+/* Send VALUE (and FD) on REPLY; whether the caller got it (a caller that gave up has shut its end). */
+static int answer(int reply, int32_t value, int fd) {
     char cbuf[CMSG_SPACE(sizeof fd)];
     struct iovec iov = {&value, sizeof value};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -1185,7 +1186,7 @@ static void answer(int reply, int32_t value, int fd) {
         c->cmsg_len = CMSG_LEN(sizeof fd);
         memcpy(CMSG_DATA(c), &fd, sizeof fd);
     }
-    sendmsg(reply, &msg, MSG_NOSIGNAL);  /* a caller that went away meanwhile: what it asked for dies with us */
+    return sendmsg(reply, &msg, MSG_NOSIGNAL) >= 0;
 }
 
 static int spawner(int sock) {
@@ -1248,7 +1249,8 @@ static int spawner(int sock) {
             value = -errno;
             if (errno != ESRCH) kill(pid, SIGKILL);
         }
-        answer(fds[0], value, pidfd);
+        /* A caller that gave up waiting will never watch it: it must not run on with nobody watching it. */
+        if (!answer(fds[0], value, pidfd) && pidfd >= 0) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
         if (pidfd >= 0) close(pidfd);
         for (int k = 0; k < nfds; k++) close(fds[k]);
         free(args);
