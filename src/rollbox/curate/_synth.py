@@ -7,6 +7,9 @@ the tests that pass both times are the package's steady tests. Then inject bugs 
 (``_mutate``) and grade each mutant the same way: a bug is kept when at least one steady test fails (its
 fail_to_pass tests) while the others pass (its pass_to_pass tests), no more than ``max_failing_share`` of them
 fail, the run ended by itself (no timeout, no crash at import), and a second grading gives the same failures.
+Bugs whose failures span several distinct tests are preferred: one that fails fewer than ``min_failing_tests``
+(one parametrised case, ``test_pluralize[cow-kine]``) is set aside, since a patch that special-cases that one input
+passes it, and the others are written strongest first.
 
 Each kept bug becomes a native ``pytest`` task: the package without its tests, with the bug, as the workspace; the
 tests hidden in tests/; the original module as the reference; and an instruction that names the failing tests and
@@ -64,6 +67,9 @@ class SynthOptions:
     max_mutants: int = 200
     #: A bug that fails more than this share of the steady tests breaks too much to describe: left out.
     max_failing_share: float = 0.5
+    #: A bug that fails fewer distinct tests (each parametrised case one) is set aside: a special-case patch
+    #: answering its one or two inputs would pass it.
+    min_failing_tests: int = 2
     #: Whether to validate the tasks (only admitted ones are kept), and how.
     validate: bool = True
     validation: ValidateOptions = dataclasses.field(default_factory=_default_validation)
@@ -80,6 +86,10 @@ class PackageYield:
     graded: Counter[str] = dataclasses.field(default_factory=Counter)
     kept: Counter[str] = dataclasses.field(default_factory=Counter)
     admitted: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: Repeatable bugs set aside because they fail fewer than ``min_failing_tests`` distinct tests (per operator).
+    narrow: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: Each task written: name -> the distinct tests its bug fails.
+    failing_tests: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Why validation turned tasks away (reason code -> tasks).
     rejected: Counter[str] = dataclasses.field(default_factory=Counter)
     #: The tasks validation turned away (their directories are removed): name -> each reason's code and detail.
@@ -120,6 +130,8 @@ class PackageYield:
             "graded": dict(self.graded),
             "kept": dict(self.kept),
             "admitted": dict(self.admitted),
+            "narrow": dict(self.narrow),
+            "failing_tests": self.failing_tests,
             "rejected": dict(self.rejected),
             "rejected_tasks": self.rejected_tasks,
             "duplicates": self.duplicates,
@@ -152,18 +164,19 @@ class SynthReport:
     def markdown(self) -> str:
         """The yield per package and per operator, as two Markdown tables, and the reasons tasks were turned away."""
         lines = [
-            "| package | steady tests | candidates | bugs kept | duplicates removed | shortcut-passable removed "
-            "| strengthened | tasks admitted | screening s | validation task-s |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| package | steady tests | candidates | bugs kept | narrow set aside | duplicates removed "
+            "| shortcut-passable removed | strengthened | tasks admitted | screening s | validation task-s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for p in self.packages:
             name = f"{p.name} {p.version}".strip()
             if p.error:
-                lines.append(f"| {name} | - | - | - | - | - | - | - | - | {p.error} |")
+                lines.append(f"| {name} | - | - | - | - | - | - | - | - | - | {p.error} |")
                 continue
             removed = p.shortcut_passable - p.strengthened
             lines.append(
-                f"| {name} | {p.steady_tests} | {sum(p.graded.values())} | {sum(p.kept.values())} | {p.duplicates} "
+                f"| {name} | {p.steady_tests} | {sum(p.graded.values())} | {sum(p.kept.values())} "
+                f"| {sum(p.narrow.values())} | {p.duplicates} "
                 f"| {removed} | {p.strengthened} | {sum(p.admitted.values())} | {p.screen_s:.0f} "
                 f"| {p.validation_task_s:.0f} |"
             )
@@ -176,6 +189,7 @@ class SynthReport:
             admitted.update(p.admitted)
         lines += [
             f"| **all** | | {sum(total.values())} | {sum(kept.values())} "
+            f"| {sum(sum(p.narrow.values()) for p in self.packages)} "
             f"| {sum(p.duplicates for p in self.packages)} "
             f"| {sum(p.shortcut_passable - p.strengthened for p in self.packages)} "
             f"| {sum(p.strengthened for p in self.packages)} | {sum(admitted.values())} | | |",
@@ -200,6 +214,13 @@ class _Bug:
     module: str
     mutant: Mutant
     failing: tuple[str, ...]
+
+
+def prefer_broad(bugs: Sequence[_Bug], min_failing_tests: int) -> list[_Bug]:
+    """The bugs that fail at least ``min_failing_tests`` distinct tests, those that fail most first (a stable sort:
+    ties keep their order)."""
+    broad = [b for b in bugs if len(set(b.failing)) >= min_failing_tests]
+    return sorted(broad, key=lambda b: -len(set(b.failing)))
 
 
 def _snap(seconds: float) -> float:
@@ -306,7 +327,11 @@ class _Package:
         bugs = [b for b, v in zip(candidates, again, strict=True) if _failing(v) == b.failing]
         for bug in bugs:
             self.result.kept[bug.mutant.operator.value] += 1
-        return bugs
+        broad = prefer_broad(bugs, self.options.min_failing_tests)
+        self.result.narrow = Counter(b.mutant.operator.value for b in bugs) - Counter(
+            b.mutant.operator.value for b in broad
+        )
+        return broad
 
     async def _messages(self, probe: Task, bug: _Bug) -> dict[str, str]:
         """pytest's one-line summary of each failing test (at most five), from a run in a sandbox."""
@@ -390,6 +415,7 @@ class _Package:
             "module": bug.module,
             "line": bug.mutant.line,
             "change": bug.mutant.description,
+            "failing_tests": len(bug.failing),
         }
         (path / "task.toml").write_text(
             f'id = {json.dumps(name)}\n\n[grading]\nrunner = "pytest"\nfail_to_pass = {toml_list(bug.failing)}\n'
@@ -400,6 +426,7 @@ class _Package:
             encoding="utf-8",
         )
         self.tasks.append((path, bug.mutant.operator.value))
+        self.result.failing_tests[name] = len(bug.failing)
 
 
 async def synthesize(
