@@ -219,8 +219,7 @@ class _Bug:
 def prefer_broad(bugs: Sequence[_Bug], min_failing_tests: int) -> list[_Bug]:
     """The bugs that fail at least ``min_failing_tests`` distinct tests, those that fail most first (a stable sort:
     ties keep their order)."""
-    broad = [b for b in bugs if len(set(b.failing)) >= min_failing_tests]
-    return sorted(broad, key=lambda b: -len(set(b.failing)))
+    return sorted((b for b in bugs if len(b.failing) >= min_failing_tests), key=lambda b: -len(b.failing))
 
 
 def _snap(seconds: float) -> float:
