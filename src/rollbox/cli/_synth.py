@@ -40,7 +40,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add the ``synth`` verb to ``commands`` (the ``tasks`` group's verbs)."""
     p = commands.add_parser(
         "synth",
-        usage="rollbox tasks synth [-h] [--max-mutants N] [--min-failing-tests N] [--workers N] [--no-validate] "
+        usage="rollbox tasks synth [-h] [--max-mutants N] [--min-evidence N] [--workers N] [--no-validate] "
         "[--json] PACKAGE... DEST",
         help="make bug-fix tasks from real Python packages",
         description="Make native pytest bug-fix tasks from PACKAGES (name or name==version) into DEST.",
@@ -52,11 +52,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--max-mutants", type=whole(1, 100_000), default=200, metavar="N", help="mutants graded per package at most"
     )
     p.add_argument(
-        "--min-failing-tests",
+        "--min-evidence",
         type=whole(1, 100_000),
         default=2,
         metavar="N",
-        help="set aside a bug that fails fewer distinct tests: a special-case patch would pass it (default 2)",
+        help="set aside a bug whose failing tests are fewer than N and give fewer distinct inputs: a special-case "
+        "patch would pass it (default 2)",
     )
     p.add_argument("--workers", type=whole(1, 1024), metavar="N", help="gradings at once (default: the CPUs)")
     p.add_argument("--no-validate", action="store_true", help="keep every bug found, without validating the tasks")
@@ -69,9 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         print("rollbox tasks synth: give at least one PACKAGE and then DEST", file=sys.stderr)
         return 2
     *packages, dest = args.packages
-    options = SynthOptions(
-        max_mutants=args.max_mutants, min_failing_tests=args.min_failing_tests, validate=not args.no_validate
-    )
+    options = SynthOptions(max_mutants=args.max_mutants, min_evidence=args.min_evidence, validate=not args.no_validate)
     bar = ProgressBar(sys.stderr, "synth") if sys.stderr.isatty() else None
     try:
         report = asyncio.run(synthesize(packages, Path(dest), options=options, workers=args.workers, on_progress=bar))
