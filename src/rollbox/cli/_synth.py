@@ -54,10 +54,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--min-evidence",
         type=whole(1, 100_000),
-        default=2,
+        default=SynthOptions.min_evidence,
         metavar="N",
-        help="set aside a bug whose failing tests are fewer than N and give fewer distinct inputs: a special-case "
-        "patch would pass it (default 2)",
+        help="set aside a bug whose failing tests are fewer than N and give its module fewer distinct inputs: a "
+        f"special-case patch would pass it (default {SynthOptions.min_evidence})",
     )
     p.add_argument("--workers", type=whole(1, 1024), metavar="N", help="gradings at once (default: the CPUs)")
     p.add_argument("--no-validate", action="store_true", help="keep every bug found, without validating the tasks")
