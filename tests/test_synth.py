@@ -4,6 +4,7 @@ repeatably, written as pytest tasks that validation admits and the judge grades 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import tomllib
@@ -12,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from rollbox.curate import Operator, SynthError, SynthOptions, ValidateOptions, synthesize
-from rollbox.curate._mutate import mutants
+from rollbox.curate._evidence import Evidence, prefer_broad
 from rollbox.curate._package import Layout, declared_requirements, package_environment, read_layout
-from rollbox.curate._synth import _Bug, prefer_broad
 from rollbox.judge import VerdictStatus, grade, runtime_spec
 from rollbox.sandbox.runtime import LayerStore, RuntimeSpec, find_python
 from rollbox.tasks import load_task
@@ -69,33 +69,47 @@ def test_synthesis_on_a_real_package(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert failing == set(task.grading.fail_to_pass or ())  # type: ignore[union-attr]
 
 
-def test_bugs_failing_several_tests_are_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One failing test is often one input (``test_pluralize[cow-kine]``), which a special-case patch answers: such
-    a bug is set aside before it costs a validation, and the others are written broadest first."""
+def test_bugs_whose_evidence_is_narrow_are_set_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One failing test that gives one or two inputs (``test_pluralize_singular[cow-kine]``) is what a special-case
+    patch answers: such a bug is set aside before it costs a validation, and the others are written broadest
+    first."""
     monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
-    options = SynthOptions(max_mutants=12, validate=False)  # these twelve keep a bug that fails one test
+    options = SynthOptions(max_mutants=12, validate=False)  # these twelve keep a bug that only cow-kine catches
     report = asyncio.run(synthesize(["inflection==0.5.1"], tmp_path / "out", options=options, workers=2))
     (inflection,) = report.packages
     assert sum(inflection.narrow.values()) >= 1
     assert len(report.tasks) == sum(inflection.kept.values()) - sum(inflection.narrow.values()) > 0
-    counts = []
+    breadths = []
     for path in sorted(report.tasks):
         fail_to_pass = load_task(path).grading.fail_to_pass  # type: ignore[union-attr]
         meta = tomllib.loads((path / "task.toml").read_text())["metadata"]
-        assert len(fail_to_pass) == meta["failing_tests"] == inflection.failing_tests[path.name] >= 2
-        counts.append(len(fail_to_pass))
-    assert counts == sorted(counts, reverse=True)
+        evidence = inflection.evidence[path.name]
+        assert len(fail_to_pass) == meta["failing_tests"] == evidence.tests
+        assert meta.get("inputs") == evidence.inputs and evidence.breadth >= options.min_evidence
+        breadths.append(evidence.breadth)
+    assert breadths == sorted(breadths, reverse=True)
     written = json.loads((tmp_path / "out" / "synth-report.json").read_text())["packages"][0]
-    assert written["narrow"] == dict(inflection.narrow) and written["failing_tests"] == inflection.failing_tests
+    assert written["narrow"] == dict(inflection.narrow)
+    assert written["evidence"] == {name: e.to_json() for name, e in inflection.evidence.items()}
     assert "narrow set aside" in report.markdown()
 
 
-def test_prefer_broad_keeps_order_among_equals() -> None:
-    found = mutants("def f(a, b):\n    if a > b:\n        return a - b\n    return b + 1\n")
-    bugs = [_Bug("m.py", m, tuple(f"t::x[{i}]" for i in range(n))) for m, n in zip(found, (1, 3, 2, 3), strict=False)]
-    assert prefer_broad(bugs, 2) == [bugs[1], bugs[3], bugs[2]]
-    assert prefer_broad(bugs, 1) == [bugs[1], bugs[3], bugs[2], bugs[0]]
-    assert prefer_broad(bugs, 4) == []
+@dataclasses.dataclass(frozen=True)
+class _Measured:
+    evidence: Evidence
+
+
+def test_the_broadest_bugs_come_first_and_ties_keep_their_order() -> None:
+    bugs = [
+        _Measured(Evidence(tests=1, inputs=2)),  # one parametrised case calling the function twice
+        _Measured(Evidence(tests=1, inputs=None)),  # too many calls to record
+        _Measured(Evidence(tests=3, inputs=0)),  # the tests reach the module through another: three tests
+        _Measured(Evidence(tests=1, inputs=14)),  # one test, many inputs
+        _Measured(Evidence(tests=2, inputs=3)),
+    ]
+    assert prefer_broad(bugs, 3) == [bugs[1], bugs[3], bugs[2], bugs[4]]
+    assert prefer_broad(bugs, 1) == [bugs[1], bugs[3], bugs[2], bugs[4], bugs[0]]
+    assert prefer_broad(bugs, 15) == [bugs[1]]
 
 
 def test_a_package_whose_tests_use_another_copy_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
