@@ -8,12 +8,13 @@ the tests that pass both times are the package's steady tests. Then inject bugs 
 fail_to_pass tests) while the others pass (its pass_to_pass tests), no more than ``max_failing_share`` of them
 fail, the run ended by itself (no timeout, no crash at import), and a second grading gives the same failures.
 Bugs whose failures span several distinct tests or inputs are preferred (``_evidence``): one whose failing tests
-are fewer than ``min_evidence`` and give fewer distinct inputs (one parametrised case, ``test_pluralize[cow-kine]``)
-is set aside, since a patch that special-cases those inputs passes it; the others are written broadest first.
+are fewer than ``min_evidence`` and give fewer distinct inputs (one parametrised case,
+``test_pluralize_singular[cow-kine]``) is set aside, since a patch that special-cases those inputs passes it; the
+others are written broadest first.
 
-Each kept bug becomes a native ``pytest`` task: the package without its tests, with the bug, as the workspace; the
-tests hidden in tests/; the original module as the reference; and an instruction that names the failing tests and
-what they report (pytest's own summary of each failure, run in a sandbox), never the change. Every task is then
+Each bug not set aside becomes a native ``pytest`` task: the package without its tests, with the bug, as the
+workspace; the tests hidden in tests/; the original module as the reference; and an instruction that names the
+failing tests and what they report (pytest's own summary of each failure, run in a sandbox), never the change. Every task is then
 validated (``validate``), and only those admitted are kept.
 """
 
