@@ -14,8 +14,8 @@ others are written broadest first.
 
 Each bug not set aside becomes a native ``pytest`` task: the package without its tests, with the bug, as the
 workspace; the tests hidden in tests/; the original module as the reference; and an instruction that names the
-failing tests and what they report (pytest's own summary of each failure, run in a sandbox), never the change. Every task is then
-validated (``validate``), and only those admitted are kept.
+failing tests and what they report (pytest's own summary of each failure, run in a sandbox), never the change.
+Every task is then validated (``validate``), and only those admitted are kept.
 """
 
 from __future__ import annotations
