@@ -17,11 +17,13 @@ from ._validate import ProgressBar
 _EPILOG = """\
 Each package's source distribution is fetched from the package index (it ships the package's tests), its tests
 run in sandboxes, and bugs are injected with AST operators; a bug is kept when some tests fail because of it, the
-others pass, and again on a second run. Each kept bug becomes a pytest task in DEST (the package with the bug as
-the workspace, its tests hidden, the original module as the reference, an instruction describing the failures);
-every task is validated and only admitted ones stay: a task that duplicates another (the same bug written another
-way) is removed, and so is one a special-case patch passes (the failing tests' inputs answered from a table, the
-bug left in place) unless differential tests (the fix against the bug on nearby inputs, hidden) make it fail.
+others pass, and again on a second run. A bug whose failing tests are fewer than --min-evidence and give its
+module fewer distinct inputs is set aside (a patch answering those inputs from a table would pass it); each other
+bug becomes a pytest task in DEST, broadest first (the package with the bug as the workspace, its tests hidden,
+the original module as the reference, an instruction describing the failures); every task is validated and only
+admitted ones stay: a task that duplicates another (the same bug written another way) is removed, and so is one a
+special-case patch passes (the failing tests' inputs answered from a table, the bug left in place) unless
+differential tests (the fix against the bug on nearby inputs, hidden) make it fail.
 DEST/synth-report.json holds the yield per package and per operator, what was removed and why, and the time.
 
 Each package gets a runtime layer of its own (its declared requirements, test extras included, and pytest; wheels
