@@ -185,25 +185,27 @@ class SynthReport:
             )
         total = Counter[str]()
         kept = Counter[str]()
+        narrow = Counter[str]()
         admitted = Counter[str]()
         for p in self.packages:
             total.update(p.graded)
             kept.update(p.kept)
+            narrow.update(p.narrow)
             admitted.update(p.admitted)
         lines += [
             f"| **all** | | {sum(total.values())} | {sum(kept.values())} "
-            f"| {sum(sum(p.narrow.values()) for p in self.packages)} "
+            f"| {sum(narrow.values())} "
             f"| {sum(p.duplicates for p in self.packages)} "
             f"| {sum(p.shortcut_passable - p.strengthened for p in self.packages)} "
             f"| {sum(p.strengthened for p in self.packages)} | {sum(admitted.values())} | | |",
             "",
-            "| operator | mutants graded | bugs kept | tasks admitted | admitted per graded |",
-            "|---|---:|---:|---:|---:|",
+            "| operator | mutants graded | bugs kept | narrow set aside | tasks admitted | admitted per graded |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for operator in Operator:
-            g, k, a = total[operator.value], kept[operator.value], admitted[operator.value]
+            g, k, n, a = (c[operator.value] for c in (total, kept, narrow, admitted))
             share = f"{a / g:.0%}" if g else "-"
-            lines.append(f"| {operator.value} | {g} | {k} | {a} | {share} |")
+            lines.append(f"| {operator.value} | {g} | {k} | {n} | {a} | {share} |")
         rejected = Counter[str]()
         for p in self.packages:
             rejected.update(p.rejected)
