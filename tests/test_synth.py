@@ -11,6 +11,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rollbox.curate import Operator, SynthError, SynthOptions, ValidateOptions, synthesize
 from rollbox.curate._evidence import Evidence, prefer_broad
@@ -110,6 +112,24 @@ def test_the_broadest_bugs_come_first_and_ties_keep_their_order() -> None:
     assert prefer_broad(bugs, 3) == [bugs[1], bugs[3], bugs[2], bugs[4]]
     assert prefer_broad(bugs, 1) == [bugs[1], bugs[3], bugs[2], bugs[4], bugs[0]]
     assert prefer_broad(bugs, 15) == [bugs[1]]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.none() | st.integers(0, 6)), max_size=12),
+    st.integers(1, 8),
+)
+def test_preferring_keeps_exactly_the_broad_bugs_broadest_first(
+    counts: list[tuple[int, int | None]], minimum: int
+) -> None:
+    bugs = [_Measured(Evidence(tests=t, inputs=i)) for t, i in counts]
+    chosen = prefer_broad(bugs, minimum)
+    assert {id(b) for b in chosen} == {
+        id(b) for b in bugs if b.evidence.inputs is None or max(b.evidence.tests, b.evidence.inputs) >= minimum
+    }
+    positions = [next(i for i, b in enumerate(bugs) if b is c) for c in chosen]
+    assert [(-c.evidence.breadth, i) for c, i in zip(chosen, positions, strict=True)] == sorted(
+        (-c.evidence.breadth, i) for c, i in zip(chosen, positions, strict=True)
+    )  # broadest first; among equals, as they came
 
 
 def test_a_package_whose_tests_use_another_copy_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
