@@ -365,6 +365,7 @@ BAD_INPUT = [
     (["tasks", "import", "nope", "{FILE}", "{OUT}"], "invalid choice: 'nope'"),
     (["tasks", "synth", "pkg", "{OUT}", "--max-mutants", "0"], "--max-mutants"),
     (["tasks", "synth", "pkg", "{OUT}", "--workers", "-1"], "--workers"),
+    (["tasks", "synth", "pkg", "{OUT}", "--min-evidence", "0"], "--min-evidence: must be a whole number"),
     (["env", "gc", "--keep-days", "-1"], "--keep-days: must be a number of days, 0 or more"),
     (["env", "gc", "--keep-days", "nan"], "--keep-days"),
     (["env", "build", "{MISSING}"], "invalid task"),

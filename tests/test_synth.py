@@ -4,14 +4,18 @@ repeatably, written as pytest tasks that validation admits and the judge grades 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rollbox.curate import Operator, SynthError, SynthOptions, ValidateOptions, synthesize
+from rollbox.curate._evidence import Evidence, prefer_broad
 from rollbox.curate._package import Layout, declared_requirements, package_environment, read_layout
 from rollbox.judge import VerdictStatus, grade, runtime_spec
 from rollbox.sandbox.runtime import LayerStore, RuntimeSpec, find_python
@@ -65,6 +69,67 @@ def test_synthesis_on_a_real_package(tmp_path: Path, monkeypatch: pytest.MonkeyP
     broken = asyncio.run(grade(task, {}))
     failing = {t.id for t in broken.tests if t.outcome.value != "passed"}
     assert failing == set(task.grading.fail_to_pass or ())  # type: ignore[union-attr]
+
+
+def test_bugs_whose_evidence_is_narrow_are_set_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One failing test that gives one or two inputs (``test_pluralize_singular[cow-kine]``) is what a special-case
+    patch answers: such a bug is set aside before it costs a validation, and the others are written broadest
+    first."""
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
+    options = SynthOptions(max_mutants=12, validate=False)  # these twelve keep a bug that only cow-kine catches
+    report = asyncio.run(synthesize(["inflection==0.5.1"], tmp_path / "out", options=options, workers=2))
+    (inflection,) = report.packages
+    assert sum(inflection.narrow.values()) >= 1
+    assert len(report.tasks) == sum(inflection.kept.values()) - sum(inflection.narrow.values()) > 0
+    breadths = []
+    for path in sorted(report.tasks):
+        fail_to_pass = load_task(path).grading.fail_to_pass  # type: ignore[union-attr]
+        meta = tomllib.loads((path / "task.toml").read_text())["metadata"]
+        evidence = inflection.evidence[path.name]
+        assert len(fail_to_pass) == meta["failing_tests"] == evidence.tests
+        assert meta.get("inputs") == evidence.inputs and evidence.breadth >= options.min_evidence
+        breadths.append(evidence.breadth)
+    assert breadths == sorted(breadths, reverse=True)
+    written = json.loads((tmp_path / "out" / "synth-report.json").read_text())["packages"][0]
+    assert written["narrow"] == dict(inflection.narrow)
+    assert written["evidence"] == {name: e.to_json() for name, e in inflection.evidence.items()}
+    assert "narrow set aside" in report.markdown()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Measured:
+    evidence: Evidence
+
+
+def test_the_broadest_bugs_come_first_and_ties_keep_their_order() -> None:
+    bugs = [
+        _Measured(Evidence(tests=1, inputs=2)),  # one parametrised case calling the function twice
+        _Measured(Evidence(tests=1, inputs=None)),  # too many calls to record
+        _Measured(Evidence(tests=3, inputs=0)),  # the tests reach the module through another: three tests
+        _Measured(Evidence(tests=1, inputs=14)),  # one test, many inputs
+        _Measured(Evidence(tests=2, inputs=3)),
+    ]
+    assert prefer_broad(bugs, 3) == [bugs[1], bugs[3], bugs[2], bugs[4]]
+    assert prefer_broad(bugs, 1) == [bugs[1], bugs[3], bugs[2], bugs[4], bugs[0]]
+    assert prefer_broad(bugs, 15) == [bugs[1]]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.none() | st.integers(0, 6)), max_size=12),
+    st.integers(1, 8),
+)
+def test_preferring_keeps_exactly_the_broad_bugs_broadest_first(
+    counts: list[tuple[int, int | None]], minimum: int
+) -> None:
+    bugs = [_Measured(Evidence(tests=t, inputs=i)) for t, i in counts]
+    chosen = prefer_broad(bugs, minimum)
+    assert {id(b) for b in chosen} == {
+        id(b) for b in bugs if b.evidence.inputs is None or max(b.evidence.tests, b.evidence.inputs) >= minimum
+    }
+    positions = [next(i for i, b in enumerate(bugs) if b is c) for c in chosen]
+    assert [(-c.evidence.breadth, i) for c, i in zip(chosen, positions, strict=True)] == sorted(
+        (-c.evidence.breadth, i) for c, i in zip(chosen, positions, strict=True)
+    )  # broadest first; among equals, as they came
 
 
 def test_a_package_whose_tests_use_another_copy_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,11 +17,13 @@ from ._validate import ProgressBar
 _EPILOG = """\
 Each package's source distribution is fetched from the package index (it ships the package's tests), its tests
 run in sandboxes, and bugs are injected with AST operators; a bug is kept when some tests fail because of it, the
-others pass, and again on a second run. Each kept bug becomes a pytest task in DEST (the package with the bug as
-the workspace, its tests hidden, the original module as the reference, an instruction describing the failures);
-every task is validated and only admitted ones stay: a task that duplicates another (the same bug written another
-way) is removed, and so is one a special-case patch passes (the failing tests' inputs answered from a table, the
-bug left in place) unless differential tests (the fix against the bug on nearby inputs, hidden) make it fail.
+others pass, and again on a second run. A bug whose failing tests are fewer than --min-evidence and give its
+module fewer distinct inputs is set aside (a patch answering those inputs from a table would pass it); each other
+bug becomes a pytest task in DEST, broadest first (the package with the bug as the workspace, its tests hidden,
+the original module as the reference, an instruction describing the failures); every task is validated and only
+admitted ones stay: a task that duplicates another (the same bug written another way) is removed, and so is one a
+special-case patch passes (the failing tests' inputs answered from a table, the bug left in place) unless
+differential tests (the fix against the bug on nearby inputs, hidden) make it fail.
 DEST/synth-report.json holds the yield per package and per operator, what was removed and why, and the time.
 
 Each package gets a runtime layer of its own (its declared requirements, test extras included, and pytest; wheels
@@ -40,7 +42,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add the ``synth`` verb to ``commands`` (the ``tasks`` group's verbs)."""
     p = commands.add_parser(
         "synth",
-        usage="rollbox tasks synth [-h] [--max-mutants N] [--workers N] [--no-validate] [--json] PACKAGE... DEST",
+        usage="rollbox tasks synth [-h] [--max-mutants N] [--min-evidence N] [--workers N] [--no-validate] "
+        "[--json] PACKAGE... DEST",
         help="make bug-fix tasks from real Python packages",
         description="Make native pytest bug-fix tasks from PACKAGES (name or name==version) into DEST.",
         epilog=_EPILOG,
@@ -49,6 +52,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("packages", nargs="+", metavar="PACKAGE", help="package names, then the destination directory")
     p.add_argument(
         "--max-mutants", type=whole(1, 100_000), default=200, metavar="N", help="mutants graded per package at most"
+    )
+    p.add_argument(
+        "--min-evidence",
+        type=whole(1, 100_000),
+        default=SynthOptions.min_evidence,
+        metavar="N",
+        help="set aside a bug whose failing tests are fewer than N and give its module fewer distinct inputs: a "
+        f"special-case patch would pass it (default {SynthOptions.min_evidence})",
     )
     p.add_argument("--workers", type=whole(1, 1024), metavar="N", help="gradings at once (default: the CPUs)")
     p.add_argument("--no-validate", action="store_true", help="keep every bug found, without validating the tasks")
@@ -61,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
         print("rollbox tasks synth: give at least one PACKAGE and then DEST", file=sys.stderr)
         return 2
     *packages, dest = args.packages
-    options = SynthOptions(max_mutants=args.max_mutants, validate=not args.no_validate)
+    options = SynthOptions(max_mutants=args.max_mutants, min_evidence=args.min_evidence, validate=not args.no_validate)
     bar = ProgressBar(sys.stderr, "synth") if sys.stderr.isatty() else None
     try:
         report = asyncio.run(synthesize(packages, Path(dest), options=options, workers=args.workers, on_progress=bar))

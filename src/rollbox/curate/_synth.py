@@ -7,11 +7,15 @@ the tests that pass both times are the package's steady tests. Then inject bugs 
 (``_mutate``) and grade each mutant the same way: a bug is kept when at least one steady test fails (its
 fail_to_pass tests) while the others pass (its pass_to_pass tests), no more than ``max_failing_share`` of them
 fail, the run ended by itself (no timeout, no crash at import), and a second grading gives the same failures.
+Bugs whose failures span several distinct tests or inputs are preferred (``_evidence``): one whose failing tests
+are fewer than ``min_evidence`` and give fewer distinct inputs (one parametrised case,
+``test_pluralize_singular[cow-kine]``) is set aside, since a patch that special-cases those inputs passes it; the
+others are written broadest first.
 
-Each kept bug becomes a native ``pytest`` task: the package without its tests, with the bug, as the workspace; the
-tests hidden in tests/; the original module as the reference; and an instruction that names the failing tests and
-what they report (pytest's own summary of each failure, run in a sandbox), never the change. Every task is then
-validated (``validate``), and only those admitted are kept.
+Each bug not set aside becomes a native ``pytest`` task: the package without its tests, with the bug, as the
+workspace; the tests hidden in tests/; the original module as the reference; and an instruction that names the
+failing tests and what they report (pytest's own summary of each failure, run in a sandbox), never the change.
+Every task is then validated (``validate``), and only those admitted are kept.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from rollbox.judge import Outcome, Verdict, VerdictStatus, task_sandboxes
 from rollbox.sandbox import SandboxConfig, Status, temporary_directory
 from rollbox.tasks import Environment, PytestGrading, Task, load_task
 
+from ._evidence import Evidence, measure_evidence, prefer_broad
 from ._grader import Grader, Progress
 from ._mutate import Mutant, Operator, mutants, sample_mutants
 from ._options import ValidateOptions
@@ -63,6 +68,10 @@ class SynthOptions:
     max_mutants: int = 200
     #: A bug that fails more than this share of the steady tests breaks too much to describe: left out.
     max_failing_share: float = 0.5
+    #: A bug whose failing tests (each parametrised case one) are fewer than this, and give its module fewer
+    #: distinct inputs, is set aside: a special-case patch answering those inputs would pass it. Three: inflection's
+    #: ``test_pluralize_singular[cow-kine]`` alone gives two (``pluralize('cow')``, ``pluralize('kine')``).
+    min_evidence: int = 3
     #: Whether to validate the tasks (only admitted ones are kept), and how.
     validate: bool = True
     validation: ValidateOptions = dataclasses.field(default_factory=_default_validation)
@@ -79,6 +88,10 @@ class PackageYield:
     graded: Counter[str] = dataclasses.field(default_factory=Counter)
     kept: Counter[str] = dataclasses.field(default_factory=Counter)
     admitted: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: Per operator: repeatable bugs set aside, their evidence narrower than ``min_evidence``.
+    narrow: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: Each task written: name -> its bug's evidence (distinct failing tests, and the inputs they give).
+    evidence: dict[str, Evidence] = dataclasses.field(default_factory=dict)
     #: Why validation turned tasks away (reason code -> tasks).
     rejected: Counter[str] = dataclasses.field(default_factory=Counter)
     #: The tasks validation turned away (their directories are removed): name -> each reason's code and detail.
@@ -119,6 +132,8 @@ class PackageYield:
             "graded": dict(self.graded),
             "kept": dict(self.kept),
             "admitted": dict(self.admitted),
+            "narrow": dict(self.narrow),
+            "evidence": {name: e.to_json() for name, e in self.evidence.items()},
             "rejected": dict(self.rejected),
             "rejected_tasks": self.rejected_tasks,
             "duplicates": self.duplicates,
@@ -151,41 +166,45 @@ class SynthReport:
     def markdown(self) -> str:
         """The yield per package and per operator, as two Markdown tables, and the reasons tasks were turned away."""
         lines = [
-            "| package | steady tests | candidates | bugs kept | duplicates removed | shortcut-passable removed "
-            "| strengthened | tasks admitted | screening s | validation task-s |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| package | steady tests | candidates | bugs kept | narrow set aside | duplicates removed "
+            "| shortcut-passable removed | strengthened | tasks admitted | screening s | validation task-s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for p in self.packages:
             name = f"{p.name} {p.version}".strip()
             if p.error:
-                lines.append(f"| {name} | - | - | - | - | - | - | - | - | {p.error} |")
+                lines.append(f"| {name} | - | - | - | - | - | - | - | - | - | {p.error} |")
                 continue
             removed = p.shortcut_passable - p.strengthened
             lines.append(
-                f"| {name} | {p.steady_tests} | {sum(p.graded.values())} | {sum(p.kept.values())} | {p.duplicates} "
+                f"| {name} | {p.steady_tests} | {sum(p.graded.values())} | {sum(p.kept.values())} "
+                f"| {sum(p.narrow.values())} | {p.duplicates} "
                 f"| {removed} | {p.strengthened} | {sum(p.admitted.values())} | {p.screen_s:.0f} "
                 f"| {p.validation_task_s:.0f} |"
             )
         total = Counter[str]()
         kept = Counter[str]()
+        narrow = Counter[str]()
         admitted = Counter[str]()
         for p in self.packages:
             total.update(p.graded)
             kept.update(p.kept)
+            narrow.update(p.narrow)
             admitted.update(p.admitted)
         lines += [
             f"| **all** | | {sum(total.values())} | {sum(kept.values())} "
+            f"| {sum(narrow.values())} "
             f"| {sum(p.duplicates for p in self.packages)} "
             f"| {sum(p.shortcut_passable - p.strengthened for p in self.packages)} "
             f"| {sum(p.strengthened for p in self.packages)} | {sum(admitted.values())} | | |",
             "",
-            "| operator | mutants graded | bugs kept | tasks admitted | admitted per graded |",
-            "|---|---:|---:|---:|---:|",
+            "| operator | mutants graded | bugs kept | narrow set aside | tasks admitted | admitted per graded |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for operator in Operator:
-            g, k, a = total[operator.value], kept[operator.value], admitted[operator.value]
+            g, k, n, a = (c[operator.value] for c in (total, kept, narrow, admitted))
             share = f"{a / g:.0%}" if g else "-"
-            lines.append(f"| {operator.value} | {g} | {k} | {a} | {share} |")
+            lines.append(f"| {operator.value} | {g} | {k} | {n} | {a} | {share} |")
         rejected = Counter[str]()
         for p in self.packages:
             rejected.update(p.rejected)
@@ -199,6 +218,7 @@ class _Bug:
     module: str
     mutant: Mutant
     failing: tuple[str, ...]
+    evidence: Evidence
 
 
 def _snap(seconds: float) -> float:
@@ -296,16 +316,28 @@ class _Package:
             self.result.graded[mutant.operator.value] += 1
         items = [(probe, {where[id(m)]: m.source.encode()}) for m in chosen]
         steady = len(probe.grading.pass_to_pass)  # type: ignore[union-attr]
-        candidates: list[_Bug] = []
+        candidates: list[tuple[str, Mutant, tuple[str, ...]]] = []  # (module, mutant, failing tests)
         for mutant, verdict in zip(chosen, await self.grader.grade_all(items), strict=True):
             failing = _failing(verdict)
             if verdict.status is VerdictStatus.FAILED and 0 < len(failing) <= self.options.max_failing_share * steady:
-                candidates.append(_Bug(where[id(mutant)], mutant, failing))
-        again = await self.grader.grade_all([(probe, {b.module: b.mutant.source.encode()}) for b in candidates])
-        bugs = [b for b, v in zip(candidates, again, strict=True) if _failing(v) == b.failing]
-        for bug in bugs:
-            self.result.kept[bug.mutant.operator.value] += 1
-        return bugs
+                candidates.append((where[id(mutant)], mutant, failing))
+        again = await self.grader.grade_all([(probe, {c[0]: c[1].source.encode()}) for c in candidates])
+        kept = [c for c, v in zip(candidates, again, strict=True) if _failing(v) == c[2]]
+        evidence = await asyncio.gather(*(self._evidence(probe, c[0], c[2]) for c in kept))
+        bugs = [_Bug(*c, e) for c, e in zip(kept, evidence, strict=True)]
+        broad = prefer_broad(bugs, self.options.min_evidence)
+        self.result.kept.update(b.mutant.operator.value for b in bugs)
+        self.result.narrow = Counter(b.mutant.operator.value for b in bugs) - Counter(
+            b.mutant.operator.value for b in broad
+        )
+        return broad
+
+    async def _evidence(self, probe: Task, module: str, failing: tuple[str, ...]) -> Evidence:
+        async with self.grader.slot():
+            try:
+                return await measure_evidence(probe, module, failing, self.grader.sandboxes)
+            except RuntimeError:  # the host failed the recording: the failing tests alone are the evidence
+                return Evidence(tests=len(failing), inputs=0)
 
     async def _messages(self, probe: Task, bug: _Bug) -> dict[str, str]:
         """pytest's one-line summary of each failing test (at most five), from a run in a sandbox."""
@@ -389,7 +421,10 @@ class _Package:
             "module": bug.module,
             "line": bug.mutant.line,
             "change": bug.mutant.description,
+            "failing_tests": bug.evidence.tests,
         }
+        if bug.evidence.inputs is not None:
+            metadata["inputs"] = bug.evidence.inputs
         (path / "task.toml").write_text(
             f'id = {json.dumps(name)}\n\n[grading]\nrunner = "pytest"\nfail_to_pass = {toml_list(bug.failing)}\n'
             f'pass_to_pass = {toml_list(p2p)}\n\n[limits]\ntimeout = "{limits.timeout_s:g}s"\n'
@@ -399,6 +434,7 @@ class _Package:
             encoding="utf-8",
         )
         self.tasks.append((path, bug.mutant.operator.value))
+        self.result.evidence[name] = bug.evidence
 
 
 async def synthesize(
