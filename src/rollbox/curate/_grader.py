@@ -55,6 +55,11 @@ class Grader:
         # Room for a check-based grading's variants (three sandboxes at once) beside the other workers, twice
         # over: returned sandboxes are reset in the background.
         self.sandboxes: SandboxSource = WarmSandboxes(size=2 * (self.workers + 2))
+        # Gradings under a probe's variables, in sandboxes whose pre-started Python started under them (one pool per
+        # hash seed and clock: see ``rollbox.judge.runners._probe``), so that they fork it as the judge's own do.
+        # Every task takes the same seeds and clocks, so each pool serves one grading of each task; one sandbox
+        # each keeps a pool's cost (a sandbox and a zygote) below one plain interpreter's start per grading.
+        self._probed = WarmSandboxes(size=1)
         self.progress = Progress()
         self._gate = asyncio.Semaphore(self.workers)
         self._on_progress = on_progress
@@ -78,7 +83,7 @@ class Grader:
             for _ in range(1 + self._retries):
                 with probe(env) as measured:
                     try:
-                        verdict = await grade(task, files, sandboxes=self.sandboxes)
+                        verdict = await grade(task, files, sandboxes=self._probed if env else self.sandboxes)
                     except Exception as exc:  # a bug of rollbox's: this grading's infra_error, not the run's end
                         verdict = Verdict(
                             task_id=task.id,
@@ -117,3 +122,4 @@ class Grader:
         """Close the warm sandboxes."""
         if isinstance(self.sandboxes, WarmSandboxes):
             await self.sandboxes.close()
+        await self._probed.close()
