@@ -34,10 +34,13 @@ class GradingTree:
     removed: tuple[str, ...] = ()
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, sandboxes: SandboxSource, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
-        """A sandbox from ``sandboxes`` whose /workspace starts as :attr:`base` (lay the tree with :meth:`lay`)."""
+    async def sandbox(
+        self, sandboxes: SandboxSource, *, limits: Limits, network: Network, forks: bool = False
+    ) -> AsyncIterator[Sandbox]:
+        """A sandbox from ``sandboxes`` whose /workspace starts as :attr:`base` (lay the tree with :meth:`lay`); with
+        ``forks`` (the runner forks its pre-started Python), one whose zygote started under a probe's variables."""
         config = SandboxConfig(limits=limits, network=network, workspace=self.base)
-        async with sandboxes.sandbox(sandbox_config(config)) as sb:
+        async with sandboxes.sandbox(sandbox_config(config) if forks else config) as sb:
             yield sb
 
     async def lay(self, sb: Sandbox) -> None:
