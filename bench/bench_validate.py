@@ -17,8 +17,8 @@ Per grading = wall seconds / gradings. The two alternate (validation first in od
 shared machine falls on both; the median over rounds is reported with the ratio validation / eval. Validation's
 figure includes everything validation does on the host (mutants, canaries, its reports), which is its cost.
 Validation's gradings are also split by how they ran: under a variable validation varies (a hash seed, the clock
-moved: a plain interpreter, since a fork of a sandbox's pre-started Python could take neither) or as the judge
-always grades, with the median of each kind's own duration (``Verdict.duration_s``). Nothing is asserted.
+moved: a fork of a pre-started Python that started under it) or as the judge always grades, with the median of
+each kind's own duration (``Verdict.duration_s``). Nothing is asserted.
 """
 
 from __future__ import annotations

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import textwrap
 from collections.abc import AsyncIterator
@@ -499,3 +502,68 @@ def test_a_batch_grades_identical_items_once_unless_asked(task: Task, tmp_path: 
     assert [shared[i].status for i in range(5)] == [passed, failed, passed, passed, passed]
     assert shared[0] is shared[2] and shared[3] is not shared[4] and gradings == 4
     assert alone[0] is not alone[2] and all_gradings == 5
+
+
+PROBED = textwrap.dedent("""
+    import datetime
+    import sys
+
+    def probed(what):
+        if what == "hash":
+            return hash("rollbox")
+        if what == "year":
+            return datetime.date.today().year
+        return "heapq" in sys.modules  # the zygote imported it; a plain interpreter running the driver does not
+""")
+
+
+def test_a_probe_forks_a_zygote_started_under_its_hash_seed_and_clock(tmp_path: Path) -> None:
+    """Under a probe's hash seed and moved clock, a warm pool's grading forks a zygote that started under them
+    (the candidate sees the seed and the clock); a plain interpreter sees them too; a zygote started under other
+    variables is never forked for a grading."""
+    from rollbox.curate._clock import ClockUnavailable, clock_env
+    from rollbox.judge.runners._drivers import driver_command
+    from rollbox.judge.runners._probe import probe
+
+    try:
+        env = {"PYTHONHASHSEED": "7", **clock_env("+3750d")}
+    except ClockUnavailable:
+        pytest.skip("libfaketime is not installed")
+
+    def hashed(seed: str) -> int:
+        code = "print(hash('rollbox'))"
+        run = subprocess.run(
+            [sys.executable, "-c", code], env={"PYTHONHASHSEED": seed}, capture_output=True, check=True
+        )
+        return int(run.stdout)
+
+    assert hashed("7") != hashed("0")  # the judge's own seed would fail the case
+    expected = [hashed("7"), (datetime.date.today() + datetime.timedelta(days=3750)).year, True]
+    root = tmp_path / "task"
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "solution.py").write_text("def probed(what):\n    raise NotImplementedError\n")
+    (root / "tests").mkdir()
+    cases = [
+        {"args": [what], "kwargs": {}, "expected": value}
+        for what, value in zip(("hash", "year", "forked"), expected, strict=True)
+    ]
+    (root / "tests" / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (root / "task.toml").write_text(
+        '[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "probed"\n[limits]\ntimeout = "5s"\n'
+    )
+    probed_task = load_task(root)
+
+    async def main() -> tuple[Verdict, Verdict, tuple[list[str], bool]]:
+        async with WarmSandboxes(size=1) as warm:
+            with probe(env):
+                forked = await grade(probed_task, {"solution.py": PROBED.encode()}, sandboxes=warm)
+                plain = await grade(probed_task, {"solution.py": PROBED.encode()})
+            config = SandboxConfig(limits=Limits(timeout_s=5), interpreter_env=env)
+            async with warm.sandbox(config) as other:
+                outside = driver_command(other, "/tmp/d.pyc")  # the judge's own grading: hash seed 0
+        return forked, plain, outside
+
+    forked, plain, outside = asyncio.run(main())
+    assert [t.outcome for t in forked.tests] == [Outcome.PASSED] * 3, forked
+    assert [t.outcome for t in plain.tests] == [Outcome.PASSED, Outcome.PASSED, Outcome.FAILED], plain
+    assert outside == (["python3", "-s", "/tmp/d.pyc"], False)

@@ -202,3 +202,13 @@ def test_a_signature_the_candidate_adds_is_flagged_beside_the_task_s_own(tmp_pat
 
 def test_a_new_file_is_scanned_whole(tmp_path: Path) -> None:
     assert changed(tmp_path, None, WALKS) == {"frame_introspection", "frame_walk"}
+
+
+def test_a_scan_remembered_by_content_names_its_own_path_and_changes_with_the_content() -> None:
+    """Scans are kept by path and content: the same hack in two files is flagged in each, and a file whose content
+    changes is scanned again."""
+    hack = b"import os\nos._exit(0)\n"
+    flags = scan_changes({"a.py": hack, "b.py": hack}, ["a.py", "b.py"])
+    assert sorted((f.code, f.path) for f in flags) == [("exit_at_import", "a.py"), ("exit_at_import", "b.py")]
+    assert scan_changes({"a.py": b"import os\n"}, ["a.py"]) == ()
+    assert [f.code for f in scan_changes({"a.py": hack}, ["a.py"])] == ["exit_at_import"]

@@ -20,6 +20,7 @@ configs = st.builds(
     limits=st.builds(Limits, timeout_s=st.sampled_from([1.0, 2.0]), pids=st.sampled_from([16, 32])),
     network=st.sampled_from(["none", "loopback", Network.NONE]),
     env=variables,
+    interpreter_env=st.sampled_from([{}, {"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]),
 )
 
 
@@ -27,6 +28,8 @@ configs = st.builds(
 def test_equal_configurations_hash_alike_and_differ_otherwise(a: SandboxConfig, b: SandboxConfig) -> None:
     fields = ("limits", "network", "runtime", "image", "workspace")
     same = all(getattr(a, f) == getattr(b, f) for f in fields) and dict(a.env) == dict(b.env)
+    # A pool whose zygote started under another hash seed is another pool.
+    same = same and dict(a.interpreter_env) == dict(b.interpreter_env)
     assert (a == b) is same
     if same:
         assert hash(a) == hash(b)
@@ -49,7 +52,11 @@ def test_replace_changes_one_part_and_a_new_hash_comes_with_it(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     ("fields", "message"),
-    [({"network": "internet"}, "unknown network 'internet'"), ({"env": {"A": 1}}, "variables are strings")],
+    [
+        ({"network": "internet"}, "unknown network 'internet'"),
+        ({"env": {"A": 1}}, "variables are strings"),
+        ({"interpreter_env": {"PYTHONHASHSEED": 1}}, "variables are strings"),
+    ],
 )
 def test_bad_fields_are_refused_in_one_line(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import datetime
+import json
 import os
 import shutil
 import subprocess
@@ -487,6 +488,45 @@ def healthy_set_sorted(root: Path) -> Path:
     )
 
 
+def function_cases(calls: list[tuple[list[object], object]]) -> str:
+    return "".join(json.dumps({"args": args, "kwargs": {}, "expected": expected}) + "\n" for args, expected in calls)
+
+
+def set_order_pinned_function(root: Path) -> Path:
+    """(hash seed) As ``set_order_pinned``, graded by the function runner: validation's runs under other seeds fork
+    a pre-started Python that must have started under each seed."""
+    return write_task(
+        root,
+        "set-order-pinned-function",
+        {
+            "workspace/words.py": WORDS_STUB,
+            "solution/words.py": "def distinct(text):\n    return list(set(text.split()))\n",
+            "tests/cases.jsonl": function_cases([([WORDS], distinct_words(0))]),
+        },
+        '[grading]\nrunner = "function"\nmodule = "words.py"\nentry_point = "distinct"\n',
+    )
+
+
+def time_bomb_function(root: Path) -> Path:
+    """(clock) As ``time_bomb``, graded by the function runner: the runs with the clock moved fork a pre-started
+    Python that must have started with it moved."""
+    now = datetime.date.today()
+    solution = (
+        "import datetime\n\n\ndef age(year, month, day):\n    today = datetime.date.today()\n"
+        "    return today.year - year - ((today.month, today.day) < (month, day))\n"
+    )
+    return write_task(
+        root,
+        "time-bomb-function",
+        {
+            "workspace/people.py": "def age(year, month, day):\n    raise NotImplementedError\n",
+            "solution/people.py": solution,
+            "tests/cases.jsonl": function_cases([([2000, 3, 15], now.year - 2000 - ((now.month, now.day) < (3, 15)))]),
+        },
+        '[grading]\nrunner = "function"\nmodule = "people.py"\nentry_point = "age"\n',
+    )
+
+
 AGE_STUB = "import datetime\n\n\ndef age(born):\n    raise NotImplementedError\n"
 AGE = """import datetime
 
@@ -743,7 +783,9 @@ PLANTED = {
     leaks_git: ReasonCode.ANSWER_LEAK,
     nondeterministic_checker: ReasonCode.NONDETERMINISTIC,
     set_order_pinned: ReasonCode.HASH_SEED_DEPENDENT,
+    set_order_pinned_function: ReasonCode.HASH_SEED_DEPENDENT,
     time_bomb: ReasonCode.DATE_DEPENDENT,
+    time_bomb_function: ReasonCode.DATE_DEPENDENT,
     tight_time_limit: ReasonCode.TIGHT_TIME_LIMIT,
     healthy_pytest_again: ReasonCode.DUPLICATE,
     bug_fix_written_another_way: ReasonCode.DUPLICATE,

@@ -15,14 +15,15 @@ reference raises on, times out on or answers differently for is dropped (and cou
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from rollbox.sandbox import SandboxConfig, SandboxSource, Status
 from rollbox.tasks import Comparator, FunctionGrading, StdioGrading, Task
@@ -35,6 +36,7 @@ from ._toml import set_key
 __all__ = ["Generated", "generate_cases", "variations"]
 
 _BATCH = 25
+T = TypeVar("T")
 _HASH_SEEDS = ("0", "1")
 
 #: Runs inside a sandbox: call the reference's function on each input, print one JSON record a line.
@@ -268,7 +270,8 @@ async def _function_outputs(
     """Each input's encoded value (``_INVALID`` where the reference raised, timed out, or returned no plain value)."""
     values: list[Any] = [_INVALID] * len(inputs)
     codec = resources.files("rollbox.tasks").joinpath("_values.py").read_bytes()
-    for start in range(0, len(inputs), _BATCH):
+
+    async def run(start: int) -> None:
         batch = inputs[start : start + _BATCH]
         async with sandboxes.sandbox(SandboxConfig(limits=task.limits, network=task.network)) as sb:
             await _write_reference(sb, task, files)
@@ -295,6 +298,8 @@ async def _function_outputs(
                     values[start + int(record["case"])] = record["value"]
             except (ValueError, KeyError, TypeError, IndexError):
                 continue
+
+    await _all([run(start) for start in range(0, len(inputs), _BATCH)])
     return values
 
 
@@ -324,6 +329,15 @@ class _Infra(Exception):
     """rollbox or the host failed a reference run."""
 
 
+async def _all(runs: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """The runs' results, run at once, in their order; each ends before the first error is raised."""
+    done = await asyncio.gather(*runs, return_exceptions=True)
+    for result in done:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[T], done)
+
+
 _INVALID = object()
 
 
@@ -336,26 +350,30 @@ async def generate_cases(task: Task, reference: Reference, *, sandboxes: Sandbox
     grading = task.grading
     runs: list[list[Any]] = []
     try:
+        # Every reference under every seed at once (each batch a sandbox of its own): they are independent, and
+        # one after another they were the longest wait of a task's validation.
         if isinstance(grading, FunctionGrading):
             function_inputs = _function_inputs(task, reference, grading, limit)
             count = len(function_inputs)
-            for files in _references(task, reference):
-                for seed in _HASH_SEEDS:
-                    runs.append(
-                        await _function_outputs(
-                            task, grading, files=files, inputs=function_inputs, seed=seed, sandboxes=sandboxes
-                        )
+            runs = await _all(
+                [
+                    _function_outputs(
+                        task, grading, files=files, inputs=function_inputs, seed=seed, sandboxes=sandboxes
                     )
+                    for files in _references(task, reference)
+                    for seed in _HASH_SEEDS
+                ]
+            )
         elif isinstance(grading, StdioGrading):
             stdio_inputs = _stdio_inputs(task, grading, limit)
             count = len(stdio_inputs)
-            for files in _references(task, reference):
-                for seed in _HASH_SEEDS:
-                    runs.append(
-                        await _stdio_outputs(
-                            task, grading, files=files, inputs=stdio_inputs, seed=seed, sandboxes=sandboxes
-                        )
-                    )
+            runs = await _all(
+                [
+                    _stdio_outputs(task, grading, files=files, inputs=stdio_inputs, seed=seed, sandboxes=sandboxes)
+                    for files in _references(task, reference)
+                    for seed in _HASH_SEEDS
+                ]
+            )
         else:
             return Generated([])
     except _Infra as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rollbox.judge import Verdict, VerdictStatus, grade
 from rollbox.judge.runners._probe import probe
-from rollbox.sandbox import SandboxSource, WarmSandboxes
+from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource, WarmSandboxes
 from rollbox.tasks import Task
 
 __all__ = ["Grader", "Measured", "Progress"]
@@ -39,6 +39,28 @@ class Measured:
     cpu_s: float | None
 
 
+class _Probed:
+    """``inner``'s sandboxes, but those asked for with a zygote started under a probe's variables (a hash seed, the
+    clock moved: ``SandboxConfig.interpreter_env``, see ``rollbox.judge.runners._probe``), which come from
+    ``probed``: pools of one sandbox each, one per seed and clock. Every task takes the same seeds and clocks, so
+    each pool serves a grading of every task, and its cost (a sandbox and a zygote) is less than one plain
+    interpreter's start per grading."""
+
+    def __init__(self, inner: SandboxSource, probed: SandboxSource) -> None:
+        self._inner, self._probed = inner, probed
+
+    def _source(self, config: SandboxConfig) -> SandboxSource:
+        return self._probed if config.interpreter_env else self._inner
+
+    def sandbox(self, config: SandboxConfig) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        return self._source(config).sandbox(config)
+
+    def sandboxes(
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
+    ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
+        return self._source(config).sandboxes(count, config, avoid=avoid)
+
+
 class Grader:
     """Grades ``(task, files)`` items, ``workers`` at a time, in warm sandboxes it owns (close it after use)."""
 
@@ -55,6 +77,8 @@ class Grader:
         # Room for a check-based grading's variants (three sandboxes at once) beside the other workers, twice
         # over: returned sandboxes are reset in the background.
         self.sandboxes: SandboxSource = WarmSandboxes(size=2 * (self.workers + 2))
+        self._probed = WarmSandboxes(size=1)
+        self._grading = _Probed(self.sandboxes, self._probed)
         self.progress = Progress()
         self._gate = asyncio.Semaphore(self.workers)
         self._on_progress = on_progress
@@ -78,7 +102,7 @@ class Grader:
             for _ in range(1 + self._retries):
                 with probe(env) as measured:
                     try:
-                        verdict = await grade(task, files, sandboxes=self.sandboxes)
+                        verdict = await grade(task, files, sandboxes=self._grading)
                     except Exception as exc:  # a bug of rollbox's: this grading's infra_error, not the run's end
                         verdict = Verdict(
                             task_id=task.id,
@@ -117,3 +141,4 @@ class Grader:
         """Close the warm sandboxes."""
         if isinstance(self.sandboxes, WarmSandboxes):
             await self.sandboxes.close()
+        await self._probed.close()

@@ -69,6 +69,12 @@ class SandboxConfig:
             the host's system directories, read-only.
         workspace: A host directory that /workspace starts as (copy-on-write; never written), or None: empty.
         env: Extra environment variables for every command (nothing of the host's environment is passed).
+        interpreter_env: Variables the sandbox's pre-started Python (its zygote, see ``Sandbox(warm_python=...)``)
+            starts under, over its own (``PYTHONHASHSEED=0``): what an interpreter reads only when it starts (a hash
+            seed, ``LD_PRELOAD`` and the preloaded library's own), which a fork of it cannot take. A ``warm_python``
+            command then runs as a fresh interpreter started under them would; give the commands the same ones in
+            their environment. The zygote outlives each use of a warm sandbox, and starts again in the middle of
+            one: these must name no file a program in the sandbox can write.
 
     Raises:
         ValueError: on construction, an unknown network or a variable that is not a string.
@@ -80,6 +86,7 @@ class SandboxConfig:
     image: Image | None = None
     workspace: Path | None = None
     env: Mapping[str, str] = field(default_factory=_Variables)
+    interpreter_env: Mapping[str, str] = field(default_factory=_Variables)
 
     def __post_init__(self) -> None:
         try:
@@ -88,11 +95,14 @@ class SandboxConfig:
             raise ValueError(f"unknown network {self.network!r}: expected 'none' or 'loopback'") from None
         if self.workspace is not None:
             object.__setattr__(self, "workspace", Path(os.fspath(self.workspace)).resolve())
-        if not isinstance(self.env, _Variables):
-            object.__setattr__(self, "env", _Variables(self.env))
+        for name in ("env", "interpreter_env"):
+            if not isinstance(getattr(self, name), _Variables):
+                object.__setattr__(self, name, _Variables(getattr(self, name)))
         # Made once: pools are looked up by the configuration for every sandbox borrowed.
         object.__setattr__(
-            self, "_hash", hash((self.limits, self.network, self.runtime, self.image, self.workspace, self.env))
+            self,
+            "_hash",
+            hash((self.limits, self.network, self.runtime, self.image, self.workspace, self.env, self.interpreter_env)),
         )
 
     def __hash__(self) -> int:

@@ -15,8 +15,9 @@ the judge's isolation and sealing; validation judges a task by what its tests al
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -191,8 +192,27 @@ class _Scanner(ast.NodeVisitor):
     visit_AnnAssign = visit_Assign
 
 
-def _scan_source(path: str, source: bytes) -> list[tuple[Flag, str]]:
-    """The flags of one module, each with the text of its line (stripped)."""
+#: Scans by (path, SHA-256 of the source), the most recent last: a task's own files are compared with every
+#: candidate's, and validation grades one candidate (the reference) dozens of times.
+_SCANNED: OrderedDict[tuple[str, bytes], tuple[tuple[Flag, str], ...]] = OrderedDict()
+_SCANNED_MAX = 1024
+
+
+def _scan_source(path: str, source: bytes) -> tuple[tuple[Flag, str], ...]:
+    """The flags of one module, each with the text of its line (stripped); a function of the path and the bytes
+    alone, so each is scanned once while it is among the last :data:`_SCANNED_MAX` scanned."""
+    key = (path, hashlib.sha256(source).digest())
+    found = _SCANNED.get(key)
+    if found is None:
+        found = _SCANNED[key] = tuple(_scanned(path, source))
+        if len(_SCANNED) > _SCANNED_MAX:
+            _SCANNED.popitem(last=False)
+    else:
+        _SCANNED.move_to_end(key)
+    return found
+
+
+def _scanned(path: str, source: bytes) -> list[tuple[Flag, str]]:
     scanner = _Scanner(path)
     try:
         scanner.visit(ast.parse(source, filename=path))

@@ -35,7 +35,7 @@ from rollbox.tasks import FunctionGrading, Task, TaskFormatError
 
 from ._channel import ForgedChannel, read_records
 from ._drivers import driver_command, install_driver
-from ._probe import grading_env
+from ._probe import grading_env, sandbox_config
 from ._report import RunnerReport
 from ._tree import GradingTree
 
@@ -122,7 +122,7 @@ async def run_check(tree: GradingTree, task: Task, grading: FunctionGrading, san
     run_id = secrets.token_hex(16)
     mark = "rollbox.check:" + hashlib.sha256(source.encode()).hexdigest()
     async with sandboxes.sandboxes(
-        1, SandboxConfig(limits=task.limits, network=task.network, workspace=tree.base), avoid=mark
+        1, sandbox_config(SandboxConfig(limits=task.limits, network=task.network, workspace=tree.base)), avoid=mark
     ) as (box,):
         if mark in box.history:
             await box.reset(fresh=True)

@@ -85,8 +85,8 @@ def driver_command(sb: Sandbox, driver: str, *args: str) -> tuple[list[str], boo
 
     A fork of the sandbox's zygote where one runs or is starting (a warm-Python sandbox); else one plain
     interpreter, which costs less than starting a zygote for a single command; and always one plain interpreter
-    under a probe's variables (``_probe``), which a fork would not take.
+    under a probe's variables (``_probe``) where the zygote did not start under them, which a fork would not take.
     """
-    if (sb.warm_python_ready or sb.warm_python) and forks_apply():
+    if (sb.warm_python_ready or sb.warm_python) and forks_apply(sb):
         return ["python3", driver, *args], True
     return ["python3", "-s", driver, *args], False

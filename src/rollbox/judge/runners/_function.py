@@ -79,7 +79,7 @@ async def run_function(
     if grading.check:  # in sandboxes of its own, from the tree as it is before any of the candidate's code ran
         reports.append(await run_check(tree, task, grading, sandboxes))
     if cases:
-        async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
+        async with tree.sandbox(sandboxes, limits=task.limits, network=task.network, forks=True) as sb:
             await tree.lay(sb)
             driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
             command, warm = driver_command(sb, driver, f"/workspace/{grading.module}", grading.entry_point)

@@ -6,18 +6,26 @@ order under one hash seed, today's date): validation grades the reference again 
 :func:`probe`, and reads the grading's CPU time (which, unlike its wall time, does not grow with the machine's
 load) to check the task's time limit. The probe is a context variable: only the asyncio task that opened it, and
 those it starts, see it. Outside one, grading is exactly as always.
+
+A fork of a sandbox's pre-started Python keeps the hash seed and the preloaded libraries it started with, so a
+probe's grading asks for sandboxes whose zygote started under the probe's variables (:func:`sandbox_config`:
+``SandboxConfig.interpreter_env``) and forks it only there (:func:`forks_apply`); elsewhere it runs a plain
+interpreter under them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from rollbox.sandbox import Sandbox, SandboxConfig
+
 from ._channel import GRADING_ENV
 
-__all__ = ["Probe", "forks_apply", "grading_env", "probe", "record_cpu"]
+__all__ = ["Probe", "forks_apply", "grading_env", "probe", "record_cpu", "sandbox_config"]
 
 
 @dataclass
@@ -51,11 +59,22 @@ def grading_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**GRADING_ENV, **(current.env if current is not None else {}), **(extra or {})}
 
 
-def forks_apply() -> bool:
-    """Whether a fork of a sandbox's Python zygote runs as :func:`grading_env` asks: not under a probe's variables,
-    which a started interpreter cannot take (its hash seed is fixed, a preloaded library loads at exec)."""
+def _probed() -> dict[str, str]:
     current = _CURRENT.get()
-    return current is None or not current.env
+    return dict(current.env) if current is not None else {}
+
+
+def sandbox_config(config: SandboxConfig) -> SandboxConfig:
+    """``config`` for a grading sandbox: under a probe, with the probe's variables as those its zygote starts
+    under (a started interpreter cannot take them: its hash seed is fixed, a preloaded library loads at exec)."""
+    probed = _probed()
+    return dataclasses.replace(config, interpreter_env=probed) if probed else config
+
+
+def forks_apply(sb: Sandbox) -> bool:
+    """Whether a fork of ``sb``'s Python zygote runs as :func:`grading_env` asks: its zygote started under exactly
+    the probe's variables (none outside a probe; the judge's hash seed, 0, is the zygote's own)."""
+    return dict(sb.config.interpreter_env) == _probed()
 
 
 def record_cpu(cpu_s: float) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from rollbox.sandbox import Limits, Network, Sandbox, SandboxConfig, SandboxSource
 
+from ._probe import sandbox_config
+
 __all__ = ["GradingTree"]
 
 
@@ -32,15 +34,13 @@ class GradingTree:
     removed: tuple[str, ...] = ()
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, sandboxes: SandboxSource, *, limits: Limits, network: Network) -> AsyncIterator[Sandbox]:
-        """A sandbox from ``sandboxes`` whose /workspace starts as :attr:`base` (lay the tree with :meth:`lay`)."""
-        # Without a base, asked for exactly as before workspaces existed: a source need not know of them then.
-        opening = (
-            sandboxes.sandbox(SandboxConfig(limits=limits, network=network))
-            if self.base is None
-            else sandboxes.sandbox(SandboxConfig(limits=limits, network=network, workspace=self.base))
-        )
-        async with opening as sb:
+    async def sandbox(
+        self, sandboxes: SandboxSource, *, limits: Limits, network: Network, forks: bool = False
+    ) -> AsyncIterator[Sandbox]:
+        """A sandbox from ``sandboxes`` whose /workspace starts as :attr:`base` (lay the tree with :meth:`lay`); with
+        ``forks`` (the runner forks its pre-started Python), one whose zygote started under a probe's variables."""
+        config = SandboxConfig(limits=limits, network=network, workspace=self.base)
+        async with sandboxes.sandbox(sandbox_config(config) if forks else config) as sb:
             yield sb
 
     async def lay(self, sb: Sandbox) -> None:

@@ -99,7 +99,8 @@ def _python_environment(env: dict[str, str]) -> None:
     """Apply what a fresh interpreter reads from its environment at start-up, where a fork still can.
 
     PYTHONPATH, PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED are honoured. The hash seed is the zygote's
-    (PYTHONHASHSEED=0, fixed so that runs are reproducible); other start-up options are not applied.
+    (PYTHONHASHSEED=0, fixed so that runs are reproducible, unless the sandbox's ``interpreter_env`` starts it under
+    another); other start-up options are not applied.
     """
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -301,6 +301,7 @@ class NamespaceSandbox:
         self.layer = config.runtime
         #: The image whose root is the sandbox's, or None (the host's system directories).
         self.image = config.image
+        self._interpreter_env = dict(config.interpreter_env)
         #: What the sandbox mounts for its Python: the layer's, or the host's (none on an image).
         self.runtime = self.host.mounts(config.runtime, config.image)
         self._layer_lock: int | None = None
@@ -642,6 +643,7 @@ class NamespaceSandbox:
         if self._zygote is not None:
             self._zygote.close()
         env = {"PATH": PATH, "PYTHONHASHSEED": "0", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/workspace"}
+        env.update(self._interpreter_env)  # what a fork cannot take: the configuration's hash seed, a preload
         argv = ["python3", "-s", _ZYGOTE_PATH, "serve", "3"]
         self._zygote = await self.agent.start_zygote(argv, env, self.limits)
         return self._zygote
