@@ -92,6 +92,56 @@ class Image:
                 return None
         return f"/{path}"
 
+    def has_program(self, name: str, path: str) -> bool | None:
+        """Whether ``name`` (a bare command name) is a file in a directory of ``path`` (a PATH) within the image:
+        True, False, or None when that cannot be told from the image alone (a directory of ``path`` that another
+        mount covers, /opt/rollbox's runtime layer or the writable /workspace and /tmp, or is not absolute). Symbolic
+        links are followed as inside the sandbox, the image's root being ``/``; nothing outside it is looked at."""
+        if not name or "/" in name:
+            return None
+        for directory in path.split(":"):
+            if not directory.startswith("/") or any(
+                directory == top or directory.startswith(f"{top}/") for top in (*_MOUNTED, "/dev/shm")
+            ):
+                return None
+            if self._regular_file(posixpath.join(directory, name)):
+                return True
+        return False
+
+    def _regular_file(self, path: str) -> bool:
+        """Whether ``path`` (absolute, inside the image) is a regular file, its links followed within the root."""
+        parts = [p for p in path.split("/") if p]
+        done: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            if part == ".":
+                continue
+            here = self.root.joinpath(*done, part)
+            try:
+                mode = os.lstat(here).st_mode
+            except OSError:
+                return False
+            if stat.S_ISLNK(mode):
+                hops += 1
+                if hops > 40:  # as the kernel gives up (ELOOP)
+                    return False
+                target = os.readlink(here)
+                parts = [p for p in target.split("/") if p] + parts
+                if target.startswith("/"):
+                    done = []
+                continue
+            done.append(part)
+            if parts and not stat.S_ISDIR(mode):
+                return False
+            if not parts:
+                return stat.S_ISREG(mode)
+        return False
+
     def hold(self) -> int:
         """A descriptor holding the root's shared lock, so that ``gc`` and ``remove`` leave the root alone while it
         is open (a sandbox holds it for its life).
