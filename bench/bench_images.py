@@ -3,6 +3,7 @@
 
     python bench/bench_images.py [--megabytes M] [--iterations N] [--rounds R] [--live N] [--repeats R]
                                  [--json PATH]
+    python bench/bench_images.py --run-code N [--rounds R] [--concurrency C] [--json PATH]
 
 The image is made once, in a temporary directory, from the host's own files: its programs and Python (what the
 tests' image holds, see ``tests/oci_images.py``), then more of the host's /usr until it holds about M MiB
@@ -19,6 +20,12 @@ tests' image holds, see ``tests/oci_images.py``), then more of the host's /usr u
   default 3): the memory they take each (MemTotal - MemAvailable before and after, divided by N; and the same of
   the kernel's and processes' parts of /proc/meminfo, which the page cache and the rest of the machine disturb
   less), medians.
+
+``--run-code N`` measures ``/run_code`` on an image language instead (python, in the image of the host's programs
+the tests use), on a service started in this process on 127.0.0.1: N requests, C at a time (default 4), each a
+program that prints one line, requests/s and the median latency, with every request on a fresh sandbox
+(``warm_configs=0``: no pool is kept) and served from the warm pool of the image's configuration, the two
+alternating round by round (R rounds), medians.
 
 Needs what rollbox's namespaces backend needs (root, cgroups).
 """
@@ -40,12 +47,16 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import rollbox
-from oci_images import host_files_layer, write_layout
+from oci_images import host_files_layer, host_image, write_layout
 from rollbox.sandbox import Limits, SandboxConfig
 from rollbox.sandbox.images import Image, ImageStore
+from rollbox.server import ServerConfig
+from serving import running
 
 LIMITS = Limits(timeout_s=30, cpu_time_s=10, memory_bytes=128 * 2**20, disk_bytes=16 * 2**20)
 #: Host directories that fill the image up to its size, in order.
@@ -197,6 +208,48 @@ async def lives(image: Image, count: int, repeats: int) -> dict[str, list[dict[s
     return found
 
 
+async def _requests(url: str, count: int, concurrency: int) -> tuple[float, float]:
+    """(requests/s, median latency in ms) of ``count`` python requests to ``/run_code`` at ``url``."""
+    request = {"code": "print(sum(range(10)))", "language": "python"}
+    latencies: list[float] = []
+    left = iter(range(count))
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+
+        async def client() -> None:
+            for _ in left:
+                start = time.perf_counter()
+                body = (await http.post("/run_code", json=request)).json()
+                latencies.append(time.perf_counter() - start)
+                if body["status"] != "Success":
+                    raise SystemExit(f"/run_code did not succeed: {body}")
+
+        await client()  # one first: the pool (when kept) is made by the first request, not counted
+        latencies.clear()
+        left = iter(range(count))
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    return count / wall, statistics.median(latencies) * 1000
+
+
+def run_code(count: int, rounds: int, concurrency: int) -> dict[str, dict[str, float]]:
+    """``/run_code`` on an image language, fresh sandboxes against the warm pool (see the module's docstring)."""
+    image = host_image()
+    found: dict[str, list[tuple[float, float]]] = {"fresh sandbox": [], "warm pool": []}
+    for _ in range(rounds):
+        for name, kept in (("fresh sandbox", 0), ("warm pool", 1)):
+            config = ServerConfig(language_images=image.refs[0], pool_size=concurrency, warm_configs=kept)
+            with running(config) as server:
+                found[name].append(asyncio.run(_requests(server.url, count, concurrency)))
+    return {
+        name: {
+            "requests_per_s": statistics.median(r for r, _ in runs),
+            "latency_ms": statistics.median(latency for _, latency in runs),
+        }
+        for name, runs in found.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--megabytes", type=int, default=200)
@@ -205,7 +258,25 @@ def main() -> None:
     parser.add_argument("--live", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--run-code", type=int, default=0, metavar="N")
+    parser.add_argument("--concurrency", type=int, default=4)
     args = parser.parse_args()
+    if args.run_code:
+        home = Path(tempfile.mkdtemp(prefix="rollbox-bench-run-code-"))
+        os.environ["ROLLBOX_HOME"] = str(home)
+        try:
+            found = run_code(args.run_code, args.rounds, args.concurrency)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+        for name, figures in found.items():
+            print(
+                f"/run_code python on an image, {name}: {figures['requests_per_s']:.1f} requests/s, "
+                f"median latency {figures['latency_ms']:.0f} ms ({args.concurrency} at a time, median of "
+                f"{args.rounds} rounds of {args.run_code})"
+            )
+        if args.json:
+            args.json.write_text(json.dumps(found, indent=2) + "\n")
+        return
     scratch = Path(tempfile.mkdtemp(prefix="rollbox-bench-images-"))
     report: dict[str, object] = {}
     try:

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,11 +21,28 @@ from hypothesis import strategies as st
 
 from oci_images import Entry, tar_layer, write_layout
 from registry_server import PASSWORD, USER, Registry, free_port, registry, sha256
-from rollbox.sandbox.images import ImageError, ImageStore
+from rollbox.sandbox.images import Credentials, ImageError, ImageStore, PullProgress, pull, pull_image
 from rollbox.sandbox.images._reference import Reference, parse_reference
-from rollbox.sandbox.images._registry import Credentials, PullProgress, credentials_for, pull
+from rollbox.sandbox.images._registry import credentials_for
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def test_pulling_is_public_api_that_costs_no_import_of_its_own() -> None:
+    from rollbox.sandbox import images
+    from rollbox.sandbox.images import _registry
+
+    assert {"pull", "pull_image", "Credentials", "PullProgress", "PullResult"} <= set(images.__all__)
+    assert images.pull_image is _registry.pull_image and images.Credentials is _registry.Credentials
+    assert pull is _registry.pull and pull_image is _registry.pull_image
+    # The HTTP client is loaded by a pull, not by every process that imports the sandbox.
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import sys, rollbox.sandbox.images; print('httpx' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert fresh.stdout == "False\n"
 
 
 @pytest.fixture(scope="module")

@@ -214,12 +214,14 @@ def _run(args: argparse.Namespace) -> int:
 async def _run_on(
     image: Image, cmd: list[str], *, limits: Limits, network: str, stdin: bytes | None, files: dict[str, bytes]
 ) -> ExecResult:
-    """``cmd`` in a fresh sandbox on ``image``'s root, in its working directory's place (/workspace)."""
+    """``cmd`` in a fresh sandbox on ``image``'s root: in /workspace when ``files`` are put there (relative paths
+    name them), in the image's ``WorkingDir`` otherwise (where ``docker run`` starts it), /workspace without one."""
+    start = None if files else image.working_directory()
     try:
         async with Sandbox(limits=limits, network=network, image=image) as sb:
             for path, content in files.items():
                 await sb.write_file(path, content)
-            return await sb.exec(cmd, stdin=stdin)
+            return await sb.exec(cmd, stdin=stdin, cwd=start or "/workspace")
     except SandboxError as exc:
         return ExecResult.infra_error(str(exc))
 

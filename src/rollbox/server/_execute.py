@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from rollbox import telemetry
-from rollbox.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxPool, Status
+from rollbox.sandbox import ExecResult, Limits, Sandbox, SandboxConfig, SandboxError, SandboxPool, Status
 from rollbox.sandbox.images import Image, ImageError
 from rollbox.sandbox.images._languages import Language
 
@@ -37,13 +37,14 @@ def decode_b64(text: str, what: str) -> bytes:
 
 
 class Executor:
-    """Warm pools for one-shot executions: one per limits (at most ``config.warm_configs`` kept; a request with
-    other limits gets a fresh sandbox), each of ``config.pool_size`` sandboxes."""
+    """Warm pools for one-shot executions: one per sandbox configuration (limits and image; at most
+    ``config.warm_configs`` kept: a request of another gets a fresh sandbox), each of ``config.pool_size``
+    sandboxes. A pooled sandbox is reset to its fresh state before it serves again, on an image as on the host."""
 
     def __init__(self, config: ServerConfig, languages: Languages) -> None:
         self.config = config
         self.languages = languages
-        self._pools: OrderedDict[Limits, SandboxPool] = OrderedDict()
+        self._pools: OrderedDict[SandboxConfig, SandboxPool] = OrderedDict()
         self._opening = asyncio.Lock()
         self.waiting = 0
         self.running = 0
@@ -59,15 +60,16 @@ class Executor:
             with contextlib.suppress(Exception):
                 await pool.close()
 
-    async def _pool(self, limits: Limits, tenant: str) -> SandboxPool | None:
+    async def _pool(self, config: SandboxConfig, tenant: str) -> SandboxPool | None:
         async with self._opening:
-            pool = self._pools.get(limits)
+            pool = self._pools.get(config)
             if pool is not None:
-                self._pools.move_to_end(limits)
+                self._pools.move_to_end(config)
                 return pool
             if len(self._pools) >= self.config.warm_configs:
                 return None
-            pool = SandboxPool(size=self.config.pool_size, limits=limits, warm_python=True)
+            # The warm interpreter is the host's Python: an image has its own (or none).
+            pool = SandboxPool(config, size=self.config.pool_size, warm_python=config.image is None)
             start = time.monotonic()
             try:
                 await pool.__aenter__()
@@ -85,13 +87,13 @@ class Executor:
             telemetry.emit(
                 "sandbox.start", ok=True, wall_s=time.monotonic() - start, tenant=tenant, run=self.config.run, pool=True
             )
-            self._pools[limits] = pool
+            self._pools[config] = pool
             return pool
 
     @contextlib.asynccontextmanager
     async def sandbox(self, limits: Limits, tenant: str, image: Image | None = None) -> AsyncIterator[Sandbox]:
-        """A sandbox with these limits (on ``image``'s root, or the host's) for the block: warm from a pool (the
-        host's root only), or fresh.
+        """A sandbox with these limits (on ``image``'s root, or the host's) for the block: warm from the pool of
+        its configuration, or fresh when no more pools are kept.
 
         Raises:
             Refused: 429, ``config.max_queue`` executions already wait for a sandbox.
@@ -104,10 +106,11 @@ class Executor:
         self.waiting += 1
         waiting = True
         try:
-            pool = await self._pool(limits, tenant) if image is None else None
+            config = SandboxConfig(limits=limits, image=image)
+            pool = await self._pool(config, tenant)
             if pool is None:
                 start = time.monotonic()
-                fresh = Sandbox(limits=limits, image=image)
+                fresh = Sandbox(config)
                 try:
                     await fresh.__aenter__()
                 except SandboxError as exc:

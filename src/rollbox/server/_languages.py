@@ -14,12 +14,14 @@ A language that cannot run is listed by ``/v1/languages`` with the reason, and r
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.sandbox.images import Image, ImageStore
-from rollbox.sandbox.images._build import build_image
+from rollbox.sandbox.images import Image, ImageError, ImageStore
+from rollbox.sandbox.images._build import build_image, image_ref
 from rollbox.sandbox.images._languages import LANGUAGES, Language
 from rollbox.sandbox.images._recipe import load_recipe
 
@@ -28,6 +30,7 @@ from ._guard import Refused
 __all__ = ["Languages", "Runnable"]
 
 _HOST, _RECIPES = "host", "recipes"
+_log = logging.getLogger("uvicorn.error")
 
 
 @dataclass(frozen=True)
@@ -114,4 +117,23 @@ class Languages:
         if self.images != _RECIPES:
             path = Path(key)
             return store.import_layout(path) if (path / "index.json").is_file() else store.resolve(key)
-        return build_image(load_recipe(key), store)
+        recipe = load_recipe(key)
+        try:
+            return store.resolve(image_ref(recipe))
+        except ImageError:
+            pass
+        # Minutes, while the request that asked waits: say so where the operator looks, and how to spare it.
+        _log.warning(
+            "building the image of recipe %s for /run_code (its first request waits; minutes): "
+            "'rollbox images build %s' builds it before the service starts",
+            key,
+            key,
+        )
+        started = time.monotonic()
+        try:
+            image = build_image(recipe, store)
+        except ImageError as exc:
+            _log.error("the image of recipe %s could not be built: %s", key, exc)
+            raise
+        _log.warning("built the image of recipe %s (%s) in %.0f s", key, image.short, time.monotonic() - started)
+        return image

@@ -16,6 +16,7 @@ from rollbox.tasks._values import decode
 from ._channel import ForgedChannel, read_records
 from ._check import run_check
 from ._drivers import driver_command, install_driver
+from ._missing import unless_missing
 from ._probe import grading_env
 from ._report import RunnerReport, merge_reports
 from ._tree import GradingTree
@@ -84,6 +85,7 @@ async def run_function(
             driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
             command, warm = driver_command(sb, driver, f"/workspace/{grading.module}", grading.entry_point)
             result = await sb.exec(command, stdin=inputs, env=grading_env(), warm_python=warm)
+            result = unless_missing(sb, command, result, runner="function")
         reports.append(_cases_report(grading, cases, result))
     return merge_reports(reports)
 

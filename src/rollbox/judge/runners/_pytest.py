@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.judge.integrity._canary import add_canaries
 from rollbox.judge.integrity._seal import SealedModule, seal_module
-from rollbox.sandbox import FreshSandboxes, Sandbox, SandboxSource, Status
+from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
 
 from ._drivers import compiled, install_driver, sandbox_python
@@ -131,6 +131,26 @@ def _expected(collected: list[str], static: dict[str, int]) -> list[str]:
 def _matches(static_id: str, reported: str) -> bool:
     """Whether ``reported`` is the test ``static_id`` names, a parametrized case of it, or a test within it."""
     return reported == static_id or reported.startswith((static_id + "[", static_id + "::"))
+
+
+#: Imports pytest as the run does, but isolated (-I): nothing the candidate left in /workspace or /tmp, nor a
+#: variable, can make it fail, so its failure is the task's (its image or runtime has no pytest), not the candidate's.
+_PROBE = ["python3", "-I", "-c", "import pytest"]
+
+
+async def _without_pytest(sb: Sandbox, result: ExecResult) -> ExecResult:
+    """``result`` of a run that reported no test at all, or ``infra_error`` saying what to do when that is because
+    the sandbox's python3 has no pytest (an image without it): a task that cannot be graded is never the
+    candidate's failure."""
+    probe = await sb.exec(_PROBE, cwd="/", env=grading_env())
+    if probe.ok or probe.status is not Status.NONZERO_EXIT:
+        return result
+    said = probe.stderr_text.strip().splitlines()
+    why = said[-1] if said else f"exit status {probe.exit_code}"
+    return ExecResult.infra_error(
+        f"the pytest runner cannot run here: 'python3 -c \"import pytest\"' fails ({why}): add pytest to the "
+        'task\'s image (Debian: python3-pytest) or to its runtime (requirements = ["pytest"])'
+    )
 
 
 def _run_files(task: Task, grading: PytestGrading, layout: _Layout) -> list[str]:
@@ -246,12 +266,14 @@ async def run_pytest(
             ),
             cwd=_JUDGE if layout.prefix else "/workspace",
         )
+        run = PytestRun.read(result.stdout_text, truncated=result.stdout_truncated, sealed=sealed)
+        if result.status is not Status.INFRA_ERROR and not run.outcomes:
+            result = await _without_pytest(sb, result)
     if result.status is Status.INFRA_ERROR:
         expected = list(grading.fail_to_pass or static) + list(grading.pass_to_pass)
         return RunnerReport(
             tests=tuple(GradedTest(i, Outcome.MISSING) for i in expected), run_status=result.status, detail=result.error
         )
-    run = PytestRun.read(result.stdout_text, truncated=result.stdout_truncated, sealed=sealed)
     tampered = run.forged
     for canary in canaries:
         if any(_matches(canary, i) and o in (Outcome.PASSED, Outcome.XPASSED) for i, o in run.outcomes.items()):

@@ -49,6 +49,7 @@ from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import ScriptGrading, Task
 
 from ._channel import ForgedChannel, read_records
+from ._missing import unless_missing
 from ._native import reward_shim
 from ._probe import grading_env
 from ._report import RunnerReport
@@ -185,7 +186,8 @@ async def _verify(task: Task, grading: ScriptGrading, tree: GradingTree, sandbox
         await sb.write_file(_SHIM, reward_shim(), read_only=True)
         await tree.lay(sb)
         env = grading_env({"ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR, "LD_PRELOAD": _SHIM})
-        result = await sb.exec(["bash", f"{TESTS_DIR}/{grading.script}"], env=env)
+        argv = ["bash", f"{TESTS_DIR}/{grading.script}"]
+        result = unless_missing(sb, argv, await sb.exec(argv, env=env), runner="script")
     if result.status is Status.INFRA_ERROR:
         return _Run(result, Outcome.MISSING)
     outcome, reward, notes = _read_channel(result.stdout_text, truncated=result.stdout_truncated)

@@ -26,6 +26,7 @@ from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxConfig, SandboxSo
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
 from rollbox.tasks._cases import StdioCase, load_stdio_cases
 
+from ._missing import unless_missing
 from ._probe import grading_env
 from ._report import RunnerReport
 from ._tree import GradingTree
@@ -110,7 +111,8 @@ async def _run_cases(
     async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
         await tree.lay(sb)
         for case in cases:
-            results.append(await sb.exec(list(grading.command), stdin=case.input, env=grading_env()))
+            result = await sb.exec(list(grading.command), stdin=case.input, env=grading_env())
+            results.append(unless_missing(sb, grading.command, result, runner="stdio"))
             if results[-1].status in _STOPS:
                 break
     return results

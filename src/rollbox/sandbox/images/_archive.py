@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import tarfile
+import zlib
 from pathlib import Path
 
 from ._errors import ImageError
@@ -100,13 +102,52 @@ def _member_path(name: str) -> str:
     return "/".join(parts)
 
 
+def _why(exc: BaseException) -> str:
+    """An error's message on one line (tarfile's and the compressors' may hold several)."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
+#: The first bytes of each compressed format tarfile opens.
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+
+
+def _not_an_archive(archive: Path) -> ImageError:
+    """What to say of a file tarfile cannot open: by its first bytes, a damaged compressed file or no archive."""
+    try:
+        with archive.open("rb") as f:
+            head = f.read(6)
+    except OSError:
+        head = b""
+    kind = next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+    if kind is not None:
+        return ImageError(
+            f"{archive} is a {kind} file without a readable tar archive in it (corrupt, truncated, or not an image "
+            "archive): save or copy the image again as a docker-save or OCI archive"
+        )
+    return ImageError(
+        f"{archive} is not a tar archive (plain, gzip, bzip2 or xz): give a docker-save or OCI archive "
+        "(docker save, skopeo copy ... oci-archive:FILE), or an OCI image layout directory"
+    )
+
+
+def _corrupt(archive: Path, exc: BaseException) -> ImageError:
+    return ImageError(f"{archive} is a corrupt or truncated archive ({_why(exc)}): save or copy the image again")
+
+
 def extract_archive(archive: Path, into: Path) -> None:
     """Extract a docker-save or OCI archive's files and directories into ``into``; a symbolic link between two of
     its files (docker save links layers it holds twice) becomes a copy; anything else, or a name that leaves
     ``into``, is refused."""
     links: list[tuple[str, str]] = []
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
+        tar = tarfile.open(archive, mode="r:*")  # noqa: SIM115 (closed by the "with tar" below)
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise ImageError(f"{archive} cannot be read ({_why(exc)}): check the file") from None
+        raise _not_an_archive(archive) from None
+    try:
+        with tar:
             for member in tar:
                 rel = _member_path(member.name)
                 if not rel:
@@ -125,9 +166,15 @@ def extract_archive(archive: Path, into: Path) -> None:
                     links.append((rel, _member_path(os.path.normpath(os.path.join(base, member.linkname)))))
                 else:
                     raise ImageError(f"the archive's entry {member.name!r} is not a file or directory: refused")
-    except (tarfile.TarError, OSError) as exc:
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise _corrupt(archive, exc) from None
+    except OSError as exc:
+        if exc.errno is None:  # gzip's and bz2's complaints about their stream are OSErrors without an errno
+            raise _corrupt(archive, exc) from None
+        # Extracting it: where the store keeps its work is full or not writable, or the file cannot be read.
+        where = f" {exc.filename}" if exc.filename else ""
         raise ImageError(
-            f"{archive} is not a readable tar archive ({exc}): give a docker-save or OCI archive"
+            f"cannot extract {archive}:{where} {_why(exc)}: free space under ROLLBOX_HOME, or check its permissions"
         ) from None
     for rel, linked in links:
         original = into / linked

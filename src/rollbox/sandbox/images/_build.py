@@ -35,7 +35,7 @@ from ._image import Image
 from ._recipe import BuildError, Recipe
 from ._store import ImageStore
 
-__all__ = ["build", "build_cache", "build_image"]
+__all__ = ["build", "build_cache", "build_image", "image_ref"]
 
 _TAR = "application/vnd.oci.image.layer.v1.tar"
 _CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -103,6 +103,11 @@ def _remove_work(work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def image_ref(recipe: Recipe) -> str:
+    """The reference a recipe's image is known by in the store: ``rollbox/NAME:DIGEST12`` (the recipe's digest)."""
+    return f"rollbox/{recipe.name}:{recipe.digest.removeprefix('sha256:')[:12]}"
+
+
 def build_image(recipe: Recipe, store: ImageStore, *, cache: Path | None = None) -> Image:
     """The recipe's image in ``store``, as ``rollbox/NAME:DIGEST12`` (the recipe's digest): found there, or built
     (see :func:`build`) and imported.
@@ -111,7 +116,7 @@ def build_image(recipe: Recipe, store: ImageStore, *, cache: Path | None = None)
         BuildError: as :func:`build`.
         ImageError: the built layout could not be imported.
     """
-    ref = f"rollbox/{recipe.name}:{recipe.digest.removeprefix('sha256:')[:12]}"
+    ref = image_ref(recipe)
     try:
         return store.resolve(ref)
     except ImageError:

@@ -13,4 +13,11 @@ __all__ = ["ImageError"]
 
 
 class ImageError(RollboxError):
-    """An image could not be imported, verified, unpacked, found or removed; nothing half-made was left."""
+    """An image could not be imported, verified, unpacked, found or removed; nothing half-made was left.
+
+    Its message is one line whatever it quotes (a library's error, a tool's output): lines are joined with "; ".
+    """
+
+    def __init__(self, message: object = "") -> None:
+        lines = [line.strip() for line in str(message).splitlines()]
+        super().__init__("; ".join(line for line in lines if line))

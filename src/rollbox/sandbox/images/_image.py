@@ -5,10 +5,15 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import posixpath
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Image", "ImageConfig"]
+
+#: Where rollbox mounts its own file systems over the image's: what an image holds there is out of sight.
+_MOUNTED = ("/workspace", "/tmp", "/dev", "/proc", "/sys", "/opt/rollbox")
 
 
 @dataclass(frozen=True)
@@ -18,7 +23,8 @@ class ImageConfig:
     Attributes:
         env: Its ``Env``, in order, as ``(name, value)`` pairs: every command's environment starts from them
             (rollbox's own ``HOME``, ``TMPDIR``, ``USER`` and locale stay; the caller's variables come last).
-        working_dir: Its ``WorkingDir``, or None (commands start in /workspace; ``rollbox exec --image`` may use it).
+        working_dir: Its ``WorkingDir``, or None: where ``rollbox exec --image`` starts a command that brings no
+            files (see :meth:`Image.working_directory`); a task's commands start in /workspace.
         user: Its ``User``, as written; every user of an image is the sandbox's one unprivileged uid (1000).
         entrypoint, cmd: Its ``Entrypoint`` and ``Cmd``, for ``rollbox images inspect`` (rollbox runs the command
             it is given, never these).
@@ -65,6 +71,76 @@ class Image:
     def short(self) -> str:
         """The first 12 hex digits of its digest, as listings show it."""
         return self.digest.removeprefix("sha256:")[:12]
+
+    def working_directory(self) -> str | None:
+        """Its ``WorkingDir`` where a command can start there: a directory of the image itself, reached without a
+        symbolic link (whose target would be read on the host here), and not below a mount of rollbox's own
+        (/workspace, /tmp, /dev, /proc, /sys, /opt/rollbox); otherwise None (start in /workspace)."""
+        written = self.config.working_dir
+        if not written or not written.startswith("/"):
+            return None
+        path = posixpath.normpath(written).lstrip("/")
+        if any(f"/{path}" == top or f"/{path}".startswith(f"{top}/") for top in _MOUNTED):
+            return None
+        here = self.root
+        for part in path.split("/") if path else ():
+            here = here / part
+            try:
+                if not stat.S_ISDIR(os.lstat(here).st_mode):
+                    return None
+            except OSError:
+                return None
+        return f"/{path}"
+
+    def has_program(self, name: str, path: str) -> bool | None:
+        """Whether ``name`` (a bare command name) is a file in a directory of ``path`` (a PATH) within the image:
+        True, False, or None when that cannot be told from the image alone (a directory of ``path`` that another
+        mount covers, /opt/rollbox's runtime layer or the writable /workspace and /tmp, or is not absolute). Symbolic
+        links are followed as inside the sandbox, the image's root being ``/``; nothing outside it is looked at."""
+        if not name or "/" in name:
+            return None
+        for directory in path.split(":"):
+            if not directory.startswith("/") or any(
+                directory == top or directory.startswith(f"{top}/") for top in (*_MOUNTED, "/dev/shm")
+            ):
+                return None
+            if self._regular_file(posixpath.join(directory, name)):
+                return True
+        return False
+
+    def _regular_file(self, path: str) -> bool:
+        """Whether ``path`` (absolute, inside the image) is a regular file, its links followed within the root."""
+        parts = [p for p in path.split("/") if p]
+        done: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            if part == ".":
+                continue
+            here = self.root.joinpath(*done, part)
+            try:
+                mode = os.lstat(here).st_mode
+            except OSError:
+                return False
+            if stat.S_ISLNK(mode):
+                hops += 1
+                if hops > 40:  # as the kernel gives up (ELOOP)
+                    return False
+                target = os.readlink(here)
+                parts = [p for p in target.split("/") if p] + parts
+                if target.startswith("/"):
+                    done = []
+                continue
+            done.append(part)
+            if parts and not stat.S_ISDIR(mode):
+                return False
+            if not parts:
+                return stat.S_ISREG(mode)
+        return False
 
     def hold(self) -> int:
         """A descriptor holding the root's shared lock, so that ``gc`` and ``remove`` leave the root alone while it

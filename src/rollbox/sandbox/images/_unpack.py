@@ -1,7 +1,7 @@
 """Unpacking one layer's blob into a directory of the store, safely, verifying its digests as it is read.
 
-The blob is read once: its bytes are hashed (the manifest's digest), decompressed (gzip, or none; found by its
-first bytes), hashed again (the configuration's ``diff_id``) and unpacked as a tar stream. The directory is a
+The blob is read once: its bytes are hashed (the manifest's digest), decompressed (gzip, zstd, or none; found by
+its first bytes), hashed again (the configuration's ``diff_id``) and unpacked as a tar stream. The directory is a
 staging one that only rollbox writes; it becomes the layer only once both digests matched (see ``_store``).
 
 What a hostile tar cannot do here:
@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, TypeVar
+from typing import IO, BinaryIO, Protocol, TypeVar
 
 from ._errors import ImageError
 
@@ -50,6 +50,31 @@ def readable(mode: int) -> int:
     to group and others too."""
     mode &= 0o777
     return mode | ((mode & 0o500) >> 3) | ((mode & 0o500) >> 6)
+
+
+#: The first bytes of each compression a layer may have (found by them, not by the media type, which is often
+#: wrong), and the name an error gives it.
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+class _Decompressor(Protocol):
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes) -> bytes: ...
+
+
+def _decompressor(kind: str) -> tuple[_Decompressor, type[Exception]]:
+    """A decompressor of one gzip member or one zstd frame, and the error it raises on a corrupt stream.
+    (zstandard's C decompressor, as zlib's, releases the interpreter's lock while it works.)"""
+    if kind == "gzip":
+        return zlib.decompressobj(wbits=31), zlib.error
+    import zstandard  # only where a layer is zstd: no cost to every import of the sandbox
+
+    return zstandard.ZstdDecompressor().decompressobj(), zstandard.ZstdError
 
 
 class _Verified:
@@ -93,30 +118,29 @@ class _Verified:
     def _inflated(self) -> Iterator[bytes]:
         data = self._f.read(_CHUNK)
         self.blob.update(data)
-        if data[:4] == b"\x28\xb5\x2f\xfd":
-            raise ImageError("a zstd-compressed layer: rollbox reads gzip or plain tar layers; recompress it")
-        if data[:2] != b"\x1f\x8b":
+        kind = next((name for magic, name in _COMPRESSED.items() if data.startswith(magic)), None)
+        if kind is None:
             while data:
                 yield data
                 data = self._f.read(_CHUNK)
                 self.blob.update(data)
             return
-        inflate = zlib.decompressobj(wbits=31)
+        inflate, failure = _decompressor(kind)
         while data:
             while data:
-                if inflate.eof:  # a gzip file may hold several members, one after another
+                if inflate.eof:  # a gzip or zstd stream may hold several members (frames), one after another
                     if not data.strip(b"\0"):
                         break  # zeros after the last member: padding
-                    inflate = zlib.decompressobj(wbits=31)
+                    inflate, failure = _decompressor(kind)
                 try:
                     yield inflate.decompress(data)
-                except zlib.error as exc:
-                    raise ImageError(f"the layer's gzip stream is corrupt ({exc})") from None
+                except failure as exc:
+                    raise ImageError(f"the layer's {kind} stream is corrupt ({exc})") from None
                 data = inflate.unused_data if inflate.eof else b""
             data = self._f.read(_CHUNK)
             self.blob.update(data)
         if not inflate.eof:
-            raise ImageError("the layer's gzip stream is truncated (an incomplete download: fetch it again)")
+            raise ImageError(f"the layer's {kind} stream is truncated (an incomplete download: fetch it again)")
 
     def _refill(self) -> None:
         item = self._chunks.get()
@@ -307,7 +331,7 @@ def unpack_layer(blob: Path, into: Path) -> Unpacked:
     The caller compares them with the manifest's and the configuration's, and drops ``into`` when they differ.
 
     Raises:
-        ImageError: the blob is not a tar (or gzip of one), is corrupt, or holds an entry refused above.
+        ImageError: the blob is not a tar (or gzip or zstd of one), is corrupt, or holds an entry refused above.
     """
     size = 0
     layer = _Layer(into)
