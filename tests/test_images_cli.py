@@ -8,11 +8,13 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.parquet
 import pytest
 
 from oci_images import Entry, host_files_layer, oci_archive, tar_layer, write_layout
@@ -177,3 +179,9 @@ def test_a_task_on_a_pulled_image_is_graded_on_it(open_registry: Registry, tmp_p
     verdict = json.loads(graded.stdout)
     assert verdict["status"] == "passed", graded.stdout + graded.stderr
     assert verdict["image"] == json.loads(pulled.stdout)["digest"]
+    # And an episode on it: the reference policy writes the solution through the tools, runs, submits; judged.
+    shutil.copytree(tmp_path / "solution", task / "solution")
+    ran = rollbox(home, "run", str(task), "--policy", "reference", "--run-id", "pulled", "--workers", "1")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (episode,) = pyarrow.parquet.read_table(home / "runs" / "pulled" / "episodes.parquet").to_pylist()
+    assert (episode["status"], episode["reward"]) == ("passed", 1.0), episode
