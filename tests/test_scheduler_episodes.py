@@ -77,7 +77,9 @@ def test_reference_and_noop_over_real_tasks_each_result_once_with_its_trajectory
     assert noop.returncode == 0, noop.stderr  # the model's failures are results: the run itself succeeded
     assert "failed 4" in noop.stderr and "infra 0" in noop.stderr
     # The untouched workspaces fail the hidden tests: reward 0.0, not retried, never masked as infra_error.
-    assert _by_task(lines(home, "noop")) == [(t, 0, "completed", "failed", 0.0, 1) for t in ids]
+    with sqlite3.connect(home / "jobs.db") as db:  # what an attempt that was retried ended with, if one was
+        retried = db.execute("SELECT job_id, number, outcome, error FROM attempts WHERE error IS NOT NULL").fetchall()
+    assert _by_task(lines(home, "noop")) == [(t, 0, "completed", "failed", 0.0, 1) for t in ids], retried
 
     # The run's report, from its own events (no service archived it): each failed episode says why it ended and
     # how many of the hidden tests passed.
