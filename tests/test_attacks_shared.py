@@ -245,7 +245,8 @@ def test_socket_buffers_count_against_the_memory_limit_and_in_the_report(program
     result = run(attack())
     assert result.peak_memory_bytes is not None, explain(result)
     if result.status is Status.MEMORY_LIMIT:  # killed for it: by the OOM killer (v2), or by the host (v1's sockets)
-        assert result.peak_memory_bytes >= memory, result
+        # The charge that fails is not counted: the OOM killer's peak can stop a few pages short of the limit.
+        assert result.peak_memory_bytes >= memory - MiB, result
         return
     assert result.status is Status.OK, explain(result)
     queued = json.loads(result.stdout)["queued"]
