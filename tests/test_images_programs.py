@@ -62,34 +62,35 @@ def test_a_candidate_that_exits_127_as_the_agent_would_fails_as_itself(tmp_path:
     assert verdict.reward == 0.0, verdict
 
 
-def test_a_script_task_on_an_image_without_bash_is_infra_error(tmp_path: Path) -> None:
+#: For each runner, the program it runs that the shell-only image lacks, the task's files and its grading table.
+LACKING = {
+    "script": ("bash", {"tests/test.sh": 'echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"\n'}, 'runner = "script"\n'),
+    "function": (
+        "python3",
+        {
+            "workspace/solution.py": "def double(x):\n    return 2 * x\n",
+            "tests/cases.jsonl": '{"args": [2], "kwargs": {}, "expected": 4}\n',
+        },
+        'runner = "function"\nmodule = "solution.py"\nentry_point = "double"\n',
+    ),
+}
+
+
+@pytest.mark.parametrize("runner", sorted(LACKING))
+def test_a_task_on_an_image_without_its_runners_program_is_infra_error(tmp_path: Path, runner: str) -> None:
+    program, files, grading = LACKING[runner]
     root = tmp_path / "task"
     (root / "workspace").mkdir(parents=True)
     (root / "tests").mkdir()
-    (root / "tests" / "test.sh").write_text('echo 1 > "$ROLLBOX_REWARD_DIR/reward.txt"\n')
+    for name, text in files.items():
+        (root / name).write_text(text)
     (root / "task.toml").write_text(
-        f'[grading]\nrunner = "script"\n[limits]\ntimeout = "10s"\n[environment]\nimage = "{shell_only(tmp_path)}"\n'
+        f'[grading]\n{grading}[limits]\ntimeout = "10s"\n[environment]\nimage = "{shell_only(tmp_path)}"\n'
     )
     task = load_task(root)
     verdict = asyncio.run(grade(task, task.workspace))
     assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
-    assert verdict.error is not None and "has no 'bash' on its PATH" in verdict.error, verdict.error
-
-
-def test_a_function_task_on_an_image_without_python3_is_infra_error(tmp_path: Path) -> None:
-    root = tmp_path / "task"
-    (root / "workspace").mkdir(parents=True)
-    (root / "workspace" / "solution.py").write_text("def double(x):\n    return 2 * x\n")
-    (root / "tests").mkdir()
-    (root / "tests" / "cases.jsonl").write_text('{"args": [2], "kwargs": {}, "expected": 4}\n')
-    (root / "task.toml").write_text(
-        '[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "double"\n'
-        f'[limits]\ntimeout = "10s"\n[environment]\nimage = "{shell_only(tmp_path)}"\n'
-    )
-    task = load_task(root)
-    verdict = asyncio.run(grade(task, task.workspace))
-    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
-    assert verdict.error is not None and "has no 'python3' on its PATH" in verdict.error, verdict.error
+    assert verdict.error is not None and f"has no {program!r} on its PATH" in verdict.error, verdict.error
 
 
 def test_has_program_follows_links_inside_the_image_only(tmp_path: Path) -> None:
