@@ -157,6 +157,17 @@ def no_leaks() -> Iterator[None]:
     shutil.rmtree(STATE_DIR, ignore_errors=True)
 
 
+@pytest.fixture
+def reap() -> Iterator[None]:
+    """For a test that kills a rollbox process: what its sandboxes left (cgroups, directories) is reaped at the end,
+    as the next rollbox process on this machine would."""
+    from rollbox.sandbox.namespaces._backend import NamespaceHost
+
+    yield
+    host = NamespaceHost.get()
+    host.state.reap(host.cgroups)
+
+
 class CountingSandboxes:
     """Warm sandboxes that count those borrowed one at a time: how many are out now, and how many in all."""
 

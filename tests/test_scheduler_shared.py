@@ -45,7 +45,7 @@ def _done(store: JobStore) -> int:
 
 @pytest.mark.slow
 def test_schedulers_on_several_hosts_share_a_store_and_take_over_a_killed_ones_jobs(
-    store_target: str | Path, tmp_path: Path
+    store_target: str | Path, tmp_path: Path, reap: None
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("a UTS namespace of each scheduler's own (its host name) needs root")

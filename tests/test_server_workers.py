@@ -15,7 +15,6 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollbox.sandbox.namespaces._backend import NamespaceHost
 from rollbox.server import ServerConfig
 from rollbox.server._peers import Owner, new_id, owner_of, valid_node
 from serving import descendants, double_task, process_state, running, serving_process
@@ -31,15 +29,6 @@ from serving import descendants, double_task, process_state, running, serving_pr
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 SOLVED = "def double(x):\n    return 2 * x\n"
-
-
-@pytest.fixture
-def reap() -> Iterator[None]:
-    """A worker killed by the test leaves its sandboxes' state (cgroups, directories): reaped at the end as the
-    next rollbox process on this machine would."""
-    yield
-    host = NamespaceHost.get()
-    host.state.reap(host.cgroups)
 
 
 def _exec(http: httpx.Client, sandbox: str, *argv: str) -> httpx.Response:

@@ -72,10 +72,31 @@ def _limits(fields: Mapping[str, Any]) -> Limits:
     return found
 
 
-def _parse(payload: Mapping[str, Any]) -> tuple[Program, Limits, Network]:
+_configs: dict[tuple[Limits, str], SandboxConfig] = {}
+
+
+def _config(limits: Limits, network: Any) -> SandboxConfig:
+    """The sandbox configuration of a job's limits and network, made once for each (a run's jobs mostly share one).
+
+    Raises:
+        ValueError, TypeError: ``network`` names none.
+    """
     try:
-        limits = _limits(payload.get("limits", {}))
-        network = Network(payload.get("network", "none"))
+        found = _configs.get((limits, network))
+    except TypeError:  # not hashable: not a network's name either
+        found = None
+    if found is None:
+        found = SandboxConfig(limits=limits, network=Network(network))
+        if len(_configs) >= 1024:
+            _configs.clear()
+        if type(network) is str:  # keyed by the exact text stored: Network("none") is not "none" as a key
+            _configs[(limits, network)] = found
+    return found
+
+
+def _parse(payload: Mapping[str, Any]) -> tuple[Program, SandboxConfig]:
+    try:
+        config = _config(_limits(payload.get("limits", {})), payload.get("network", "none"))
         files = payload.get("files") or {}
         if not isinstance(files, Mapping) or not all(isinstance(v, str) for v in files.values()):
             raise ValueError(f"files must map paths to text, got {files!r:.80}")
@@ -86,19 +107,20 @@ def _parse(payload: Mapping[str, Any]) -> tuple[Program, Limits, Network]:
         raise PayloadError(f"an exec job's payload needs {exc}: {{'argv': ['python3', 'main.py'], ...}}") from None
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"invalid exec payload: {exc}") from exc
-    return program, limits, network
+    return program, config
 
 
 class ExecKind:
     """Runs ``argv`` with ``files`` written into /workspace first."""
 
     def requirements(self, payload: Mapping[str, Any]) -> Requirements:
-        _, limits, network = _parse(payload)
-        return requested(payload, "exec", memory_bytes=limits.memory_bytes, pool=pool_key(limits, network))
+        _, config = _parse(payload)
+        limits = config.limits
+        return requested(payload, "exec", memory_bytes=limits.memory_bytes, pool=pool_key(limits, config.network))
 
     async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
-        program, limits, network = _parse(payload)
-        async with context.sandboxes.sandbox(SandboxConfig(limits=limits, network=network)) as sb:
+        program, config = _parse(payload)
+        async with context.sandboxes.sandbox(config) as sb:
             for path, content in program.files.items():
                 await sb.write_file(path, content)
             result = await sb.exec(program.argv, stdin=program.stdin, warm_python=program.warm_python)

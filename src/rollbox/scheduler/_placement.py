@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._errors import Unplaceable
-from ._model import Requirements
+from ._model import MIN_CPUS, Requirements
 from ._store import Candidate
 
 __all__ = ["Capacity", "Placement", "machine_capacity"]
@@ -221,10 +221,16 @@ class Placement:
         )
 
     def full(self, name: str) -> bool:
-        """Whether ``name`` runs as many jobs as it may at once (none more can start there now)."""
+        """Whether no job can start on ``name`` now: it runs as many jobs as it may at once, or has less than the
+        smallest share of a CPU a job may ask for left (the scheduler asks as each job ends: without the second,
+        it tried every job waiting there, in vain)."""
         with self._lock:
             capacity = self.workers.get(name)
-            return capacity is None or (capacity.max_jobs is not None and self._used[name][2] >= capacity.max_jobs)
+            if capacity is None:
+                return True
+            used = self._used[name]
+            jobs_full = capacity.max_jobs is not None and used[2] >= capacity.max_jobs
+            return jobs_full or capacity.cpus - used[0] + 1e-9 < MIN_CPUS
 
     def pick(self, offered: list[Candidate]) -> list[tuple[int, str]]:
         """Assign what can be, in the order offered (highest priority first): each job to the worker that has room

@@ -216,18 +216,16 @@ class ElasticSandboxes:
             if pool.idle < count and pool.size < wanted:
                 pool.resize(wanted)  # grow now: a borrower never waits for the next steering round
                 self._report(elastic, "grew")
-            async with contextlib.AsyncExitStack() as stack:
-                boxes = list(await stack.enter_async_context(pool.sandboxes(min(count, self.max_size), avoid=avoid)))
+            async with pool.sandboxes(min(count, self.max_size), avoid=avoid) as borrowed:
                 elastic.waiting -= count
                 elastic.lent += count
                 waiting = False
-                for _ in range(count - len(boxes)):
-                    boxes.append(await stack.enter_async_context(Sandbox(config)))
-                began = time.monotonic()
-                try:
-                    yield boxes
-                finally:
-                    elastic.holds.append(time.monotonic() - began)
+                async with _fresh(count - len(borrowed), config) as more:
+                    began = time.monotonic()
+                    try:
+                        yield [*borrowed, *more]
+                    finally:
+                        elastic.holds.append(time.monotonic() - began)
         finally:
             if waiting:
                 elastic.waiting -= count
@@ -286,3 +284,13 @@ class ElasticSandboxes:
             waiting=elastic.waiting,
             queued=elastic.queued,
         )
+
+
+@contextlib.asynccontextmanager
+async def _fresh(count: int, config: SandboxConfig) -> AsyncIterator[list[Sandbox]]:
+    """``count`` new sandboxes of ``config``, destroyed after (none: the common case, at no cost)."""
+    if count <= 0:
+        yield []
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(Sandbox(config)) for _ in range(count)]

@@ -10,7 +10,6 @@ transaction it broke raised, and was rolled back or never committed.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ._db import Database
 from ._errors import StoreError
-from ._sql import POSTGRES, Rows
+from ._sql import PLAIN_INSERT, POSTGRES, Rows
 
 if TYPE_CHECKING:
     import psycopg
@@ -28,9 +27,6 @@ __all__ = ["PostgresDatabase", "shown_url"]
 #: How long connecting may take before the server is reported unreachable (unless the URL sets its own).
 _CONNECT_TIMEOUT_S = 10
 _statements: dict[str, str] = {}
-#: A batch of plain inserts (no conflict clause, nothing returned): written with ``COPY``, one stream for the batch
-#: instead of a statement per row.
-_PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \(\?(?:, \?)*\)")
 
 
 def _native(sql: str) -> str:
@@ -66,7 +62,7 @@ class _Session:
         rows = list(parameters)
         if not rows:
             return
-        if (insert := _PLAIN_INSERT.fullmatch(sql)) is not None:
+        if (insert := PLAIN_INSERT.fullmatch(sql)) is not None:  # one COPY stream for the batch
             with self._connection.cursor().copy(f"COPY {insert[1]} ({insert[2]}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)

@@ -12,11 +12,16 @@ be one at a time across schedulers take a transaction-scoped advisory lock (:cla
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect", "Rows", "Serial", "Session"]
+__all__ = ["PLAIN_INSERT", "POSTGRES", "SQLITE", "Dialect", "Rows", "Serial", "Session"]
+
+#: A plain insert of one row (no conflict clause, nothing returned): each database writes a batch of them its own
+#: fastest way (SQLite in one statement of many rows, PostgreSQL with ``COPY``), not a statement per row.
+PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \(\?(?:, \?)*\)")
 
 
 class Rows(Protocol):

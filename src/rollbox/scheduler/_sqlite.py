@@ -5,15 +5,46 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ._db import Database
 from ._db_errors import damaged, damaged_store, store_error
 from ._errors import StoreError
-from ._sql import SQLITE
+from ._sql import PLAIN_INSERT, SQLITE, Rows
 
 __all__ = ["SqliteDatabase"]
+
+
+class _Session:
+    """The connection inside one transaction; a batch of plain inserts is one statement of many rows.
+
+    ``executemany`` steps the statement once per row, and each step lets go of the interpreter's lock and takes it
+    back: beside a busy event loop (the scheduler's: its sandboxes' system calls let go of the lock hundreds of times
+    a job) every take-back can wait for the loop, and every let-go can make the loop wait. One statement is one step.
+    """
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        #: The most parameters one statement may have (32,766 since SQLite 3.32; 999 before).
+        self._most = connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Rows:
+        return self._connection.execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
+        if PLAIN_INSERT.fullmatch(sql) is None:
+            self._connection.executemany(sql, parameters)
+            return
+        rows = list(parameters)
+        if not rows:
+            return
+        head, _, row = sql.rpartition(" VALUES ")
+        per = max(1, self._most // len(rows[0]))
+        for start in range(0, len(rows), per):
+            chunk = rows[start : start + per]
+            self._connection.execute(f"{head} VALUES {','.join([row] * len(chunk))}", [v for r in chunk for v in r])
 
 
 class SqliteDatabase(Database):
@@ -40,6 +71,7 @@ class SqliteDatabase(Database):
             self._db = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False, timeout=60.0)
         except (sqlite3.Error, OSError) as exc:
             raise store_error(exc, self.file) from exc
+        self._session = _Session(self._db)
         try:
             with self._errors():
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -56,13 +88,13 @@ class SqliteDatabase(Database):
             raise
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> Iterator[_Session]:
         with self._lock, self._errors():
             if self._damaged is not None:
                 raise damaged_store(self.file, self._damaged)
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield self._session
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:  # SQLite may have rolled it back itself (a full disk does)
