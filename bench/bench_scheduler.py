@@ -55,8 +55,11 @@ from rollbox.scheduler import (
 
 TARGETS = {"dispatch_per_s": 2000.0, "end_to_end_ratio": 0.90, "recovery_s": 1.0}
 LIMITS = Limits(timeout_s=10, memory_bytes=128 * 2**20)
-#: The programs of the end-to-end comparison, by kind.
-KINDS = ("true", "warm_python", "python")
+#: The programs of the end-to-end comparison, by kind, and how many of each a round runs: about 2.5 s of
+#: ``run_batch`` on this 2-core machine each, so that the rate is the steady one, not that of a batch's first and
+#: last milliseconds (``--programs`` sets one count for every kind).
+PROGRAMS = {"true": 1600, "warm_python": 800, "python": 320}
+KINDS = tuple(PROGRAMS)
 _schemas = itertools.count()
 
 
@@ -317,12 +320,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             )
             if not args.dispatch_only:
                 for kind in args.kinds:  # raw first in even rounds, the scheduler first in odd ones
+                    count = args.programs or PROGRAMS[kind]
                     if round_ % 2 == 0:
-                        raw_rate = await raw(kind, args.programs, workers)
-                        sched_rate, wait = await scheduled(kind, args.programs, workers)
+                        raw_rate = await raw(kind, count, workers)
+                        sched_rate, wait = await scheduled(kind, count, workers)
                     else:
-                        sched_rate, wait = await scheduled(kind, args.programs, workers)
-                        raw_rate = await raw(kind, args.programs, workers)
+                        sched_rate, wait = await scheduled(kind, count, workers)
+                        raw_rate = await raw(kind, count, workers)
                     raws[kind].append(raw_rate)
                     ratios[kind].append(sched_rate / raw_rate)
                     waits.extend(wait)
@@ -336,7 +340,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "sqlite_over_bare_sqlite": _spread([r / f for r, f in zip(rates["sqlite"], rates["bare_sqlite"], strict=True)]),
         "load_average": _spread(loads),
         "targets": TARGETS,
-        "setup": {"workers": workers, "programs": args.programs, "dispatch_jobs": args.dispatch_jobs,
+        "setup": {"workers": workers, "programs": {k: args.programs or PROGRAMS[k] for k in args.kinds},
+                  "dispatch_jobs": args.dispatch_jobs,
                   "store_jobs": args.store_jobs, "repeats": args.repeats, "kinds": args.kinds},
     }  # fmt: skip
     if not args.dispatch_only:
@@ -351,7 +356,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dispatch-jobs", type=int, default=5000)
-    parser.add_argument("--programs", type=int, default=400, help="programs of each kind in each round")
+    parser.add_argument(
+        "--programs",
+        type=int,
+        default=None,
+        help="programs of each kind in each round (default: true 1600, warm_python 800, python 320)",
+    )
     parser.add_argument("--kinds", type=lambda text: text.split(","), default=list(KINDS), help=",".join(KINDS))
     parser.add_argument("--store-jobs", type=int, default=10_000)
     parser.add_argument("--postgres", metavar="URL", default=None, help="a database to measure PostgreSQL on")
