@@ -1,5 +1,6 @@
 """Whatever a job kind raises — SystemExit, KeyboardInterrupt, GeneratorExit, a CancelledError of its own, a bare
-BaseException — is that attempt's failure: counted, retried, and after ``max_attempts`` the job completes as
+BaseException — and whatever it returns that no store can hold (no Outcome, an output that is not JSON, a status
+that is not text) is that attempt's failure: counted, retried, and after ``max_attempts`` the job completes as
 ``infra_error``. The scheduler's process never ends because of a job.
 
 The scheduler runs in a process of its own (this file, run as a script), so that an exception that escaped would
@@ -42,17 +43,37 @@ RAISES: dict[str, BaseException | None] = {
     "base-exception": BaseException("a bare one"),
     "fine": None,
 }
+
+
+def nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+#: What each job's kind returns instead (the output, the status or the reward no store can hold), and what its
+#: attempts' errors say.
+RETURNS: dict[str, tuple[Any, str]] = {
+    "none": (None, "not an Outcome"),
+    "object-output": (Outcome(status="ok", output={"x": object()}), "its output is not JSON"),
+    "deep-output": (Outcome(status="ok", output={"x": nested(5000)}), "its output is not JSON"),
+    "status-object": (Outcome(status=object()), "its status is object"),  # type: ignore[arg-type]
+    "reward-text": (Outcome(status="ok", reward="1"), "its reward is str"),  # type: ignore[arg-type]
+}
 ATTEMPTS = 3
 
 
 class Raising:
-    """A job kind that raises what its payload names."""
+    """A job kind that raises (or returns) what its payload names."""
 
     def requirements(self, payload: Mapping[str, Any]) -> Requirements:
         return Requirements(cpus=0.5)
 
     async def run(self, payload: Mapping[str, Any], context: JobContext) -> Outcome:
         await asyncio.sleep(0)
+        if payload["raise"] in RETURNS:
+            return RETURNS[payload["raise"]][0]  # type: ignore[no-any-return]
         raised = RAISES[payload["raise"]]
         if raised is not None:
             raise raised
@@ -73,7 +94,7 @@ async def _schedule(home: Path, raised: str) -> None:
         await scheduler.run()
 
 
-@pytest.mark.parametrize("raised", [name for name, exc in RAISES.items() if exc is not None])
+@pytest.mark.parametrize("raised", [*(name for name, exc in RAISES.items() if exc is not None), *RETURNS])
 def test_whatever_a_kind_raises_is_counted_and_ends_as_infra_error(tmp_path: Path, raised: str) -> None:
     child = subprocess.run(
         [sys.executable, __file__, str(tmp_path), raised], capture_output=True, text=True, timeout=120, check=False
@@ -90,7 +111,8 @@ def test_whatever_a_kind_raises_is_counted_and_ends_as_infra_error(tmp_path: Pat
         assert (result.status, result.reward) == ("infra_error", None)
         attempts = store.attempts(job.id)
         assert [a.outcome for a in attempts] == ["infra_error"] * ATTEMPTS
-        assert all(type(RAISES[raised]).__name__ in (a.error or "") for a in attempts), attempts
+        said = RETURNS[raised][1] if raised in RETURNS else type(RAISES[raised]).__name__
+        assert all(said in (a.error or "") for a in attempts), attempts
         assert f"gave up after attempt {ATTEMPTS}" in (result.error or "")
     finally:
         store.close()

@@ -146,6 +146,49 @@ def test_a_jobs_numbers_are_taken_exactly_when_in_range(client: httpx.Client, fi
         assert name in response.json()["detail"], response.text  # it says which field is wrong
 
 
+#: Any JSON, in the shapes a job takes: the names a job, an exec or grade payload and its limits use, holding
+#: anything (numbers of every kind, text, lists, objects), nested.
+_JOB_NAMES = st.sampled_from(
+    ["kind", "payload", "key", "priority", "max_attempts", "deadline_s", "argv", "limits", "cpus", "resources",
+     "env", "stdin", "files", "task", "reference", "workspace", "timeout_s", "memory_bytes", "pids", "jobs", "run"]
+)  # fmt: skip
+_ANY_JSON = st.recursive(
+    NUMBERS | st.text(max_size=12) | st.sampled_from(["exec", "grade", "true", "python3"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_JOB_NAMES | st.text(max_size=6), inner, max_size=5),
+    max_leaves=20,
+)
+#: Payloads near a right one (a command that runs, each other field anything), and any object of those names.
+_PAYLOADS = st.fixed_dictionaries(
+    {"argv": st.just(["true"]) | _ANY_JSON},
+    optional={
+        "limits": st.dictionaries(st.sampled_from(sorted(CONFIG)) | _JOB_NAMES, _ANY_JSON, max_size=3) | _ANY_JSON,
+        **{name: _ANY_JSON for name in ("cpus", "resources", "env", "stdin", "files", "task", "reference")},
+    },
+) | st.dictionaries(_JOB_NAMES, _ANY_JSON, max_size=5)
+_JOBS = st.lists(
+    st.fixed_dictionaries({"kind": st.sampled_from(["exec", "grade"]), "payload": _PAYLOADS})
+    | st.fixed_dictionaries(
+        {"kind": st.sampled_from(["exec", "grade"]) | _ANY_JSON, "payload": _PAYLOADS | _ANY_JSON},
+        optional={name: _ANY_JSON for name in ("key", "priority", "max_attempts", "deadline_s")},
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@_settings(300)
+@hypothesis.given(
+    jobs=_JOBS, run=st.one_of(st.none(), st.just("numbers"), st.just("numbers"), _ANY_JSON), body=_ANY_JSON
+)
+def test_any_json_as_jobs_is_taken_or_refused_never_a_server_error(
+    client: httpx.Client, jobs: list[Any], run: Any, body: Any
+) -> None:
+    """Whatever a client sends to ``POST /v1/jobs``, in the shape of jobs or not, is a 201 or the client's error."""
+    for sent in ({"jobs": jobs} if run is None else {"jobs": jobs, "run": run}, body):
+        response = _send(client, "POST", "/v1/jobs", sent)
+        assert response.status_code in (201, 400, 404, 409, 413, 422), (sent, response.status_code, response.text)
+
+
 @_settings(120)
 @hypothesis.given(value=NUMBERS, where=st.sampled_from(["limit", "after", "job"]))
 def test_page_sizes_sequence_numbers_and_ids_are_checked(client: httpx.Client, value: Any, where: str) -> None:

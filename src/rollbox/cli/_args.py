@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
-__all__ = ["PORT", "non_negative_days", "positive_seconds", "share", "whole"]
+from rollbox.scheduler import RUN_ID_MAX, RUN_ID_PATTERN
+
+__all__ = ["PORT", "non_negative_days", "positive_seconds", "run_name", "share", "whole"]
 
 
 def whole(low: int, high: int) -> Callable[[str], int]:
@@ -49,6 +52,15 @@ def non_negative_days(text: str) -> float:
 def share(text: str) -> float:
     """A type for a share: a number from 0 to 1."""
     return _finite(text, "a number from 0 to 1", lambda v: 0 <= v <= 1)
+
+
+def run_name(text: str) -> str:
+    """A type for a run id: a plain name, as the service takes one (it names a directory under HOME/runs)."""
+    if len(text) > RUN_ID_MAX or not re.fullmatch(RUN_ID_PATTERN, text) or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"must be a plain name of at most {RUN_ID_MAX} characters (no '/', no leading '.'), got {text!r:.40}"
+        )
+    return text
 
 
 #: A TCP port (0: any free one).

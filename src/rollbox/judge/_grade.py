@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import os
@@ -189,11 +190,18 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
             if isinstance(solution, WorkspaceChanges)
             else Path(solution)
         )
-        changes = diff_workspace(task.workspace, candidate, guard=guard, max_total_bytes=task.limits.disk_bytes)
-        scanned = scan_changes(candidate, [*changes.added, *changes.modified], pristine=task.workspace)
+        # The host's work on the candidate's tree runs in worker threads: its cost is the candidate's to choose
+        # (thousands of files, paths hundreds of directories deep) and it must not hold the event loop.
+        changes = await asyncio.to_thread(
+            diff_workspace, task.workspace, candidate, guard=guard, max_total_bytes=task.limits.disk_bytes
+        )
+        scanned = await asyncio.to_thread(
+            scan_changes, candidate, [*changes.added, *changes.modified], pristine=task.workspace
+        )
         flags = changes.flags + scanned
         with scratch_directory("rollbox-grade-") as tree:
-            report = await runner(task, task.grading, _grading_tree(task, candidate, Path(tree), changes), source)
+            laid = await asyncio.to_thread(_grading_tree, task, candidate, Path(tree), changes)
+            report = await runner(task, task.grading, laid, source)
         record_cpu(report.longest_cpu_s())
     except WorkspaceError as exc:
         # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,

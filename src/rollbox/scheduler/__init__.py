@@ -19,7 +19,7 @@ from ._errors import (
     Unplaceable,
 )
 from ._exec_kind import exec_payload
-from ._home import rollbox_home, run_dir, store_path, store_target
+from ._home import RUN_ID_MAX, RUN_ID_PATTERN, rollbox_home, run_dir, store_path, store_target
 from ._kinds import JobContext, JobKind, Outcome, get_kind, kind_names, register_kind
 from ._model import Attempt, Job, JobResult, JobSpec, Requirements, Transition
 from ._placement import Capacity, machine_capacity
@@ -34,6 +34,8 @@ from ._workers import LocalWorker, Worker, WorkerLost
 
 __all__ = [
     "API_KEY_VARIABLE",
+    "RUN_ID_MAX",
+    "RUN_ID_PATTERN",
     "TERMINAL",
     "TRANSITIONS",
     "Attempt",

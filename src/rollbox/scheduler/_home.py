@@ -9,7 +9,12 @@ from pathlib import Path
 
 from ._db import is_postgres_url
 
-__all__ = ["rollbox_home", "run_dir", "run_file_error", "store_path", "store_target"]
+__all__ = ["RUN_ID_MAX", "RUN_ID_PATTERN", "rollbox_home", "run_dir", "run_file_error", "store_path", "store_target"]
+
+#: A run id is a plain name (its directory under ``HOME/runs``): no '/', no leading '.', at most this long. Every
+#: command and the service take one only in this form.
+RUN_ID_PATTERN = r"^[^/.][^/]*$"
+RUN_ID_MAX = 128
 
 
 def rollbox_home() -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 from rollbox.sandbox import SandboxSource
 
 from ._errors import PayloadError
-from ._model import Requirements
+from ._model import Requirements, unstorable
 
 __all__ = [
     "JobContext",
@@ -101,6 +102,36 @@ def failed_attempt(exc: BaseException) -> Outcome:
     """The outcome of an attempt that raised ``exc`` (any exception, ``SystemExit`` and ``KeyboardInterrupt``
     included, but the owner's cancellation): rollbox's failure, retried and counted, never the model's."""
     return Outcome(status="infra_error", error=f"{type(exc).__name__}: {exc}")
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_OUTPUT = json.JSONEncoder(separators=(",", ":"))  # as the stores write an output
+
+
+def unstorable_outcome(outcome: object) -> str | None:
+    """Why no store can hold what a kind's attempt returned, or None. Such an outcome is the kind's bug, failed
+    as if it had raised (:func:`failed_attempt`): left to the store, it stopped the scheduler's transaction, and
+    the scheduler with it. An output of plain values (what the built-in kinds return) is known good unencoded."""
+    if not isinstance(outcome, Outcome):
+        return f"the kind returned {type(outcome).__name__}, not an Outcome"
+    if type(outcome.status) is not str or unstorable(outcome.status):
+        return (
+            f"the kind's outcome cannot be stored: its status is {type(outcome.status).__name__} {outcome.status!r:.80}"
+        )
+    if outcome.reward is not None and type(outcome.reward) not in (int, float):
+        return f"the kind's outcome cannot be stored: its reward is {type(outcome.reward).__name__}"
+    if outcome.error is not None and type(outcome.error) is not str:
+        return f"the kind's outcome cannot be stored: its error is {type(outcome.error).__name__}"
+    output = outcome.output
+    if not isinstance(output, Mapping):
+        return f"the kind's outcome cannot be stored: its output is {type(output).__name__}, not a mapping"
+    if all(type(k) is str and type(v) in _PLAIN for k, v in output.items()):
+        return None
+    try:
+        _OUTPUT.encode(dict(output))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"the kind's outcome cannot be stored: its output is not JSON ({type(exc).__name__}: {exc})"
+    return None
 
 
 def requested(payload: Mapping[str, Any], kind: str, *, memory_bytes: int, pool: str = "") -> Requirements:

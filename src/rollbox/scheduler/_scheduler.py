@@ -37,7 +37,7 @@ from rollbox import telemetry
 from ._errors import PayloadError, SchedulerError
 from ._events import RunEvents, working_on
 from ._home import rollbox_home, run_dir, store_target
-from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation
+from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation, unstorable_outcome
 from ._model import Job, JobSpec, Requirements, Transition, canonical_json
 from ._owners import Identity, dead_owners
 from ._placement import Placement
@@ -352,6 +352,8 @@ class Scheduler:
                 # KeyboardInterrupt or GeneratorExit out of a kind included: left to escape, they ended this
                 # scheduler's process, its lease was released uncounted, and the job ran again forever.
                 outcome = failed_attempt(exc)
+        if (why := unstorable_outcome(outcome)) is not None:  # failed as if the kind had raised: never the store's
+            outcome = Outcome(status="infra_error", error=why)
         return await self._ending(job, outcome)
 
     async def _ending(self, job: Job, outcome: Outcome) -> Ending:

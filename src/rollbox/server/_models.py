@@ -13,6 +13,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rollbox.scheduler import RUN_ID_MAX, RUN_ID_PATTERN
+
 __all__ = [
     "CommandRunResult",
     "CommandRunStatus",
@@ -279,7 +281,9 @@ class SubmitJobs(_Strict):
     """Jobs to submit together (all or none), to one run."""
 
     jobs: list[SubmitJob] = Field(min_length=1, max_length=10_000)
-    run: str | None = Field(default=None, max_length=128, pattern=r"^[^/.][^/]*$", description="default: the service's")
+    run: str | None = Field(
+        default=None, max_length=RUN_ID_MAX, pattern=RUN_ID_PATTERN, description="default: the service's"
+    )
 
 
 class GradeRequest(_Strict):

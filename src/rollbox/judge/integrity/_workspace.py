@@ -658,14 +658,21 @@ def workspace_size(pristine: Path) -> tuple[int, int]:
     return len(leaves) + len(dirs), sum(e.size for e in leaves.values())
 
 
-def _place(candidate: Path | Mapping[str, bytes], dest: Path, rel: str, size: int) -> None:
+def _place(candidate: Path | Mapping[str, bytes], dest: Path, rel: str, size: int, made: set[str]) -> None:
+    """Copy ``rel`` from the candidate to ``dest``. ``made`` holds the directories already made ready in ``dest``
+    (with their ancestors): each is checked once, not once for each file below it, whose path the candidate can
+    make hundreds of directories deep."""
     target = dest / rel
-    for ancestor in _ancestors(rel):
-        at = dest / ancestor
-        if at.is_symlink() or (at.exists() and not at.is_dir()):
-            at.unlink()  # a pristine file the candidate replaced with a directory (its deletion was applied)
-        if not at.exists():
-            at.mkdir()
+    if rel.rpartition("/")[0] not in made:
+        for ancestor in _ancestors(rel):
+            if ancestor in made:
+                continue
+            at = dest / ancestor
+            if at.is_symlink() or (at.exists() and not at.is_dir()):
+                at.unlink()  # a pristine file the candidate replaced with a directory (its deletion was applied)
+            if not at.exists():
+                at.mkdir()
+            made.add(ancestor)
     if target.is_symlink() or target.is_file():
         target.unlink()
     elif target.is_dir():
@@ -741,8 +748,9 @@ def _build(candidate: Candidate, dest: Path, changes: Changes, pristine: Path | 
                     shutil.rmtree(dest / rel)
                 else:
                     (dest / rel).unlink(missing_ok=True)  # a modified file: never copied
+        made = {""}  # dest itself
         for rel in sorted((*changes.added, *changes.modified)):
-            _place(files, dest, rel, changes.sizes[rel])
+            _place(files, dest, rel, changes.sizes[rel], made)
     except OSError as exc:
         # Writing the host's temporary directory failed (the candidate's tree fit the limits already): a host fault.
         raise RollboxError(f"could not build the grading tree {dest} from {files}: {exc}") from exc
