@@ -10,6 +10,8 @@ kernel hands a connection to whichever worker accepts first.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -246,6 +248,46 @@ def test_every_endpoint_answers_through_either_worker(tmp_path: Path, reap: None
                     states = [j["state"] for j in call(anywhere, "GET", "/v1/jobs", 200, params={"run": run}).json()]
                     assert states.count("completed") < 4, states  # each result as it commits, not once all have
     assert call.reached == endpoints, (endpoints - call.reached, call.reached - endpoints)
+
+
+def _running(pid: int, argv: bytes) -> bool:
+    """Whether a process below ``pid`` runs ``argv`` (NUL-separated, as /proc shows it)."""
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/cmdline").read_bytes().rstrip(b"\0") == argv:
+                return True
+    return False
+
+
+def test_a_request_in_flight_when_its_worker_dies_is_answered_at_once(tmp_path: Path, reap: None) -> None:
+    """A sandbox's and an episode's requests handed over to the worker that holds them, which is SIGKILLed while it
+    runs them: the worker that took each connection answers 410 at once, saying the worker died while serving it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    tasks = double_task(tmp_path)
+    with serving_process(home, "--pool-size", "1", "--tasks-dir", str(tasks)) as served:
+        with served.pinned("1.0") as on1:
+            sandbox = on1.post("/v1/sandboxes", json={}).json()["id"]
+            episode = on1.post("/v1/episodes", json={"task": "double"}).json()["id"]
+        victim = served.workers()["1.0"]
+        with (
+            served.pinned("0.0") as on0,
+            served.pinned("0.0") as also_on0,
+            concurrent.futures.ThreadPoolExecutor(2) as pool,
+        ):
+            executing = pool.submit(_exec, on0, sandbox, "sleep", "37")
+            stepping = pool.submit(_step, also_on0, episode, "sleep 38")
+            deadline = time.monotonic() + 60
+            while not (_running(victim, b"sleep\x0037") and _running(victim, b"sleep\x0038")):
+                assert time.monotonic() < deadline and not executing.done() and not stepping.done()
+                time.sleep(0.05)
+            os.kill(victim, signal.SIGKILL)
+            killed = time.monotonic()
+            answers = [executing.result(timeout=30), stepping.result(timeout=30)]
+            assert time.monotonic() - killed < 10  # at once, not when the sleeps would have ended
+    for answer in answers:
+        assert answer.status_code == 410, answer.text
+        assert "died" in answer.json()["detail"] and "while serving this request" in answer.json()["detail"]
 
 
 def test_a_retry_is_answered_by_the_worker_that_ran_it_first(tmp_path: Path) -> None:
