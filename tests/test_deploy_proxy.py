@@ -11,6 +11,7 @@ seen, with its one result, through both and through the proxy, and both nodes' e
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -213,6 +214,14 @@ def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(
                     time.sleep(0.2)
                 seen.append(found["result"])
             assert seen[0]["output"]["stdout"] == f"{name}\n" and seen[0] == seen[1] == seen[2]
+
+        # A run's results stream through the proxy as they commit (it buffers no answer), not once the run ended.
+        slow = [{"kind": "exec", "payload": {"argv": ["sh", "-c", f"sleep {1 + 3 * n}; echo {n}"]}} for n in range(3)]
+        assert proxy.post("/v1/jobs", json={"jobs": slow, "run": "streamed"}).status_code == 201
+        with proxy.stream("GET", "/v1/runs/streamed/results") as stream:
+            first = json.loads(next(line for line in stream.iter_lines() if line))
+            states = [j["state"] for j in on_a.get("/v1/jobs", params={"run": "streamed"}).json()]
+        assert first["result"]["output"]["stdout"] == "0\n" and states.count("completed") < 3, states
 
         for sandbox in sandbox_ids:
             assert proxy.delete(f"/v1/sandboxes/{sandbox}").status_code == 204

@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def _task(root: Path) -> Path:
 
 
 def _run(
-    prefix: list[str], task: Path, address: str, env: dict[str, str], home: Path
+    prefix: list[str], task: Path, address: str, env: dict[str, str], home: Path, *, timeout: float = 400
 ) -> subprocess.CompletedProcess[str]:
     """``rollbox run TASK --samples 2 --ray ADDRESS`` (after ``prefix``: the namespace to run it in)."""
     argv = [*prefix, sys.executable, "-m", "rollbox", "run", str(task), "--samples", "2", "--ray", address]
@@ -43,7 +44,22 @@ def _run(
         env={**env, "ROLLBOX_HOME": str(home)},
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _train(
+    prefix: list[str], task: Path, address: str, env: dict[str, str], home: Path, *, timeout: float = 400
+) -> subprocess.CompletedProcess[str]:
+    """``rollbox train --tasks TASK --no-validate --ray ADDRESS``, one iteration (after ``prefix``, as ``_run``)."""
+    argv = [*prefix, sys.executable, "-m", "rollbox", "train", "--tasks", str(task), "--no-validate", "--ray", address]
+    return subprocess.run(
+        [*argv, "--iterations", "1", "--samples", "2", "--run-id", "on-ray"],
+        env={**env, "ROLLBOX_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         check=False,
     )
 
@@ -60,10 +76,16 @@ def _ran_on_ray(done: subprocess.CompletedProcess[str], home: Path) -> None:
         store.close()
 
 
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+def _one_line(done: subprocess.CompletedProcess[str], command: str = "run") -> str:
+    """The one line of ``rollbox COMMAND`` that says why it stopped (after the lines that say what it began)."""
     assert done.returncode == 1, (done.returncode, done.stderr[-3000:])
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    lines = [line for line in done.stderr.splitlines() if line.startswith("rollbox run: ") and "jobs;" not in line]
+    begun = ("jobs;", "given:", "tasks x")
+    lines = [
+        line
+        for line in done.stderr.splitlines()
+        if line.startswith(f"rollbox {command}: ") and not any(what in line for what in begun)
+    ]
     assert len(lines) == 1, done.stderr[-3000:]
     return lines[0]
 
@@ -89,15 +111,44 @@ def test_on_a_cluster_with_token_authentication_the_driver_needs_its_token(tmp_p
         _ran_on_ray(_run(_inside(cluster), task, cluster.address, cluster.env, home), home)
 
 
-def test_ray_auto_with_no_cluster_says_what_it_tried_and_what_to_do(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["run", "train"])
+def test_ray_auto_with_no_cluster_says_what_it_tried_and_what_to_do(tmp_path: Path, command: str) -> None:
     task = _task(tmp_path)
     (tmp_path / "ray").mkdir()
     env = isolated_environment(tmp_path / "home", token=None, RAY_TMPDIR=str(tmp_path / "ray"))
     # Its own pid and network namespaces: no Ray process of anyone else's on this machine is found or reached.
     alone = ["unshare", "--pid", "--fork", "--mount-proc", "--net"]
-    line = _one_line(_run(alone, task, "auto", env, tmp_path / "rollbox"))
+    line = _one_line(_COMMANDS[command](alone, task, "auto", env, tmp_path / "rollbox"), command)
     assert "no Ray cluster found for --ray auto" in line and "--ray HOST:PORT" in line, line
     assert "ray start --head" in line, line
+
+
+_COMMANDS = {"run": _run, "train": _train}
+
+
+@pytest.mark.parametrize(
+    ("command", "left"),
+    [("run", "recorded"), ("train", "recorded"), ("run", "RAY_ADDRESS"), ("run", "given")],
+)
+def test_a_cluster_that_is_gone_is_one_line_at_once(tmp_path: Path, command: str, left: str) -> None:
+    """No cluster runs, but its address is still about: recorded by a ``ray start`` whose head was killed (no
+    ``ray stop`` to forget it), left in ``$RAY_ADDRESS``, or given. ``ray.init`` waits for minutes there, printing
+    Ray's warnings; rollbox says at once what it tried and what to do."""
+    task = _task(tmp_path)
+    (tmp_path / "ray" / "ray").mkdir(parents=True)
+    if left == "recorded":  # where Ray keeps it, under $RAY_TMPDIR
+        (tmp_path / "ray" / "ray" / "ray_current_cluster").write_text("127.0.0.1:6399\n")
+    extra = {"RAY_ADDRESS": "127.0.0.1:6399"} if left == "RAY_ADDRESS" else {}
+    env = isolated_environment(tmp_path / "home", token=None, RAY_TMPDIR=str(tmp_path / "ray"), **extra)
+    alone = ["unshare", "--pid", "--fork", "--mount-proc", "--net"]  # nothing of anyone else's listens there
+    address = "127.0.0.1:6399" if left == "given" else "auto"
+    began = time.monotonic()
+    done = _COMMANDS[command](alone, task, address, env, tmp_path / "rollbox", timeout=120)
+    line = _one_line(done, command)
+    assert time.monotonic() - began < 60, done.stderr[-3000:]
+    origin = {"recorded": "'ray start' last started", "RAY_ADDRESS": "$RAY_ADDRESS", "given": "--ray"}[left]
+    assert "no Ray cluster answers at 127.0.0.1:6399" in line and origin in line, line
+    assert "ray start --head" in line and "--ray HOST:PORT" in line, line
 
 
 def test_nodes_that_cannot_run_rollbox_are_one_line(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Admission control: a bounded queue that refuses with when to retry, idempotency keys, priorities, per-tenant
-quotas, and placement that never promises more memory than a worker has."""
+quotas, and placement that never promises more memory than a worker has; on each store (a SQLite file, a
+PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,13 @@ MiB = 2**20
 
 
 @contextlib.asynccontextmanager
-async def scheduler(home: Path, capacity: Capacity, **kw: object) -> AsyncIterator[Scheduler]:
-    worker = LocalWorker(capacity=capacity, grace_s=1)
-    async with Scheduler(JobStore(home / "jobs.db"), workers=[worker], home=home, **kw) as s:  # type: ignore[arg-type]
-        yield s
+async def scheduler(home: Path, store: str | Path, capacity: Capacity, **kw: object) -> AsyncIterator[Scheduler]:
+    worker, opened = LocalWorker(capacity=capacity, grace_s=1), JobStore(store)
+    try:
+        async with Scheduler(opened, workers=[worker], home=home, **kw) as s:  # type: ignore[arg-type]
+            yield s
+    finally:
+        opened.close()
 
 
 def sleeper(seconds: float, **kw: object) -> JobSpec:
@@ -60,8 +64,10 @@ def most_at_once(spans: list[tuple[float, float, Job]]) -> int:
 
 
 @sync
-async def test_a_full_queue_refuses_with_when_to_retry_and_admits_nothing(tmp_path: Path) -> None:
-    async with scheduler(tmp_path, Capacity(cpus=2, memory_bytes=2**30), max_queued=10) as s:
+async def test_a_full_queue_refuses_with_when_to_retry_and_admits_nothing(
+    tmp_path: Path, store_target: str | Path
+) -> None:
+    async with scheduler(tmp_path, store_target, Capacity(cpus=2, memory_bytes=2**30), max_queued=10) as s:
         s.submit([sleeper(0, key=f"k{i}") for i in range(8)])
         with pytest.raises(QueueFull, match=r"queue full: 8 jobs pending, bound 10, 3 more refused") as refused:
             s.submit([sleeper(0, key=f"more{i}") for i in range(3)])
@@ -76,8 +82,8 @@ async def test_a_full_queue_refuses_with_when_to_retry_and_admits_nothing(tmp_pa
 
 
 @sync
-async def test_an_idempotency_key_names_one_job_and_its_one_result(tmp_path: Path) -> None:
-    async with scheduler(tmp_path, Capacity(cpus=2, memory_bytes=2**30)) as s:
+async def test_an_idempotency_key_names_one_job_and_its_one_result(tmp_path: Path, store_target: str | Path) -> None:
+    async with scheduler(tmp_path, store_target, Capacity(cpus=2, memory_bytes=2**30)) as s:
         spec = JobSpec(kind="exec", payload=exec_payload(["sh", "-c", "echo $$"]), key="once")
         (first,) = s.submit(spec)
         await s.run()
@@ -94,8 +100,8 @@ async def test_an_idempotency_key_names_one_job_and_its_one_result(tmp_path: Pat
 
 
 @sync
-async def test_higher_priority_runs_first(tmp_path: Path) -> None:
-    async with scheduler(tmp_path, Capacity(cpus=1, memory_bytes=2**30, max_jobs=1)) as s:
+async def test_higher_priority_runs_first(tmp_path: Path, store_target: str | Path) -> None:
+    async with scheduler(tmp_path, store_target, Capacity(cpus=1, memory_bytes=2**30, max_jobs=1)) as s:
         low = s.submit([sleeper(0.05, priority=0) for _ in range(4)])
         high = s.submit([sleeper(0.05, priority=5) for _ in range(2)])
         await s.run()
@@ -104,9 +110,9 @@ async def test_higher_priority_runs_first(tmp_path: Path) -> None:
 
 
 @sync
-async def test_tenant_quotas_bound_each_tenants_jobs_at_once(tmp_path: Path) -> None:
+async def test_tenant_quotas_bound_each_tenants_jobs_at_once(tmp_path: Path, store_target: str | Path) -> None:
     capacity = Capacity(cpus=6, memory_bytes=4 * 2**30)
-    async with scheduler(tmp_path, capacity, quotas={"a": 1, "b": 2}) as s:
+    async with scheduler(tmp_path, store_target, capacity, quotas={"a": 1, "b": 2}) as s:
         a = s.submit([sleeper(0.3, tenant="a") for _ in range(4)])
         b = s.submit([sleeper(0.3, tenant="b") for _ in range(4)])
         await s.run()
@@ -116,9 +122,11 @@ async def test_tenant_quotas_bound_each_tenants_jobs_at_once(tmp_path: Path) -> 
 
 
 @sync
-async def test_placement_never_promises_more_memory_than_the_worker_has(tmp_path: Path) -> None:
+async def test_placement_never_promises_more_memory_than_the_worker_has(
+    tmp_path: Path, store_target: str | Path
+) -> None:
     big = Limits(memory_bytes=400 * MiB)
-    async with scheduler(tmp_path, Capacity(cpus=8, memory_bytes=1024 * MiB)) as s:
+    async with scheduler(tmp_path, store_target, Capacity(cpus=8, memory_bytes=1024 * MiB)) as s:
         jobs = s.submit([JobSpec(kind="exec", payload=exec_payload(["sleep", "0.3"], limits=big)) for _ in range(5)])
         small = s.submit(
             [JobSpec(kind="exec", payload=exec_payload(["sleep", "0.3"], limits=Limits(memory_bytes=64 * MiB)))]
@@ -135,8 +143,8 @@ async def test_placement_never_promises_more_memory_than_the_worker_has(tmp_path
 
 
 @sync
-async def test_an_invalid_payload_is_refused_at_submission(tmp_path: Path) -> None:
-    async with scheduler(tmp_path, Capacity(cpus=1, memory_bytes=2**30)) as s:
+async def test_an_invalid_payload_is_refused_at_submission(tmp_path: Path, store_target: str | Path) -> None:
+    async with scheduler(tmp_path, store_target, Capacity(cpus=1, memory_bytes=2**30)) as s:
         with pytest.raises(PayloadError, match="unknown job kind 'nope': expected one of"):
             s.submit(JobSpec(kind="nope", payload={}))
         with pytest.raises(PayloadError, match="needs 'argv'"):
@@ -153,8 +161,10 @@ BAD_CPUS = [-100, -1, 0, 0.0, -0.0, 1e-9, float("nan"), float("inf"), float("-in
 
 
 @sync
-async def test_a_resource_request_out_of_range_is_refused_at_submission(tmp_path: Path) -> None:
-    async with scheduler(tmp_path, Capacity(cpus=2, memory_bytes=2**30), quotas={"paused": 0}) as s:
+async def test_a_resource_request_out_of_range_is_refused_at_submission(
+    tmp_path: Path, store_target: str | Path
+) -> None:
+    async with scheduler(tmp_path, store_target, Capacity(cpus=2, memory_bytes=2**30), quotas={"paused": 0}) as s:
         for cpus in BAD_CPUS:
             with pytest.raises(PayloadError, match="cpus must be"):
                 s.submit(JobSpec(kind="exec", payload={**exec_payload(["true"]), "cpus": cpus}))
@@ -187,10 +197,12 @@ async def test_a_resource_request_out_of_range_is_refused_at_submission(tmp_path
 
 
 @sync
-async def test_a_job_stored_with_requirements_out_of_range_fails_instead_of_running(tmp_path: Path) -> None:
+async def test_a_job_stored_with_requirements_out_of_range_fails_instead_of_running(
+    tmp_path: Path, store_target: str | Path
+) -> None:
     """A store written by a rollbox that did not check requirements may hold such jobs: they end ``failed``, with
     why, and never reach a worker (a job of -100 CPUs gave its worker 100 more)."""
-    async with scheduler(tmp_path, Capacity(cpus=2, memory_bytes=2**30)) as s:
+    async with scheduler(tmp_path, store_target, Capacity(cpus=2, memory_bytes=2**30)) as s:
         bad, good = s.submit([sleeper(0.1), sleeper(0.1)])
         with s.store.db.write() as db:
             db.execute(
@@ -199,7 +211,9 @@ async def test_a_job_stored_with_requirements_out_of_range_fails_instead_of_runn
             )
         assert s.store.job(bad.id).requirements.cpus == -100  # shown as stored
         await s.run()
-    failed, done = s.store.result(bad.id), s.store.result(good.id)
-    assert failed is not None and failed.state is JobState.FAILED and "cpus must be at least" in (failed.error or "")
-    assert s.store.attempts(bad.id) == []
-    assert done is not None and done.status == "ok"
+        failed, done = s.store.result(bad.id), s.store.result(good.id)
+        assert (
+            failed is not None and failed.state is JobState.FAILED and "cpus must be at least" in (failed.error or "")
+        )
+        assert s.store.attempts(bad.id) == []
+        assert done is not None and done.status == "ok"

@@ -134,17 +134,21 @@ class Pausing:
         return Outcome(status="ok")
 
 
-def test_jobs_submitted_and_cancelled_from_other_threads_leave_the_scheduler_whole(tmp_path: Path) -> None:
+def test_jobs_submitted_and_cancelled_from_other_threads_leave_the_scheduler_whole(
+    tmp_path: Path, store_target: str | Path
+) -> None:
     """The service submits and cancels from worker threads while the scheduler's loop dispatches: neither may
     touch the loop's own state from there (a cancel that raced a dispatch left a job queued for a worker with no
-    place on it, and every later dispatch there failed: the run never ended)."""
+    place on it, and every later dispatch there failed: the run never ended). On each store: the threads share its
+    one connection."""
     register_kind("pausing", f"{__name__}:Pausing")
 
     async def main() -> list[str]:
         failures: list[str] = []
         asyncio.get_running_loop().set_exception_handler(lambda _loop, context: failures.append(context["message"]))
         worker = LocalWorker(capacity=Capacity(cpus=8, memory_bytes=2**30), max_pool=1, grace_s=1)
-        async with Scheduler(JobStore(tmp_path / "jobs.db"), workers=[worker], home=tmp_path) as scheduler:
+        store = JobStore(store_target)
+        async with Scheduler(store, workers=[worker], home=tmp_path) as scheduler:
             jobs = scheduler.submit([JobSpec(kind="pausing", payload={"i": i}) for i in range(600)])
             running = asyncio.create_task(scheduler.run())
 
@@ -159,6 +163,7 @@ def test_jobs_submitted_and_cancelled_from_other_threads_leave_the_scheduler_who
             await asyncio.wait_for(running, 120)
             await asyncio.wait_for(scheduler.run(), 120)  # what was submitted after the first run became idle
             assert scheduler.store.unfinished() == 0
+        store.close()
         return failures
 
     assert asyncio.run(main()) == []

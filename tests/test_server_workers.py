@@ -10,12 +10,17 @@ kernel hands a connection to whichever worker accepts first.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
+import re
 import signal
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollbox.server import ServerConfig
+from rollbox.server._app import create_app
 from rollbox.server._peers import Owner, new_id, owner_of, valid_node
 from serving import descendants, double_task, process_state, running, serving_process
 
@@ -123,6 +129,155 @@ def test_every_endpoint_on_two_workers_and_a_killed_worker_ends_only_its_own(tmp
             assert _exec(on1, held["1.0"][0][0], "true").status_code == 410
             assert {s["id"] for s in on1.get("/v1/sandboxes").json()} == {*held["0.0"][0], fresh}
     assert "worker 1.0 (pid" in served.log.read_text() and "died (killed by SIGKILL)" in served.log.read_text()
+
+
+def _endpoints(routes: Iterable[Any]) -> set[tuple[str, str]]:
+    """Every (method, path) of these routes, those of included routers too (HEAD aside: GET's twin; a parameter's
+    convertor left out of its path: ``{task_id}``)."""
+    found: set[tuple[str, str]] = set()
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            found |= _endpoints(included.routes)
+        else:
+            found |= {(method, re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)) for method in route.methods - {"HEAD"}}
+    return found
+
+
+class _Calls:
+    """A client that records which endpoint (method, path template) each call reached."""
+
+    def __init__(self) -> None:
+        self.reached: set[tuple[str, str]] = set()
+
+    def __call__(self, http: httpx.Client, method: str, template: str, status: int, **kw: Any) -> httpx.Response:
+        self.reached.add((method, template))
+        path = template.format(**kw.pop("at", {}))
+        answer = http.request(method, path, **kw)
+        assert answer.status_code == status, (method, path, answer.status_code, answer.text[:500])
+        return answer
+
+
+def test_every_endpoint_answers_through_either_worker(tmp_path: Path, reap: None) -> None:
+    """Every endpoint of the application's own route table (one added later is not left out) called through each of
+    two workers, each session's through the worker that does not hold it; a run's results stream through the worker
+    that is not the scheduler's as they commit, not once the run has ended."""
+    endpoints = _endpoints(create_app(ServerConfig(home=tmp_path / "table", archive_url="")).routes)
+    assert ("POST", "/v1/sandboxes/{sandbox_id}/exec") in endpoints and len(endpoints) >= 38, endpoints
+    home = tmp_path / "home"
+    home.mkdir()
+    tasks = double_task(tmp_path)
+    call = _Calls()
+    with (
+        serving_process(home, "--pool-size", "1", "--tasks-dir", str(tasks)) as served,
+        httpx.Client(base_url=served.url, timeout=60) as anywhere,
+    ):
+        for worker, other in (("0.0", "1.0"), ("1.0", "0.0")):
+            with served.pinned(other) as there:  # its sessions, held by the other worker
+                sandbox = {"sandbox_id": call(there, "POST", "/v1/sandboxes", 201, json={}).json()["id"]}
+                episode = {"episode_id": call(there, "POST", "/v1/episodes", 201, json={"task": "double"}).json()["id"]}
+            assert _worker_of(sandbox["sandbox_id"]) == other == _worker_of(episode["episode_id"])
+            # One connection to this worker, used without a pause (the worker closes one idle for 5 s).
+            with served.pinned(worker) as here:
+                call(here, "GET", "/v1/sandboxes/{sandbox_id}", 200, at=sandbox)
+                put = {"path": "f.txt", "content": "held elsewhere"}
+                call(here, "PUT", "/v1/sandboxes/{sandbox_id}/files", 204, at=sandbox, json=put)
+                read = call(here, "GET", "/v1/sandboxes/{sandbox_id}/files", 200, at=sandbox, params={"path": "f.txt"})
+                assert read.json()["size"] == len("held elsewhere")
+                ran = call(
+                    here, "POST", "/v1/sandboxes/{sandbox_id}/exec", 200, at=sandbox, json={"argv": ["cat", "f.txt"]}
+                )
+                assert ran.json()["stdout"] == "held elsewhere"
+                assert sandbox["sandbox_id"] in {s["id"] for s in call(here, "GET", "/v1/sandboxes", 200).json()}
+                call(here, "DELETE", "/v1/sandboxes/{sandbox_id}", 204, at=sandbox)
+                assert here.get(f"/v1/sandboxes/{sandbox['sandbox_id']}").status_code == 404
+
+                action = {"name": "bash", "arguments": {"command": "cat solution.py"}}
+                stepped = call(here, "POST", "/v1/episodes/{episode_id}/step", 200, at=episode, json={"action": action})
+                assert "NotImplementedError" in stepped.json()["observation"]["text"]
+                found = call(here, "GET", "/v1/episodes/{episode_id}", 200, at=episode).json()
+                assert found["id"] == episode["episode_id"]
+                trajectory = call(here, "GET", "/v1/episodes/{episode_id}/trajectory", 200, at=episode).json()
+                assert len(trajectory["turns"]) == 1
+                assert episode["episode_id"] in {e["id"] for e in call(here, "GET", "/v1/episodes", 200).json()}
+                call(here, "DELETE", "/v1/episodes/{episode_id}", 204, at=episode)
+                assert here.get(f"/v1/episodes/{episode['episode_id']}").status_code == 404
+
+                code = {"code": "print(6 * 7)", "language": "python"}
+                assert call(here, "POST", "/run_code", 200, json=code).json()["run_result"]["stdout"] == "42\n"
+                solved = {"task": "double", "files": {"solution.py": SOLVED}}
+                assert call(here, "POST", "/v1/grade", 200, json=solved).json()["status"] == "passed"
+                fenced = {"dataset": "tasks", "id": "double", "completion": f"```python\n{SOLVED}```\n", "config": {}}
+                assert call(here, "POST", "/submit", 200, json=fenced).json()["accepted"] is True
+                assert call(here, "POST", "/online_judge/submit", 200, json=fenced).json()["accepted"] is True
+                assert call(here, "GET", "/v1/tasks", 200).json() == ["double"]
+                assert "workspace" in call(here, "GET", "/v1/tasks/{task_id}", 200, at={"task_id": "double"}).json()
+                assert "python" in str(call(here, "GET", "/v1/languages", 200).json())
+                for plain in ("/healthz", "/readyz", "/metrics", "/v1/stats", "/v1/alerts", "/v1/alerts/rules"):
+                    call(here, "GET", plain, 200)
+                for page in ("/dashboard", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"):
+                    call(here, "GET", page, 200)
+                assert call(here, "GET", "/", 307).headers["location"] == "/dashboard"
+
+                run = f"run-{worker}"
+                slow = [f"sleep {1 + 2 * n}; echo {n}" for n in range(4)]  # ending one after another
+                jobs = [{"kind": "exec", "payload": {"argv": ["sh", "-c", script]}} for script in slow]
+                jobs.append({"kind": "exec", "payload": {"argv": ["sleep", "60"]}})
+                submitted = call(here, "POST", "/v1/jobs", 201, json={"jobs": jobs, "run": run}).json()
+                last = {"job_id": submitted[-1]["id"]}
+                assert call(here, "POST", "/v1/jobs/{job_id}/cancel", 200, at=last).json()["cancelled"] is True
+                assert call(here, "GET", "/v1/jobs/{job_id}", 200, at=last).json()["state"] == "cancelled"
+                assert {run} <= {r["id"] for r in call(here, "GET", "/v1/runs", 200).json()}
+                assert here.get("/healthz").json()["worker"] == worker  # every call above went through it
+                with here.stream("GET", f"/v1/runs/{run}/results") as stream:  # its connection's last request
+                    call.reached.add(("GET", "/v1/runs/{run_id}/results"))
+                    assert stream.status_code == 200
+                    lines = (json.loads(line) for line in stream.iter_lines() if line)
+                    assert next(lines)["result"]["state"] == "cancelled"  # committed first
+                    assert next(lines)["result"]["output"]["stdout"] == "0\n"
+                    states = [j["state"] for j in call(anywhere, "GET", "/v1/jobs", 200, params={"run": run}).json()]
+                    assert states.count("completed") < 4, states  # each result as it commits, not once all have
+    assert call.reached == endpoints, (endpoints - call.reached, call.reached - endpoints)
+
+
+def _running(pid: int, argv: bytes) -> bool:
+    """Whether a process below ``pid`` runs ``argv`` (NUL-separated, as /proc shows it)."""
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/cmdline").read_bytes().rstrip(b"\0") == argv:
+                return True
+    return False
+
+
+def test_a_request_in_flight_when_its_worker_dies_is_answered_at_once(tmp_path: Path, reap: None) -> None:
+    """A sandbox's and an episode's requests handed over to the worker that holds them, which is SIGKILLed while it
+    runs them: the worker that took each connection answers 410 at once, saying the worker died while serving it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    tasks = double_task(tmp_path)
+    with serving_process(home, "--pool-size", "1", "--tasks-dir", str(tasks)) as served:
+        with served.pinned("1.0") as on1:
+            sandbox = on1.post("/v1/sandboxes", json={}).json()["id"]
+            episode = on1.post("/v1/episodes", json={"task": "double"}).json()["id"]
+        victim = served.workers()["1.0"]
+        with (
+            served.pinned("0.0") as on0,
+            served.pinned("0.0") as also_on0,
+            concurrent.futures.ThreadPoolExecutor(2) as pool,
+        ):
+            executing = pool.submit(_exec, on0, sandbox, "sleep", "37")
+            stepping = pool.submit(_step, also_on0, episode, "sleep 38")
+            deadline = time.monotonic() + 60
+            while not (_running(victim, b"sleep\x0037") and _running(victim, b"sleep\x0038")):
+                assert time.monotonic() < deadline and not executing.done() and not stepping.done()
+                time.sleep(0.05)
+            os.kill(victim, signal.SIGKILL)
+            killed = time.monotonic()
+            answers = [executing.result(timeout=30), stepping.result(timeout=30)]
+            assert time.monotonic() - killed < 10  # at once, not when the sleeps would have ended
+    for answer in answers:
+        assert answer.status_code == 410, answer.text
+        assert "died" in answer.json()["detail"] and "while serving this request" in answer.json()["detail"]
 
 
 def test_a_retry_is_answered_by_the_worker_that_ran_it_first(tmp_path: Path) -> None:

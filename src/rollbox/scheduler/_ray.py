@@ -11,6 +11,7 @@ nodes cannot run rollbox's actor, is a :class:`SchedulerError` that says what wa
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +31,9 @@ __all__ = ["NodeActor", "RayWorker", "ray_workers"]
 
 #: Resources Ray reports that are not for placing jobs.
 _OWN = ("CPU", "memory", "object_store_memory", "GPU")
+#: How long the head's port may take to accept a connection before the cluster is reported unreachable: where
+#: nothing listens, ``ray.init`` retries for minutes, printing Ray's own warnings, and never says so.
+_PROBE_S = 10.0
 
 
 class _Buffer:
@@ -193,6 +197,54 @@ def _unreachable(address: str, exc: Exception) -> str:
     )
 
 
+def _head(address: str) -> tuple[str, str] | None:
+    """The head's ``HOST:PORT`` that ``ray.init(address)`` connects to, and where that came from; ``None`` for a Ray
+    Client address (``ray://``), whose own connect gives up in time.
+
+    Raises:
+        ConnectionError: ``auto`` finds no cluster at all (Ray's own search).
+    """
+    from ray._private.services import get_ray_address_from_environment
+
+    found: str = get_ray_address_from_environment(address, None)  # $RAY_ADDRESS first, as ray.init reads it
+    if found.startswith("ray://"):
+        return None
+    if os.environ.get("RAY_ADDRESS"):
+        return found, "from $RAY_ADDRESS"
+    if address != "auto":
+        return found, "from --ray"
+    return found, "the cluster 'ray start' last started on this machine, or one whose processes run here"
+
+
+def _not_answering(head: str) -> str | None:
+    """Why nothing accepts a connection at ``head`` (``HOST:PORT``), or ``None`` when something does."""
+    host, _, port = head.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_S):
+            return None
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _check_head(address: str) -> None:
+    """Refuse at once, in one line, a cluster whose head does not answer (``ray.init`` would wait for minutes).
+
+    Raises:
+        SchedulerError: nothing accepts a connection at the head's address.
+        ConnectionError: ``auto`` finds no cluster at all.
+    """
+    found = _head(address)
+    if found is None:
+        return
+    head, origin = found
+    if (why := _not_answering(head)) is not None:
+        raise SchedulerError(
+            f"no Ray cluster answers at {head} ({origin}; {why}): start it ('ray start --head' on the head, 'ray "
+            "start --address HEAD:6379' on each node) or give the address of one that runs: --ray HOST:PORT (a "
+            "cluster stopped without 'ray stop' leaves its address behind, as does a stale $RAY_ADDRESS)"
+        )
+
+
 def ray_workers(address: str, *, grace_s: float = 30.0) -> list[RayWorker]:
     """Connect to the Ray cluster at ``address`` (``auto``: the one this machine belongs to) and start an actor on
     every node that offers CPUs; each becomes a worker whose capacity is what Ray reports for its node.
@@ -208,7 +260,10 @@ def ray_workers(address: str, *, grace_s: float = 30.0) -> list[RayWorker]:
         raise SchedulerError("running on Ray needs the ray extra: pip install 'rollbox[ray]'") from None
     if not ray.is_initialized():
         try:
+            _check_head(address)
             ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except SchedulerError:
+            raise
         except Exception as exc:  # Ray's own: ConnectionError, AuthenticationError, RuntimeError, ValueError
             raise SchedulerError(_unreachable(address, exc)) from None
     actor_class = ray.remote(NodeActor)

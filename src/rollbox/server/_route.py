@@ -22,12 +22,14 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Awaitable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._forward import PeerGone, Reply, forward
+from ._forward import PeerGone, Reply, exchange, forward
 from ._peers import Death, Owner, Peers, owner_of
 from ._relay import RELAY_PATH
 from ._responses import SafeJSONResponse, error
@@ -65,6 +67,47 @@ def _target(scope: Scope) -> bytes:
     path: bytes = scope.get("raw_path") or scope["path"].encode()
     query: bytes = scope.get("query_string", b"")
     return path + (b"?" + query if query else b"")
+
+
+async def _pass_on(socket: Path, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+    """Hand the request (its ``body`` already read) to the worker listening on ``socket`` and send its answer on
+    as it arrives: a run's results stream through as they commit. A client that goes away closes the hand-over,
+    so that the worker sees its client gone too.
+
+    Raises:
+        PeerGone: the worker did not answer (nothing was sent to the client: the caller answers instead).
+        ConnectionError: the worker died in the middle of its answer (the client's connection is cut short).
+    """
+    async with exchange(socket, scope["method"], _target(scope), scope["headers"], body) as answer:
+        await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+
+        async def body_on() -> None:
+            try:
+                async for chunk in answer.chunks():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except PeerGone as exc:
+                raise ConnectionError(f"a worker of this service died in the middle of its answer ({exc})") from None
+            await send({"type": "http.response.body", "body": b""})
+
+        await _unless_gone(receive, body_on())
+
+
+async def _unless_gone(receive: Receive, work: Awaitable[None]) -> None:
+    """Do ``work``, stopped when the client disconnects first (its request's body was read already)."""
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    doing, watching = asyncio.ensure_future(work), asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({doing, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (doing, watching):
+            task.cancel()
+        await asyncio.gather(doing, watching, return_exceptions=True)
+    if doing.done() and not doing.cancelled():
+        doing.result()  # its error, if it failed
 
 
 async def _send(reply: Reply, send: Send) -> None:
@@ -165,12 +208,10 @@ class Router:
             return
         body = await _body(receive)
         try:
-            reply = await forward(peers.socket(owner), scope["method"], _target(scope), scope["headers"], body)
+            await _pass_on(peers.socket(owner), scope, body, receive, send)
         except PeerGone:
             await asyncio.sleep(0.2)  # the supervisor's record of how it died, if it comes at once
             await _gone(kind, entry_id, owner, peers.death(owner), meanwhile=True)(scope, receive, send)
-            return
-        await _send(reply, send)
 
     async def _to_slot(
         self, peers: Peers, slot: int, scope: Scope, receive: Receive, send: Send, *, or_here: bool = False
@@ -189,7 +230,7 @@ class Router:
             return
         body = await _body(receive)
         try:
-            reply = await forward(peers.socket(owner), scope["method"], _target(scope), scope["headers"], body)
+            await _pass_on(peers.socket(owner), scope, body, receive, send)
         except PeerGone as exc:
             if or_here and exc.answered_nothing:
                 await self._here(scope, body, send)
@@ -197,8 +238,6 @@ class Router:
                 await error(503, f"worker {owner} of this service died while serving this request: retry it", 1.0)(
                     scope, receive, send
                 )
-            return
-        await _send(reply, send)
 
     async def _everyone(self, peers: Peers, scope: Scope, receive: Receive, send: Send) -> None:
         """A list of every worker's own (a worker that is gone has nothing left to list)."""
