@@ -76,9 +76,10 @@ class Grader:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         # Room for a check-based grading's variants (three sandboxes at once) beside the other workers, twice
         # over: returned sandboxes are reset in the background.
-        self.sandboxes: SandboxSource = WarmSandboxes(size=2 * (self.workers + 2))
+        self._plain = WarmSandboxes(size=2 * (self.workers + 2))
         self._probed = WarmSandboxes(size=1)
-        self._grading = _Probed(self.sandboxes, self._probed)
+        #: Where gradings and validation's other sandbox runs take sandboxes from.
+        self.sandboxes: SandboxSource = _Probed(self._plain, self._probed)
         self.progress = Progress()
         self._gate = asyncio.Semaphore(self.workers)
         self._on_progress = on_progress
@@ -102,7 +103,7 @@ class Grader:
             for _ in range(1 + self._retries):
                 with probe(env) as measured:
                     try:
-                        verdict = await grade(task, files, sandboxes=self._grading)
+                        verdict = await grade(task, files, sandboxes=self.sandboxes)
                     except Exception as exc:  # a bug of rollbox's: this grading's infra_error, not the run's end
                         verdict = Verdict(
                             task_id=task.id,
@@ -139,6 +140,5 @@ class Grader:
 
     async def close(self) -> None:
         """Close the warm sandboxes."""
-        if isinstance(self.sandboxes, WarmSandboxes):
-            await self.sandboxes.close()
+        await self._plain.close()
         await self._probed.close()
