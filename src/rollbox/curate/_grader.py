@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from rollbox.judge import Verdict, VerdictStatus, grade
 from rollbox.judge.runners._probe import probe
-from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource, WarmSandboxes
+from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource
 from rollbox.tasks import Task
+
+from ._sandboxes import DemandSandboxes
 
 __all__ = ["Grader", "Measured", "Progress"]
 
@@ -75,9 +77,9 @@ class Grader:
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         # Room for a check-based grading's variants (three sandboxes at once) beside the other workers, twice
-        # over: returned sandboxes are reset in the background.
-        self._plain = WarmSandboxes(size=2 * (self.workers + 2))
-        self._probed = WarmSandboxes(size=1)
+        # over: returned sandboxes are reset in the background. Each pool grows only as far as it is asked.
+        self._plain = DemandSandboxes(max_size=2 * (self.workers + 2))
+        self._probed = DemandSandboxes(max_size=1)
         #: Where gradings and validation's other sandbox runs take sandboxes from.
         self.sandboxes: SandboxSource = _Probed(self._plain, self._probed)
         self.progress = Progress()

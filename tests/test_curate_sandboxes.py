@@ -1,0 +1,70 @@
+"""Validation's warm sandboxes: a pool per configuration, as large as its borrowers ask at once and no larger."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rollbox.curate._grader import Grader
+from rollbox.curate._sandboxes import DemandSandboxes
+from rollbox.sandbox import Limits, Sandbox, SandboxConfig
+
+CONFIG = SandboxConfig(limits=Limits(timeout_s=5))
+SEEDED = SandboxConfig(limits=Limits(timeout_s=5), interpreter_env={"PYTHONHASHSEED": "7"})
+
+
+async def _hold(source: DemandSandboxes, config: SandboxConfig, seen: list[Sandbox], release: asyncio.Event) -> None:
+    async with source.sandbox(config) as sb:
+        seen.append(sb)
+        await release.wait()
+
+
+def test_one_borrower_at_a_time_is_served_by_one_sandbox() -> None:
+    """A grader's pools start no sandbox that no borrower needs: one at a time, the same one serves each (reset
+    in between), for the task's own configuration and for one whose zygote started under another hash seed."""
+
+    async def main() -> tuple[set[int], set[int], list[str]]:
+        grader = Grader(workers=2)
+        try:
+            plain, seeded, outputs = set(), set(), []
+            for _ in range(6):
+                async with grader.sandboxes.sandbox(CONFIG) as sb:
+                    plain.add(id(sb))
+                    await sb.write_file("/tmp/left", "x")
+                async with grader.sandboxes.sandbox(SEEDED) as sb:
+                    seeded.add(id(sb))
+                    result = await sb.exec(["python3", "-c", "import os; print(os.path.exists('/tmp/left'))"])
+                    outputs.append(result.stdout_text.strip())
+            return plain, seeded, outputs
+        finally:
+            await grader.close()
+
+    plain, seeded, outputs = asyncio.run(main())
+    assert len(plain) == 1 and len(seeded) == 1
+    assert outputs == ["False"] * 6  # the seeded pool is its own: nothing the plain one's borrowers wrote
+
+
+def test_a_pool_grows_to_the_borrowers_at_once_up_to_its_size() -> None:
+    async def main() -> tuple[int, int, int]:
+        source = DemandSandboxes(max_size=3)
+        try:
+            seen: list[Sandbox] = []
+            release = asyncio.Event()
+            holders = [asyncio.create_task(_hold(source, CONFIG, seen, release)) for _ in range(3)]
+            for _ in range(1000):  # ten seconds at most: without growth the third would wait for ever
+                if len(seen) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            release.set()
+            await asyncio.gather(*holders)
+            at_once = len({id(sb) for sb in seen})
+            for _ in range(4):  # one at a time again: served by those three
+                async with source.sandbox(CONFIG) as sb:
+                    seen.append(sb)
+            async with source.sandboxes(5, CONFIG) as five:  # beyond the size: new ones, closed after
+                more = len({id(sb) for sb in five})
+            return at_once, len({id(sb) for sb in seen}), more
+        finally:
+            await source.close()
+
+    at_once, total, more = asyncio.run(main())
+    assert at_once == 3 and total == 3 and more == 5
