@@ -77,8 +77,9 @@ class Grader:
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         # Room for a check-based grading's variants (three sandboxes at once) beside the other workers, twice
-        # over: returned sandboxes are reset in the background. Each pool grows only as far as it is asked.
-        self._plain = DemandSandboxes(max_size=2 * (self.workers + 2))
+        # over: returned sandboxes are reset in the background. Each pool grows only as far as it is asked, and
+        # one more, ready while another is reset.
+        self._plain = DemandSandboxes(max_size=2 * (self.workers + 2), spare=1)
         self._probed = DemandSandboxes(max_size=1)
         #: Where gradings and validation's other sandbox runs take sandboxes from.
         self.sandboxes: SandboxSource = _Probed(self._plain, self._probed)

@@ -4,8 +4,9 @@ Validation grades under many configurations that each serve few gradings at once
 mutants' shorter ones, and one per hash seed and clock it varies (``rollbox.judge.runners._probe``). A warm pool
 of a fixed size starts all its sandboxes (each with its Python zygote, about 50 ms of CPU) when it opens, which
 for most of these is more sandboxes than ever serve at once. Here a pool opens with the sandboxes its first
-borrower asks for and grows, up to ``max_size``, only when the sandboxes lent and asked for outnumber it: a
-borrower who finds them all being reset waits for one rather than starting another.
+borrower asks for and grows, up to ``max_size``, only when the sandboxes lent and asked for, plus ``spare``,
+outnumber it. A returned sandbox is reset in the background (a few milliseconds): with a spare, the next borrower
+takes a ready one instead of waiting for that reset.
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ class _Pool:
 
 class DemandSandboxes:
     """A :class:`rollbox.sandbox.SandboxSource` of warm pools, one per :class:`SandboxConfig`, each as large as the
-    most sandboxes borrowed from it at once, up to ``max_size`` (beyond it, new ones, destroyed after use, as
-    :class:`rollbox.sandbox.WarmSandboxes` gives). Close it after use."""
+    most sandboxes borrowed from it at once plus ``spare``, up to ``max_size`` (beyond it, new ones, destroyed
+    after use, as :class:`rollbox.sandbox.WarmSandboxes` gives). Close it after use."""
 
-    def __init__(self, *, max_size: int) -> None:
+    def __init__(self, *, max_size: int, spare: int = 0) -> None:
         if max_size < 1:
             raise ValueError(f"a pool needs at least one sandbox, got max_size={max_size}")
-        self.max_size = max_size
+        if spare < 0:
+            raise ValueError(f"spare must not be negative, got {spare}")
+        self.max_size, self.spare = max_size, spare
         self._pools: dict[SandboxConfig, _Pool] = {}
         #: One opening per configuration at a time; borrowers of other configurations never wait for it.
         self._opening: dict[SandboxConfig, asyncio.Lock] = {}
@@ -70,8 +73,9 @@ class DemandSandboxes:
         entry = await self._pool(config, pooled)
         entry.wanted += pooled
         try:
-            if entry.pool.size < min(entry.wanted, self.max_size):
-                entry.pool.resize(min(entry.wanted, self.max_size))
+            size = min(entry.wanted + self.spare, self.max_size)
+            if entry.pool.size < size:
+                entry.pool.resize(size)
             async with contextlib.AsyncExitStack() as stack:
                 boxes = list(await stack.enter_async_context(entry.pool.sandboxes(pooled, avoid=avoid)))
                 for _ in range(count - pooled):
