@@ -18,7 +18,9 @@ shared machine falls on both; the median over rounds is reported with the ratio 
 figure includes everything validation does on the host (mutants, canaries, its reports), which is its cost.
 Validation's gradings are also split by how they ran: under a variable validation varies (a hash seed, the clock
 moved: a fork of a pre-started Python that started under it) or as the judge always grades, with the median of
-each kind's own duration (``Verdict.duration_s``). Nothing is asserted.
+each kind's own duration (``Verdict.duration_s``). Under the guard (``scripts/guard.py``), whose cgroup holds this
+process and every sandbox it makes, each side's CPU seconds per grading are given too: unlike wall time, they do not
+grow with the other tenants' load. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -29,15 +31,39 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rollbox.curate import ValidateOptions, validate
 from rollbox.curate._grader import Grader, Measured
 from rollbox.judge import grade_batch
 from rollbox.judge._humaneval import default_tasks_dir
 from rollbox.tasks import Task, load_task
+
+T = TypeVar("T")
+
+
+def run_cpu_s() -> float | None:
+    """CPU seconds so far of this process and its sandboxes, from the guard's cgroup: on cgroup v1 the process's own
+    cpuacct group (the sandboxes nest in it), on v2 its parent (the sandboxes are beside it); None without the
+    guard."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(",") and Path(path).name.startswith("rollbox-guard-"):
+            return int(Path(f"/sys/fs/cgroup/cpuacct{path}/cpuacct.usage").read_text()) / 1e9
+        if controllers == "" and Path(path).parent.name.startswith("rollbox-guard-"):
+            stat = Path(f"/sys/fs/cgroup{Path(path).parent}/cpu.stat").read_text().split()
+            return int(stat[stat.index("usage_usec") + 1]) / 1e6
+    return None
+
+
+def cpu_of(run: Coroutine[Any, Any, T]) -> tuple[T, float | None]:
+    """``run``'s result (run in an event loop of its own), and the CPU seconds it took (None without the guard)."""
+    before = run_cpu_s()
+    result = asyncio.run(run)
+    after = run_cpu_s()
+    return result, (after - before if before is not None and after is not None else None)
 
 
 def bench_tasks(count: int, root: Path | None) -> list[Task]:
@@ -103,26 +129,35 @@ def main() -> None:
     for n in range(args.rounds):
         load = os.getloadavg()[0]
         if n % 2 == 0:
-            v_s, gradings = asyncio.run(time_validation(tasks, args.workers))
-            e_s = asyncio.run(time_eval(tasks, gradings, args.workers))
+            (v_s, gradings), v_cpu = cpu_of(time_validation(tasks, args.workers))
+            e_s, e_cpu = cpu_of(time_eval(tasks, gradings, args.workers))
         else:
             # The gradings per task are validation's, known from the first round.
-            e_s = asyncio.run(time_eval(tasks, gradings, args.workers))
-            v_s, gradings = asyncio.run(time_validation(tasks, args.workers))
+            e_s, e_cpu = cpu_of(time_eval(tasks, gradings, args.workers))
+            (v_s, gradings), v_cpu = cpu_of(time_validation(tasks, args.workers))
         total = sum(gradings.values())
         row = {"round": n + 1, "gradings": total, "validate_ms": 1000 * v_s / total, "eval_ms": 1000 * e_s / total}
         row["ratio"] = row["validate_ms"] / row["eval_ms"]
         row["load"] = load
+        cpu = ""
+        if v_cpu is not None and e_cpu is not None:
+            row["validate_cpu_ms"], row["eval_cpu_ms"] = 1000 * v_cpu / total, 1000 * e_cpu / total
+            row["cpu_ratio"] = v_cpu / e_cpu
+            cpu = (
+                f"; CPU {row['validate_cpu_ms']:.1f} against {row['eval_cpu_ms']:.1f} ms/grading, "
+                f"ratio {row['cpu_ratio']:.2f}"
+            )
         rows.append(row)
         print(
             f"round {n + 1}: {total} gradings, validation {row['validate_ms']:.1f} ms/grading, "
-            f"eval {row['eval_ms']:.1f} ms/grading, ratio {row['ratio']:.2f} (load {load:.1f})",
+            f"eval {row['eval_ms']:.1f} ms/grading, ratio {row['ratio']:.2f} (load {load:.1f}){cpu}",
             flush=True,
         )
-    median = {k: statistics.median(r[k] for r in rows) for k in ("validate_ms", "eval_ms", "ratio")}
+    keys = ("validate_ms", "eval_ms", "ratio", "validate_cpu_ms", "eval_cpu_ms", "cpu_ratio")
+    median = {k: statistics.median(r[k] for r in rows) for k in keys if all(k in r for r in rows)}
     print(
         f"median: validation {median['validate_ms']:.1f} ms/grading, eval {median['eval_ms']:.1f} ms/grading, "
-        f"ratio {median['ratio']:.2f}"
+        f"ratio {median['ratio']:.2f}" + (f"; CPU ratio {median['cpu_ratio']:.2f}" if "cpu_ratio" in median else "")
     )
     kinds = {
         "varied" if varied else "judge's": {"gradings": len(d), "median_ms": 1000 * statistics.median(d)}

@@ -7,9 +7,10 @@ types the signature's hints and the examples show, and draws from hypothesis str
 number changed at a time.
 
 Expected outputs come from running every available reference (``solution/``, and each directory under
-``references/`` when the task has one) in a sandbox, twice, under different hash seeds. An input is kept only when
-every run of every reference returned the same plain value (printed the same output, exiting 0); an input a
-reference raises on, times out on or answers differently for is dropped (and counted).
+``references/`` when the task has one) in a sandbox, twice: under the judge's hash seed and under another (a
+``function`` reference answers every input in one run, as the judge runs a candidate's cases). An input is kept
+only when every run of every reference returned the same plain value (printed the same output, exiting 0); an
+input a reference raises on, times out on or answers differently for is dropped (and counted).
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import asyncio
 import json
 import math
 import random
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from rollbox.sandbox import SandboxConfig, SandboxSource, Status
+from rollbox.judge import task_sandboxes
+from rollbox.judge.runners._drivers import driver_command
+from rollbox.judge.runners._probe import grading_env, probe, sandbox_config
+from rollbox.sandbox import RollboxError, SandboxConfig, SandboxSource, Status
 from rollbox.tasks import Comparator, FunctionGrading, StdioGrading, Task
 from rollbox.tasks._cases import FunctionCase, load_function_cases, load_stdio_cases
 from rollbox.tasks._values import decode, encode
@@ -35,14 +39,18 @@ from ._toml import set_key
 
 __all__ = ["Generated", "generate_cases", "variations"]
 
-_BATCH = 25
 T = TypeVar("T")
-_HASH_SEEDS = ("0", "1")
+#: What every reference runs under, over the judge's variables: its own hash seed (0), then another. An answer
+#: that differs between them follows the iteration order of a set or dict of strings, and is no expectation.
+_PROBES: tuple[Mapping[str, str] | None, ...] = (None, {"PYTHONHASHSEED": "1"})
+#: Where the driver and the value codec are written in a sandbox.
+_RUN = "/tmp/.rollbox-generate"
+_CODEC = resources.files("rollbox.tasks").joinpath("_values.py").read_bytes()
 
 #: Runs inside a sandbox: call the reference's function on each input, print one JSON record a line.
 _DRIVER = r"""
 import importlib.util, json, os, sys
-sys.path.insert(0, "/tmp/.rollbox-generate")
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
 from _values import decode, encode
 module_file, entry_point = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.dirname(module_file))
@@ -258,48 +266,56 @@ async def _write_reference(sb: Any, task: Task, files: dict[str, bytes]) -> None
         await sb.write_file(path, data)
 
 
+def _answered(stdout: str, values: list[Any], start: int) -> int:
+    """Read a run's records of the inputs from ``start`` on into ``values``; how many inputs it answered (in
+    order, up to the first line that is no record of the next one: where the run ended, or its output was cut)."""
+    answered = 0
+    for line in stdout.splitlines():
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or record.get("case") != answered:
+                break
+            if "value" in record:
+                decode(record["value"])  # a plain value, or no expectation at all
+                values[start + answered] = record["value"]
+        except (ValueError, RecursionError):
+            break
+        answered += 1
+    return answered
+
+
 async def _function_outputs(
     task: Task,
     grading: FunctionGrading,
     *,
     files: dict[str, bytes],
     inputs: list[dict[str, Any]],
-    seed: str,
+    env: Mapping[str, str] | None,
     sandboxes: SandboxSource,
 ) -> list[Any]:
-    """Each input's encoded value (``_INVALID`` where the reference raised, timed out, or returned no plain value)."""
+    """Each input's encoded value (``_INVALID`` where the reference raised or returned no plain value, or where a
+    run of its own could not answer it: it timed out, crashed or filled the output limit on it).
+
+    One run answers the inputs in order, as the judge runs a candidate (a fork of the sandbox's Python, started
+    under the probe's variables ``env``: ``rollbox.judge.runners._probe``). A run that ends before it answered
+    them all is followed by another from the input it did not answer; an input that a new run cannot answer first
+    is dropped, and the next run starts after it.
+    """
     values: list[Any] = [_INVALID] * len(inputs)
-    codec = resources.files("rollbox.tasks").joinpath("_values.py").read_bytes()
-
-    async def run(start: int) -> None:
-        batch = inputs[start : start + _BATCH]
-        async with sandboxes.sandbox(SandboxConfig(limits=task.limits, network=task.network)) as sb:
+    with probe(env):
+        config = sandbox_config(SandboxConfig(limits=task.limits, network=task.network))
+        async with sandboxes.sandbox(config) as sb:
             await _write_reference(sb, task, files)
-            await sb.write_file("/tmp/.rollbox-generate/_values.py", codec)
-            await sb.write_file("/tmp/.rollbox-generate/driver.py", _DRIVER)
-            result = await sb.exec(
-                [
-                    "python3",
-                    "-s",
-                    "/tmp/.rollbox-generate/driver.py",
-                    f"/workspace/{grading.module}",
-                    grading.entry_point,
-                ],
-                stdin=json.dumps(batch),
-                env={"PYTHONHASHSEED": seed, "TZ": "UTC", "PYTHONDONTWRITEBYTECODE": "1"},
-            )
-        if result.status is Status.INFRA_ERROR:
-            raise _Infra(result.error or "infra_error")
-        for line in result.stdout_text.splitlines():
-            try:
-                record = json.loads(line)
-                if "value" in record:
-                    decode(record["value"])  # a plain value, or no expectation at all
-                    values[start + int(record["case"])] = record["value"]
-            except (ValueError, KeyError, TypeError, IndexError):
-                continue
-
-    await _all([run(start) for start in range(0, len(inputs), _BATCH)])
+            await sb.write_file(f"{_RUN}/_values.py", _CODEC)
+            await sb.write_file(f"{_RUN}/driver.py", _DRIVER)
+            command, warm = driver_command(sb, f"{_RUN}/driver.py", f"/workspace/{grading.module}", grading.entry_point)
+            start = 0
+            while start < len(inputs):
+                stdin = json.dumps(inputs[start:])
+                result = await sb.exec(command, stdin=stdin, env=grading_env(), warm_python=warm)
+                if result.status is Status.INFRA_ERROR:
+                    raise _Infra(result.error or "infra_error")
+                start += _answered(result.stdout_text, values, start) or 1
     return values
 
 
@@ -309,14 +325,15 @@ async def _stdio_outputs(
     *,
     files: dict[str, bytes],
     inputs: list[str],
-    seed: str,
+    env: Mapping[str, str] | None,
     sandboxes: SandboxSource,
 ) -> list[Any]:
     outputs: list[Any] = [_INVALID] * len(inputs)
     async with sandboxes.sandbox(SandboxConfig(limits=task.limits, network=task.network)) as sb:
         await _write_reference(sb, task, files)
         for index, text in enumerate(inputs):
-            result = await sb.exec(list(grading.command), stdin=text, env={"PYTHONHASHSEED": seed, "TZ": "UTC"})
+            with probe(env):
+                result = await sb.exec(list(grading.command), stdin=text, env=grading_env())
             if result.status is Status.INFRA_ERROR:
                 raise _Infra(result.error or "infra_error")
             if result.ok:
@@ -350,18 +367,16 @@ async def generate_cases(task: Task, reference: Reference, *, sandboxes: Sandbox
     grading = task.grading
     runs: list[list[Any]] = []
     try:
-        # Every reference under every seed at once (each batch a sandbox of its own): they are independent, and
-        # one after another they were the longest wait of a task's validation.
+        source = await task_sandboxes(task, sandboxes)  # the task's runtime layer, image and variables
+        # Every reference under every seed at once: they are independent.
         if isinstance(grading, FunctionGrading):
             function_inputs = _function_inputs(task, reference, grading, limit)
             count = len(function_inputs)
             runs = await _all(
                 [
-                    _function_outputs(
-                        task, grading, files=files, inputs=function_inputs, seed=seed, sandboxes=sandboxes
-                    )
+                    _function_outputs(task, grading, files=files, inputs=function_inputs, env=env, sandboxes=source)
                     for files in _references(task, reference)
-                    for seed in _HASH_SEEDS
+                    for env in _PROBES
                 ]
             )
         elif isinstance(grading, StdioGrading):
@@ -369,14 +384,14 @@ async def generate_cases(task: Task, reference: Reference, *, sandboxes: Sandbox
             count = len(stdio_inputs)
             runs = await _all(
                 [
-                    _stdio_outputs(task, grading, files=files, inputs=stdio_inputs, seed=seed, sandboxes=sandboxes)
+                    _stdio_outputs(task, grading, files=files, inputs=stdio_inputs, env=env, sandboxes=source)
                     for files in _references(task, reference)
-                    for seed in _HASH_SEEDS
+                    for env in _PROBES
                 ]
             )
         else:
             return Generated([])
-    except _Infra as exc:
+    except (_Infra, RollboxError) as exc:
         raise RuntimeError(f"a reference run for test generation failed: {exc}") from None
     cases: list[dict[str, Any]] = []
     contradictory = invalid = 0

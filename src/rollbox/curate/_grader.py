@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from rollbox.judge import Verdict, VerdictStatus, grade
 from rollbox.judge.runners._probe import probe
-from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource, WarmSandboxes
+from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource
 from rollbox.tasks import Task
+
+from ._sandboxes import DemandSandboxes
 
 __all__ = ["Grader", "Measured", "Progress"]
 
@@ -75,10 +77,12 @@ class Grader:
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         # Room for a check-based grading's variants (three sandboxes at once) beside the other workers, twice
-        # over: returned sandboxes are reset in the background.
-        self.sandboxes: SandboxSource = WarmSandboxes(size=2 * (self.workers + 2))
-        self._probed = WarmSandboxes(size=1)
-        self._grading = _Probed(self.sandboxes, self._probed)
+        # over: returned sandboxes are reset in the background. Each pool grows only as far as it is asked, and
+        # one more, ready while another is reset.
+        self._plain = DemandSandboxes(max_size=2 * (self.workers + 2), spare=1)
+        self._probed = DemandSandboxes(max_size=1)
+        #: Where gradings and validation's other sandbox runs take sandboxes from.
+        self.sandboxes: SandboxSource = _Probed(self._plain, self._probed)
         self.progress = Progress()
         self._gate = asyncio.Semaphore(self.workers)
         self._on_progress = on_progress
@@ -102,7 +106,7 @@ class Grader:
             for _ in range(1 + self._retries):
                 with probe(env) as measured:
                     try:
-                        verdict = await grade(task, files, sandboxes=self._grading)
+                        verdict = await grade(task, files, sandboxes=self.sandboxes)
                     except Exception as exc:  # a bug of rollbox's: this grading's infra_error, not the run's end
                         verdict = Verdict(
                             task_id=task.id,
@@ -139,6 +143,5 @@ class Grader:
 
     async def close(self) -> None:
         """Close the warm sandboxes."""
-        if isinstance(self.sandboxes, WarmSandboxes):
-            await self.sandboxes.close()
+        await self._plain.close()
         await self._probed.close()

@@ -11,6 +11,7 @@ CPU time, the worst over those on the real clock, is what the time limit's headr
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -62,6 +63,8 @@ class ReferenceRuns:
     wall_s: float = 0.0
     worst_cpu_s: float | None = None
     _next_seed: int = 0
+    #: The hash seeds in the order the runs take them (:meth:`first`).
+    _seeds: list[int] = field(default_factory=list)
 
     def _env(self, condition: Condition) -> dict[str, str] | None:
         env: dict[str, str] = {}
@@ -75,7 +78,7 @@ class ReferenceRuns:
         return [(self.variants[c.order].task, self.reference.files, self._env(c)) for c in conditions]
 
     def _hash_seeds(self, count: int) -> list[Condition]:
-        seeds = [Condition(hash_seed=self._next_seed + k + 1) for k in range(count)]
+        seeds = [Condition(hash_seed=self._seeds[self._next_seed + k]) for k in range(count)]
         self._next_seed += count
         return seeds
 
@@ -84,6 +87,12 @@ class ReferenceRuns:
         self.planned = [Condition(order=k) for k in range(len(self.variants))]
         if self.clock and not isinstance(self.task.grading, ScriptGrading):
             self.planned += [Condition(clock=offset) for offset in CLOCK_OFFSETS]
+        # Seeds 1 to hash_seeds first; then those of the steady runs, in an order of the task's own: every task
+        # takes the same seeds (each seed's graded Python is started once for all: ``_grader``), and tasks
+        # validated together take them at different times, rather than all queueing for one seed's sandbox.
+        steady = list(range(self.hash_seeds + 1, self.steady_runs - len(self.planned) + 1))
+        random.Random(self.task.id).shuffle(steady)
+        self._seeds = [*range(1, self.hash_seeds + 1), *steady]
         self.planned += self._hash_seeds(self.hash_seeds)
         return self._items(self.planned)
 

@@ -395,9 +395,10 @@ class _TaskRun:
         if not survivors or not self.options.generate or not isinstance(grading, FunctionGrading | StdioGrading):
             return none
         try:
-            generated = await generate_cases(
-                self.task, reference, sandboxes=self.grader.sandboxes, limit=self.options.max_generated
-            )
+            async with self.grader.slot():  # its reference runs (one per hash seed) count as one of the workers
+                generated = await generate_cases(
+                    self.task, reference, sandboxes=self.grader.sandboxes, limit=self.options.max_generated
+                )
         except RuntimeError as exc:
             self.add(ReasonCode.VALIDATION_ERROR, str(exc))
             return none
