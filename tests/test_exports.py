@@ -122,7 +122,8 @@ def test_scheduler_exports() -> None:
 
     assert sorted(rollbox.scheduler.__all__) == sorted(
         [
-            "API_KEY_VARIABLE", "TERMINAL", "TRANSITIONS", "Attempt", "Capacity", "ElasticSandboxes",
+            "API_KEY_VARIABLE", "RUN_ID_MAX", "RUN_ID_PATTERN", "TERMINAL", "TRANSITIONS", "Attempt", "Capacity",
+            "ElasticSandboxes",
             "IdempotencyConflict", "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult",
             "JobSpec", "JobState", "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements",
             "RetryPolicy", "Scheduler", "SchedulerError", "StoreError", "Transition", "Unplaceable", "Worker",
