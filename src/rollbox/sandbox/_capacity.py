@@ -4,10 +4,12 @@ really takes of it, measured on sandboxes opened for the purpose.
 What one live sandbox takes: host descriptors of the process that opened it (its open files limit bounds each
 process), processes and threads (the pids cgroups rollbox runs in, ``kernel.pid_max``, ``kernel.threads-max``
 bound the machine), memory cgroups (the kernel's ids, 65,535, bound the machine), and memory. Memory per sandbox is
-what the probe's sandboxes add to the memory charged to rollbox's cgroup (or, where it has none of its own, the drop
-in MemAvailable, which other work on the machine moves too). It leaves out kernel memory no cgroup is charged for,
-which grows with the number of sandboxes open (each memory cgroup keeps an array over every filesystem's shrinker):
-the figure holds for hundreds of sandboxes, and overstates room for ten thousand.
+the larger of what the probe's sandboxes add to the memory charged to rollbox's cgroup and what they add to the
+machine's kernel and process memory in ``/proc/meminfo`` (slab, page tables, kernel stacks, per-CPU, anonymous and
+shared pages): most of a sandbox is kernel memory that no cgroup is charged for (its namespaces, mounts and
+cgroups), about a MiB, against a few tens of KiB charged. The kernel's share moves with the number of sandboxes
+open and with what the machine has held since it booted (each memory cgroup keeps an array over every filesystem's
+shrinker: docs/performance.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ._shortage import machine_tasks, own_cgroup_dirs
 __all__ = ["Capacity", "Limit", "measure"]
 
 _PROBE_SANDBOXES = 16
+#: What /proc/meminfo counts of a sandbox: the kernel's memory for it and its processes' pages.
+_MEMINFO_PARTS = ("Slab", "PageTables", "KernelStack", "Percpu", "AnonPages", "Shmem")
 _MEMCG_IDS = 65_535
 
 
@@ -123,29 +127,37 @@ def _open_fds() -> int:
 
 
 def _memory_counts() -> tuple[int | None, int]:
-    """(the memory charged to the cgroup rollbox runs in, or None where it runs in none of its own; MemAvailable)."""
+    """(the memory charged to the cgroup rollbox runs in, or None where it runs in none of its own; the kernel's and
+    processes' memory of the machine, :data:`_MEMINFO_PARTS`)."""
+    meminfo = _meminfo()
+    machine = sum(meminfo.get(part, 0) for part in _MEMINFO_PARTS)
     for directory in own_cgroup_dirs("memory")[:1]:
         if directory.parent != directory:  # not the root, which counts the machine
             for name in ("memory.current", "memory.usage_in_bytes"):
                 with contextlib.suppress(OSError):
-                    return int(read_kernel_file(directory / name)), _mem_available()
-    return None, _mem_available()
+                    return int(read_kernel_file(directory / name)), machine
+    return None, machine
 
 
 def _memory_taken(before: tuple[int | None, int], after: tuple[int | None, int]) -> int:
-    """What the probe's sandboxes took of memory: the rise in the memory charged to rollbox's cgroup (every sandbox's
-    cgroup is below it) where it has one, which other work on the machine does not move; else MemAvailable's drop.
-    The first misses the kernel memory no cgroup is charged for, which grows with the number of sandboxes open."""
-    if after[0] is not None and before[0] is not None:
-        return max(after[0] - before[0], 0)
-    return max(before[1] - after[1], 0)
+    """What the probe's sandboxes took of memory: the larger of the rise in the memory charged to rollbox's cgroup
+    (which other work on the machine does not move, but which misses the kernel memory no cgroup is charged for:
+    most of a sandbox) and the rise in the machine's kernel and process memory."""
+    charged = after[0] - before[0] if after[0] is not None and before[0] is not None else 0
+    return max(charged, after[1] - before[1], 0)
+
+
+def _meminfo() -> dict[str, int]:
+    """/proc/meminfo, in bytes."""
+    return {
+        line.split(":")[0]: int(line.split()[1]) << 10
+        for line in read_kernel_file("/proc/meminfo").splitlines()
+        if len(line.split()) >= 2
+    }
 
 
 def _mem_available() -> int:
-    for line in read_kernel_file("/proc/meminfo").splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) << 10
-    return 0
+    return _meminfo().get("MemAvailable", 0)
 
 
 def _sandbox_tasks(uids: set[int]) -> list[Path]:
