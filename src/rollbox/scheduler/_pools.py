@@ -38,7 +38,6 @@ _HINT_S = 3.0
 
 #: A pool's place in :class:`ElasticSandboxes`: its :func:`pool_key`, and the configuration itself (two layers of
 #: one spec differ only if this machine's interpreters changed meanwhile; the name holds the spec).
-_Key = tuple[str, SandboxConfig]
 
 
 @dataclass
@@ -99,9 +98,9 @@ class ElasticSandboxes:
         if self.max_total < max_size:
             raise ValueError(f"need max_total >= max_size, got max_total={max_total}, max_size={max_size}")
         self.warm_python, self.interval_s = warm_python, interval_s
-        self._pools: dict[_Key, _Elastic] = {}
+        self._pools: dict[SandboxConfig, _Elastic] = {}
         #: Pools being opened, each once however many borrowers wait for it (others' borrowers never wait for it).
-        self._openings: dict[_Key, asyncio.Future[_Elastic]] = {}
+        self._openings: dict[SandboxConfig, asyncio.Future[_Elastic]] = {}
         self._control: asyncio.Task[None] | None = None
         self._queued: dict[str, int] = {}
         self._queued_at = 0.0
@@ -146,6 +145,18 @@ class ElasticSandboxes:
             elastic.queued = self._queued.get(elastic.name, 0)
 
     async def _entry(self, config: SandboxConfig) -> _Elastic:
+        found = self._pools.get(config)  # a configuration's hash is kept: this is most borrows' only lookup
+        if found is not None:
+            return found
+        opening = self._openings.get(config)
+        if opening is None:
+            make = ResizablePool(config, size=1, warm_python=self.warm_python)
+            opening = self._openings[config] = asyncio.ensure_future(self._open(config, make))
+            opening.add_done_callback(functools.partial(self._opened, config))
+        # Shielded: a borrower that gives up does not stop the opening the others wait for.
+        return await asyncio.shield(opening)
+
+    async def _open(self, config: SandboxConfig, pool: ResizablePool) -> _Elastic:
         name = pool_key(
             config.limits,
             config.network,
@@ -154,26 +165,13 @@ class ElasticSandboxes:
             env=config.env,
             image=config.image.digest if config.image else None,
         )
-        key = (name, config)
-        found = self._pools.get(key)
-        if found is not None:
-            return found
-        opening = self._openings.get(key)
-        if opening is None:
-            make = ResizablePool(config, size=1, warm_python=self.warm_python)
-            opening = self._openings[key] = asyncio.ensure_future(self._open(key, name, make))
-            opening.add_done_callback(functools.partial(self._opened, key))
-        # Shielded: a borrower that gives up does not stop the opening the others wait for.
-        return await asyncio.shield(opening)
-
-    async def _open(self, key: _Key, name: str, pool: ResizablePool) -> _Elastic:
         await self._make_room()
         await pool.__aenter__()
-        elastic = self._pools[key] = _Elastic(pool, name, queued=self._queued.get(name, 0))
+        elastic = self._pools[config] = _Elastic(pool, name, queued=self._queued.get(name, 0))
         self._report(elastic, "opened")
         return elastic
 
-    def _opened(self, key: _Key, opening: asyncio.Future[_Elastic]) -> None:
+    def _opened(self, key: SandboxConfig, opening: asyncio.Future[_Elastic]) -> None:
         if self._openings.get(key) is opening:
             del self._openings[key]
         if not opening.cancelled():
@@ -189,7 +187,7 @@ class ElasticSandboxes:
                 total -= elastic.pool.size
                 await self._close(key, elastic)
 
-    async def _close(self, key: _Key, elastic: _Elastic) -> None:
+    async def _close(self, key: SandboxConfig, elastic: _Elastic) -> None:
         if self._pools.pop(key, None) is None:  # closed meanwhile, by the other of steering and making room
             return
         elastic.closed = True
