@@ -1,14 +1,15 @@
 """Validation's warm sandboxes: a pool per configuration, as large as its borrowers ask at once (and a spare) and
-no larger; one pool per hash seed, shared by every task."""
+no larger; one pool per hash seed, shared by every task, and a few seeds for every run."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
-from rollbox.curate._grader import Grader
+from rollbox.curate._grader import Grader, Measured
 from rollbox.curate._reference import Reference
-from rollbox.curate._reference_runs import ReferenceRuns
+from rollbox.curate._reference_runs import STEADY_SEEDS, Item, ReferenceRuns
 from rollbox.curate._sandboxes import DemandSandboxes
 from rollbox.curate._variants import ordered
 from rollbox.sandbox import Limits, Sandbox, SandboxConfig
@@ -90,9 +91,11 @@ def _function_task(root: Path, name: str) -> Task:
     return load_task(path)
 
 
-def test_every_task_takes_the_same_hash_seeds_in_an_order_of_its_own(tmp_path: Path) -> None:
-    """The steady runs' hash seeds are the same for every task (one sandbox per seed serves them all), but each
-    task takes them in its own order, so that tasks validated together do not queue for one seed's sandbox."""
+def test_every_task_cycles_over_the_same_few_hash_seeds_in_an_order_of_its_own(tmp_path: Path) -> None:
+    """The steady runs take the hash seeds 1 to STEADY_SEEDS, each once before any twice, then again and again: the
+    same seeds for every task (one sandbox per seed serves them all, so a few sandboxes serve any number of runs),
+    each task in an order of its own, so that tasks validated together do not queue for one seed's sandbox. Every
+    run under a seed taken before is recorded as another run of that seed (each run counts towards the bound)."""
 
     async def seeds(tasks: list[Task]) -> list[list[int]]:
         grader = Grader(workers=2)
@@ -102,25 +105,36 @@ def test_every_task_takes_the_same_hash_seeds_in_an_order_of_its_own(tmp_path: P
                 reference = Reference.of(task)
                 assert reference is not None
                 variants = [ordered(task, k, tmp_path / task.id) for k in range(2)]
+                taken: list[int] = []
+
+                async def measure(items: Sequence[Item], taken: list[int] = taken) -> list[Measured]:
+                    taken += [int(env["PYTHONHASHSEED"]) for _, _, env in items if env and "PYTHONHASHSEED" in env]
+                    return await grader.measure_all(items)
+
                 runs = ReferenceRuns(
                     task,
                     reference,
                     variants,
-                    grader.measure_all,
+                    measure,
                     workers=2,
-                    steady_runs=16,
+                    steady_runs=24,
                     reruns=1,
                     hash_seeds=2,
                     clock=False,
                 )
-                await runs.finish(await grader.measure_all(runs.first()))
-                assert runs.steady is not None and runs.count == 16
-                found.append([c.hash_seed for c in runs.runs if c.hash_seed])
+                await runs.finish(await measure(runs.first()))
+                assert runs.steady is not None and runs.count == 24
+                by_seed = {c.hash_seed: len(seen) for c, seen in runs.runs.items() if c.hash_seed}
+                assert by_seed == {seed: taken.count(seed) for seed in set(taken)} and sum(by_seed.values()) == 22
+                found.append(taken)
             return found
         finally:
             await grader.close()
 
     taken = asyncio.run(seeds([_function_task(tmp_path, f"task-{n}") for n in range(3)]))
+    every = list(range(1, STEADY_SEEDS + 1))
     for order in taken:
-        assert order[:2] == [1, 2] and sorted(order) == list(range(1, 15))
+        # 2 orders, then 22 runs under seeds: 1 and 2, the other six, then two rounds of all eight in between.
+        assert order[:2] == [1, 2] and sorted(order[:STEADY_SEEDS]) == every
+        assert sorted(order[STEADY_SEEDS : 2 * STEADY_SEEDS]) == every and set(order) == set(every)
     assert len({tuple(order) for order in taken}) == 3

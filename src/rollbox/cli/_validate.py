@@ -32,8 +32,9 @@ timing_dependent, tight_time_limit, trivial_passes, hack_passes, shortcut_passes
 f2p_passes_before, p2p_fails, weak_tests, contradictory_cases, answer_leak, duplicate, nondeterministic,
 validation_error.
 
-While every run of the reference passed, it runs again in the tests' own order, each run under another hash seed,
-up to --steady-runs (29) runs in all: a test that fails 1 run in 10 is then missed with probability 0.9**29 = 4.7%.
+While every run of the reference passed, it runs again in the tests' own order, under the hash seeds 1 to 8 in
+turn, up to --steady-runs (29) runs in all: a test that fails 1 run in 10 is then missed with probability
+0.9**29 = 4.7%.
 Two runs move the clock 3750 days ahead and back (libfaketime: apt-get install libfaketime; --no-clock skips them).
 The wall and CPU limits must be at least 3 times the reference's worst CPU time.
 --json prints {"tasks": [{"task_id", "decision", "reasons": [{"code", "detail"}], ...}]}.

@@ -22,7 +22,7 @@ class ValidateOptions:
     #: ``(1 - p) ** steady_runs``: 29 miss one that fails 1 run in 10 with probability 0.9**29 = 4.7%.
     steady_runs: int = 29
     #: Runs of the reference under other hash seeds (``PYTHONHASHSEED`` 1, 2, ...) in the first batch; the steady
-    #: runs after it take one new seed each.
+    #: runs after it take the seeds up to 8 (or to this, if more) in turn, each once before any twice.
     hash_seeds: int = 2
     #: Whether to run the reference with the clock moved ten years ahead and back (needs libfaketime).
     clock: bool = True

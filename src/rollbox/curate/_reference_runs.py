@@ -2,17 +2,19 @@
 
 First, at once: ``runs`` orders (``_variants``), the clock moved each way (``_clock``; not for ``script`` tasks,
 whose test.sh runs under the judge's own preloaded library) and ``hash_seeds`` other hash seeds. Then, while every
-run so far passed, more in the tests' own order, each under a hash seed of its own, until ``steady_runs`` ran:
-a test failing a share ``p`` of its runs is missed with probability ``(1 - p) ** steady_runs``, and one that holds
-only under some hash seeds is caught unless all of them keep it. A condition in which a test failed is run
-``reruns`` more times, and so is the judge's own (``_runs`` reads them). The findings become reasons; the runs'
+run so far passed, more in the tests' own order, under the hash seeds 1 to :data:`STEADY_SEEDS` in turn (each
+once before any twice), until ``steady_runs`` ran: a test failing a share ``p`` of its runs is missed with
+probability ``(1 - p) ** steady_runs`` (a run under a seed taken before is another independent run), and one that
+holds only under some hash seeds is caught unless all of those seeds keep it. A condition in which a test failed
+is run ``reruns`` more times, and so is the judge's own (``_runs`` reads them). The findings become reasons; the runs'
 CPU time, the worst over those on the real clock, is what the time limit's headroom is measured against.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rollbox.judge import Verdict, VerdictStatus
@@ -26,7 +28,12 @@ from ._runs import BASELINE, Condition, read_runs
 from ._variants import Variant
 from ._verdicts import passed
 
-__all__ = ["ReferenceRuns", "listed"]
+__all__ = ["STEADY_SEEDS", "ReferenceRuns", "listed"]
+
+#: The hash seeds the runs take: 1 to this (or to ``hash_seeds``, if more). Each seed's graded Python is started
+#: once for every task validated together (``_grader``): a seed more costs a sandbox and a zygote, while a test
+#: that depends on the order of two strings in a set keeps it under all of them with probability about ``2 ** -8``.
+STEADY_SEEDS = 8
 
 #: ``(task, files, env)``: one grading, as ``Grader.measure_all`` takes it.
 Item = tuple[Task, Mapping[str, bytes], Mapping[str, str] | None]
@@ -62,9 +69,8 @@ class ReferenceRuns:
     #: The longest wall time and the worst CPU time of the passing runs on the real clock.
     wall_s: float = 0.0
     worst_cpu_s: float | None = None
-    _next_seed: int = 0
     #: The hash seeds in the order the runs take them (:meth:`first`).
-    _seeds: list[int] = field(default_factory=list)
+    _seeds: Iterator[int] = field(default_factory=lambda: iter(()))
 
     def _env(self, condition: Condition) -> dict[str, str] | None:
         env: dict[str, str] = {}
@@ -78,21 +84,28 @@ class ReferenceRuns:
         return [(self.variants[c.order].task, self.reference.files, self._env(c)) for c in conditions]
 
     def _hash_seeds(self, count: int) -> list[Condition]:
-        seeds = [Condition(hash_seed=self._seeds[self._next_seed + k]) for k in range(count)]
-        self._next_seed += count
-        return seeds
+        return [Condition(hash_seed=seed) for seed in itertools.islice(self._seeds, count)]
+
+    def _seed_order(self) -> Iterator[int]:
+        """Seeds 1 to ``hash_seeds`` first; then the rest of the seeds, then all of them again and again, each
+        round in an order of the task's own: every task takes the same seeds (each seed's graded Python is started
+        once for all: ``_grader``), and tasks validated together take them at different times, rather than all
+        queueing for one seed's sandbox."""
+        last = max(self.hash_seeds, STEADY_SEEDS)
+        draw = random.Random(self.task.id)
+        yield from range(1, self.hash_seeds + 1)
+        seeds = list(range(self.hash_seeds + 1, last + 1))
+        while True:
+            draw.shuffle(seeds)
+            yield from seeds
+            seeds = list(range(1, last + 1))
 
     def first(self) -> list[Item]:
         """The first runs' items: every order, the clock each way, the first hash seeds."""
         self.planned = [Condition(order=k) for k in range(len(self.variants))]
         if self.clock and not isinstance(self.task.grading, ScriptGrading):
             self.planned += [Condition(clock=offset) for offset in CLOCK_OFFSETS]
-        # Seeds 1 to hash_seeds first; then those of the steady runs, in an order of the task's own: every task
-        # takes the same seeds (each seed's graded Python is started once for all: ``_grader``), and tasks
-        # validated together take them at different times, rather than all queueing for one seed's sandbox.
-        steady = list(range(self.hash_seeds + 1, self.steady_runs - len(self.planned) + 1))
-        random.Random(self.task.id).shuffle(steady)
-        self._seeds = [*range(1, self.hash_seeds + 1), *steady]
+        self._seeds = self._seed_order()
         self.planned += self._hash_seeds(self.hash_seeds)
         return self._items(self.planned)
 
@@ -117,12 +130,12 @@ class ReferenceRuns:
         return all(passed(m.verdict) for seen in self.runs.values() for m in seen)
 
     async def _until_steady(self) -> None:
-        """While every run passed and fewer than ``steady_runs`` ran, more in the tests' own order under new hash
-        seeds, as many at once as there are workers (a failure ends it: the evidence is no longer ambiguous)."""
+        """While every run passed and fewer than ``steady_runs`` ran, more in the tests' own order under the next
+        hash seeds, as many at once as there are workers (a failure ends it: the evidence is no longer ambiguous)."""
         while self.count < self.steady_runs and self._all_passed():
             batch = self._hash_seeds(min(self.workers, self.steady_runs - self.count))
             for condition, measured in zip(batch, await self.measure(self._items(batch)), strict=True):
-                self.runs[condition] = [measured]
+                self.runs.setdefault(condition, []).append(measured)
 
     def verdicts(self, condition: Condition = BASELINE) -> list[Verdict]:
         """The condition's verdicts but infra errors."""
