@@ -11,7 +11,9 @@
 - end to end at saturation, for three kinds of program: ``true``, a warm-Python program (``python3 main.py`` forked
   from the sandbox's warm interpreter) and a ~20 ms ``python3 -c`` program: the same programs through ``run_batch``
   (raw, no scheduler) and through the scheduler (``exec`` jobs), alternating which goes first, the ratio of their
-  rates [>= 0.9 for each kind], and the queue wait (submission to start) p50/p99;
+  rates [>= 0.9 for each kind], this process's CPU per program each way (the event loop's thread, and the store's
+  in the scheduler: what the scheduler adds to each program's Python), and the queue wait (submission to start)
+  p50/p99;
 - crash recovery: a store of 10,000 jobs, a hundred of them leased by a scheduler whose process is gone; the time
   from opening a new scheduler to its first resumed job starting [< 1 s].
 
@@ -215,19 +217,21 @@ def _programs(kind: str, count: int) -> list[Program]:
     return [Program(argv=["python3", "-c", f"print(sum(range({i} * 100)))"]) for i in range(count)]
 
 
-async def raw(kind: str, count: int, workers: int) -> float:
-    """The programs through ``run_batch`` in warm sandboxes (as many as the scheduler's pools hold)."""
+async def raw(kind: str, count: int, workers: int) -> tuple[float, float]:
+    """The programs through ``run_batch`` in warm sandboxes (as many as the scheduler's pools hold); their rate, and
+    this process's CPU milliseconds per program (its sandboxes' processes not counted)."""
     programs = _programs(kind, count)
     async with WarmSandboxes(size=2 * workers, warm_python=kind == "warm_python") as sandboxes:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         async for _ in run_batch(programs, limits=LIMITS, workers=workers, sandboxes=sandboxes):
             pass
-        return count / (time.perf_counter() - start)
+        return count / (time.perf_counter() - start), (time.process_time() - cpu) / count * 1e3
 
 
-async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[float]]:
+async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[float], float]:
     """The same programs as ``exec`` jobs through the scheduler, once its pool is as warm as ``run_batch``'s (a
-    first batch of ``4 * workers`` jobs, not timed); their rate and queue waits."""
+    first batch of ``4 * workers`` jobs, not timed); their rate, queue waits, and this process's CPU milliseconds
+    per program (the event loop's and the store's threads)."""
     with tempfile.TemporaryDirectory() as home:
         worker = LocalWorker(capacity=Capacity(cpus=workers, memory_bytes=8 * 2**30))
         store = JobStore(Path(home) / "jobs.db")
@@ -243,17 +247,17 @@ async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[fl
             ]
             scheduler.submit(specs[:warm_up])
             await scheduler.run()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             scheduler.submit(specs[warm_up:])
             await scheduler.run()
-            rate = count / (time.perf_counter() - start)
+            rate, cpu_ms = count / (time.perf_counter() - start), (time.process_time() - cpu) / count * 1e3
         waits = []
         for job in store.jobs(run_id="timed"):
             moves = store.transitions(job.id)
             began = next(m.at for m in moves if m.target is JobState.RUNNING)
             waits.append(began - moves[0].at)
         store.close()
-        return rate, waits
+        return rate, waits, cpu_ms
 
 
 class _FirstStart:
@@ -303,6 +307,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     rates: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "bare_sqlite": []}
     raws: dict[str, list[float]] = {kind: [] for kind in args.kinds}
     ratios: dict[str, list[float]] = {kind: [] for kind in args.kinds}
+    cpus: dict[str, dict[str, list[float]]] = {kind: {"raw": [], "scheduled": []} for kind in args.kinds}
     waits: list[float] = []
     recoveries: list[float] = []
     loads: list[float] = []
@@ -322,15 +327,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 for kind in args.kinds:  # raw first in even rounds, the scheduler first in odd ones
                     count = args.programs or PROGRAMS[kind]
                     if round_ % 2 == 0:
-                        raw_rate = await raw(kind, count, workers)
-                        sched_rate, wait = await scheduled(kind, count, workers)
+                        raw_rate, raw_cpu = await raw(kind, count, workers)
+                        sched_rate, wait, sched_cpu = await scheduled(kind, count, workers)
                     else:
-                        sched_rate, wait = await scheduled(kind, count, workers)
-                        raw_rate = await raw(kind, count, workers)
+                        sched_rate, wait, sched_cpu = await scheduled(kind, count, workers)
+                        raw_rate, raw_cpu = await raw(kind, count, workers)
                     raws[kind].append(raw_rate)
                     ratios[kind].append(sched_rate / raw_rate)
+                    cpus[kind]["raw"].append(raw_cpu)
+                    cpus[kind]["scheduled"].append(sched_cpu)
                     waits.extend(wait)
-                    line += f"; {kind} raw {raw_rate:.0f}/s scheduled {sched_rate:.0f}/s ({ratios[kind][-1]:.2f}x)"
+                    line += (
+                        f"; {kind} raw {raw_rate:.0f}/s scheduled {sched_rate:.0f}/s ({ratios[kind][-1]:.2f}x, "
+                        f"process CPU {raw_cpu:.2f} / {sched_cpu:.2f} ms a program)"
+                    )
                 recoveries.append(await recovery(args.store_jobs))
                 line += f"; recovery {recoveries[-1] * 1000:.0f} ms"
             print(line, file=sys.stderr)
@@ -347,6 +357,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if not args.dispatch_only:
         report["raw_per_s"] = {kind: _spread(samples) for kind, samples in raws.items()}
         report["end_to_end_ratio"] = {kind: _spread(samples) for kind, samples in ratios.items()}
+        report["process_cpu_ms_per_program"] = {
+            kind: {way: _spread(samples) for way, samples in by_way.items()} for kind, by_way in cpus.items()
+        }
         report["queue_wait_s"] = {"p50": _percentile(waits, 0.5), "p99": _percentile(waits, 0.99)}
         report["recovery_s"] = _spread(recoveries)
     return report
