@@ -47,7 +47,8 @@ def test_a_pool_opening_never_holds_back_the_requests_of_another_configuration()
 
 def test_a_configuration_beyond_those_kept_warm_gets_a_fresh_sandbox_while_another_opens() -> None:
     async def main() -> tuple[bool, int]:
-        executor = Executor(ServerConfig(pool_size=8, warm_configs=1), Languages())
+        # A pool of 24 takes far longer to open than the one fresh sandbox does to start.
+        executor = Executor(ServerConfig(pool_size=24, warm_configs=1), Languages())
         try:
             first_served = asyncio.Event()
 
