@@ -254,18 +254,18 @@ def test_a_results_stream_idle_longer_than_the_proxys_read_timeout_is_not_cut(tm
     from serving import running
 
     config = ServerConfig(home=tmp_path / "home", pool_size=1, run="kept", stream_keepalive_s=0.3)
-    slow = [{"kind": "exec", "payload": {"argv": ["sh", "-c", f"sleep {s}; echo {s}"]}} for s in (0, 4)]
+    slow = [{"kind": "exec", "payload": {"argv": ["sh", "-c", f"sleep {s}; echo {s}"]}} for s in (0, 6)]
     with (
         running(config) as served,
-        nginx(tmp_path, {"a": served.url.removeprefix("http://")}, read_timeout="1s") as url,
+        nginx(tmp_path, {"a": served.url.removeprefix("http://")}, read_timeout="3s") as url,
         httpx.Client(base_url=url, timeout=60) as proxy,
         Client(url) as client,
     ):
         assert proxy.post("/v1/jobs", json={"jobs": slow, "run": "raw"}).status_code == 201
         with proxy.stream("GET", "/v1/runs/raw/results") as stream:
             lines = list(stream.iter_lines())
-        assert sorted(json.loads(line)["result"]["output"]["stdout"] for line in lines if line) == ["0\n", "4\n"]
+        assert sorted(json.loads(line)["result"]["output"]["stdout"] for line in lines if line) == ["0\n", "6\n"]
         assert "" in lines  # a keep-alive went through
         assert proxy.post("/v1/jobs", json={"jobs": slow, "run": "client"}).status_code == 201
         read = client.results("client")
-        assert sorted(x["result"]["output"]["stdout"] for x in read) == ["0\n", "4\n"]
+        assert sorted(x["result"]["output"]["stdout"] for x in read) == ["0\n", "6\n"]
