@@ -327,6 +327,7 @@ BAD_INPUT = [
     (["serve", "--pool-size", "-2"], "--pool-size"),
     (["serve", "--idle-timeout", "nan"], "--idle-timeout: must be a number of seconds above 0"),
     (["serve", "--body-timeout", "-5"], "--body-timeout"),
+    (["serve", "--stream-keepalive", "0"], "--stream-keepalive: must be a number of seconds above 0"),
     (["serve", "--home", "{FILE}"], "--home {FILE} is not a directory"),
     (["serve", "--tasks-dir", "{MISSING}"], "--tasks-dir {MISSING} is not a directory"),
     (["serve", "--alert-rules", "{DIR}"], "cannot write --alert-rules {DIR} (Is a directory)"),

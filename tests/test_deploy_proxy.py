@@ -82,11 +82,18 @@ def render(directory: Path, listen: str, nodes: dict[str, str]) -> Path:
 
 
 @contextlib.contextmanager
-def nginx(directory: Path, nodes: dict[str, str]) -> Iterator[str]:
-    """nginx in front of ``nodes`` (name -> address), a process of this test's own; yields its URL."""
+def nginx(directory: Path, nodes: dict[str, str], *, read_timeout: str | None = None) -> Iterator[str]:
+    """nginx in front of ``nodes`` (name -> address), a process of this test's own; yields its URL. With
+    ``read_timeout``, the configuration's ``proxy_read_timeout`` is that instead (so that a test need not wait
+    for the real one)."""
     assert NGINX is not None
     port = free_port()
     main = render(directory, f"127.0.0.1:{port}", nodes)
+    if read_timeout is not None:
+        conf = directory / "rollbox.conf"
+        text = conf.read_text()
+        assert text.count("proxy_read_timeout 600s;") == 1, text
+        conf.write_text(text.replace("proxy_read_timeout 600s;", f"proxy_read_timeout {read_timeout};"))
     check = subprocess.run(
         [NGINX, "-t", "-q", "-e", "stderr", "-c", str(main)], capture_output=True, text=True, check=False
     )
@@ -237,3 +244,28 @@ def test_sessions_reach_their_node_through_nginx_and_jobs_are_shared(
     for path, answered_by in sessions:
         entry = path.split("/")[3]
         assert answered_by == address[_node_of(entry)], (path, answered_by)
+
+
+def test_a_results_stream_idle_longer_than_the_proxys_read_timeout_is_not_cut(tmp_path: Path) -> None:
+    """A run whose job runs longer than nginx's read timeout: the service's keep-alives (blank lines) keep the
+    stream through nginx open, and every result arrives once (rollbox's client reads them through it)."""
+    from rollbox import Client
+    from rollbox.server import ServerConfig
+    from serving import running
+
+    config = ServerConfig(home=tmp_path / "home", pool_size=1, run="kept", stream_keepalive_s=0.3)
+    slow = [{"kind": "exec", "payload": {"argv": ["sh", "-c", f"sleep {s}; echo {s}"]}} for s in (0, 6)]
+    with (
+        running(config) as served,
+        nginx(tmp_path, {"a": served.url.removeprefix("http://")}, read_timeout="3s") as url,
+        httpx.Client(base_url=url, timeout=60) as proxy,
+        Client(url) as client,
+    ):
+        assert proxy.post("/v1/jobs", json={"jobs": slow, "run": "raw"}).status_code == 201
+        with proxy.stream("GET", "/v1/runs/raw/results") as stream:
+            lines = list(stream.iter_lines())
+        assert sorted(json.loads(line)["result"]["output"]["stdout"] for line in lines if line) == ["0\n", "6\n"]
+        assert "" in lines  # a keep-alive went through
+        assert proxy.post("/v1/jobs", json={"jobs": slow, "run": "client"}).status_code == 201
+        read = client.results("client")
+        assert sorted(x["result"]["output"]["stdout"] for x in read) == ["0\n", "6\n"]

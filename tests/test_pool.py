@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import platform
 import resource
@@ -491,3 +492,91 @@ def test_a_tree_too_large_to_empty_in_place_is_replaced_instead() -> None:
     assert few.ok and kept and left == b"", (few, left)
     many, kept, left = asyncio.run(main(EMPTY_IN_PLACE_MAX + 100))
     assert many.ok and not kept and left == b"", (many, left)
+
+
+# WarmSandboxes: one opening per configuration at a time, and nobody else waits for it.
+
+#: A pool this large takes a while to open (every sandbox and its zygote start): long enough to act meanwhile.
+OPENING_SIZE = 8
+
+
+def test_a_pool_opening_never_holds_back_the_borrowers_of_another_configuration() -> None:
+    warm, cold = SandboxConfig(limits=LIMITS), SandboxConfig(limits=dataclasses.replace(LIMITS, timeout_s=6))
+
+    async def main() -> tuple[bool, bool]:
+        async with WarmSandboxes(size=OPENING_SIZE) as sandboxes:
+            async with sandboxes.sandbox(warm):  # its pool is open
+                pass
+            await asyncio.sleep(0.5)  # and its sandbox reset, idle again
+            cold_served = asyncio.Event()
+
+            async def use_cold() -> None:
+                async with sandboxes.sandbox(cold) as sb:
+                    cold_served.set()
+                    await sb.exec(["true"])
+
+            opening = asyncio.create_task(use_cold())
+            await asyncio.sleep(0.01)
+            began = not cold_served.is_set()  # the cold pool is opening
+            async with sandboxes.sandbox(warm) as sb:
+                served_meanwhile = not cold_served.is_set()  # the warm borrower did not wait for the cold pool
+                assert (await sb.exec(["true"])).status is Status.OK
+            await opening
+            return began, served_meanwhile
+
+    assert asyncio.run(main()) == (True, True)
+
+
+def test_a_borrower_that_gives_up_leaves_the_opening_to_the_others_who_wait_for_it() -> None:
+    from conftest import own_sandbox_processes
+
+    config = SandboxConfig(limits=LIMITS)
+
+    async def main() -> tuple[set[int], set[int]]:
+        async with WarmSandboxes(size=OPENING_SIZE) as sandboxes:
+            entered = asyncio.Event()
+
+            async def borrow() -> None:
+                async with sandboxes.sandbox(config):
+                    entered.set()
+                    await asyncio.sleep(3600)  # held until cancelled
+
+            quitter, stayer = asyncio.create_task(borrow()), asyncio.create_task(borrow())
+            started: set[int] = set()
+            while not started:  # some of the pool's sandboxes have started, not all: it is still opening
+                await asyncio.sleep(0.005)
+                started = own_sandbox_processes()
+            assert not entered.is_set(), "the pool opened before the test could cancel a borrower"
+            quitter.cancel()
+            await asyncio.wait_for(entered.wait(), 60)  # the other borrower is served...
+            alive = own_sandbox_processes()
+            stayer.cancel()
+            await asyncio.gather(quitter, stayer, return_exceptions=True)
+            return started, alive
+
+    started, alive = asyncio.run(main())
+    assert started <= alive  # ...by the same opening: what it had started was not closed and started again
+
+
+def test_a_failed_opening_is_told_to_every_waiter_and_the_next_borrower_opens_again() -> None:
+    config = SandboxConfig(limits=LIMITS)
+
+    async def main() -> tuple[list[BaseException | None], ExecResult]:
+        async with WarmSandboxes(size=2) as sandboxes:
+
+            async def borrow() -> None:
+                async with sandboxes.sandbox(config):
+                    pass
+
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))  # no descriptor to be had, as on a full host
+            try:
+                failed = await asyncio.gather(borrow(), borrow(), return_exceptions=True)
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            async with sandboxes.sandbox(config) as sb:  # the host has descriptors again: this one opens the pool
+                return failed, await sb.exec(["echo", "ok"])
+
+    failed, result = asyncio.run(main())
+    assert all(isinstance(f, (SandboxError, OSError)) and "Too many open files" in str(f) for f in failed), failed
+    assert result.stdout == b"ok\n"

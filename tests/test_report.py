@@ -79,3 +79,18 @@ def test_report_and_top_from_a_real_run(tmp_path: Path) -> None:
             assert page_.locator("svg").count() >= 3
             page_.screenshot(path=str(SCREENSHOT), full_page=True)
             browser.close()
+
+
+@pytest.mark.parametrize("what", ["a directory", "nothing"])
+def test_a_runs_events_that_cannot_be_read_are_named_with_the_path(tmp_path: Path, what: str) -> None:
+    home = tmp_path / "home"
+    events = home / "runs" / "r1" / "events.jsonl"
+    events.parent.mkdir(parents=True)
+    if what == "a directory":
+        events.mkdir()
+    done = _rollbox("report", "r1", "-o", str(tmp_path / "r1.html"), home=home)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    where = f"{events} (Is a directory)" if what == "a directory" else f"{home / 'archive'} (no archive at"
+    assert line.startswith(f"rollbox report: cannot read the events at {where}"), line
+    assert events.exists() == (what == "a directory")  # left as it was

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +137,81 @@ def test_a_damaged_job_store_is_named_with_what_to_do_and_left_as_it_was(tmp_pat
         assert f"the job store {store} is damaged or is not a job store" in last, (command, done.stderr)
         assert f"mv {store} {store}.damaged" in last and ".recover" in last
     assert hashlib.sha256(store.read_bytes()).hexdigest() == before  # nothing was written over it
+
+
+def _occupy(store: Path, what: str) -> None:
+    """Put ``what`` where the store's file belongs."""
+    if what == "a directory":
+        store.mkdir()
+        (store / "notes.txt").write_text("mine\n")
+    elif what == "a named pipe":
+        os.mkfifo(store)
+    else:
+        store.symlink_to(store.name)  # a link to itself
+
+
+@pytest.mark.parametrize("what", ["a directory", "a named pipe", "a symbolic link loop"])
+def test_a_job_store_that_is_not_a_file_is_named_with_what_to_do_and_left_as_it_was(tmp_path: Path, what: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    store = home / "jobs.db"
+    _occupy(store, what)
+    before = os.lstat(store)
+    tasks = make_task(tmp_path / "tasks", "add")
+    commands = (
+        ["jobs"],
+        ["runs"],
+        ["jobs", "show", "1"],
+        ["run", str(tasks), "--run-id", "r1"],
+        ["serve", "--port", "0"],
+    )
+    for command in commands:
+        done = rollbox(home, *command)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (command, done.stderr)
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"rollbox {command[0]}: the job store {store} is {what}"), (command, done.stderr)
+        assert "left it as it is" in last and f"mv {store} {store}.aside" in last, last
+    after = os.lstat(store)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)  # the same thing, still there
+    if what == "a directory":
+        assert os.listdir(store) == ["notes.txt"] and (store / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_job_store_this_user_cannot_read_is_named_with_what_to_do() -> None:
+    # As root every file is readable: the command runs as nobody, in a child of this process (the interpreter's
+    # files may be out of nobody's reach, so it is not started anew), on a store in a directory nobody can reach
+    # (pytest's are root's alone).
+    from rollbox.cli._main import main
+
+    with tempfile.TemporaryDirectory() as top:
+        home = Path(top) / "home"
+        store = _store_with_jobs(home, 1)
+        store.chmod(0o600)
+        os.chmod(top, 0o755)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child)
+            code = 2
+            try:
+                sys.stderr = os.fdopen(write, "w")
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+                os.environ["ROLLBOX_HOME"] = str(home)
+                code = main(["jobs"])
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read) as stderr:
+            said = stderr.read()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 1 and "Traceback" not in said, said
+        assert said.startswith(f"rollbox jobs: the job store {store} is a file this user (uid 65534) cannot read"), said
+        assert "chmod" in said and len(said.strip().splitlines()) == 1, said
+        kept = JobStore(store)
+        assert len(kept.jobs()) == 1  # still the store it was
+        kept.close()
 
 
 @pytest.fixture

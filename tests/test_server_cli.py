@@ -70,6 +70,7 @@ def test_serve_with_two_workers(tmp_path: Path) -> None:
         {"idle_timeout_s": float("nan")},
         {"body_timeout_s": float("inf")},
         {"tick_s": 0},
+        {"stream_keepalive_s": -1},
         {"max_timeout_s": "60"},
     ],
     ids=lambda settings: ",".join(f"{k}={v}" for k, v in settings.items()),

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollbox import Client
 from rollbox.server import ServerConfig, TenantStore
 from serving import Running, double_task, running
 
@@ -164,3 +165,26 @@ def test_a_run_is_scoped_to_each_tenant(server: Running, keys: tuple[Path, dict[
             assert quick[0]["id"] not in {j["id"] for j in a.get("/v1/jobs", params={"run": shown}).json()}
             with a.stream("GET", f"/v1/runs/{shown}/results") as stream:  # a's own: until its slow job is done
                 assert slow.json()[0]["id"] in {json.loads(line)["job"]["id"] for line in stream.iter_lines() if line}
+
+
+def test_an_idle_results_stream_carries_keep_alives_and_every_result_exactly_once(tmp_path: Path) -> None:
+    """While a long job runs, a run's results stream sends a blank line every ``stream_keepalive_s`` (a proxy's
+    read timeout never sees it idle); every reader here skips it and reads each result once."""
+    config = ServerConfig(home=tmp_path, pool_size=1, run="keep-alive", tick_s=0.2, stream_keepalive_s=0.3)
+    jobs = [_exec("import time; time.sleep(2); print('slow')"), _exec("print('quick')")]
+    with running(config) as r, httpx.Client(base_url=r.url, timeout=120) as http, Client(r.url) as client:
+
+        def submit(run: str) -> list[int]:
+            submitted = http.post("/v1/jobs", json={"jobs": jobs, "run": run})
+            assert submitted.status_code == 201, submitted.text
+            return sorted(j["id"] for j in submitted.json())
+
+        ids = submit("raw")
+        with http.stream("GET", "/v1/runs/raw/results") as stream:
+            lines = list(stream.iter_lines())
+        assert sorted(json.loads(line)["job"]["id"] for line in lines if line) == ids  # each once
+        assert lines.count("") >= 3, lines  # the slow job's two seconds, in keep-alives of 0.3 s
+        ids = submit("client")
+        read = client.results("client")  # rollbox's own reader, through the slow job's keep-alives
+        assert sorted(x["job"]["id"] for x in read) == ids
+        assert sorted(x["result"]["output"]["stdout"] for x in read) == ["quick\n", "slow\n"]

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from rollbox.scheduler import JobNotFound, JobState, JobStore, StoreError, store_target
 
@@ -61,7 +62,7 @@ def _reading(command: str, read: Callable[[JobStore, argparse.Namespace], int]) 
 
     def run(args: argparse.Namespace) -> int:
         target = store_target(args.db)
-        if not isinstance(target, str) and not target.is_file():
+        if not isinstance(target, str) and _absent(target):
             print(
                 f"rollbox {command}: no job store at {target} yet: 'rollbox run' makes it (set ROLLBOX_HOME, or "
                 "ROLLBOX_DB or --db, to look elsewhere)",
@@ -79,6 +80,18 @@ def _reading(command: str, read: Callable[[JobStore, argparse.Namespace], int]) 
             return 1
 
     return run
+
+
+def _absent(path: Path) -> bool:
+    """Nothing is at ``path``, or a symbolic link to nothing: no store yet. Whatever else is there (a directory, a
+    named pipe, a link loop) is handed to the store, which says what is wrong with it and leaves it as it is."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _when(at: float | None) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from rollbox.telemetry import Event, render_report
+from rollbox.telemetry import Event, render_report, rollbox_home
 
 from ._args import run_name
 
@@ -45,11 +46,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _events(args: argparse.Namespace) -> list[Event]:
     if args.events is not None:
         return _read_jsonl(args.events, args.run_id)
-    from rollbox.telemetry import read_archive, rollbox_home
+    from rollbox.telemetry import read_archive
 
     archive = args.archive or str(rollbox_home() / "archive")
     run_file = rollbox_home() / "runs" / args.run_id / "events.jsonl"
-    if args.archive is None and run_file.is_file():
+    if args.archive is None and os.path.lexists(run_file):  # a directory there is an error to report, not "no run"
         # A run of 'rollbox run' keeps its events beside its results and is archived only where a service ran it.
         try:
             archived = read_archive(archive, run=args.run_id)
@@ -87,7 +88,7 @@ def _report(args: argparse.Namespace) -> int:
     try:
         events = _events(args)
     except OSError as exc:
-        where = exc.filename or args.events or args.archive
+        where = exc.filename or args.events or args.archive or rollbox_home() / "archive"
         print(
             f"rollbox report: cannot read the events at {where} ({exc.strerror or exc}); give a run's events.jsonl "
             "with --events FILE, or its archive with --archive URL",

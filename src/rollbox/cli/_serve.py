@@ -58,6 +58,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--body-timeout", type=positive_seconds, help="seconds a request's body may take to arrive, else 408 (60)"
     )
+    parser.add_argument(
+        "--stream-keepalive",
+        type=positive_seconds,
+        metavar="S",
+        help="seconds of silence after which a run's results stream sends a blank line, so that proxies keep it (15)",
+    )
     parser.add_argument("--pool-size", type=whole(1, 4096), help="warm sandboxes per configuration (twice the CPUs)")
     parser.add_argument(
         "--language-images",
@@ -94,6 +100,7 @@ def _serve(args: argparse.Namespace) -> int:
         ("idle_timeout_s", args.idle_timeout),
         ("pool_size", args.pool_size),
         ("body_timeout_s", args.body_timeout),
+        ("stream_keepalive_s", args.stream_keepalive),
         ("node", args.node),
         ("language_images", args.language_images),
     ):

@@ -6,11 +6,12 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 from ._errors import StoreError
 
-__all__ = ["damaged", "damaged_store", "store_error"]
+__all__ = ["damaged", "damaged_store", "not_a_store", "store_error"]
 
 _DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
@@ -26,6 +27,48 @@ def damaged_store(path: Path, what: str) -> StoreError:
         f"the job store {path} is damaged or is not a job store ({what}); rollbox wrote nothing to it. Move it "
         f"aside ('mv {path} {path}.damaged') to start a new store, or recover its jobs into a new file with "
         f"'sqlite3 {path} .recover | sqlite3 {path.with_name('jobs.recovered.db')}' and move that in its place",
+        path=str(path),
+    )
+
+
+#: What a path holds when it is not a regular file, by its type bits.
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def not_a_store(path: Path) -> StoreError | None:
+    """Why the store's file cannot be at ``path`` although something is there (a directory, a named pipe, a
+    symbolic link loop, a file this user cannot read and write), or ``None`` when it is a regular file this user
+    can use, or nothing (the store is made there). Checked before SQLite opens it: SQLite says only "unable to
+    open database file" of a directory or a link loop, and "disk I/O error" of a named pipe."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:  # nothing there, or a symbolic link to nothing: SQLite makes the file
+        return None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            return store_error(exc, path)
+        what = "a symbolic link loop, not a SQLite file"
+    else:
+        if not stat.S_ISREG(mode):
+            what = f"{_KINDS.get(stat.S_IFMT(mode), 'neither a file nor a directory')}, not a SQLite file"
+        elif os.access(path, os.R_OK | os.W_OK):
+            return None
+        else:
+            return StoreError(
+                f"the job store {path} is a file this user (uid {os.geteuid()}) cannot read and write (mode "
+                f"{stat.filemode(mode)}); rollbox left it as it is. Give this user access to it (chown, chmod), or "
+                "point ROLLBOX_HOME, ROLLBOX_DB or --db at another store",
+                path=str(path),
+            )
+    return StoreError(
+        f"the job store {path} is {what}; rollbox left it as it is. Move it aside ('mv {path} {path}.aside'), or "
+        "point ROLLBOX_HOME, ROLLBOX_DB or --db at another store",
         path=str(path),
     )
 

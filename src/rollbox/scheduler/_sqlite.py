@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ._db import Database
-from ._db_errors import damaged, damaged_store, store_error
+from ._db_errors import damaged, damaged_store, not_a_store, store_error
 from ._errors import StoreError
 from ._sql import PLAIN_INSERT, SQLITE, Rows
 
@@ -66,6 +66,8 @@ class SqliteDatabase(Database):
         self._lock = threading.RLock()
         #: Set once SQLite found the file damaged: nothing more is written to it.
         self._damaged: str | None = None
+        if (wrong := not_a_store(self.file)) is not None:
+            raise wrong
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False, timeout=60.0)

@@ -87,6 +87,9 @@ class ServerConfig:
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     #: How often alerts are evaluated and gauges refreshed.
     tick_s: float = 1.0
+    #: A stream (a run's results) with nothing to send for this long sends a blank line, which readers skip: no
+    #: proxy or load balancer between it and its reader closes it as idle while a long job runs.
+    stream_keepalive_s: float = 15.0
 
     def __post_init__(self) -> None:
         if self.node is not None and not valid_node(self.node):
@@ -102,7 +105,7 @@ class ServerConfig:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
         if isinstance(self.warm_configs, bool) or not isinstance(self.warm_configs, int) or self.warm_configs < 0:
             raise ValueError(f"warm_configs must be a whole number of at least 0, got {self.warm_configs!r}")
-        for name in ("max_timeout_s", "body_timeout_s", "idle_timeout_s", "tick_s"):
+        for name in ("max_timeout_s", "body_timeout_s", "idle_timeout_s", "tick_s", "stream_keepalive_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a number of seconds above 0, got {value!r}")

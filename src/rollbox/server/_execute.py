@@ -3,10 +3,10 @@ compile, the run, and the files fetched back; reported as one ``sandbox.exec`` e
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import secrets
 import time
 from collections import OrderedDict
@@ -17,6 +17,7 @@ from rollbox import telemetry
 from rollbox.sandbox import ExecResult, Limits, Sandbox, SandboxConfig, SandboxError, SandboxPool, Status
 from rollbox.sandbox.images import Image, ImageError
 from rollbox.sandbox.images._languages import Language
+from rollbox.sandbox.pool._openings import Openings
 
 from ._config import ServerConfig
 from ._guard import Refused
@@ -45,7 +46,8 @@ class Executor:
         self.config = config
         self.languages = languages
         self._pools: OrderedDict[SandboxConfig, SandboxPool] = OrderedDict()
-        self._opening = asyncio.Lock()
+        #: One opening per configuration at a time: requests of other configurations never wait for it.
+        self._openings: Openings[SandboxConfig, SandboxPool] = Openings()
         self.waiting = 0
         self.running = 0
 
@@ -54,41 +56,44 @@ class Executor:
         return sum(p.idle for p in self._pools.values()), sum(p.busy for p in self._pools.values())
 
     async def close(self) -> None:
-        """Close every pool."""
+        """Close every pool (openings under way are cancelled)."""
+        await self._openings.cancel()
         pools, self._pools = list(self._pools.values()), OrderedDict()
         for pool in pools:
             with contextlib.suppress(Exception):
                 await pool.close()
 
     async def _pool(self, config: SandboxConfig, tenant: str) -> SandboxPool | None:
-        async with self._opening:
-            pool = self._pools.get(config)
-            if pool is not None:
-                self._pools.move_to_end(config)
-                return pool
-            if len(self._pools) >= self.config.warm_configs:
-                return None
-            # The warm interpreter is the host's Python: an image has its own (or none).
-            pool = SandboxPool(config, size=self.config.pool_size, warm_python=config.image is None)
-            start = time.monotonic()
-            try:
-                await pool.__aenter__()
-            except SandboxError as exc:
-                telemetry.emit(
-                    "sandbox.start",
-                    ok=False,
-                    wall_s=time.monotonic() - start,
-                    error=str(exc),
-                    tenant=tenant,
-                    run=self.config.run,
-                    pool=True,
-                )
-                raise
-            telemetry.emit(
-                "sandbox.start", ok=True, wall_s=time.monotonic() - start, tenant=tenant, run=self.config.run, pool=True
-            )
-            self._pools[config] = pool
+        pool = self._pools.get(config)
+        if pool is not None:
+            self._pools.move_to_end(config)
             return pool
+        if config not in self._openings and len(self._pools) + len(self._openings) >= self.config.warm_configs:
+            return None
+        return await self._openings.once(config, functools.partial(self._open, config, tenant))
+
+    async def _open(self, config: SandboxConfig, tenant: str) -> SandboxPool:
+        # The warm interpreter is the host's Python: an image has its own (or none).
+        pool = SandboxPool(config, size=self.config.pool_size, warm_python=config.image is None)
+        start = time.monotonic()
+        try:
+            await pool.__aenter__()
+        except SandboxError as exc:
+            telemetry.emit(
+                "sandbox.start",
+                ok=False,
+                wall_s=time.monotonic() - start,
+                error=str(exc),
+                tenant=tenant,
+                run=self.config.run,
+                pool=True,
+            )
+            raise
+        telemetry.emit(
+            "sandbox.start", ok=True, wall_s=time.monotonic() - start, tenant=tenant, run=self.config.run, pool=True
+        )
+        self._pools[config] = pool
+        return pool
 
     @contextlib.asynccontextmanager
     async def sandbox(self, limits: Limits, tenant: str, image: Image | None = None) -> AsyncIterator[Sandbox]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -127,17 +128,22 @@ async def results(
 ) -> StreamingResponse:
     """The run's results of the caller's jobs as a stream: one JSON object a line (the job, its result, and its
     ``seq`` to resume from with ``after``), as they are committed, until every job of the caller's in the run is
-    final (another tenant's jobs in a run of the same name neither show nor hold the stream open)."""
-    store = service_of(request).jobs.store
+    final (another tenant's jobs in a run of the same name neither show nor hold the stream open). While no result
+    comes, a blank line every ``stream_keepalive_s`` keeps proxies from closing the stream as idle: readers skip
+    blank lines."""
+    service = service_of(request)
+    store = service.jobs.store
 
     async def lines() -> AsyncIterator[bytes]:
         seq = after
+        sent = time.monotonic()
         while True:
             found = await asyncio.to_thread(store.results, run_id=run_id, tenant=tenant.name, after=seq)
             for job, result in found:
                 seq = max(seq, result.seq)
                 line = {"seq": result.seq, "job": job.to_json(), "result": result.to_json()}
                 yield (json.dumps(line, separators=(",", ":")) + "\n").encode()
+                sent = time.monotonic()
             if not follow:
                 return
             counts = await asyncio.to_thread(store.counts, run_id, tenant=tenant.name)
@@ -145,6 +151,9 @@ async def results(
                 return
             if await request.is_disconnected():
                 return
-            await asyncio.sleep(0.2)
+            if time.monotonic() - sent >= service.config.stream_keepalive_s:
+                yield b"\n"
+                sent = time.monotonic()
+            await asyncio.sleep(min(0.2, service.config.stream_keepalive_s))
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")

@@ -32,6 +32,8 @@ from rollbox.sandbox._settle import settled
 from rollbox.sandbox.images._image import Image
 from rollbox.sandbox.runtime._store import Layer
 
+from ._openings import Openings
+
 __all__ = ["FreshSandboxes", "PoolExhausted", "SandboxPool", "SandboxSource", "WarmSandboxes"]
 
 
@@ -329,7 +331,8 @@ class WarmSandboxes:
         self.size = size
         self.warm_python = warm_python
         self._pools: dict[SandboxConfig, SandboxPool] = {}
-        self._opening = asyncio.Lock()
+        #: One opening per configuration at a time; borrowers of other configurations never wait for it.
+        self._openings: Openings[SandboxConfig, SandboxPool] = Openings()
 
     async def __aenter__(self) -> WarmSandboxes:
         return self
@@ -338,17 +341,23 @@ class WarmSandboxes:
         await self.close()
 
     async def close(self) -> None:
-        """Close every pool (idempotent), as :meth:`SandboxPool.close` closes one."""
+        """Close every pool (idempotent), as :meth:`SandboxPool.close` closes one; openings under way are
+        cancelled."""
+        await self._openings.cancel()
         pools, self._pools = list(self._pools.values()), {}
         await close_all(pools)
 
     async def _pool(self, config: SandboxConfig) -> SandboxPool:
-        async with self._opening:
-            if config not in self._pools:
-                pool = SandboxPool(config, size=self.size, warm_python=self.warm_python)
-                await pool.__aenter__()
-                self._pools[config] = pool
-        return self._pools[config]
+        found = self._pools.get(config)
+        if found is not None:
+            return found
+        return await self._openings.once(config, functools.partial(self._open, config))
+
+    async def _open(self, config: SandboxConfig) -> SandboxPool:
+        pool = SandboxPool(config, size=self.size, warm_python=self.warm_python)
+        await pool.__aenter__()  # a failed opening closes what it made and stores nothing: the next borrower retries
+        self._pools[config] = pool
+        return pool
 
     @contextlib.asynccontextmanager
     async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
