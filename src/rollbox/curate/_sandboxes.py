@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from rollbox.sandbox import ResizablePool, Sandbox, SandboxConfig
+from rollbox.sandbox import Openings, ResizablePool, Sandbox, SandboxConfig
 
 __all__ = ["DemandSandboxes"]
 
@@ -41,18 +42,19 @@ class DemandSandboxes:
         self.max_size, self.spare = max_size, spare
         self._pools: dict[SandboxConfig, _Pool] = {}
         #: One opening per configuration at a time; borrowers of other configurations never wait for it.
-        self._opening: dict[SandboxConfig, asyncio.Lock] = {}
+        self._openings: Openings[SandboxConfig, _Pool] = Openings()
 
     async def _pool(self, config: SandboxConfig, size: int) -> _Pool:
         found = self._pools.get(config)
         if found is not None:
             return found
-        async with self._opening.setdefault(config, asyncio.Lock()):
-            if config not in self._pools:  # a failed opening stores nothing: the next borrower tries again
-                pool = ResizablePool(config, size=size, warm_python=True)
-                await pool.__aenter__()
-                self._pools[config] = _Pool(pool)
-        return self._pools[config]
+        return await self._openings.once(config, functools.partial(self._open, config, size))
+
+    async def _open(self, config: SandboxConfig, size: int) -> _Pool:
+        pool = ResizablePool(config, size=size, warm_python=True)
+        await pool.__aenter__()
+        opened = self._pools[config] = _Pool(pool)
+        return opened
 
     def sandbox(self, config: SandboxConfig) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         """A warm sandbox of ``config``, reset when the block ends."""
@@ -86,6 +88,7 @@ class DemandSandboxes:
 
     async def close(self) -> None:
         """Close every pool (idempotent), as :meth:`rollbox.sandbox.SandboxPool.close` closes one."""
+        await self._openings.cancel()
         pools, self._pools = [p.pool for p in self._pools.values()], {}
         closed = await asyncio.gather(*(pool.close() for pool in pools), return_exceptions=True)
         errors = [error for error in closed if isinstance(error, BaseException)]

@@ -12,6 +12,7 @@ from ._result import ExecResult, Status
 from ._sandbox import Backend, Sandbox, run
 from ._scratch import make_temporary_directory, scratch_directory, temporary_directory
 from .pool._batch import Program, run_batch
+from .pool._openings import Openings
 from .pool._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
 from .pool._resizable import ResizablePool
 
@@ -23,6 +24,7 @@ __all__ = [
     "IsolationUnavailable",
     "Limits",
     "Network",
+    "Openings",
     "PoolExhausted",
     "Program",
     "ResizablePool",

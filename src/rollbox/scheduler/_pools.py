@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from rollbox import telemetry
-from rollbox.sandbox import ResizablePool, Sandbox, SandboxConfig
+from rollbox.sandbox import Openings, ResizablePool, Sandbox, SandboxConfig
 
 from ._pool_key import pool_key
 
@@ -100,7 +100,7 @@ class ElasticSandboxes:
         self.warm_python, self.interval_s = warm_python, interval_s
         self._pools: dict[SandboxConfig, _Elastic] = {}
         #: Pools being opened, each once however many borrowers wait for it (others' borrowers never wait for it).
-        self._openings: dict[SandboxConfig, asyncio.Future[_Elastic]] = {}
+        self._openings: Openings[SandboxConfig, _Elastic] = Openings()
         self._control: asyncio.Task[None] | None = None
         self._queued: dict[str, int] = {}
         self._queued_at = 0.0
@@ -119,10 +119,7 @@ class ElasticSandboxes:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._control
             self._control = None
-        openings, self._openings = list(self._openings.values()), {}
-        for opening in openings:
-            opening.cancel()
-        await asyncio.gather(*openings, return_exceptions=True)
+        await self._openings.cancel()
         pools, self._pools = [e.pool for e in self._pools.values()], {}
         for pool in pools:
             with contextlib.suppress(Exception):
@@ -148,15 +145,9 @@ class ElasticSandboxes:
         found = self._pools.get(config)  # a configuration's hash is kept: this is most borrows' only lookup
         if found is not None:
             return found
-        opening = self._openings.get(config)
-        if opening is None:
-            make = ResizablePool(config, size=1, warm_python=self.warm_python)
-            opening = self._openings[config] = asyncio.ensure_future(self._open(config, make))
-            opening.add_done_callback(functools.partial(self._opened, config))
-        # Shielded: a borrower that gives up does not stop the opening the others wait for.
-        return await asyncio.shield(opening)
+        return await self._openings.once(config, functools.partial(self._open, config))
 
-    async def _open(self, config: SandboxConfig, pool: ResizablePool) -> _Elastic:
+    async def _open(self, config: SandboxConfig) -> _Elastic:
         name = pool_key(
             config.limits,
             config.network,
@@ -166,16 +157,11 @@ class ElasticSandboxes:
             image=config.image.digest if config.image else None,
         )
         await self._make_room()
+        pool = ResizablePool(config, size=1, warm_python=self.warm_python)
         await pool.__aenter__()
         elastic = self._pools[config] = _Elastic(pool, name, queued=self._queued.get(name, 0))
         self._report(elastic, "opened")
         return elastic
-
-    def _opened(self, key: SandboxConfig, opening: asyncio.Future[_Elastic]) -> None:
-        if self._openings.get(key) is opening:
-            del self._openings[key]
-        if not opening.cancelled():
-            opening.exception()  # its borrowers saw it; nobody need be told again
 
     async def _make_room(self) -> None:
         """Close idle pools, least recently used first, until a new one fits within ``max_total``."""

@@ -14,10 +14,18 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from rollbox import telemetry
-from rollbox.sandbox import ExecResult, Limits, Sandbox, SandboxConfig, SandboxError, SandboxPool, Status
+from rollbox.sandbox import (
+    ExecResult,
+    Limits,
+    Openings,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    SandboxPool,
+    Status,
+)
 from rollbox.sandbox.images import Image, ImageError
 from rollbox.sandbox.images._languages import Language
-from rollbox.sandbox.pool._openings import Openings
 
 from ._config import ServerConfig
 from ._guard import Refused
