@@ -286,6 +286,24 @@ def test_json_form_is_the_exec_contract() -> None:
     json.dumps(data)
 
 
+@pytest.mark.slow
+def test_a_descendant_spun_to_the_cpu_limit_is_the_commands_cpu_limit_every_time() -> None:
+    # A child spins to the CPU limit, and the shell that started it then exits 0. A process's own CPU clock
+    # (RLIMIT_CPU) is tick-based and fires a little early: when it killed the child at the limit, the cgroup's count
+    # was a hair short of it and the command read `ok` (about one run in twelve). The cgroup's count decides.
+    async def runs(sb: Sandbox) -> list[ExecResult]:
+        return [await sb.exec(["sh", "-c", "python3 -c 'while True: pass'; exit 0"]) for _ in range(12)]
+
+    async def main() -> list[ExecResult]:
+        limits = Limits(cpu_time_s=1, timeout_s=10)
+        async with Sandbox(limits=limits) as first, Sandbox(limits=limits) as second:
+            both = await asyncio.gather(runs(first), runs(second))
+        return [*both[0], *both[1]]
+
+    results = asyncio.run(main())
+    assert [r.status for r in results] == [Status.CPU_TIME_LIMIT] * 24, [(r.status.value, r.cpu_s) for r in results]
+
+
 @pytest.mark.parametrize(
     ("killed_for", "wait_status", "usage", "expected"),
     [

@@ -11,6 +11,7 @@ import array
 import asyncio
 import contextlib
 import fcntl
+import math
 import os
 import select
 import signal
@@ -206,7 +207,10 @@ def roomy_socketpair() -> tuple[socket.socket, socket.socket]:
 
 
 def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0, seq: int = 0) -> bytes:
-    cpu_time_s = max(1, int(limits.cpu_time_s + 0.999))
+    # Each process's own CPU clock (RLIMIT_CPU) is a backstop a second past the limit, which the command's cgroup
+    # count, watched (``_watch``), reaches first: that clock is tick-based and fires a little early, and a
+    # descendant it killed at the limit while its parent then exited 0 read as ``ok``, the cgroup a hair short.
+    cpu_time_s = math.ceil(limits.cpu_time_s) + 1
     return EXEC_HEADER.pack(kind, argc, envc, seq, cpu_time_s, limits.open_files, limits.effective_file_size_bytes)
 
 
