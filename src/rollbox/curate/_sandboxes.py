@@ -53,8 +53,8 @@ class DemandSandboxes:
     async def _open(self, config: SandboxConfig, size: int) -> _Pool:
         pool = ResizablePool(config, size=size, warm_python=True)
         await pool.__aenter__()
-        opened = self._pools[config] = _Pool(pool)
-        return opened
+        self._pools[config] = _Pool(pool)
+        return self._pools[config]
 
     def sandbox(self, config: SandboxConfig) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         """A warm sandbox of ``config``, reset when the block ends."""

@@ -36,10 +36,6 @@ __all__ = ["ElasticSandboxes"]
 _HINT_S = 3.0
 
 
-#: A pool's place in :class:`ElasticSandboxes`: its :func:`pool_key`, and the configuration itself (two layers of
-#: one spec differ only if this machine's interpreters changed meanwhile; the name holds the spec).
-
-
 @dataclass
 class _Elastic:
     """One configuration's pool and what is known of the demand for it."""
