@@ -273,8 +273,9 @@ async def _go(args: argparse.Namespace, tasks: list[Task], run_id: str, progress
 
 async def _run(args: argparse.Namespace, tasks: list[Task], run_id: str, progress: _Progress) -> Counter[str]:
     home = rollbox_home()
-    store = JobStore(store_target(args.db, home))
+    store = JobStore(store_target(args.db, home))  # a store that cannot be used is said before anything else
     results = ResultsFile(store, run_id, home)
+    print(f"rollbox run: run {run_id}: {progress.total} jobs; results in {results.path}", file=sys.stderr)
     try:
         async with Scheduler(store, workers=_workers(args), runs=[run_id], home=home) as scheduler:
             specs = _specs(tasks, args, run_id)
@@ -341,10 +342,8 @@ def _main(args: argparse.Namespace) -> int:
         tasks = _find_tasks(args.tasks)
         if args.policy.startswith("openai:") and not args.validate:
             _probe(args.base_url)
-        total = len(tasks) * args.samples
         where = run_dir(run_id) / "results.jsonl"
-        print(f"rollbox run: run {run_id}: {total} jobs; results in {where}", file=sys.stderr)
-        progress = _Progress(total, sys.stderr)
+        progress = _Progress(len(tasks) * args.samples, sys.stderr)
         try:
             counts = asyncio.run(_go(args, tasks, run_id, progress))
         except KeyboardInterrupt:
