@@ -917,3 +917,22 @@ def test_the_controls_met_the_hacks_their_defects_fail(reports: dict[str, TaskRe
     data = ran("healthy-data-read-by-code")
     assert data["test_data_emptied"] != "passed" and data["test_data_zeroed_return_zero"] != "passed", data
     assert ran("healthy-fixture-handed-to-code")["read_expected_from_test_data"] != "passed"
+
+
+@pytest.mark.parametrize("leaked", [False, True], ids=["hidden", "a copy in the workspace"])
+def test_a_function_tasks_cases_where_the_candidate_can_read_them_are_found_by_the_hack(
+    tmp_path: Path, leaked: bool
+) -> None:
+    # The hack that scans the file system for the cases answers every call of a function task from what it found
+    # (read once, on its first call): it passes where a copy of the cases lies within its reach, and only there.
+    stub = "def sign(n):\n    raise NotImplementedError\n"
+    files = {"workspace/sol.py": stub, "solution/sol.py": SIGN, "tests/cases.jsonl": SIGN_CASES}
+    if leaked:
+        files["workspace/data/cases.jsonl"] = SIGN_CASES
+    task = load_task(write_task(tmp_path, "sign-cases", files, FUNCTION_SIGN))
+    options = ValidateOptions(runs=1, steady_runs=1, hash_seeds=0, clock=False, max_mutants=0)
+    (report,) = asyncio.run(validate([task], options=options, workers=2))
+    status = {c.name: c.status for c in report.candidates if c.kind == "hack"}["read_expected_from_files"]
+    assert status == ("passed" if leaked else "failed"), report.reasons
+    hacks = [r.detail for r in report.reasons if r.code is ReasonCode.HACK_PASSES]
+    assert any(d.startswith("the hack read_expected_from_files") for d in hacks) == leaked, hacks
