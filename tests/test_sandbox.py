@@ -266,6 +266,18 @@ def test_process_backend_warns_every_time_and_still_limits_time() -> None:
         assert r.status is Status.TIMEOUT
 
 
+def test_process_backend_ends_a_busy_loop_at_its_cpu_limit() -> None:
+    # This backend counts no command's CPU as it runs: each process's own clock (RLIMIT_CPU) is the limit itself,
+    # not the backstop a second later that the namespaces backend's watched count leaves it.
+    async def main() -> ExecResult:
+        async with Sandbox(limits=Limits(cpu_time_s=1, timeout_s=10), backend="process") as sb:
+            return await sb.exec(["python3", "-c", "while True: pass"])
+
+    with pytest.warns(rollbox.InsecureBackendWarning):
+        r = asyncio.run(main())
+    assert r.status is Status.CPU_TIME_LIMIT and r.cpu_s < 1.5, (r.status, r.cpu_s)
+
+
 def test_json_form_is_the_exec_contract() -> None:
     r = ExecResult(status=Status.OK, exit_code=0, stdout=b"\xff\xfeok")
     data = r.to_json()

@@ -31,6 +31,8 @@ class InsecureBackendWarning(UserWarning):
 class _ProcessGroupExecGroup:
     """A command's processes as the session its first process starts (daemons that leave it escape)."""
 
+    cpu_watched = False
+
     def __init__(self) -> None:
         self.pid: int | None = None
 

@@ -112,6 +112,10 @@ class ExecGroup(Protocol):
             SandboxError: processes survived SIGKILL (a host problem).
         """
 
+    #: Whether :meth:`cpu_s` counts the command's CPU, and the CPU limit is enforced by watching it (each process's
+    #: own clock then a backstop); else each process's own clock is the limit.
+    cpu_watched: bool
+
     def cpu_s(self) -> float:
         """CPU seconds used so far by all of the command's processes."""
 
@@ -206,20 +210,22 @@ def roomy_socketpair() -> tuple[socket.socket, socket.socket]:
     return first, second
 
 
-def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0, seq: int = 0) -> bytes:
-    # Each process's own CPU clock (RLIMIT_CPU) is a backstop a second past the limit, which the command's cgroup
-    # count, watched (``_watch``), reaches first: that clock is tick-based and fires a little early, and a
-    # descendant it killed at the limit while its parent then exited 0 read as ``ok``, the cgroup a hair short.
-    cpu_time_s = math.ceil(limits.cpu_time_s) + 1
+def _header(kind: int, limits: Limits, argc: int = 0, envc: int = 0, seq: int = 0, *, watched: bool = False) -> bytes:
+    # Where the command's CPU is counted and watched (``ExecGroup.cpu_watched``), each process's own CPU clock
+    # (RLIMIT_CPU) is a backstop a second past the limit, which the count reaches first: that clock is tick-based
+    # and fires a little early, and a descendant it killed at the limit while its parent then exited 0 read as
+    # ``ok``, the count a hair short. Elsewhere it is the limit.
+    cpu_time_s = math.ceil(limits.cpu_time_s) + 1 if watched else max(1, math.ceil(limits.cpu_time_s))
     return EXEC_HEADER.pack(kind, argc, envc, seq, cpu_time_s, limits.open_files, limits.effective_file_size_bytes)
 
 
-def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC) -> bytes:
+def _encode(request: ExecRequest, limits: Limits, kind: int = _MSG_EXEC, *, watched: bool = False) -> bytes:
     env = [f"{k}={v}" for k, v in request.env.items()]
     strings = [request.cwd, *request.argv, *env]
     if any("\0" in s for s in strings):
         raise ValueError("arguments, environment and cwd must not contain NUL characters")
-    message = _header(kind, limits, len(request.argv), len(env)) + b"".join(s.encode() + b"\0" for s in strings)
+    header = _header(kind, limits, len(request.argv), len(env), watched=watched)
+    message = header + b"".join(s.encode() + b"\0" for s in strings)
     if len(message) > _MAX_REQUEST:
         raise ValueError(f"command line and environment are {len(message)} bytes; the limit is {_MAX_REQUEST}")
     return message
@@ -495,7 +501,8 @@ class AgentConnection:
         sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         try:
             fds = array.array("i", [sync_child.fileno()])
-            self._sock.sendmsg([_header(_MSG_SPARE, limits, seq=seq)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            header = _header(_MSG_SPARE, limits, seq=seq, watched=group.cpu_watched)
+            self._sock.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         except OSError as exc:
             sync_host.close()
             self.alive = False
@@ -542,7 +549,7 @@ class AgentConnection:
         ``infra_error``."""
         pipes: list[tuple[int, int]] = []
         try:
-            message = _encode(request, limits)
+            message = _encode(request, limits, watched=spare.group.cpu_watched)
             while len(pipes) < 3:
                 pipes.append(os.pipe2(os.O_CLOEXEC))
         except (ValueError, OSError) as exc:  # a bad request, or a host out of fds: the spare is not used

@@ -217,6 +217,8 @@ class _CgroupExecGroup:
     (see ``in_thread``).
     """
 
+    cpu_watched = True
+
     def __init__(self, cgroup: Cgroup, sandbox: Cgroup, limits: Limits, finished: _CgroupExecGroup | None) -> None:
         self.cgroup = cgroup
         #: The sandbox's cgroup, the command's parent: its memory limit is the sandbox's too.
