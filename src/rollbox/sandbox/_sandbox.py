@@ -39,6 +39,7 @@ from ._kernel import open_files_ceiling
 from ._limits import Limits, Network
 from ._process import ProcessSandbox
 from ._result import ExecResult, Status
+from ._settle import settled
 from ._shortage import host_error
 from .agent._protocol import AgentConnection, ExecGroup, ExecRequest, Spare
 from .images._image import Image
@@ -249,8 +250,7 @@ class Sandbox:
         """
         async with self._lock:
             impl = self._open()
-            task, self._spare = self._spare, None
-            spare = await task if task is not None else None
+            spare = await self._claim_spare()
             try:
                 if await impl.reset(fresh=fresh):
                     self.history.clear()
@@ -275,16 +275,13 @@ class Sandbox:
         if task is None:
             return
         task.cancel()  # a cgroup change under way finishes first (see ``in_thread``)
-        try:
-            spare = await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():  # close itself was cancelled: say so
-                raise
-            return
+        cancelled = await settled(task)  # what it made, even as the close is cancelled, is removed
+        spare = None if task.cancelled() else task.result()
         if isinstance(spare, Spare):
             spare.sync.close()
             _finish(impl, spare.group)
+        if cancelled:  # close itself was cancelled: say so
+            raise asyncio.CancelledError
 
     def _open(self) -> _Backend:
         if self._impl is None:
@@ -411,6 +408,23 @@ class Sandbox:
             _finish(impl, group)
         return spare
 
+    async def _claim_spare(self) -> Spare | ExecResult | None:
+        """The spare, once made, now the caller's to use or remove (None when none is being made).
+
+        Cancelled meanwhile, the caller leaves it the sandbox's, still being made, for the next command or the
+        close: the task can end in the very turn the caller is cancelled, and awaited plainly, what it made (a
+        process and its socket) would be dropped.
+        """
+        task, self._spare = self._spare, None
+        if task is None:
+            return None
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():  # the caller holds the sandbox's lock: nothing else made one meanwhile
+                self._spare = task
+            raise
+
     def _prepare_spare(self, impl: _Backend, warm_python: bool, finished: ExecGroup | None = None) -> None:
         """Start the next spare in the background, removing on the way the group of the command that just ended."""
         self._spare_warm = warm_python
@@ -418,8 +432,7 @@ class Sandbox:
 
     async def _take_spare(self, impl: _Backend, warm_python: bool) -> Spare | ExecResult:
         """The waiting spare when it suits this command, else a new one."""
-        task, self._spare = self._spare, None
-        spare = await task if task is not None else None
+        spare = await self._claim_spare()
         if isinstance(spare, Spare):
             if self._spare_warm == warm_python and spare.runner.alive:
                 return spare
