@@ -216,26 +216,28 @@ def test_a_spare_made_just_as_its_taker_is_cancelled_is_kept_not_lost() -> None:
     # The spare's task can end (its process forked, its socket open) in the same loop turn as the command that
     # awaits it is cancelled: awaited plainly, the cancellation then drops what the task made, and its socket and
     # process were left to the garbage collector. Found as a ResourceWarning when a batch closed early.
+    async def cancel_as_the_spare_is_made(sb: Sandbox, how: str) -> int:
+        await sb.exec(["true"])  # a spare is being prepared now
+        preparing = sb._spare
+        assert preparing is not None and not preparing.done()
+        taker = asyncio.ensure_future(sb.exec(["true"]) if how == "exec" else sb.reset())
+        # Registered before the taker awaits the spare, so it runs first once the spare is made: the taker is
+        # cancelled after its spare was made and before it resumes.
+        preparing.add_done_callback(lambda _: taker.cancel())
+        with contextlib.suppress(asyncio.CancelledError):
+            await taker
+        assert preparing.done() and not preparing.cancelled()
+        agent = sb._impl.agent.pid  # type: ignore[union-attr]
+        assert agent is not None
+        return len(_children(agent))
+
     async def main(how: str) -> tuple[int, ExecResult, list[str]]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
             async with Sandbox(limits=FAST) as sb:
-                await sb.exec(["true"])  # a spare is being prepared now
-                preparing = sb._spare
-                assert preparing is not None and not preparing.done()
-                taker = asyncio.ensure_future(sb.exec(["true"]) if how == "exec" else sb.reset())
-                # Registered before the taker awaits the spare, so it runs first once the spare is made: the
-                # taker is cancelled after its spare was made and before it resumes.
-                preparing.add_done_callback(lambda _: taker.cancel())
-                with contextlib.suppress(asyncio.CancelledError):
-                    await taker
-                assert preparing.done() and not preparing.cancelled()
-                agent = sb._impl.agent.pid  # type: ignore[union-attr]
-                assert agent is not None
-                waiting = len(_children(agent))
+                waiting = await cancel_as_the_spare_is_made(sb, how)
                 after = await sb.exec(["echo", "still here"])
-            del preparing, taker
-            gc.collect()
+            gc.collect()  # what was dropped (the task that made it is gone with the helper's frame) is found here
         return waiting, after, _unclosed_sockets(caught)
 
     for how in ("reset", "exec"):
