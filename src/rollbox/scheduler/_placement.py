@@ -24,7 +24,7 @@ from ._store import Candidate
 __all__ = ["Capacity", "Placement", "machine_capacity"]
 
 #: A worker's queue holds at most this many jobs for each it runs at once, however short they are.
-_MOST_AHEAD = 16
+_MOST_AHEAD = 32
 #: Memory kept for rollbox itself and the host when the budget is read from the machine.
 _RESERVE_BYTES = 512 * 2**20
 

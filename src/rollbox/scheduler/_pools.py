@@ -266,11 +266,15 @@ class ElasticSandboxes:
         )
 
 
-@contextlib.asynccontextmanager
-async def _fresh(count: int, config: SandboxConfig) -> AsyncIterator[list[Sandbox]]:
+_NONE_FRESH: contextlib.nullcontext[list[Sandbox]] = contextlib.nullcontext([])
+
+
+def _fresh(count: int, config: SandboxConfig) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
     """``count`` new sandboxes of ``config``, destroyed after (none: the common case, at no cost)."""
-    if count <= 0:
-        yield []
-        return
+    return _NONE_FRESH if count <= 0 else _new(count, config)
+
+
+@contextlib.asynccontextmanager
+async def _new(count: int, config: SandboxConfig) -> AsyncIterator[list[Sandbox]]:
     async with contextlib.AsyncExitStack() as stack:
         yield [await stack.enter_async_context(Sandbox(config)) for _ in range(count)]

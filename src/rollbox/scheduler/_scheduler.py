@@ -53,7 +53,7 @@ T = TypeVar("T")
 _MIN_WINDOW, _MAX_WINDOW = 8, 256
 #: A worker's queue holds the jobs it ends in this time (at its recent pace): half of them are leased again, and
 #: the endings of the other half committed, in one transaction about every half of it.
-_AHEAD_S = 0.05
+_AHEAD_S = 0.1
 
 
 @dataclass
@@ -256,7 +256,10 @@ class Scheduler:
                 if time.monotonic() >= flushed_at + tick_s:  # the run's events reach their files every tick
                     self._events.flush()
                     flushed_at = time.monotonic()
-                if not (leased and self.placement.room()):  # else the store may have more to lease at once
+                # A turn that leased goes on at once only while a queue is still low (its window was too small,
+                # or jobs started meanwhile); else it waits for the queues to run low, so that the jobs ending
+                # meanwhile are committed, and their replacements leased, many to a transaction.
+                if not (leased and any(map(self.placement.low, self.placement.workers))):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), tick_s)
                 self._wake.clear()
@@ -306,25 +309,24 @@ class Scheduler:
         """Start the jobs waiting for ``worker`` that fit there now, in order (smaller ones may pass one that does
         not fit yet)."""
         ready = self._ready[worker]
-        waiting: list[Job] = []
-        # As each job ends, this is asked: never go through the rest for nothing. A job whose needs did not fit is
-        # not tried again in the same pass with the same needs (the jobs of a run mostly share one value).
+        passed: list[Job] = []
+        # As each job ends, this is asked: never go through the rest for nothing (nor copy it: only the head of
+        # the queue that was looked at is replaced). A job whose needs did not fit is not tried again in the same
+        # pass with the same needs (the jobs of a run mostly share one value).
         unfit: set[int] = set()
-        for index, job in enumerate(ready):
-            if id(job.requirements) in unfit:
-                waiting.append(job)
-                continue
+        looked = 0
+        for job in ready:
             if self.placement.full(worker):
-                waiting.extend(ready[index:])
                 break
-            if not self.placement.start(job.id):
+            looked += 1
+            if id(job.requirements) in unfit or not self.placement.start(job.id):
                 unfit.add(id(job.requirements))
-                waiting.append(job)
+                passed.append(job)
                 continue
             task = asyncio.create_task(self._attempt(job))
             self._running[job.id] = _Running(job, task)
             task.add_done_callback(functools.partial(self._done, job.id))
-        ready[:] = waiting
+        ready[:looked] = passed
 
     async def _attempt(self, job: Job) -> Ending:
         """Run one attempt on its worker, and say how it ended."""
