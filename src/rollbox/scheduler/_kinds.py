@@ -141,15 +141,25 @@ def requested(payload: Mapping[str, Any], kind: str, *, memory_bytes: int, pool:
     Raises:
         PayloadError: ``cpus`` or a resource is not a finite number in range (a need placement could not honour).
     """
+    cpus, resources = payload.get("cpus", 1.0), payload.get("resources") or {}
+    # Made once for each value (the jobs of a batch mostly share one): a submission checks every job's.
+    plain = not resources and type(cpus) in (int, float) and type(memory_bytes) is int
+    key = (type(cpus), cpus, memory_bytes, pool) if plain else None
+    found = _requested.get(key) if key is not None else None
+    if found is not None:
+        return found
     try:
-        return Requirements(
-            cpus=payload.get("cpus", 1.0),
-            memory_bytes=memory_bytes,
-            resources=payload.get("resources") or {},
-            pool=pool,
-        )
+        found = Requirements(cpus=cpus, memory_bytes=memory_bytes, resources=resources, pool=pool)
     except ValueError as exc:
         raise PayloadError(f"invalid {kind} payload: {exc}") from None
+    if key is not None:
+        if len(_requested) >= 1024:
+            _requested.clear()
+        _requested[key] = found
+    return found
+
+
+_requested: dict[tuple[type, float, int, str], Requirements] = {}
 
 
 _KINDS: dict[str, str] = {
