@@ -11,6 +11,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -180,3 +181,35 @@ def _keeps_or_refuses(store: JobStore, error: str, key: str, payload: str) -> No
         and store.transitions(job.id)[-1].reason == storable(error)
     )
     assert storable(error) == error or (unstorable(error) and "\ufffd" in str(storable(error)))
+
+
+def test_a_lease_reads_the_queue_only_as_far_as_placement_looks(tmp_path: Path) -> None:
+    """Every row read is a step of SQLite that lets go of the interpreter's lock, which the event loop then waits to
+    take back: a window of 200 rows of which placement takes the first two must not read the other 198. Counted in
+    SQLite's own virtual-machine steps, each lease against one that looks at the whole window."""
+    store = JobStore(tmp_path / "jobs.db")
+    store.submit([(JobSpec(kind="exec", payload={"argv": ["true"], "i": i}), Requirements()) for i in range(600)])
+    steps = itertools.count()
+    store.db._db.set_progress_handler(lambda: next(steps) and 0, 1)  # type: ignore[attr-defined]
+
+    def cost(pick: Callable[[list[Any]], list[tuple[int, str]]]) -> int:
+        before = next(steps)
+        assert len(store.lease("me", pick, window=200, lease_s=60)) == 2
+        return next(steps) - before
+
+    def first_two(offered: list[Any]) -> list[tuple[int, str]]:
+        placed = []
+        for candidate in offered:
+            placed.append((candidate.id, "w"))
+            if len(placed) == 2:
+                break
+        return placed
+
+    def looking_at_all(offered: list[Any]) -> list[tuple[int, str]]:
+        assert len(list(offered)) == 200
+        return first_two(offered)
+
+    early, whole = cost(first_two), cost(looking_at_all)
+    assert early < whole / 4, (early, whole)
+    assert store.lease("me", looking_at_all, window=0, lease_s=60) == []  # nothing offered: nothing asked
+    store.close()

@@ -9,13 +9,13 @@ state machine, and writes the results in the same transaction that ends the leas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from ._db import JOB_COLUMNS, job_from_row, requirements_from_row, stored_problem
 from ._model import Job, Requirements, Transition
-from ._sql import Dialect, Session
+from ._sql import Dialect, Rows, Session
 from ._states import JobState, check_transition
 from ._writes import Ending, end_jobs, give_up, write_moves
 
@@ -37,7 +37,7 @@ class LeaseRequest:
     """What a scheduler asks to lease: the first ``window`` runnable jobs (of ``runs``, none of ``skip_tenants``)
     are offered to ``pick``, which returns ``(job id, worker)`` for those placed; each is leased for ``lease_s``."""
 
-    pick: Callable[[list[Candidate]], list[tuple[int, str]]]
+    pick: Callable[[Sequence[Candidate]], list[tuple[int, str]]]
     window: int
     lease_s: float
     runs: Collection[str] | None = None
@@ -79,6 +79,56 @@ def queue(dialect: Dialect, request: LeaseRequest, now: float) -> tuple[str, lis
     return f"FROM jobs {dialect.indexed('jobs_queue')} WHERE {' AND '.join(where)}", args
 
 
+class _Offered(Sequence[Candidate]):
+    """The window's candidates, read from the database only as far as ``pick`` looks: placement stops at the first
+    ``room`` it places, and every row read is a step of the database that lets go of the interpreter's lock, which
+    the event loop then waits to take back (a window is several times what is placed). Rows whose stored
+    requirements are invalid are set aside in ``invalid`` as they are read."""
+
+    def __init__(self, rows: Rows) -> None:
+        self._rows = iter(rows)
+        self._read: list[Candidate] = []
+        self.invalid: dict[int, str] = {}
+
+    def _reach(self, count: int | None) -> None:
+        while count is None or len(self._read) < count:
+            row = next(self._rows, None)
+            if row is None:
+                return
+            id_, tenant, prio, req, pool = row
+            if (problem := stored_problem(req, pool)) is None:
+                self._read.append(Candidate(id_, tenant, prio, requirements_from_row(req, pool)))
+            else:  # submitted before rollbox checked requirements: it could never be placed safely
+                self.invalid[id_] = f"its requirements are invalid: {problem}; submit it again with valid ones"
+
+    def __iter__(self) -> Iterator[Candidate]:
+        index = 0
+        while True:
+            self._reach(index + 1)
+            if index >= len(self._read):
+                return
+            yield self._read[index]
+            index += 1
+
+    def __bool__(self) -> bool:
+        self._reach(1)
+        return bool(self._read)
+
+    def __len__(self) -> int:
+        self._reach(None)
+        return len(self._read)
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Candidate]: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | Sequence[Candidate]:
+        self._reach(None if isinstance(index, slice) or index < 0 else index + 1)
+        return self._read[index]
+
+
 def lease_in(db: Session, dialect: Dialect, owner: str, request: LeaseRequest, now: float) -> tuple[list[Job], Moved]:
     """Lease what ``request`` asks for; returns the jobs leased (in id order), and the moves made (those leased,
     and those failed because their stored requirements are invalid)."""
@@ -87,17 +137,15 @@ def lease_in(db: Session, dialect: Dialect, owner: str, request: LeaseRequest, n
         f"SELECT id, tenant, priority, requirements, pool {source} ORDER BY priority DESC, id LIMIT ?"
         f"{dialect.skip_locked}",
         (*args, request.window),
-    ).fetchall()
-    offered: list[Candidate] = []
-    invalid: dict[int, str] = {}
-    for id_, tenant, prio, req, pool in rows:
-        if (problem := stored_problem(req, pool)) is None:
-            offered.append(Candidate(id_, tenant, prio, requirements_from_row(req, pool)))
-        else:  # submitted before rollbox checked requirements: it could never be placed safely
-            invalid[id_] = f"its requirements are invalid: {problem}; submit it again with valid ones"
-    moved = _fail_pending(db, dialect, invalid, now) if invalid else Moved([], {})
+    )
+    offered = _Offered(rows)
+    try:
+        picked = request.pick(offered) if offered else []
+    finally:
+        rows.close()  # the rows placement did not reach are never read
+    moved = _fail_pending(db, dialect, offered.invalid, now) if offered.invalid else Moved([], {})
     by_worker: dict[str, list[int]] = {}
-    for job_id, worker in request.pick(offered) if offered else []:
+    for job_id, worker in picked:
         by_worker.setdefault(worker, []).append(job_id)
     leased: list[Job] = []
     for worker, placed in by_worker.items():

@@ -13,7 +13,7 @@ import math
 import os
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,7 +232,7 @@ class Placement:
             jobs_full = capacity.max_jobs is not None and used[2] >= capacity.max_jobs
             return jobs_full or capacity.cpus - used[0] + 1e-9 < MIN_CPUS
 
-    def pick(self, offered: list[Candidate]) -> list[tuple[int, str]]:
+    def pick(self, offered: Iterable[Candidate]) -> list[tuple[int, str]]:
         """Assign what can be, in the order offered (highest priority first): each job to the worker that has room
         for it now and is least loaded, else to the one with the shortest queue among those that could ever hold
         it. Returns ``(job id, worker)`` for each job assigned."""

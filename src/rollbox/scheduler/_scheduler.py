@@ -279,7 +279,7 @@ class Scheduler:
         endings, self._endings = self._endings, []
         reserved: list[int] = []
 
-        def pick(offered: list[Candidate]) -> list[tuple[int, str]]:
+        def pick(offered: Sequence[Candidate]) -> list[tuple[int, str]]:
             placed = self.placement.pick(offered)
             reserved.extend(job_id for job_id, _ in placed)
             return placed

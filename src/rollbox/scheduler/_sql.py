@@ -33,6 +33,8 @@ class Rows(Protocol):
 
     def __iter__(self) -> Iterator[Any]: ...
 
+    def close(self) -> None: ...
+
 
 class Session(Protocol):
     """A connection inside one transaction, as the store's code uses it (``sqlite3.Connection``'s interface)."""

@@ -208,7 +208,7 @@ class JobStore(StoreReads, StoreReclaim):
     def lease(
         self,
         owner: str,
-        pick: Callable[[list[Candidate]], list[tuple[int, str]]],
+        pick: Callable[[Sequence[Candidate]], list[tuple[int, str]]],
         *,
         window: int,
         lease_s: float,
