@@ -9,9 +9,8 @@ import itertools
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 from rollbox.scheduler import JobSpec, JobState, JobStore, PayloadError, Requirements
 from rollbox.scheduler._events import RunEvents
 from rollbox.scheduler._model import Transition, canonical_json, storable, unstorable
-from rollbox.scheduler._store import Ending
+from rollbox.scheduler._store import Candidate, Ending
 from rollbox.telemetry import Event
 
 
@@ -192,12 +191,12 @@ def test_a_lease_reads_the_queue_only_as_far_as_placement_looks(tmp_path: Path) 
     steps = itertools.count()
     store.db._db.set_progress_handler(lambda: next(steps) and 0, 1)  # type: ignore[attr-defined]
 
-    def cost(pick: Callable[[list[Any]], list[tuple[int, str]]]) -> int:
+    def cost(pick: Callable[[Sequence[Candidate]], list[tuple[int, str]]]) -> int:
         before = next(steps)
         assert len(store.lease("me", pick, window=200, lease_s=60)) == 2
         return next(steps) - before
 
-    def first_two(offered: list[Any]) -> list[tuple[int, str]]:
+    def first_two(offered: Sequence[Candidate]) -> list[tuple[int, str]]:
         placed = []
         for candidate in offered:
             placed.append((candidate.id, "w"))
@@ -205,7 +204,7 @@ def test_a_lease_reads_the_queue_only_as_far_as_placement_looks(tmp_path: Path) 
                 break
         return placed
 
-    def looking_at_all(offered: list[Any]) -> list[tuple[int, str]]:
+    def looking_at_all(offered: Sequence[Candidate]) -> list[tuple[int, str]]:
         assert len(list(offered)) == 200
         return first_two(offered)
 
@@ -213,3 +212,48 @@ def test_a_lease_reads_the_queue_only_as_far_as_placement_looks(tmp_path: Path) 
     assert early < whole / 4, (early, whole)
     assert store.lease("me", looking_at_all, window=0, lease_s=60) == []  # nothing offered: nothing asked
     store.close()
+
+
+#: Statements, each with the parameters it takes from a generated row.
+_UPDATES: dict[str, Callable[[tuple[object, object, int, int]], tuple[object, ...]]] = {
+    "UPDATE t SET a = ?, b = b + ?, c = NULL WHERE id = ?": lambda r: (r[0], r[1], r[2]),
+    "UPDATE t SET c = ?, a = ? WHERE id = ? AND b = ?": lambda r: r,
+    "UPDATE t SET a = ? WHERE id = ? AND c IS NULL": lambda r: (r[0], r[2]),  # not keyed: a statement a row
+}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    statement=st.sampled_from(sorted(_UPDATES)),
+    rows=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=3)),
+            st.one_of(st.integers(-3, 3), st.text(max_size=2)),
+            st.integers(0, 6),
+            st.integers(-3, 3),
+        ),
+        max_size=30,
+    ),
+)
+def test_a_batch_of_updates_in_one_statement_changes_what_one_statement_a_row_would(
+    statement: str, rows: list[tuple[object, object, int, int]]
+) -> None:
+    """SQLite's session makes a batch of updates each of its own row one ``UPDATE ... FROM (VALUES ...)`` (a step
+    for the batch, not one per row): the table after it is the table after sqlite3's ``executemany``, whatever
+    the values (of any type), keys named twice (where it falls back to a statement a row) or keys matching
+    nothing."""
+    from rollbox.scheduler._sqlite import _Session
+
+    params = [_UPDATES[statement](row) for row in rows]
+    tables = []
+    for batched in (True, False):
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT, b INTEGER, c REAL)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [(i, f"a{i}", i, None if i % 2 else 0.5) for i in range(5)])
+        if batched:
+            _Session(db).executemany(statement, params)
+        else:
+            db.executemany(statement, params)
+        tables.append(db.execute("SELECT id, a, typeof(a), b, typeof(b), c, typeof(c) FROM t ORDER BY id").fetchall())
+        db.close()
+    assert tables[0] == tables[1]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,15 @@ from ._sql import PLAIN_INSERT, SQLITE, Rows
 __all__ = ["SqliteDatabase"]
 
 
+#: An update of the rows named by a key (``UPDATE t SET ... WHERE k = ? AND ...``) whose every ``?`` is a value.
+_KEYED_UPDATE = re.compile(r"UPDATE (\w+) SET ([^'?]*(?:\?[^'?]*)*) WHERE (\w+ = \?(?: AND \w+ = \?)*)")
+#: Where SQLite updates from a list of values (``UPDATE ... FROM``).
+_UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33, 0)
+
+
 class _Session:
-    """The connection inside one transaction; a batch of plain inserts is one statement of many rows.
+    """The connection inside one transaction; a batch of plain inserts, or of updates each of its own row, is one
+    statement of many rows.
 
     ``executemany`` steps the statement once per row, and each step lets go of the interpreter's lock and takes it
     back: beside a busy event loop (the scheduler's: its sandboxes' system calls let go of the lock hundreds of times
@@ -34,17 +43,40 @@ class _Session:
         return self._connection.execute(sql, parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
-        if PLAIN_INSERT.fullmatch(sql) is None:
-            self._connection.executemany(sql, parameters)
-            return
         rows = list(parameters)
         if not rows:
             return
-        head, _, row = sql.rpartition(" VALUES ")
+        if PLAIN_INSERT.fullmatch(sql) is not None:
+            head, _, row = sql.rpartition(" VALUES ")
+            self._in_chunks(rows, lambda values: f"{head} VALUES {values}", row)
+        elif (update := _KEYED_UPDATE.fullmatch(sql)) is not None and _UPDATE_FROM and _distinct(update, rows):
+            self._in_chunks(rows, _update_from(update), f"({','.join('?' * len(rows[0]))})")
+        else:
+            self._connection.executemany(sql, rows)
+
+    def _in_chunks(self, rows: list[Any], statement: Callable[[str], str], row: str) -> None:
+        """``statement`` of as many ``row``s of values at once as one statement may hold."""
         per = max(1, self._most // len(rows[0]))
         for start in range(0, len(rows), per):
             chunk = rows[start : start + per]
-            self._connection.execute(f"{head} VALUES {','.join([row] * len(chunk))}", [v for r in chunk for v in r])
+            self._connection.execute(statement(",".join([row] * len(chunk))), [v for r in chunk for v in r])
+
+
+def _distinct(update: re.Match[str], rows: list[Any]) -> bool:
+    """Whether no two rows name the same key: one statement updates each row once, with one of them (as many
+    statements would update it as many times, the last one winning)."""
+    keys = update.group(3).count("?")
+    return len({tuple(r[-keys:]) for r in rows}) == len(rows)
+
+
+def _update_from(update: re.Match[str]) -> Callable[[str], str]:
+    """The statement that makes ``update`` of each row of a list of values at once: ``UPDATE ... FROM (VALUES ...)``,
+    the values' columns (``column1``, ...) in the order of the ``?`` they stand for."""
+    table, assignments, where = update.groups()
+    numbers = itertools.count(1)
+    assignments = re.sub(r"\?", lambda _: f"v.column{next(numbers)}", assignments)
+    keys = " AND ".join(f"{table}.{column} = v.column{next(numbers)}" for column in re.findall(r"(\w+) = \?", where))
+    return lambda values: f"UPDATE {table} SET {assignments} FROM (VALUES {values}) AS v WHERE {keys}"
 
 
 class SqliteDatabase(Database):
