@@ -215,7 +215,7 @@ def test_a_lease_reads_the_queue_only_as_far_as_placement_looks(tmp_path: Path) 
 
 
 #: Statements, each with the parameters it takes from a generated row.
-_UPDATES: dict[str, Callable[[tuple[object, object, int, int]], tuple[object, ...]]] = {
+_UPDATES: dict[str, Callable[[tuple[object, object, object, int]], tuple[object, ...]]] = {
     "UPDATE t SET a = ?, b = b + ?, c = NULL WHERE id = ?": lambda r: (r[0], r[1], r[2]),
     "UPDATE t SET c = ?, a = ? WHERE id = ? AND b = ?": lambda r: r,
     "UPDATE t SET a = ? WHERE id = ? AND c IS NULL": lambda r: (r[0], r[2]),  # not keyed: a statement a row
@@ -229,19 +229,19 @@ _UPDATES: dict[str, Callable[[tuple[object, object, int, int]], tuple[object, ..
         st.tuples(
             st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=3)),
             st.one_of(st.integers(-3, 3), st.text(max_size=2)),
-            st.integers(0, 6),
+            st.one_of(st.integers(0, 6), st.sampled_from(["1", "2", 1.0])),
             st.integers(-3, 3),
         ),
         max_size=30,
     ),
 )
 def test_a_batch_of_updates_in_one_statement_changes_what_one_statement_a_row_would(
-    statement: str, rows: list[tuple[object, object, int, int]]
+    statement: str, rows: list[tuple[object, object, object, int]]
 ) -> None:
     """SQLite's session makes a batch of updates each of its own row one ``UPDATE ... FROM (VALUES ...)`` (a step
     for the batch, not one per row): the table after it is the table after sqlite3's ``executemany``, whatever
-    the values (of any type), keys named twice (where it falls back to a statement a row) or keys matching
-    nothing."""
+    the values (of any type), keys named twice, or once as text and once as a number (where it falls back to a
+    statement a row), or keys matching nothing."""
     from rollbox.scheduler._sqlite import _Session
 
     params = [_UPDATES[statement](row) for row in rows]

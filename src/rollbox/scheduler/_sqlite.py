@@ -64,9 +64,11 @@ class _Session:
 
 def _distinct(update: re.Match[str], rows: list[Any]) -> bool:
     """Whether no two rows name the same key: one statement updates each row once, with one of them (as many
-    statements would update it as many times, the last one winning)."""
-    keys = update.group(3).count("?")
-    return len({tuple(r[-keys:]) for r in rows}) == len(rows)
+    statements would update it as many times, the last one winning). Keys must be whole numbers (the store's
+    are): SQLite would take ``'1'`` for ``1``, which Python tells apart."""
+    count = update.group(3).count("?")
+    keys = {tuple(r[-count:]) for r in rows}
+    return len(keys) == len(rows) and all(type(k) is int for key in keys for k in key)
 
 
 def _update_from(update: re.Match[str]) -> Callable[[str], str]:
