@@ -28,7 +28,9 @@ from ._shortage import machine_tasks, own_cgroup_dirs
 
 __all__ = ["Capacity", "Limit", "measure"]
 
-_PROBE_SANDBOXES = 16
+#: Sandboxes the probe opens; and, for memory (read on the whole machine, where whatever else runs moves it too),
+#: up to this many where the limits leave room for them.
+_PROBE_SANDBOXES, _PROBE_MEMORY_SANDBOXES = 16, 64
 #: What /proc/meminfo counts of a sandbox: the kernel's memory for it and its processes' pages.
 _MEMINFO_PARTS = ("Slab", "PageTables", "KernelStack", "Percpu", "AnonPages", "Shmem")
 _MEMCG_IDS = 65_535
@@ -92,34 +94,43 @@ async def measure() -> Capacity:
         await first.exec(["true"])
     before_fds, before_memory = _open_fds(), _memory_counts()
     opened: list[Sandbox] = []
-    try:
-        for _ in range(_PROBE_SANDBOXES):
+
+    async def open_idle(count: int) -> None:
+        for _ in range(count):
             sandbox = Sandbox(limits=limits)
             await sandbox.__aenter__()
             opened.append(sandbox)
-        for sandbox in opened:  # each with its next command's process ready, as an idle sandbox is
-            await sandbox.exec(["true"])
+            await sandbox.exec(["true"])  # with its next command's process ready, as an idle sandbox is
             if sandbox._spare is not None:
                 await sandbox._spare
+
+    try:
+        await open_idle(_PROBE_SANDBOXES)
         await asyncio.sleep(0.5)  # deferred kernel work (freed namespaces, RCU) settles
         impls = [sb._impl for sb in opened if isinstance(sb._impl, NamespaceSandbox)]
         fds = (_open_fds() - before_fds) / len(opened)
-        memory = _memory_taken(before_memory, _memory_counts()) / len(opened)
         # Each pids cgroup above rollbox counts what is below it: the launchers and agents, and the commands'
         # processes where the sandboxes' cgroups are below it too.
         where = _sandbox_tasks({impl.uid for impl in impls})
         tasks = len(where) / len(impls)
-        each_below = {
-            directory: sum(1 for path in where if _below(path, directory)) / len(impls) for directory in _pids_cgroups()
-        }
+        limited = _pids_cgroups()
+        each_below = {d: sum(1 for path in where if _below(path, d)) / len(impls) for d in limited}
         memcgs = sum(_memory_cgroups(impl.memory_cgroup) for impl in impls) / len(impls)
+        # More for memory, within half of what the limits leave.
+        rooms = [(open_files_ceiling() - _open_fds()) / max(fds, 1.0)]
+        rooms += [(most - current) / each_below[d] for d, (most, current) in limited.items() if each_below[d] > 0]
+        more = min(_PROBE_MEMORY_SANDBOXES - len(opened), int(min(rooms) / 2))
+        if more > 0:
+            await open_idle(more)
+            await asyncio.sleep(0.5)
+        memory, probed = _memory_taken(before_memory, _memory_counts()) / len(opened), len(opened)
     finally:
         for sandbox in opened:
             await sandbox.close()
     # Each limit's room is read with the probe's sandboxes closed again: how many more than are open now.
     pids = {d: (most, current, each_below[d]) for d, (most, current) in _pids_cgroups().items() if d in each_below}
     measured = (_open_files(fds), _processes(tasks, pids), _memcgs(memcgs))
-    return Capacity((*measured, _memory(memory)) if memory > 0 else measured)
+    return Capacity((*measured, _memory(memory, probed)) if memory > 0 else measured)
 
 
 def _open_fds() -> int:
@@ -266,7 +277,7 @@ def _memcgs(each: float) -> Limit:
     )
 
 
-def _memory(each: float) -> Limit:
+def _memory(each: float, probed: int) -> Limit:
     room, where = _mem_available(), "MemAvailable"
     for directory in own_cgroup_dirs("memory"):
         for usage_name, limit_name in (
@@ -284,7 +295,7 @@ def _memory(each: float) -> Limit:
                 room, where = int(most) - int(usage), f"the memory cgroup {directory}"
     return Limit(
         "memory",
-        f"{room >> 20:,} MiB free ({where}); {each / 2**20:.2f} MiB a sandbox (measured with {_PROBE_SANDBOXES} "
+        f"{room >> 20:,} MiB free ({where}); {each / 2**20:.2f} MiB a sandbox (measured with {probed} "
         "open; the kernel's share grows with the number open)",
         False,
         each,
