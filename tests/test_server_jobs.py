@@ -188,3 +188,27 @@ def test_an_idle_results_stream_carries_keep_alives_and_every_result_exactly_onc
         read = client.results("client")  # rollbox's own reader, through the slow job's keep-alives
         assert sorted(x["job"]["id"] for x in read) == ids
         assert sorted(x["result"]["output"]["stdout"] for x in read) == ["quick\n", "slow\n"]
+
+
+def test_a_results_stream_never_ends_before_the_result_of_a_job_that_ends_as_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream ends once every job is final; a job that ends between the stream's reading of results and its
+    counting of what is left must still be sent. The store is slowed (not replaced) so the job ends in that gap."""
+    config = ServerConfig(home=tmp_path, pool_size=1, run="gap", tick_s=0.2)
+    with running(config) as r, httpx.Client(base_url=r.url, timeout=120) as http:
+        store = r.service.jobs.store
+        read = store.results
+
+        def slow_when_empty(**where: object) -> object:
+            found = read(**where)  # type: ignore[arg-type]
+            if not found:
+                time.sleep(1.5)  # the job (0.5 s) ends here, after this read and before the next count
+            return found
+
+        monkeypatch.setattr(store, "results", slow_when_empty)
+        submitted = http.post("/v1/jobs", json={"jobs": [_exec("import time; time.sleep(0.5)")], "run": "gap"})
+        assert submitted.status_code == 201, submitted.text
+        with http.stream("GET", "/v1/runs/gap/results") as stream:
+            lines = [json.loads(line) for line in stream.iter_lines() if line]
+        assert [line["job"]["id"] for line in lines] == [submitted.json()[0]["id"]]

@@ -138,16 +138,17 @@ async def results(
         seq = after
         sent = time.monotonic()
         while True:
+            # Counted before the results are read: a job final in the count has its result (committed in the
+            # same transaction) in the read after it. Read the other way round, a job ending between the two
+            # reads would end the stream without its result.
+            counts = await asyncio.to_thread(store.counts, run_id, tenant=tenant.name) if follow else {}
             found = await asyncio.to_thread(store.results, run_id=run_id, tenant=tenant.name, after=seq)
             for job, result in found:
                 seq = max(seq, result.seq)
                 line = {"seq": result.seq, "job": job.to_json(), "result": result.to_json()}
                 yield (json.dumps(line, separators=(",", ":")) + "\n").encode()
                 sent = time.monotonic()
-            if not follow:
-                return
-            counts = await asyncio.to_thread(store.counts, run_id, tenant=tenant.name)
-            if not any(counts.get(state.value, 0) for state in JobState if state not in TERMINAL) and not found:
+            if not follow or not any(counts.get(state.value, 0) for state in JobState if state not in TERMINAL):
                 return
             if await request.is_disconnected():
                 return

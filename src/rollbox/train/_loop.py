@@ -208,6 +208,7 @@ class _Loop:
         running = asyncio.create_task(self.scheduler.run())
         while True:
             await asyncio.wait([running], timeout=0.25)
+            ended = running.done()  # before the read: a read after the end holds every result
             fresh = await asyncio.to_thread(store.results, run_id=self.config.run_id, after=seen)
             for job, result in fresh:
                 seen = max(seen, result.seq)
@@ -216,7 +217,7 @@ class _Loop:
                     self._count(progress, by_id[job.id], job, result, iteration)
             if self.on_progress:
                 self.on_progress(progress)
-            if running.done():
+            if ended:
                 await running
                 break
         ran = time.monotonic()
