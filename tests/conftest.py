@@ -34,7 +34,7 @@ pytest_plugins = ["postgres_server"]
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from rollbox.sandbox import Limits, Network, Sandbox, SandboxConfig, WarmSandboxes  # noqa: E402
+from rollbox.sandbox import Limits, Network, Sandbox, SandboxConfig, SandboxPool, WarmSandboxes  # noqa: E402
 from rollbox.sandbox.namespaces._cgroup import CgroupTree  # noqa: E402  (the state dir must be set first)
 from rollbox.sandbox.namespaces._state import UID_BASE, UID_COUNT  # noqa: E402
 
@@ -166,6 +166,22 @@ def reap() -> Iterator[None]:
     yield
     host = NamespaceHost.get()
     host.state.reap(host.cgroups)
+
+
+@pytest.fixture
+def held_openings(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """A gate that every pool's opening waits at until it is set: a borrower that waited for another
+    configuration's opening is then never served (the test fails on its timeout) whatever the machine's load,
+    where a race between one sandbox and a pool's opening could go either way."""
+    gate = asyncio.Event()
+    enter = SandboxPool.__aenter__
+
+    async def held(pool: SandboxPool) -> SandboxPool:
+        await gate.wait()
+        return await enter(pool)
+
+    monkeypatch.setattr(SandboxPool, "__aenter__", held)
+    return gate
 
 
 class CountingSandboxes:

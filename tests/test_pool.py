@@ -500,14 +500,16 @@ def test_a_tree_too_large_to_empty_in_place_is_replaced_instead() -> None:
 OPENING_SIZE = 8
 
 
-def test_a_pool_opening_never_holds_back_the_borrowers_of_another_configuration() -> None:
+def test_a_pool_opening_never_holds_back_the_borrowers_of_another_configuration(held_openings: asyncio.Event) -> None:
     warm, cold = SandboxConfig(limits=LIMITS), SandboxConfig(limits=dataclasses.replace(LIMITS, timeout_s=6))
 
     async def main() -> tuple[bool, bool]:
         async with WarmSandboxes(size=OPENING_SIZE) as sandboxes:
+            held_openings.set()
             async with sandboxes.sandbox(warm):  # its pool is open
                 pass
             await asyncio.sleep(0.5)  # and its sandbox reset, idle again
+            held_openings.clear()  # the next opening waits
             cold_served = asyncio.Event()
 
             async def use_cold() -> None:
@@ -518,9 +520,10 @@ def test_a_pool_opening_never_holds_back_the_borrowers_of_another_configuration(
             opening = asyncio.create_task(use_cold())
             await asyncio.sleep(0.01)
             began = not cold_served.is_set()  # the cold pool is opening
-            async with sandboxes.sandbox(warm) as sb:
+            async with asyncio.timeout(30), sandboxes.sandbox(warm) as sb:
                 served_meanwhile = not cold_served.is_set()  # the warm borrower did not wait for the cold pool
                 assert (await sb.exec(["true"])).status is Status.OK
+            held_openings.set()
             await opening
             return began, served_meanwhile
 

@@ -14,16 +14,17 @@ from rollbox.server._languages import Languages
 LIMITS = Limits(timeout_s=5, memory_bytes=128 * 2**20)
 
 
-def test_a_pool_opening_never_holds_back_the_requests_of_another_configuration() -> None:
+def test_a_pool_opening_never_holds_back_the_requests_of_another_configuration(held_openings: asyncio.Event) -> None:
     cold = dataclasses.replace(LIMITS, timeout_s=6)
 
     async def main() -> tuple[bool, bool, int]:
-        # Eight sandboxes a pool: its opening takes a while, long enough to serve another request meanwhile.
         executor = Executor(ServerConfig(pool_size=8, warm_configs=2), Languages())
         try:
+            held_openings.set()
             async with executor.sandbox(LIMITS, "t"):  # its pool is open
                 pass
             await asyncio.sleep(0.5)  # and its sandbox reset, idle again
+            held_openings.clear()  # the next opening waits
             cold_served = asyncio.Event()
 
             async def use_cold() -> None:
@@ -34,21 +35,25 @@ def test_a_pool_opening_never_holds_back_the_requests_of_another_configuration()
             opening = asyncio.create_task(use_cold())
             await asyncio.sleep(0.01)
             began = not cold_served.is_set()  # the cold pool is opening
-            async with executor.sandbox(LIMITS, "t") as sb:
+            async with asyncio.timeout(30), executor.sandbox(LIMITS, "t") as sb:
                 served_meanwhile = not cold_served.is_set()  # this request did not wait for it
                 assert (await sb.exec(["true"])).status is Status.OK
+            held_openings.set()
             await opening
             return began, served_meanwhile, len(executor._pools)
         finally:
+            held_openings.set()
             await executor.close()
 
     assert asyncio.run(main()) == (True, True, 2)
 
 
-def test_a_configuration_beyond_those_kept_warm_gets_a_fresh_sandbox_while_another_opens() -> None:
+def test_a_configuration_beyond_those_kept_warm_gets_a_fresh_sandbox_while_another_opens(
+    held_openings: asyncio.Event,
+) -> None:
+
     async def main() -> tuple[bool, int]:
-        # A pool of 24 takes far longer to open than the one fresh sandbox does to start.
-        executor = Executor(ServerConfig(pool_size=24, warm_configs=1), Languages())
+        executor = Executor(ServerConfig(pool_size=4, warm_configs=1), Languages())
         try:
             first_served = asyncio.Event()
 
@@ -60,12 +65,14 @@ def test_a_configuration_beyond_those_kept_warm_gets_a_fresh_sandbox_while_anoth
             await asyncio.sleep(0.01)
             # The one pool kept warm is opening: another configuration is not kept, and gets a fresh sandbox at
             # once, without waiting for that opening.
-            async with executor.sandbox(dataclasses.replace(LIMITS, timeout_s=6), "t") as sb:
+            async with asyncio.timeout(30), executor.sandbox(dataclasses.replace(LIMITS, timeout_s=6), "t") as sb:
                 fresh_meanwhile = not first_served.is_set()
                 assert (await sb.exec(["true"])).status is Status.OK
+            held_openings.set()
             await opening
             return fresh_meanwhile, len(executor._pools)
         finally:
+            held_openings.set()
             await executor.close()
 
     assert asyncio.run(main()) == (True, 1)
