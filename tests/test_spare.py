@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import os
 import platform
 import signal
 import warnings
 from pathlib import Path
+
+import pytest
 
 from conftest import TIME_SCALE, own_sandbox_processes
 from rollbox import ExecResult, Limits, Sandbox, SandboxPool, Status
@@ -245,6 +248,41 @@ def test_a_spare_made_just_as_its_taker_is_cancelled_is_kept_not_lost() -> None:
         assert unclosed == [], how
         assert waiting == 1, how  # the spare still waits, for the next command
         assert after.ok and after.stdout_text == "still here\n", how
+
+
+def test_a_spare_that_fails_unforeseen_while_it_is_placed_leaves_no_socket_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every way out of making a spare closes its socket: an unforeseen error (here placing its process in its
+    # cgroup fails with a bare OSError) too, not only a cancellation or a SandboxError.
+    from rollbox.sandbox.namespaces._backend import _CgroupExecGroup
+
+    adopt = _CgroupExecGroup.adopt
+
+    def fails_once(group: _CgroupExecGroup, pid: int) -> None:
+        monkeypatch.setattr(_CgroupExecGroup, "adopt", adopt)
+        raise OSError(errno.EIO, "injected")
+
+    async def main() -> tuple[BaseException | ExecResult, ExecResult, list[str]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            async with Sandbox(limits=FAST) as sb:
+                await sb.exec(["true"])
+                await _settled(sb)
+                monkeypatch.setattr(_CgroupExecGroup, "adopt", fails_once)
+                first: BaseException | ExecResult
+                try:
+                    first = await sb.exec(["true"])  # its spare was made before: the next one fails
+                    await _settled(sb)
+                except OSError as exc:
+                    first = exc
+                after = await sb.exec(["echo", "still here"])
+            gc.collect()
+        return first, after, _unclosed_sockets(caught)
+
+    _first, after, unclosed = asyncio.run(main())
+    assert unclosed == []
+    assert after.ok and after.stdout_text == "still here\n"
 
 
 # A command's cgroup is passed on to the next command when it holds almost nothing any more (``Cgroup.recycle``).

@@ -206,7 +206,12 @@ def roomy_socketpair() -> tuple[socket.socket, socket.socket]:
     SO_SNDBUF is capped by ``net.core.wmem_max`` (208 KiB by default): root sets it beyond with SO_SNDBUFFORCE.
     """
     first, second = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    first.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, 2 * _MAX_REQUEST)
+    try:
+        first.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, 2 * _MAX_REQUEST)
+    except BaseException:
+        first.close()
+        second.close()
+        raise
     return first, second
 
 
@@ -328,9 +333,9 @@ class AgentConnection:
             SandboxError: the zygote did not start.
         """
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         request = ExecRequest(argv=argv, env=env, cwd="/", stdin=None, timeout_s=0)
         try:
+            host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             fds = array.array("i", [zygote_end.fileno()])
             self._sock.sendmsg([_encode(request, limits, _MSG_ZYGOTE)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             answer = await asyncio.wait_for(self._inbox.get(), _START_TIMEOUT_S)
@@ -498,8 +503,8 @@ class AgentConnection:
         """
         self._spares = seq = (self._spares + 1) & 0xFFFFFFFF
         sync_host, sync_child = roomy_socketpair()
-        sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         try:
+            sync_host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             fds = array.array("i", [sync_child.fileno()])
             header = _header(_MSG_SPARE, limits, seq=seq, watched=group.cpu_watched)
             self._sock.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
@@ -507,6 +512,9 @@ class AgentConnection:
             sync_host.close()
             self.alive = False
             return ExecResult.infra_error(host_error("the sandbox's agent is gone (the sandbox restarts)", exc))
+        except BaseException:
+            sync_host.close()
+            raise
         finally:
             sync_child.close()
         try:
@@ -517,11 +525,6 @@ class AgentConnection:
             # In a thread: on cgroup v1 a move can wait for an RCU grace period (10-20 ms), which must not hold
             # up the event loop and every other sandbox's commands.
             await in_thread(group.adopt, pid)
-        except asyncio.CancelledError:
-            # The sandbox is closing: it kills the process; its exit report will never be read here.
-            sync_host.close()
-            self.alive = False
-            raise
         except SandboxError as exc:
             sync_host.close()
             group.kill()
@@ -530,6 +533,12 @@ class AgentConnection:
             except TimeoutError:
                 self.alive = False  # the agent did not report it: it cannot be trusted with another command
             return ExecResult.infra_error(str(exc))
+        except BaseException:
+            # Cancelled (the sandbox is closing: it kills the process; its exit report will never be read here), or
+            # failed unforeseen: the socket is not left to the garbage collector, nor the agent trusted again.
+            sync_host.close()
+            self.alive = False
+            raise
         oom_kills = self._oom_kills() if self._oom_kills is not None else None
         return Spare(self, group, sync_host, pid, seq, helpers_oom_kills=oom_kills)
 
