@@ -561,17 +561,17 @@ class AgentConnection:
             message = _encode(request, limits, watched=spare.group.cpu_watched)
             while len(pipes) < 3:
                 pipes.append(os.pipe2(os.O_CLOEXEC))
-        except (ValueError, OSError) as exc:  # a bad request, or a host out of fds: the spare is not used
+            # Before the command can run: it may fill the disk, or finish, before the next line of this method.
+            full_before, start = disk_full(), time.monotonic()
+        except BaseException as exc:  # a bad request, a host out of fds, ...: the spare is not used
             for fd in (fd for pipe in pipes for fd in pipe):
                 os.close(fd)
             await self.discard(spare)
-            if isinstance(exc, ValueError):
+            if not isinstance(exc, OSError):
                 raise
-            return ExecResult.infra_error(host_error("cannot set up the command's streams", exc))
+            return ExecResult.infra_error(host_error("cannot set up the command", exc))
         (stdin_r, stdin_w), (out_r, out_w), (err_r, err_w) = pipes
         passed = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [stdin_r, out_w, err_w]))]
-        # Before the command can run: it may fill the disk, or finish, before the next line of this method.
-        full_before, start = disk_full(), time.monotonic()
         with spare.sync:
             try:
                 spare.sync.sendmsg([message], passed)
