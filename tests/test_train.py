@@ -11,6 +11,8 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,45 @@ def _broken_runtime(source: Path, dest: Path) -> Path:
     toml = (dest / "task.toml").read_text().replace('id = "HumanEval/0"', 'id = "broken-runtime"')
     (dest / "task.toml").write_text(toml + '\n[environment]\npython = "3.99"\n')
     return dest
+
+
+def test_every_rollout_is_counted_when_the_last_ones_end_as_the_loop_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop follows results until the scheduler's run ends: a read that began before the last rollouts ended
+    and returned after the run did must not be the last one, or they are never counted. The store is slowed (not
+    replaced) so that exactly that happens: nothing is leased until the loop's first read of results has begun, and
+    that read returns once every job is final and the run has had time to end."""
+    home = tmp_path / "home"
+    tasks = [load_task(path) for path in _humaneval(tmp_path, 2)]
+    config = TrainConfig(iterations=1, samples=2, max_attempts=1, run_id="gap")
+    seen: list[int] = []
+    first_read = threading.Event()
+
+    async def go() -> None:
+        async with Scheduler(JobStore(store_path(home)), runs=["gap"], home=home) as scheduler:
+            store = scheduler.store
+            read, exchange = store.results, store.exchange
+
+            def reading(**where: Any) -> Any:
+                found = read(**where)
+                if not first_read.is_set():
+                    first_read.set()
+                    while not store.jobs(run_id="gap") or store.unfinished(["gap"]):
+                        time.sleep(0.05)
+                    time.sleep(1.0)  # and the scheduler's run ends meanwhile
+                return found
+
+            def exchanging(*args: Any) -> Any:
+                first_read.wait(60)
+                return exchange(*args)
+
+            monkeypatch.setattr(store, "results", reading)
+            monkeypatch.setattr(store, "exchange", exchanging)
+            await train(tasks, config, scheduler=scheduler, on_progress=lambda p: seen.append(p.done))
+
+    asyncio.run(go())
+    assert seen[-1] == 2 * len(ARMS), seen  # samples x arms
 
 
 @pytest.mark.slow
