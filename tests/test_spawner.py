@@ -4,9 +4,11 @@ thousands of descriptors."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -158,3 +160,58 @@ def test_a_spawn_given_up_on_leaves_nothing_running(monkeypatch: pytest.MonkeyPa
             later.close()
 
     assert asyncio.run(main()) == []
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+_PTRACE_SEIZE, _PTRACE_DETACH, _PTRACE_GETEVENTMSG, _PTRACE_O_TRACEFORK, _PTRACE_EVENT_FORK = 0x4206, 17, 0x4201, 2, 1
+_WALL = 0x40000000  # waitpid's __WALL: a tracee that is not this process's own child
+
+
+def _ptrace(request: int, pid: int, data: object = None) -> None:
+    if _libc.ptrace(request, pid, None, data) < 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
+
+
+def _hold_the_spawner_through_its_childs_life(spawner: int, attached: threading.Event) -> None:
+    """Stop the spawner (this test's process's own child) just after its next fork, until that child has ended
+    and been reaped: ptrace, from this thread alone, as the kernel asks of a tracer."""
+    _ptrace(_PTRACE_SEIZE, spawner, ctypes.c_void_p(_PTRACE_O_TRACEFORK))
+    attached.set()
+    status = 0
+    while not (os.WIFSTOPPED(status) and status >> 8 == signal.SIGTRAP | _PTRACE_EVENT_FORK << 8):
+        _, status = os.waitpid(spawner, _WALL)
+    child = ctypes.c_ulong()
+    _ptrace(_PTRACE_GETEVENTMSG, spawner, ctypes.byref(child))
+    os.waitpid(child.value, _WALL)  # its first stop, as a tracee
+    _ptrace(_PTRACE_DETACH, child.value)
+    while os.path.exists(f"/proc/{child.value}"):  # it ends, and is reaped at once (the spawner ignores SIGCHLD)
+        time.sleep(0.001)
+    _ptrace(_PTRACE_DETACH, spawner)
+
+
+def test_a_process_that_ends_before_the_spawner_watches_it_says_why() -> None:
+    # Between the spawner's fork and its pidfd_open, the child may end and be reaped (a loaded host, seen once in a
+    # suite): the pid is gone (ESRCH). It started, and what it said on stderr is why it ended: that is the error,
+    # never "could not start a process: No such process". The spawner is held there with ptrace.
+    async def main() -> str:
+        spawner = Spawner.get()
+        attached = threading.Event()
+        holder = threading.Thread(target=_hold_the_spawner_through_its_childs_life, args=(spawner.pid, attached))
+        holder.start()
+        attached.wait()
+        try:
+            with pytest.raises(SandboxError) as failed:
+                await spawner.spawn(["/bin/true"], cwd="/no-such-directory")
+        finally:
+            holder.join()
+        after = await spawner.spawn(["/bin/true"])  # the spawner goes on
+        assert after.exited(5)
+        after.close()
+        return str(failed.value)
+
+    said = asyncio.run(main())
+    assert said == (
+        "what rollbox's spawner started ended at once: rollbox-agent: /no-such-directory: No such file or directory"
+    )

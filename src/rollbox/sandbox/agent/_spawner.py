@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from rollbox.sandbox._errors import SandboxError
 from rollbox.sandbox._settle import settled
-from rollbox.sandbox._shortage import host_error
+from rollbox.sandbox._shortage import agent_error, host_error
 
 from ._build import agent_binary
 from ._health import start_time
@@ -141,14 +141,7 @@ class Launched:
 
     def read_stderr(self) -> str:
         """What it wrote to stderr so far (never waits)."""
-        if self.stderr < 0:
-            return ""
-        os.set_blocking(self.stderr, False)
-        chunks = []
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(self.stderr, 65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode(errors="replace").strip()
+        return _read_written(self.stderr) if self.stderr >= 0 else ""
 
     def close_stderr(self) -> None:
         """Stop reading its stderr: what it writes there from now on fails (EPIPE) and is lost (idempotent)."""
@@ -162,6 +155,23 @@ class Launched:
             if fd >= 0:
                 os.close(fd)
         self._pidfd = self.stderr = self._hangup = -1
+
+
+def _read_written(fd: int) -> str:
+    """What is in the pipe whose read end is ``fd`` (never waits)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace").strip()
+
+
+def _last_words(stderr: int) -> str:
+    """What a process that has ended wrote on the stderr pipe ``stderr``: read once the spawner closed its copy
+    of the write end too, which it does just after answering (bounded: any other holder is not waited for)."""
+    _hung_up(stderr, _ANSWER_TIMEOUT_S)
+    return _read_written(stderr)
 
 
 def _hung_up(fd: int, timeout_s: float) -> bool:
@@ -246,8 +256,9 @@ class Spawner:
         ``launch`` command line, which the spawner's child runs without executing the agent again.
 
         Raises:
-            SandboxError: the spawner could not start it (the program not being runnable shows later, as a
-                process that ended at once with the reason on its stderr).
+            SandboxError: the spawner could not start it, or it ended before the spawner could watch it (with
+                what it wrote on stderr); a program that is not runnable shows later, as a process that ended at
+                once with the reason on its stderr.
         """
         if len(pass_fds) > _MAX_FDS:
             raise ValueError(f"at most {_MAX_FDS} fds can be passed, got {len(pass_fds)}")
@@ -275,6 +286,9 @@ class Spawner:
                     started.close()
                 raise asyncio.CancelledError
             answer, pidfd = reading.result()
+            if pidfd < 0:
+                said = await asyncio.to_thread(_last_words, stderr_r)
+                raise SandboxError(f"what rollbox's spawner started ended at once: {agent_error(said) or 'no message'}")
         except BaseException:
             if stderr_r >= 0:
                 os.close(stderr_r)
@@ -339,7 +353,7 @@ class Spawner:
 
 
 async def _read_answer(reply: socket.socket) -> tuple[int, int]:
-    """The spawner's answer on ``reply``: the new process's pid and its pidfd."""
+    """The spawner's answer on ``reply``: the new process's pid and its pidfd (-1: it ended at once)."""
     loop = asyncio.get_running_loop()
     reply.setblocking(False)
     ready: asyncio.Future[None] = loop.create_future()
@@ -360,6 +374,8 @@ async def _read_answer(reply: socket.socket) -> tuple[int, int]:
             os.close(fd)
         raise SandboxError("rollbox's spawner ended (it is restarted for the next sandbox)")
     (pid,) = _ANSWER.unpack(data)
+    if pid == -errno.ESRCH and not received:  # it started, ended and was reaped before its pidfd could be opened
+        return pid, -1
     if pid < 0 or len(received) != 1:
         for fd in received:
             os.close(fd)
