@@ -240,9 +240,11 @@ def test_a_thousand_jobs_over_two_nodes_one_killed_midway_each_completes_once(tm
         assert sorted(int(r.output["stdout"]) for _, r in results) == list(range(JOBS))
         by_node = Counter(r.output["node"] for _, r in results)
         assert set(by_node) == {names["a"], names["b"]} and min(by_node.values()) >= 100  # the work spread
-        lost = [a for job, _ in results for a in store.attempts(job.id) if a.outcome == "infra_error"]
-        assert lost, "no attempt was lost with node b"
-        others = [a for a in lost if not (a.worker == names["b"] and "was lost" in (a.error or ""))]
-        assert not others, (names, [(a.job_id, a.number, a.worker, a.error) for a in others])
+        # The attempts under way on node b when it died were lost with it, and retried on a; none was lost on a.
+        # (An attempt may also fail for rollbox's own reasons, and be retried like any other: that is not a loss.)
+        failed = [a for job, _ in results for a in store.attempts(job.id) if a.outcome == "infra_error"]
+        lost = [a for a in failed if "was lost" in (a.error or "")]
+        assert lost, ("no attempt was lost with node b", [(a.job_id, a.worker, a.error) for a in failed])
+        assert {a.worker for a in lost} == {names["b"]}, (names, [(a.job_id, a.worker, a.error) for a in lost])
     finally:
         store.close()
