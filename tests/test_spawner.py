@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
+import gc
 import os
 import signal
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -215,3 +218,28 @@ def test_a_process_that_ends_before_the_spawner_watches_it_says_why() -> None:
     assert said == (
         "what rollbox's spawner started ended at once: rollbox-agent: /no-such-directory: No such file or directory"
     )
+
+
+@pytest.mark.parametrize("where", ["open", "pidfd_open"])
+def test_a_spawner_that_cannot_be_set_up_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    # The host out of descriptors as the spawner is set up (its /dev/null before it starts, its pidfd after):
+    # the error says so, the spawner that had started is killed and reaped (never left running with nobody
+    # watching it), and neither socket is left to the garbage collector.
+    real, here = getattr(os, where), threading.get_ident()
+
+    def out_of_descriptors(path: object, *args: object) -> int:
+        # Only the spawner's own call, in this thread: an earlier test's sandboxes may still be closing in others.
+        if threading.get_ident() != here or (where == "open" and path != os.devnull):
+            return int(real(path, *args))
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    before = set(living_children(os.getpid()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        monkeypatch.setattr(os, where, out_of_descriptors)
+        with pytest.raises(SandboxError, match=r"cannot start rollbox's spawner .*: Too many open files"):
+            Spawner()
+        monkeypatch.undo()
+        gc.collect()
+    assert set(living_children(os.getpid())) - before == set()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -168,10 +168,14 @@ def _read_written(fd: int) -> str:
 
 
 def _last_words(stderr: int) -> str:
-    """What a process that has ended wrote on the stderr pipe ``stderr``: read once the spawner closed its copy
-    of the write end too, which it does just after answering (bounded: any other holder is not waited for)."""
-    _hung_up(stderr, _ANSWER_TIMEOUT_S)
-    return _read_written(stderr)
+    """What a process that has ended wrote on the stderr pipe ``stderr``, read once the spawner closed its copy
+    of the write end too, which it does just after answering (bounded: any other holder is not waited for); the
+    pipe is closed."""
+    try:
+        _hung_up(stderr, _ANSWER_TIMEOUT_S)
+        return _read_written(stderr)
+    finally:
+        os.close(stderr)
 
 
 def _hung_up(fd: int, timeout_s: float) -> bool:
@@ -193,29 +197,36 @@ class Spawner:
     _instance: Spawner | None = None
 
     def __init__(self) -> None:
-        ours, theirs = roomy_socketpair()
-        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        actions = [
-            (os.POSIX_SPAWN_DUP2, devnull, 0),
-            (os.POSIX_SPAWN_DUP2, devnull, 1),
-            (os.POSIX_SPAWN_DUP2, theirs.fileno(), 3),
-        ]
         agent = str(agent_binary())
+        ours, theirs = roomy_socketpair()
+        devnull = -1
         try:
+            devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            actions = [
+                (os.POSIX_SPAWN_DUP2, devnull, 0),
+                (os.POSIX_SPAWN_DUP2, devnull, 1),
+                (os.POSIX_SPAWN_DUP2, theirs.fileno(), 3),
+            ]
             self.pid = _LASTING_THREAD.submit(
                 os.posix_spawn, agent, [agent, "spawner", "3"], {}, file_actions=actions
             ).result()
-        except (OSError, RuntimeError) as exc:  # RuntimeError: its thread could not be started
-            ours.close()
-            if isinstance(exc, RuntimeError) and "can't start new thread" not in str(exc):
+            try:
+                self._pidfd = os.pidfd_open(self.pid)
+            except BaseException:  # not reaped yet, its pid is still its own: never a spawner nobody watches
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
                 raise
-            cause = exc if isinstance(exc, OSError) else errno.EAGAIN
-            raise SandboxError(host_error(f"cannot start rollbox's spawner {agent}", cause, "process")) from exc
+        except BaseException as exc:
+            ours.close()
+            if isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)):
+                cause = exc if isinstance(exc, OSError) else errno.EAGAIN  # its thread could not be started
+                raise SandboxError(host_error(f"cannot start rollbox's spawner {agent}", cause, "process")) from exc
+            raise
         finally:
-            os.close(devnull)
+            if devnull >= 0:
+                os.close(devnull)
             theirs.close()
         self._sock = ours
-        self._pidfd = os.pidfd_open(self.pid)
         self._owner = os.getpid()
         atexit.register(self.close)
 
@@ -287,7 +298,8 @@ class Spawner:
                 raise asyncio.CancelledError
             answer, pidfd = reading.result()
             if pidfd < 0:
-                said = await asyncio.to_thread(_last_words, stderr_r)
+                owned, stderr_r = stderr_r, -1  # the reading thread closes it, even if this task is cancelled
+                said = await asyncio.to_thread(_last_words, owned)
                 raise SandboxError(f"what rollbox's spawner started ended at once: {agent_error(said) or 'no message'}")
         except BaseException:
             if stderr_r >= 0:
