@@ -17,6 +17,11 @@
 - crash recovery: a store of 10,000 jobs, a hundred of them leased by a scheduler whose process is gone; the time
   from opening a new scheduler to its first resumed job starting [< 1 s].
 
+With ``--loop-cost``, only this instead: what the event loop's time costs a raw batch of ``true``: ``run_batch``'s
+own loop (the same warm pool, ``as_finished``) with 0, 50, 100 and 200 us of busy CPU added on the event loop's
+thread to each program, in rotating order; each rate's ratio to the first. The scheduler's ratio is read against it:
+the event loop's thread is what a batch of ``true`` waits for.
+
 Medians over ``--repeats`` rounds, with the spread (min..max), and the machine's load average in each round (the
 figures of a loaded machine are lower: compare the ratios, measured side by side). Every dispatch round runs first,
 then every end-to-end round, once the PostgreSQL server has stopped. Nothing is asserted.
@@ -41,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from rollbox import telemetry
-from rollbox.sandbox import Limits, Program, WarmSandboxes, run_batch
+from rollbox.sandbox import ExecResult, Limits, Program, SandboxConfig, WarmSandboxes, run_batch
+from rollbox.sandbox.pool._batch import as_finished
 from rollbox.scheduler import (
     Capacity,
     JobContext,
@@ -229,6 +235,50 @@ async def raw(kind: str, count: int, workers: int) -> tuple[float, float]:
         return count / (time.perf_counter() - start), (time.process_time() - cpu) / count * 1e3
 
 
+LOOP_COSTS_US = (0, 50, 100, 200)
+
+
+async def raw_with_loop_cost(count: int, workers: int, cost_us: float) -> float:
+    """``true`` as ``run_batch`` runs it (its warm pool, ``as_finished``), each program first spending ``cost_us`` of
+    the event loop's CPU; the rate."""
+    config = SandboxConfig(limits=LIMITS)
+    async with WarmSandboxes(size=2 * workers, warm_python=False) as sandboxes:
+
+        async def one() -> ExecResult:
+            busy_until = time.perf_counter() + cost_us / 1e6
+            while time.perf_counter() < busy_until:
+                pass
+            async with sandboxes.sandbox(config) as sb:
+                return await sb.exec(["true"])
+
+        start = time.perf_counter()
+        async for _ in as_finished([one] * count, workers=workers):
+            pass
+        return count / (time.perf_counter() - start)
+
+
+async def loop_cost(rounds: int, count: int, workers: int) -> dict[str, Any]:
+    """The rate of ``true`` at each of :data:`LOOP_COSTS_US`, as a ratio to the rate with none added."""
+    rates: dict[float, list[float]] = {cost: [] for cost in LOOP_COSTS_US}
+    for round_ in range(rounds):
+        order = LOOP_COSTS_US[round_ % len(LOOP_COSTS_US) :] + LOOP_COSTS_US[: round_ % len(LOOP_COSTS_US)]
+        for cost in order:
+            rates[cost].append(await raw_with_loop_cost(count, workers, cost))
+        print(
+            f"loop-cost round {round_ + 1}: "
+            + ", ".join(f"+{cost:g} us {rates[cost][-1]:.0f}/s" for cost in LOOP_COSTS_US),
+            file=sys.stderr,
+        )
+    return {
+        "raw_per_s": {f"{cost:g}us": _spread(samples) for cost, samples in rates.items()},
+        "ratio_to_none": {
+            f"{cost:g}us": _spread([r / b for r, b in zip(samples, rates[0], strict=True)])
+            for cost, samples in rates.items()
+        },
+        "setup": {"workers": workers, "programs": count, "rounds": rounds},
+    }
+
+
 async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[float], float]:
     """The same programs as ``exec`` jobs through the scheduler, once its pool is as warm as ``run_batch``'s (a
     first batch of ``4 * workers`` jobs, not timed); their rate, queue waits, and this process's CPU milliseconds
@@ -305,6 +355,8 @@ async def recovery(jobs: int) -> float:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     workers = len(os.sched_getaffinity(0))
+    if args.loop_cost:
+        return await loop_cost(args.repeats, args.programs or PROGRAMS["true"], workers)
     rates: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "bare_sqlite": []}
     raws: dict[str, list[float]] = {kind: [] for kind in args.kinds}
     ratios: dict[str, list[float]] = {kind: [] for kind in args.kinds}
@@ -386,6 +438,9 @@ if __name__ == "__main__":
     parser.add_argument("--postgres", metavar="URL", default=None, help="a database to measure PostgreSQL on")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--dispatch-only", action="store_true", help="measure only dispatch and its floor")
+    parser.add_argument(
+        "--loop-cost", action="store_true", help="measure only what event-loop CPU per program costs raw `true`"
+    )
     options = parser.parse_args()
     result = asyncio.run(main(options))
     print(json.dumps(result, indent=2))
