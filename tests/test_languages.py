@@ -22,7 +22,9 @@ from rollbox.server import ServerConfig
 from serving import Running, running
 
 sandbox_fusion = pytest.importorskip("sandbox_fusion")
-pytestmark = pytest.mark.slow
+# The first test builds the image of every language (about 3 minutes on two cores with an empty build cache, more
+# beside other work), within its own time: each test's timeout counts the module's fixtures it sets up.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: The name the tests import the image of all the recipes as.
 REF = "rollbox/languages:test"
