@@ -266,7 +266,8 @@ def test_an_unforeseen_error_around_a_spare_leaves_no_socket_behind(
         monkeypatch.setattr(owner, where, real)
         raise OSError(errno.EIO, "injected")
 
-    async def main() -> tuple[ExecResult, list[str]]:
+    async def main() -> tuple[ExecResult | None, ExecResult, list[str]]:
+        first = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
             async with Sandbox(limits=FAST) as sb:
@@ -274,15 +275,18 @@ def test_an_unforeseen_error_around_a_spare_leaves_no_socket_behind(
                 await _settled(sb)
                 monkeypatch.setattr(owner, where, fails_once)
                 with contextlib.suppress(OSError):
-                    await sb.exec(["true"])  # "adopt": its spare was made before; the next one's placing fails
+                    first = await sb.exec(["true"])  # "adopt": its spare was made before; the next one's placing fails
                     await _settled(sb)
                 after = await sb.exec(["echo", "still here"])
             gc.collect()
-        return after, _unclosed_sockets(caught)
+        return first, after, _unclosed_sockets(caught)
 
-    after, unclosed = asyncio.run(main())
+    first, after, unclosed = asyncio.run(main())
     assert unclosed == []
     assert after.ok and after.stdout_text == "still here\n"
+    if where == "disk_full":  # before the command was sent: rollbox's failure, said so, never the program's
+        assert first is not None and first.status.value == "infra_error", first
+        assert (first.error or "").startswith("cannot set up the command: injected"), first
 
 
 # A command's cgroup is passed on to the next command when it holds almost nothing any more (``Cgroup.recycle``).
