@@ -12,8 +12,9 @@
   from the sandbox's warm interpreter) and a ~20 ms ``python3 -c`` program: the same programs through ``run_batch``
   (raw, no scheduler) and through the scheduler (``exec`` jobs), alternating which goes first, the ratio of their
   rates [>= 0.9 for each kind], this process's CPU per program each way (the event loop's thread, and the store's
-  in the scheduler: what the scheduler adds to each program's Python), and the queue wait (submission to start)
-  p50/p99;
+  in the scheduler: what the scheduler adds to each program's Python), the share of the machine's CPU time left
+  idle each way (``/proc/stat``: whether either side was held by the machine's cores or by something serial), and
+  the queue wait (submission to start) p50/p99;
 - crash recovery: a store of 10,000 jobs, a hundred of them leased by a scheduler whose process is gone; the time
   from opening a new scheduler to its first resumed job starting [< 1 s].
 
@@ -211,6 +212,22 @@ def bare_sqlite(jobs: int, batch: int = 256) -> float:
         return jobs / took
 
 
+class _Idle:
+    """The share of the machine's CPU time (every core, ``/proc/stat``) left idle from its making to :meth:`share`."""
+
+    def __init__(self) -> None:
+        self._start = self._times()
+
+    @staticmethod
+    def _times() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(values), values[3] + values[4]  # idle and waiting for I/O
+
+    def share(self) -> float:
+        total, idle = self._times()
+        return (idle - self._start[1]) / max(1, total - self._start[0])
+
+
 def _programs(kind: str, count: int) -> list[Program]:
     """``count`` programs of one kind: ``true``; a warm-Python script (forked from the sandbox's interpreter); a
     ``python3 -c`` program (an interpreter's start, about 20 ms)."""
@@ -224,15 +241,16 @@ def _programs(kind: str, count: int) -> list[Program]:
     return [Program(argv=["python3", "-c", f"print(sum(range({i} * 100)))"]) for i in range(count)]
 
 
-async def raw(kind: str, count: int, workers: int) -> tuple[float, float]:
-    """The programs through ``run_batch`` in warm sandboxes (as many as the scheduler's pools hold); their rate, and
-    this process's CPU milliseconds per program (its sandboxes' processes not counted)."""
+async def raw(kind: str, count: int, workers: int) -> tuple[float, float, float]:
+    """The programs through ``run_batch`` in warm sandboxes (as many as the scheduler's pools hold); their rate,
+    this process's CPU milliseconds per program (its sandboxes' processes not counted), and the machine's idle
+    share meanwhile."""
     programs = _programs(kind, count)
     async with WarmSandboxes(size=2 * workers, warm_python=kind == "warm_python") as sandboxes:
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu, idle = time.perf_counter(), time.process_time(), _Idle()
         async for _ in run_batch(programs, limits=LIMITS, workers=workers, sandboxes=sandboxes):
             pass
-        return count / (time.perf_counter() - start), (time.process_time() - cpu) / count * 1e3
+        return count / (time.perf_counter() - start), (time.process_time() - cpu) / count * 1e3, idle.share()
 
 
 LOOP_COSTS_US = (0, 50, 100, 200)
@@ -279,10 +297,10 @@ async def loop_cost(rounds: int, count: int, workers: int) -> dict[str, Any]:
     }
 
 
-async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[float], float]:
+async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[float], float, float]:
     """The same programs as ``exec`` jobs through the scheduler, once its pool is as warm as ``run_batch``'s (a
-    first batch of ``4 * workers`` jobs, not timed); their rate, queue waits, and this process's CPU milliseconds
-    per program (the event loop's and the store's threads)."""
+    first batch of ``4 * workers`` jobs, not timed); their rate, queue waits, this process's CPU milliseconds per
+    program (the event loop's and the store's threads), and the machine's idle share meanwhile."""
     with tempfile.TemporaryDirectory() as home:
         worker = LocalWorker(capacity=Capacity(cpus=workers, memory_bytes=8 * 2**30))
         store = JobStore(Path(home) / "jobs.db")
@@ -298,17 +316,18 @@ async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[fl
             ]
             scheduler.submit(specs[:warm_up])
             await scheduler.run()
-            start, cpu = time.perf_counter(), time.process_time()
+            start, cpu, idle = time.perf_counter(), time.process_time(), _Idle()
             scheduler.submit(specs[warm_up:])
             await scheduler.run()
             rate, cpu_ms = count / (time.perf_counter() - start), (time.process_time() - cpu) / count * 1e3
+            idle_share = idle.share()
         waits = []
         for job in store.jobs(run_id="timed"):
             moves = store.transitions(job.id)
             began = next(m.at for m in moves if m.target is JobState.RUNNING)
             waits.append(began - moves[0].at)
         store.close()
-        return rate, waits, cpu_ms
+        return rate, waits, cpu_ms, idle_share
 
 
 class _FirstStart:
@@ -361,6 +380,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     raws: dict[str, list[float]] = {kind: [] for kind in args.kinds}
     ratios: dict[str, list[float]] = {kind: [] for kind in args.kinds}
     cpus: dict[str, dict[str, list[float]]] = {kind: {"raw": [], "scheduled": []} for kind in args.kinds}
+    idles: dict[str, dict[str, list[float]]] = {kind: {"raw": [], "scheduled": []} for kind in args.kinds}
     waits: list[float] = []
     recoveries: list[float] = []
     loads: list[float] = []
@@ -386,19 +406,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for kind in args.kinds:  # raw first in even rounds, the scheduler first in odd ones
             count = args.programs or PROGRAMS[kind]
             if round_ % 2 == 0:
-                raw_rate, raw_cpu = await raw(kind, count, workers)
-                sched_rate, wait, sched_cpu = await scheduled(kind, count, workers)
+                raw_rate, raw_cpu, raw_idle = await raw(kind, count, workers)
+                sched_rate, wait, sched_cpu, sched_idle = await scheduled(kind, count, workers)
             else:
-                sched_rate, wait, sched_cpu = await scheduled(kind, count, workers)
-                raw_rate, raw_cpu = await raw(kind, count, workers)
+                sched_rate, wait, sched_cpu, sched_idle = await scheduled(kind, count, workers)
+                raw_rate, raw_cpu, raw_idle = await raw(kind, count, workers)
             raws[kind].append(raw_rate)
             ratios[kind].append(sched_rate / raw_rate)
             cpus[kind]["raw"].append(raw_cpu)
             cpus[kind]["scheduled"].append(sched_cpu)
+            idles[kind]["raw"].append(raw_idle)
+            idles[kind]["scheduled"].append(sched_idle)
             waits.extend(wait)
             line += (
                 f"; {kind} raw {raw_rate:.0f}/s scheduled {sched_rate:.0f}/s ({ratios[kind][-1]:.2f}x, "
-                f"process CPU {raw_cpu:.2f} / {sched_cpu:.2f} ms a program)"
+                f"process CPU {raw_cpu:.2f} / {sched_cpu:.2f} ms a program, machine idle {raw_idle:.0%} / "
+                f"{sched_idle:.0%})"
             )
         recoveries.append(await recovery(args.store_jobs))
         print(f"{line}; recovery {recoveries[-1] * 1000:.0f} ms", file=sys.stderr)
@@ -417,6 +440,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         report["end_to_end_ratio"] = {kind: _spread(samples) for kind, samples in ratios.items()}
         report["process_cpu_ms_per_program"] = {
             kind: {way: _spread(samples) for way, samples in by_way.items()} for kind, by_way in cpus.items()
+        }
+        report["machine_idle_share"] = {
+            kind: {way: _spread(samples) for way, samples in by_way.items()} for kind, by_way in idles.items()
         }
         report["queue_wait_s"] = {"p50": _percentile(waits, 0.5), "p99": _percentile(waits, 0.99)}
         report["recovery_s"] = _spread(recoveries)
