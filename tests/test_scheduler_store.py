@@ -218,7 +218,9 @@ def test_a_lease_reads_the_queue_only_as_far_as_placement_looks(tmp_path: Path) 
 _UPDATES: dict[str, Callable[[tuple[object, object, object, int]], tuple[object, ...]]] = {
     "UPDATE t SET a = ?, b = b + ?, c = NULL WHERE id = ?": lambda r: (r[0], r[1], r[2]),
     "UPDATE t SET c = ?, a = ? WHERE id = ? AND b = ?": lambda r: r,
-    "UPDATE t SET a = ? WHERE id = ? AND c IS NULL": lambda r: (r[0], r[2]),  # not keyed: a statement a row
+    "UPDATE t SET a = ? WHERE id = ? AND c IS NULL": lambda r: (r[0], r[2]),
+    "UPDATE t SET c = ?, a = ? WHERE id = ? AND b = ? AND c IS NULL": lambda r: r,  # as an attempt's end is written
+    "UPDATE t SET a = ? WHERE id = ? OR c IS NULL": lambda r: (r[0], r[2]),  # not keyed: a statement a row
 }
 
 
@@ -242,8 +244,9 @@ def test_a_batch_of_updates_in_one_statement_changes_what_one_statement_a_row_wo
     for the batch, not one per row): the table after it is the table after sqlite3's ``executemany``, whatever
     the values (of any type), keys named twice, or once as text and once as a number (where it falls back to a
     statement a row), or keys matching nothing."""
-    from rollbox.scheduler._sqlite import _Session
+    from rollbox.scheduler._sqlite import _KEYED_UPDATE, _Session
 
+    assert (_KEYED_UPDATE.fullmatch(statement) is not None) == (" OR " not in statement)  # batched, where it may be
     params = [_UPDATES[statement](row) for row in rows]
     tables = []
     for batched in (True, False):

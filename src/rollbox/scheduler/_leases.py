@@ -180,7 +180,10 @@ def _fail_pending(db: Session, dialect: Dialect, why: dict[int, str], now: float
     end_jobs(
         db,
         dialect,
-        [Ending(job_id=m.job_id, attempt=m.attempt, target=m.target, error=m.reason, at=now) for m in moved.moves],
+        [
+            Ending(job_id=m.job_id, attempt=m.attempt, target=m.target, error=m.reason, outcome="failed", at=now)
+            for m in moved.moves
+        ],
     )
     return moved
 
@@ -190,6 +193,10 @@ def finish_in(
 ) -> tuple[list[int], Moved]:
     """Record ``moves``, then end attempts held by ``owner``; returns the ids of jobs whose lease ``owner`` no
     longer held (nothing is written for them), and the moves made.
+
+    A move or ending of an earlier attempt of a job whose lease ``owner`` holds again (its lease expired, and it
+    leased the job anew) is dropped, that attempt recorded ``lost``; the job is not reported: what ``owner`` holds
+    now is the newer attempt, which the older one's report must never end.
 
     Raises:
         IllegalTransition: a move the state machine does not have (the caller's transaction is rolled back).
@@ -201,21 +208,28 @@ def finish_in(
     held = _held(db, dialect, owner, sorted({m.job_id for m in moves} | {e.job_id for e in endings}))
     runs = {id_: row[4] for id_, row in held.items()}
     moved: dict[int, Transition] = {}
+    ended: set[int] = set()
     for move in moves:
         row = held.get(move.job_id)
         if row is None or row[3] != move.attempt:
-            lost.append(move.job_id)
+            if row is None or row[3] < move.attempt:
+                lost.append(move.job_id)
             continue
         source = JobState(row[0])
         check_transition(move.job_id, source, move.target)
         done.append(Transition(move.job_id, move.attempt, source, move.target, move.at, move.reason))
         row[0], moved[move.job_id] = move.target.value, move
     for end in endings:
-        row = held.pop(end.job_id, None)  # a second ending of the same job finds it held no more
-        if row is None or row[3] != end.attempt:
+        row = held.get(end.job_id)
+        if end.job_id in ended:  # a second ending of the same job: the first one ended it
             lost.append(end.job_id)
+            continue
+        if row is None or row[3] != end.attempt:
+            if row is None or row[3] < end.attempt:
+                lost.append(end.job_id)
             unheld.append((end.at, end.job_id, end.attempt))
             continue
+        ended.add(end.job_id)
         source, failures, max_attempts = JobState(row[0]), row[1], row[2]
         spent = end.outcome == "infra_error" and end.target is JobState.PENDING and failures + 1 >= max_attempts
         final = give_up(end) if spent else end

@@ -235,13 +235,18 @@ class Placement:
     def pick(self, offered: Iterable[Candidate]) -> list[tuple[int, str]]:
         """Assign what can be, in the order offered (highest priority first): each job to the worker that has room
         for it now and is least loaded, else to the one with the shortest queue among those that could ever hold
-        it. Returns ``(job id, worker)`` for each job assigned."""
+        it. Returns ``(job id, worker)`` for each job assigned.
+
+        A job still assigned here is passed over: its lease expired while an attempt of it was still waiting or
+        running here, and it is assigned again only once that attempt is dropped (its reservation is its own)."""
         placed: list[tuple[int, str]] = []
         with self._lock:
             room = sum(max(0, self._depth(name) - self._waiting[name]) for name in self.workers)
             for job in offered:
                 if len(placed) == room:  # every queue is full: the rest cannot be placed
                     break
+                if job.id in self._assigned:
+                    continue
                 quota = self.quota(job.tenant)
                 if quota is not None and self._tenants[job.tenant] >= quota:
                     continue

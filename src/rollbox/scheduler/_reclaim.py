@@ -81,7 +81,10 @@ class StoreReclaim:
             end_jobs(
                 db,
                 dialect,
-                [Ending(job_id=m.job_id, attempt=m.attempt, target=m.target, error=why, at=now) for m in moves],
+                [
+                    Ending(job_id=m.job_id, attempt=m.attempt, target=m.target, error=why, outcome="timed_out", at=now)
+                    for m in moves
+                ],
             )
         announce(moves, {id_: run for id_, _, run in rows})
         return [row[0] for row in rows]
@@ -143,7 +146,12 @@ class StoreReclaim:
             end_jobs(
                 db,
                 dialect,
-                [Ending(job_id=m.job_id, attempt=m.attempt, target=m.target, error=reason, at=now) for m in moves],
+                [
+                    Ending(
+                        job_id=m.job_id, attempt=m.attempt, target=m.target, error=reason, outcome="cancelled", at=now
+                    )
+                    for m in moves
+                ],
             )
         announce(moves, runs)
         return [m.job_id for m in moves]

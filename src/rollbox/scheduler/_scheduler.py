@@ -407,7 +407,9 @@ class Scheduler:
         self._pace(running.job.worker, now)
         if running.overdue:
             why = "its deadline passed while it ran"
-            ending = Ending(job_id=job_id, attempt=job.attempts, target=JobState.TIMED_OUT, error=why, at=now)
+            ending = Ending(
+                job_id=job_id, attempt=job.attempts, target=JobState.TIMED_OUT, error=why, outcome="timed_out", at=now
+            )
         elif task.cancelled():
             return
         elif (error := task.exception()) is not None:  # a bug in the attempt's own code: rollbox's failure
@@ -471,6 +473,7 @@ class Scheduler:
             alive = {name for name, worker in self.workers.items() if worker.alive()}
             held = [job.id for name in alive for job in self._ready[name]]
             held += [job_id for job_id, r in self._running.items() if r.job.worker in alive]
+            held += [end.job_id for end in self._endings]  # ended here, its ending not yet committed
             for job_id in await self._call(self.store.renew, self.owner, held, self.lease_s):
                 self._abandon(job_id)
         await self._reap()
@@ -484,7 +487,14 @@ class Scheduler:
                 why = "its deadline passed before it started"
                 self._abandon(job.id)
                 self._endings.append(
-                    Ending(job_id=job.id, attempt=job.attempts, target=JobState.TIMED_OUT, error=why, at=now)
+                    Ending(
+                        job_id=job.id,
+                        attempt=job.attempts,
+                        target=JobState.TIMED_OUT,
+                        error=why,
+                        outcome="timed_out",
+                        at=now,
+                    )
                 )
         queued = await self._call(self.store.pending_by_pool, self.runs)
         for worker in self.workers.values():

@@ -19,8 +19,11 @@ from ._sql import PLAIN_INSERT, SQLITE, Rows
 __all__ = ["SqliteDatabase"]
 
 
-#: An update of the rows named by a key (``UPDATE t SET ... WHERE k = ? AND ...``) whose every ``?`` is a value.
-_KEYED_UPDATE = re.compile(r"UPDATE (\w+) SET ([^'?]*(?:\?[^'?]*)*) WHERE (\w+ = \?(?: AND \w+ = \?)*)")
+#: An update of the rows named by a key (``UPDATE t SET ... WHERE k = ? AND ...``), and only while some columns
+#: are still unset (``... AND c IS NULL``), whose every ``?`` is a value.
+_KEYED_UPDATE = re.compile(
+    r"UPDATE (\w+) SET ([^'?]*(?:\?[^'?]*)*) WHERE (\w+ = \?(?: AND \w+ = \?)*)((?: AND \w+ IS NULL)*)"
+)
 #: Where SQLite updates from a list of values (``UPDATE ... FROM``).
 _UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33, 0)
 
@@ -74,10 +77,11 @@ def _distinct(update: re.Match[str], rows: list[Any]) -> bool:
 def _update_from(update: re.Match[str]) -> Callable[[str], str]:
     """The statement that makes ``update`` of each row of a list of values at once: ``UPDATE ... FROM (VALUES ...)``,
     the values' columns (``column1``, ...) in the order of the ``?`` they stand for."""
-    table, assignments, where = update.groups()
+    table, assignments, where, unset = update.groups()
     numbers = itertools.count(1)
     assignments = re.sub(r"\?", lambda _: f"v.column{next(numbers)}", assignments)
     keys = " AND ".join(f"{table}.{column} = v.column{next(numbers)}" for column in re.findall(r"(\w+) = \?", where))
+    keys += "".join(f" AND {table}.{column} IS NULL" for column in re.findall(r"(\w+) IS NULL", unset))
     return lambda values: f"UPDATE {table} SET {assignments} FROM (VALUES {values}) AS v WHERE {keys}"
 
 

@@ -202,6 +202,8 @@ class JobStore(StoreReads, StoreReclaim):
             if request is not None:
                 leased, more = lease_in(db, dialect, owner, request, now)
                 moved.add(more)
+                again = {job.id for job in leased}  # its old attempt's report came too late; this lease is new
+                lost = [id_ for id_ in lost if id_ not in again]
         announce(moved.moves, moved.runs)
         return lost, leased
 
@@ -243,18 +245,21 @@ class JobStore(StoreReads, StoreReclaim):
         return self.exchange(owner, endings, moves)[0]
 
     def renew(self, owner: str, job_ids: Collection[int], lease_s: float) -> list[int]:
-        """Extend ``owner``'s leases of these jobs (its heartbeat); returns the ids whose lease it no longer holds."""
+        """Extend ``owner``'s leases of these jobs, and of no other (its heartbeat: a job it no longer tracks, or
+        that waits for a worker gone, is left to expire); returns the ids whose lease it no longer holds."""
         now = time.time()
+        held: set[int] = set()
         with self.db.write() as db:
             db.execute("UPDATE owners SET at = ? WHERE id = ?", (now, owner))
-            held = {
-                id_
-                for (id_,) in db.execute(
-                    "UPDATE jobs SET lease_expires = ? WHERE id IN (SELECT id FROM jobs WHERE lease_owner = ? "
-                    f"ORDER BY id{self.db.dialect.for_update}) RETURNING id",
-                    (now + lease_s, owner),
+            for chunk in chunks(sorted(set(job_ids))):
+                held.update(
+                    id_
+                    for (id_,) in db.execute(
+                        "UPDATE jobs SET lease_expires = ? WHERE id IN (SELECT id FROM jobs WHERE lease_owner = ? "
+                        f"AND id IN ({marks(chunk)}) ORDER BY id{self.db.dialect.for_update}) RETURNING id",
+                        (now + lease_s, owner, *chunk),
+                    )
                 )
-            }
         return [id_ for id_ in job_ids if id_ not in held]
 
 

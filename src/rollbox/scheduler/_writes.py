@@ -68,8 +68,8 @@ def end_jobs(db: Session, dialect: Dialect, ends: Sequence[Ending]) -> None:
             for end in ends
         ],
     )
-    db.executemany(
-        "UPDATE attempts SET ended_at = ?, outcome = ?, error = ? WHERE job_id = ? AND number = ?",
+    db.executemany(  # an attempt that ended already keeps its end (a pending job's last attempt is over)
+        "UPDATE attempts SET ended_at = ?, outcome = ?, error = ? WHERE job_id = ? AND number = ? AND ended_at IS NULL",
         [(end.at, end.outcome, storable(end.error), end.job_id, end.attempt) for end in ends],
     )
     results = [
