@@ -5,10 +5,16 @@ leases it names, and each attempt keeps its own end in the job's history."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from rollbox.scheduler import (
     Capacity,
@@ -178,3 +184,89 @@ async def test_a_scheduler_does_not_lease_again_a_job_whose_old_attempt_still_ru
     _started.clear()
     _gates.clear()
     await _scheduler_leasing_again(tmp_path, attempt_one_ends_first=False)
+
+
+_OWNERS = ("a", "b")
+
+
+class _LeaseMachine(RuleBasedStateMachine):
+    """Two schedulers that stall, come back and report what they were given, however late: submits, leases,
+    reclaims, cancels, renewals and endings of current and earlier attempts, in any order. After every step the
+    store holds: a result only for a final job and only from its last attempt; a lease on every job in a leased
+    state and on no other; exactly the last attempt open while a job is leased; and ``finish`` reporting lost only
+    jobs its owner does not hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.home = Path(tempfile.mkdtemp(prefix="rollbox-attempts-"))
+        self.store = JobStore(self.home / "jobs.db")
+        self.jobs: list[int] = []
+        self.given: dict[str, list[tuple[int, int]]] = {owner: [] for owner in _OWNERS}
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    @rule(count=st.integers(1, 3))
+    def submit(self, count: int) -> None:
+        self.jobs += _submit(self.store, count, max_attempts=4)
+
+    @rule(owner=st.sampled_from(_OWNERS), window=st.integers(1, 3))
+    def lease(self, owner: str, window: int) -> None:
+        before = {job: self.store.job(job).attempts for job in self.jobs}
+        leased = self.store.lease(owner, lambda offered: [(c.id, "w") for c in offered], window=window, lease_s=60)
+        for job in leased:
+            assert job.attempts == before[job.id] + 1 and job.lease_owner == owner
+            self.given[owner].append((job.id, job.attempts))
+
+    @rule(owner=st.sampled_from(_OWNERS))
+    def reclaim(self, owner: str) -> None:
+        self.store.expire(owners=[owner])
+
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        if self.jobs:
+            self.store.cancel([data.draw(st.sampled_from(self.jobs))])
+
+    @rule(owner=st.sampled_from(_OWNERS), data=st.data())
+    def renew(self, owner: str, data: st.DataObject) -> None:
+        named = data.draw(st.lists(st.sampled_from(self.jobs), max_size=3)) if self.jobs else []
+        lost = self.store.renew(owner, named, lease_s=60)
+        assert set(lost) == {job for job in named if self.store.job(job).lease_owner != owner}
+
+    @rule(owner=st.sampled_from(_OWNERS), data=st.data())
+    def finish(self, owner: str, data: st.DataObject) -> None:
+        if not self.given[owner]:
+            return
+        reports = data.draw(st.lists(st.sampled_from(self.given[owner]), min_size=1, max_size=4))
+        endings = []
+        for job, attempt in reports:
+            if data.draw(st.booleans(), label="completes"):
+                reward = float(attempt * 10 + _OWNERS.index(owner))
+                endings.append(_ending(job, attempt, reward=reward, at=time.time()))
+            else:
+                infra = {"target": JobState.PENDING, "status": "infra_error", "outcome": "infra_error"}
+                endings.append(_ending(job, attempt, at=time.time(), **infra))
+        lost = self.store.finish(owner, endings)
+        assert set(lost) <= {job for job, _ in reports}
+        assert all(self.store.job(job).lease_owner != owner for job in lost)
+
+    @invariant()
+    def leases_attempts_and_results_agree(self) -> None:
+        for job_id in self.jobs:
+            job, result = self.store.job(job_id), self.store.result(job_id)
+            attempts = self.store.attempts(job_id)
+            leased = job.state in (JobState.SCHEDULED, JobState.RUNNING, JobState.GRADING)
+            assert (job.lease_owner is not None) == leased, job
+            assert [a.number for a in attempts] == list(range(1, job.attempts + 1))
+            assert [a.number for a in attempts if a.ended_at is None] == ([job.attempts] if leased else [])
+            assert (result is not None) == (job.state in (JobState.COMPLETED, JobState.CANCELLED)), (job, result)
+            if result is not None and result.reward is not None:  # a scheduler's result: its attempt was the last
+                assert int(result.reward) // 10 == job.attempts, (job, result, attempts)
+                assert attempts[-1].outcome == "ok" and attempts[-1].owner == _OWNERS[int(result.reward) % 10]
+
+
+_LeaseMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_leases_attempts_and_results_agree_whatever_the_order = _LeaseMachine.TestCase
