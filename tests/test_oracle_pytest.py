@@ -560,3 +560,195 @@ def test_hidden_tests_in_a_package_run_sealed(tmp_path: Path) -> None:
     assert honest.status is VerdictStatus.PASSED and [t.id for t in honest.tests] == ["tests/sub/test_pkg.py::test_add"]
     reader = grade_calc(task, {"calc.py": COMMON + textwrap.dedent(ROUTES["dis of the caller's bytecode"])})
     assert reader.status is VerdictStatus.FAILED, reader
+
+
+def _calc_task(root: Path, hidden: str) -> Task:
+    (root / "workspace").mkdir(parents=True)
+    (root / "workspace" / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n\n\nmul = add\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_calc.py").write_text(hidden)
+    (root / "task.toml").write_text(
+        '[grading]\nrunner = "pytest"\nreward = "pass_rate"\n[limits]\ntimeout = "30s"\ncpu_time = "20s"\n'
+    )
+    return load_task(root)
+
+
+#: Sealed assertions that run only in a loop, a branch or a block: none is sure to run, so none is required to
+#: report, and silencing the reports once let wrong code through.
+IN_BLOCKS = textwrap.dedent("""
+    import contextlib
+
+    from calc import add, mul
+
+
+    def test_in_a_loop():
+        for _ in range(2):
+            assert add(2, 3) == 5
+
+
+    def test_in_a_branch():
+        if True:
+            assert mul(3, 4) == 12
+
+
+    def test_in_a_block():
+        with contextlib.suppress(KeyError):
+            assert add(1, 1) == 2
+""")
+
+#: Wrong code that silences the reporting of sealed assertions, rather than answering them.
+SILENCING = {
+    "replacing the reporting function": textwrap.dedent("""
+        import sys
+
+        for module in list(sys.modules.values()):
+            names = getattr(module, "__dict__", None)
+            if isinstance(names, dict) and "__rollbox_seal__" in names:
+                names["__rollbox_seal__"] = lambda *args, **kwargs: None
+    """),
+    "filtering the plugin's records": textwrap.dedent("""
+        import sys
+
+        plugin = sys.modules.get("rollbox_judge_plugin")
+        if plugin is not None:
+            emit = plugin._emit
+            plugin._emit = lambda record: None if "seal" in record else emit(record)
+    """),
+    "reporting values into no test": textwrap.dedent("""
+        import sys
+
+        plugin = sys.modules.get("rollbox_judge_plugin")
+
+
+        def detach():  # the plugin once named the test each value belonged to in a list of its own
+            current = getattr(plugin, "_current", None)
+            if current is not None:
+                current[0] = None
+    """),
+}
+
+
+@pytest.mark.parametrize("name", SILENCING)
+def test_silencing_the_reports_of_sealed_assertions_earns_nothing(tmp_path: Path, name: str) -> None:
+    task = _calc_task(tmp_path / "calc", IN_BLOCKS)
+    honest = grade_calc(task, {"calc.py": CORRECT})
+    assert honest.reward == 1.0, honest
+    detach = "detach()\n    " if "def detach" in SILENCING[name] else ""
+    attack = SILENCING[name] + f"\n\ndef add(a, b):\n    {detach}return 0\n\n\nmul = add\n"
+    verdict = grade_calc(task, {"calc.py": attack})
+    won = [t.id for t in verdict.tests if t.outcome.value == "passed"]
+    assert verdict.reward is not None and verdict.reward <= 0, (name, won, verdict)
+
+
+#: unittest cases pytest collects whatever their names, with tests they inherit; and classes it does not collect.
+UNITTEST_CASES = textwrap.dedent("""
+    import unittest
+
+    from calc import add, mul
+
+
+    class _Shared:
+        def test_mul_inherited(self):
+            self.assertEqual(mul(2, 5), 10)
+
+
+    class CalcTests(_Shared, unittest.TestCase):
+        def test_mul(self):
+            self.assertEqual(mul(3, 4), 12)
+
+
+    class AbstractCase(unittest.TestCase):
+        __test__ = False
+
+        def test_never_collected(self):
+            self.assertEqual(mul(1, 1), 99)
+
+
+    class Removed(unittest.TestCase):
+        def test_never_collected(self):
+            self.assertEqual(mul(1, 1), 98)
+
+
+    del Removed
+
+
+    def test_add():
+        assert add(2, 3) == 5
+""")
+
+#: Right for add, wrong for mul, and hides the unittest case from collection (its module is imported by the test
+#: module, before pytest collects the classes of that module).
+DROPPING_A_CASE = textwrap.dedent("""
+    import importlib
+
+    _unittest = importlib.import_module("_pytest.unittest")
+    _collect = _unittest.UnitTestCase.collect
+    _unittest.UnitTestCase.collect = lambda self: iter(()) if self.name == "CalcTests" else _collect(self)
+
+
+    def add(a, b):
+        return a + b
+
+
+    def mul(a, b):
+        return 0
+""")
+
+
+def test_a_unittest_case_dropped_from_collection_is_missing(tmp_path: Path) -> None:
+    task = _calc_task(tmp_path / "calc", UNITTEST_CASES)
+    expected = {"test_add", "CalcTests::test_mul", "CalcTests::test_mul_inherited"}
+    honest = grade_calc(task, {"calc.py": CORRECT})
+    assert honest.reward == 1.0 and {t.id.partition("::")[2] for t in honest.tests} == expected, honest
+    verdict = grade_calc(task, {"calc.py": DROPPING_A_CASE})
+    outcomes = {t.id.partition("::")[2]: t.outcome.value for t in verdict.tests}
+    assert outcomes == {"test_add": "passed"} | dict.fromkeys(expected - {"test_add"}, "missing"), verdict
+    assert verdict.reward is not None and verdict.reward < 0.5, verdict
+
+
+PARAMETRIZED = textwrap.dedent("""
+    import pytest
+
+    from calc import add
+
+
+    @pytest.mark.parametrize("a, b, expected", [(1, 2, 3), (10, 20, 30), (5, 5, 10)])
+    def test_sum(a, b, expected):
+        assert add(a, b) == expected
+""")
+
+#: Right for the first case only, and has pytest run the first case in place of every other (its module is
+#: imported by the test module, before pytest generates the cases): keeping their ids, or under ids of its own.
+ONE_CASE_FOR_ALL = {
+    "under every case's id": "",
+    "under ids of its own": 'kwargs["ids"] = [list(kwargs["ids"])[0]] * len(values)',
+}
+
+
+@pytest.mark.parametrize("name", ONE_CASE_FOR_ALL)
+def test_one_parametrize_case_standing_for_the_others_earns_only_its_own(tmp_path: Path, name: str) -> None:
+    task = _calc_task(tmp_path / "calc", PARAMETRIZED)
+    honest = grade_calc(task, {"calc.py": CORRECT})
+    assert honest.reward == 1.0 and len(honest.tests) == 3, honest
+    attack = textwrap.dedent(f"""
+        import importlib
+
+        _python = importlib.import_module("_pytest.python")
+        _parametrize = _python.Metafunc.parametrize
+
+
+        def parametrize(self, argnames, argvalues, *args, **kwargs):
+            values = list(argvalues)
+            {ONE_CASE_FOR_ALL[name]}
+            return _parametrize(self, argnames, [values[0]] * len(values), *args, **kwargs)
+
+
+        _python.Metafunc.parametrize = parametrize
+
+
+        def add(a, b):
+            return 3 if (a, b) == (1, 2) else 0
+    """)
+    verdict = grade_calc(task, {"calc.py": attack})
+    won = [t.id for t in verdict.tests if t.outcome.value == "passed"]
+    assert verdict.reward is not None and verdict.reward < 0.5, (won, verdict)

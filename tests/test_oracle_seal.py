@@ -154,12 +154,13 @@ def test_what_cannot_be_sealed_stays() -> None:
 
 def test_a_sealed_module_runs_and_reports_every_value() -> None:
     sealed = seal_module(SHAPES)
+    receipts = sealed.receipts
     reported: list[tuple[str, Any, str | None]] = []
     calc = types.ModuleType("calc")
     calc.f = lambda x: {7: [424209], 11: "x" * 424212, 4: [424220, 424220], 8: None}.get(x, x)  # type: ignore[attr-defined]
     sys.modules["calc"] = calc
     try:
-        namespace: dict[str, Any] = {SEAL_FUNCTION: lambda i, v, t=None: reported.append((i, v, t))}
+        namespace: dict[str, Any] = {SEAL_FUNCTION: lambda i, v, t=None: reported.append((i, v, t)) or receipts[i]}
         exec(compile(sealed.source, "test_shapes.py", "exec"), namespace)
         namespace["test_literals"]()
         namespace["test_columns"](1, next(t for t, v in sealed.cases.items() if v == 424215))

@@ -25,6 +25,7 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ._collection import collected_classes
 from ._seal import SEAL_FUNCTION
 
 __all__ = ["CanaryModule", "add_canaries"]
@@ -50,11 +51,12 @@ def _checked_values(node: ast.AST) -> list[ast.expr] | None:
     if isinstance(node, ast.Assert):
         test = node.test
         if isinstance(test, ast.Compare) and [type(o) for o in test.ops] == [ast.Eq]:
-            return _computed([test.left, test.comparators[0]])
+            left = test.left
+            if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == SEAL_FUNCTION:
+                return left.args[1:2]  # a sealed assertion: the value the test computed
+            return _computed([left, test.comparators[0]])
         return [test]
     call = node.value if isinstance(node, ast.Expr) else None
-    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == SEAL_FUNCTION:
-        return call.args[1:2]  # a sealed assertion: the value the test computed
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
         return None
     taken = _UNITTEST_CHECKS.get(call.func.attr)
@@ -116,23 +118,17 @@ def _is_test(node: ast.AST) -> bool:
     return isinstance(node, ast.FunctionDef) and _named_test(node) and _has_direct_check(node)
 
 
-def _collected(node: ast.ClassDef) -> bool:
-    """Whether pytest collects the class's tests: named ``Test...``, or a unittest case."""
-    bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
-    return node.name.startswith("Test") or "TestCase" in bases
-
-
 def _candidates(tree: ast.Module) -> Iterator[tuple[ast.ClassDef | None, ast.FunctionDef]]:
     """Each test with a check of its own, and the class it is a method of (``None`` for a function)."""
     for node in tree.body:
         if _is_test(node):
             assert isinstance(node, ast.FunctionDef)
             yield None, node
-        elif isinstance(node, ast.ClassDef) and _collected(node):
-            for item in node.body:
-                if _is_test(item):
-                    assert isinstance(item, ast.FunctionDef)
-                    yield node, item
+    for owner, _ in collected_classes(tree):
+        for item in owner.body:
+            if _is_test(item):
+                assert isinstance(item, ast.FunctionDef)
+                yield owner, item
 
 
 def add_canaries(source: str) -> CanaryModule:

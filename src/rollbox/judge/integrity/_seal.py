@@ -4,10 +4,12 @@ A test runs in the candidate's process, where the candidate's code can read anyt
 locals, its code object's constants and bytecode, the test module's source and the module itself. An expected
 value that is anywhere in that process can be read and returned. :func:`seal_module` rewrites a test module so
 that its plain expected values are nowhere in it: every assertion that holds a value the test computed against a
-constant expectation becomes a call that reports the value (``SEAL_FUNCTION(seal_id, value)``), and the
-expectation stays with the judge, which compares the two after the run, outside the candidate's process (see
-:mod:`._expectations`). The outcome never returns to the process (the test goes on as if the assertion had held),
-so nothing there learns whether a guess was right.
+constant expectation becomes a call that reports the value (``assert SEAL_FUNCTION(seal_id, value) == receipt``),
+and the expectation stays with the judge, which compares the two after the run, outside the candidate's process
+(see :mod:`._expectations`). The outcome never returns to the process (the test goes on as if the assertion had
+held), so nothing there learns whether a guess was right. The reporting function answers each seal with its
+receipt, a random word the judge gives it apart from the code: a test whose reporting was silenced (the function
+replaced by one that reports nothing) fails at the assertion itself, wherever it stands, in a loop or a branch too.
 
 Sealed, where the expectation is a constant expression (a literal, arithmetic on literals, ``set()``):
 
@@ -47,7 +49,8 @@ from ._parametrize import LiteralCases, inline_tables, literal_cases, seal_colum
 
 __all__ = ["SEAL_FUNCTION", "Seal", "SealedModule", "seal_module"]
 
-#: What a sealed module calls: ``SEAL_FUNCTION(seal_id, value)``, or ``SEAL_FUNCTION(seal_id, value, token)``.
+#: What a sealed module calls: ``SEAL_FUNCTION(seal_id, value)``, or ``SEAL_FUNCTION(seal_id, value, token)``; it
+#: returns the seal's receipt.
 SEAL_FUNCTION = "__rollbox_seal__"
 
 
@@ -79,6 +82,13 @@ class SealedModule:
     certain: Mapping[str, tuple[str, ...]]
     #: Opaque id of a parametrize case, as the run names it -> the id pytest gives the case.
     ids: Mapping[str, str]
+    #: Seal id -> the receipt the sealed assertion must get back from the reporting function.
+    receipts: Mapping[str, str] = field(default_factory=dict)
+    #: ``test_x`` or ``TestClass::test_x`` -> the opaque id of each case of its sealed parametrize lists: each must
+    #: be in the id of a test the run collects (a count of cases would let one case stand for the others).
+    case_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Token of a sealed parametrize case -> the opaque id of its case: its value counts only in a test of that case.
+    token_cases: Mapping[str, str] = field(default_factory=dict)
 
 
 def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -223,6 +233,9 @@ def _seal(source: str, keep: frozenset[str]) -> SealedModule:
     cases: dict[str, Any] = {}
     certain: dict[str, tuple[str, ...]] = {}
     ids: dict[str, str] = {}
+    receipts: dict[str, str] = {}
+    case_ids: dict[str, tuple[str, ...]] = {}
+    token_cases: dict[str, str] = {}
     for test in tests:
         values = {n: module_constants[n][1] for n in sealed_globals if n in test.expectations_only}
         values.update({n: v for n, (_, v) in test.constants.items() if n in test.expectations_only})
@@ -232,7 +245,11 @@ def _seal(source: str, keep: frozenset[str]) -> SealedModule:
             cases.update(zip(tokens[name], (v[column] for v in cases_.values), strict=True))
         for decorator, cases_ in {id(d): (d, c) for d, c, _ in columns.values()}.values():
             by_column = {c: tokens[n] for n, (d, _, c) in columns.items() if d is decorator}
-            ids.update(seal_columns(decorator, cases_, by_column))
+            opaque = seal_columns(decorator, cases_, by_column)  # opaque id -> pytest's id, case by case
+            ids.update(opaque)
+            case_ids[test.name] = (*case_ids.get(test.name, ()), *opaque)
+            for drawn in by_column.values():  # a column's tokens, case by case
+                token_cases.update(zip(drawn, opaque, strict=True))
         sealable = Sealable(set(values) | set(columns))
         certain_seals: list[str] = []
         for assertion in test.assertions:
@@ -247,15 +264,18 @@ def _seal(source: str, keep: frozenset[str]) -> SealedModule:
             else:
                 value = values[expected.id] if isinstance(expected, ast.Name) else fold(expected)
             seals[seal_id] = Seal(seal_id, assertion.compare, value, assertion.options)
-            call = ast.Expr(ast.Call(ast.Name(SEAL_FUNCTION, ast.Load()), args, []))
-            replacements[id(assertion.statement)] = ast.copy_location(call, assertion.statement)
+            receipts[seal_id] = secrets.token_hex(8)
+            call = ast.Call(ast.Name(SEAL_FUNCTION, ast.Load()), args, [])
+            check = ast.Assert(ast.Compare(call, [ast.Eq()], [ast.Constant(receipts[seal_id])]), None)
+            replacements[id(assertion.statement)] = ast.copy_location(check, assertion.statement)
             if assertion.certain:
                 certain_seals.append(seal_id)
         certain[test.name] = tuple(certain_seals)
         replacements.update({id(test.constants[n][0]): None for n in values if n in test.constants})
     tree = _Rewrite(replacements).visit(tree)
     _drop_docstrings(tree)
-    return SealedModule(ast.unparse(ast.fix_missing_locations(tree)), seals, cases, certain, ids)
+    source = ast.unparse(ast.fix_missing_locations(tree))
+    return SealedModule(source, seals, cases, certain, ids, receipts, case_ids, token_cases)
 
 
 def _names_read(test: _Test) -> set[str]:

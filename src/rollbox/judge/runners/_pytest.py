@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from rollbox.judge._verdict import GradedTest, Outcome
 from rollbox.judge.integrity._canary import add_canaries
+from rollbox.judge.integrity._collection import collected_classes
 from rollbox.judge.integrity._seal import SealedModule, seal_module
 from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxSource, Status
 from rollbox.tasks import PytestGrading, Task
@@ -95,10 +96,10 @@ def _static_ids(relative: str, source: str) -> dict[str, int]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
             ids[f"{relative}::{node.name}"] = _cases(node)
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("test"):
-                    ids[f"{relative}::{node.name}::{item.name}"] = _cases(item)
+    for owner, methods in collected_classes(tree):
+        for method in methods:
+            if method.name.startswith("test"):
+                ids[f"{relative}::{owner.name}::{method.name}"] = _cases(method)
     return ids
 
 
@@ -126,6 +127,20 @@ def _expected(collected: list[str], static: dict[str, int]) -> list[str]:
         else:
             expected += [f"{static_id}[{k} of {cases}]" for k in range(found + 1, cases + 1)]
     return expected
+
+
+def _uncollected_cases(modules: list[_Module], static: dict[str, int], collected: list[str]) -> list[str]:
+    """Each case of a sealed parametrize list of a test the modules define (``static``) that is in no collected
+    test's id as the run named it (with the case's opaque id): a candidate that made one case stand for the others
+    keeps their count, not their ids."""
+    return [
+        f"{module.relative}::{test}[{module.sealed.ids[case]}]"
+        for module in modules
+        for test, cases in module.sealed.case_ids.items()
+        if f"{module.relative}::{test}" in static
+        for case in cases
+        if not any(case in i for i in collected)
+    ]
 
 
 def _matches(static_id: str, reported: str) -> bool:
@@ -206,7 +221,8 @@ async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Modu
     the configuration."""
     # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
     await sb.write_tree(task.tests, layout.root if layout.prefix else ".", read_only=True)
-    manifest = {}
+    manifest: dict[str, str] = {}
+    receipts = {seal: receipt for module in modules for seal, receipt in module.sealed.receipts.items()}
     python = sandbox_python(sb)
     for index, module in enumerate(modules):
         stub = layout.path(module.relative.removeprefix(layout.prefix))
@@ -216,7 +232,9 @@ async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Modu
         await sb.write_file(stub, b"", read_only=True)
         await sb.write_file(f"{_JUDGE}/sealed/{index}.pyc", code, read_only=True)
         manifest[stub] = f"{index}.pyc"
-    await sb.write_file(f"{_JUDGE}/sealed/sealed.json", json.dumps(manifest), read_only=True)
+    await sb.write_file(
+        f"{_JUDGE}/sealed/sealed.json", json.dumps({"modules": manifest, "receipts": receipts}), read_only=True
+    )
     await install_driver(sb, f"{_JUDGE}/plugin", "_pytest_plugin.py", name=f"{_PLUGIN}.pyc")
     if layout.prefix:
         await sb.write_file(f"{_JUDGE}/pytest.ini", _INI, read_only=True)
@@ -283,6 +301,7 @@ async def run_pytest(
         expected = [*grading.fail_to_pass, *grading.pass_to_pass]
     else:
         expected = _expected([i for i in run.collected or [] if not any(_matches(j, i) for j in judges)], static)
+        expected += _uncollected_cases(modules, static, run.collected_raw)
     tests = tuple(
         GradedTest(i, run.outcome(i, sealed) if i in real else Outcome.MISSING) for i in dict.fromkeys(expected)
     )

@@ -6,17 +6,23 @@ written to stdout goes to stderr. Records::
 
     {"collected": ["tests/test_x.py::test_a", ...]}
     {"collect_error": "tests/test_x.py"}
+    {"start": "tests/test_x.py::test_a"}
+    {"seal": SEAL_ID, "value": PLAIN_VALUE[, "token": TOKEN]}      a sealed expectation's value
+    {"seal": SEAL_ID, "unsealable": TYPE_NAME[, "token": TOKEN]}   a value that is not plain
     {"id": "tests/test_x.py::test_a", "outcome": "passed"|"failed"|"error"|"skipped"|"xfailed"|"xpassed"}
-    {"seal": SEAL_ID, "test": NODEID, "value": PLAIN_VALUE[, "token": TOKEN]}      a sealed expectation's value
-    {"seal": SEAL_ID, "test": NODEID, "unsealable": TYPE_NAME[, "token": TOKEN]}   a value that is not plain
+
+A value belongs to the test between whose ``start`` and ``id`` records it comes (none: reported at import, or by a
+thread its test left running), whatever the candidate's code changed of this module meanwhile.
 
 The hidden test modules (and every other Python module of the task's tests/) come sealed
 (``rollbox.judge.integrity._seal``) and as bytecode only: the files at their paths are empty, and
-``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code. The plugin reads all of it at import; a finder
-first on ``sys.meta_path`` then gives each such path its module from that code, whatever is at the path by then. A
-sealed assertion calls ``__rollbox_seal__``, which reports the value the test computed, encoded exactly by the
-judge's codec (loaded privately; other libraries' values as the plain value they stand for: its ``plain``), and
-lets the test go on.
+``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code, and each seal to its receipt. The plugin reads
+all of it at import; a finder first on ``sys.meta_path`` then gives each such path its module from that code,
+whatever is at the path by then. A sealed assertion calls ``__rollbox_seal__``, which reports the value the test
+computed, encoded exactly by the judge's codec (loaded privately; other libraries' values as the plain value they
+stand for: its ``plain``), and answers with the seal's receipt, which the assertion checks: the test goes on.
+Reporting writes to the channel's descriptor through references the function holds, not through this module's
+names, which the candidate's code can reach.
 
 Only the standard library and pytest's public hooks.
 """
@@ -29,44 +35,61 @@ import marshal
 import os
 import sys
 
-_channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+_channel = os.dup(1)
 os.dup2(2, 1)
 _outcomes: dict = {}
-_current: list = [None]
 _here = os.path.dirname(os.path.abspath(__file__))
 _codec = {"__name__": "_rollbox_values"}
 with open(os.path.join(_here, "_values.pyc"), "rb") as _file:
     exec(marshal.loads(_file.read()[16:]), _codec)  # the judge's bytecode: magic, flags, 8 unused bytes
 _encode, _plain = _codec["encode"], _codec["plain"]
 _sealed: dict = {}
+_receipts: dict = {}
 _directory = os.environ.get("ROLLBOX_SEALED")
 if _directory:
     with open(os.path.join(_directory, "sealed.json"), encoding="utf-8") as _file:
-        for _path, _blob in json.load(_file).items():
-            with open(os.path.join(_directory, _blob), "rb") as _code:
-                _sealed[_path] = _code.read()
+        _manifest = json.load(_file)
+    for _path, _blob in _manifest["modules"].items():
+        with open(os.path.join(_directory, _blob), "rb") as _code:
+            _sealed[_path] = _code.read()
+    _receipts.update(_manifest["receipts"])
 # A package's modules are looked up by the package's name (its __init__.py), the others by their own.
 _names = {
     os.path.basename(os.path.dirname(p)) if p.endswith("/__init__.py") else os.path.basename(p)[:-3] for p in _sealed
 }
 
 
-def _emit(record: dict) -> None:
-    _channel.write(json.dumps(record) + "\n")
-    _channel.flush()
+def _writer(fd, dumps, write):
+    def emit(record):
+        data = (dumps(record) + "\n").encode()  # ASCII: json.dumps escapes the rest
+        while data:
+            data = data[write(fd, data) :]
+
+    return emit
 
 
-def __rollbox_seal__(seal_id, value, token=None):
-    """Report the value a sealed assertion holds; the judge compares it with the expectation, after the run."""
-    record = {"seal": seal_id, "test": _current[0]}
-    if token is not None:
-        record["token"] = str(token)
-    try:
-        record["value"] = _encode(value, convert=_plain)
-    except Exception:  # not a plain value, nested too deeply, or its conversion failed
-        kind = type(value)
-        record["unsealable"] = f"{kind.__module__}.{kind.__qualname__}"[:200]
-    _emit(record)
+_emit = _writer(_channel, json.dumps, os.write)
+
+
+def _reporter(emit, encode, plain, receipts):
+    def __rollbox_seal__(seal_id, value, token=None):
+        """Report the value a sealed assertion holds (the judge compares it with the expectation, after the run);
+        answer with the seal's receipt."""
+        record = {"seal": seal_id}
+        if token is not None:
+            record["token"] = str(token)
+        try:
+            record["value"] = encode(value, convert=plain)
+        except Exception:  # not a plain value, nested too deeply, or its conversion failed
+            kind = type(value)
+            record["unsealable"] = f"{kind.__module__}.{kind.__qualname__}"[:200]
+        emit(record)
+        return receipts.get(seal_id)
+
+    return __rollbox_seal__
+
+
+__rollbox_seal__ = _reporter(_emit, _encode, _plain, dict(_receipts))
 
 
 class _SealedLoader(importlib.abc.Loader):
@@ -112,7 +135,7 @@ def pytest_collectreport(report) -> None:
 
 
 def pytest_runtest_logstart(nodeid, location) -> None:
-    _current[0] = nodeid
+    _emit({"start": nodeid})
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -134,4 +157,3 @@ def pytest_runtest_logreport(report) -> None:
 
 def pytest_runtest_logfinish(nodeid, location) -> None:
     _emit({"id": nodeid, "outcome": _outcomes.pop(nodeid, "error")})
-    _current[0] = None

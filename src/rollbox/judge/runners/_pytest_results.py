@@ -41,6 +41,12 @@ class Sealed:
             return nodeid
         return _OPAQUE_ID.sub(lambda m: module.ids.get(m.group(), m.group()), nodeid)
 
+    def renamed(self, nodeid: str) -> bool:
+        """Whether pytest renamed a sealed case's id to tell it from another of the same id (``c...0``): two tests
+        of one case, never a case of the task."""
+        module = self.modules.get(nodeid.partition("::")[0])
+        return module is not None and any(re.search(re.escape(case) + "[0-9_]", nodeid) for case in module.ids)
+
     def seal(self, seal_id: str) -> tuple[Seal, SealedModule] | None:
         for module in self.modules.values():
             if seal_id in module.seals:
@@ -59,12 +65,19 @@ class PytestRun:
     """The plugin's records of one run, checked as they are read: anything malformed or repeated is a forgery."""
 
     collected: list[str] | None = None
+    #: The ids as the run named them (a sealed parametrize case's holds its opaque id).
+    collected_raw: list[str] = field(default_factory=list)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     #: Real test id -> (seal id, token, reported value or None when it was not plain) of each sealed assertion.
     values: dict[str, list[tuple[str, str | None, Any]]] = field(default_factory=dict)
     forged: str | None = None
     #: Real test ids whose reported value was not plain.
     unsealable: dict[str, str] = field(default_factory=dict)
+    #: The test whose ``start`` came and whose outcome has not yet: the values reported meanwhile are its own.
+    running: str | None = None
+    started: set[str] = field(default_factory=set)
+    #: Real test ids that reported the value of a parametrize case other than their own, or that repeat a case.
+    misplaced: set[str] = field(default_factory=set)
 
     @classmethod
     def read(cls, stdout: str, *, truncated: bool, sealed: Sealed) -> PytestRun:
@@ -82,12 +95,23 @@ class PytestRun:
 
     def _read(self, record: dict[str, Any], sealed: Sealed) -> None:
         if "collected" in record and self.collected is None and isinstance(record["collected"], list):
-            self.collected = [sealed.real_id(str(i)) for i in record["collected"]]
+            self.collected_raw = [str(i) for i in record["collected"]]
+            self.collected = [sealed.real_id(i) for i in self.collected_raw]
         elif "collect_error" in record:
             pass
         elif "seal" in record:
             self._seal(record, sealed)
-        elif isinstance(record.get("id"), str) and sealed.real_id(record["id"]) not in self.outcomes:
+        elif isinstance(record.get("start"), str) and self.running is None and record["start"] not in self.started:
+            self.running = record["start"]
+            self.started.add(self.running)
+            if sealed.renamed(self.running):
+                self.misplaced.add(sealed.real_id(self.running))
+        elif (
+            isinstance(record.get("id"), str)
+            and record["id"] == self.running
+            and sealed.real_id(record["id"]) not in self.outcomes
+        ):
+            self.running = None
             try:
                 self.outcomes[sealed.real_id(record["id"])] = Outcome(record.get("outcome"))
             except ValueError:
@@ -96,7 +120,7 @@ class PytestRun:
             self.forged = f"the result channel carried a forged or repeated report: {json.dumps(record)[:200]}"
 
     def _seal(self, record: dict[str, Any], sealed: Sealed) -> None:
-        seal_id, test, token = record.get("seal"), record.get("test"), record.get("token")
+        seal_id, test, token = record.get("seal"), self.running, record.get("token")
         found = sealed.seal(seal_id) if isinstance(seal_id, str) else None
         if (
             found is None
@@ -105,9 +129,11 @@ class PytestRun:
         ):
             self.forged = f"the result channel carried a report for no sealed expectation: {json.dumps(record)[:200]}"
             return
-        if not isinstance(test, str):
+        if test is None:
             return  # reported outside any test (at import, or by a thread left running): no test's value
         real = sealed.real_id(test)
+        if token is not None and found[1].token_cases.get(token, "") not in test:
+            self.misplaced.add(real)  # a case's expectation, reported by a test of another case
         value: Any = None
         if "value" in record:
             try:
@@ -123,6 +149,8 @@ class PytestRun:
         outcome = self.outcomes.get(test_id, Outcome.MISSING)
         if outcome is not Outcome.PASSED:
             return outcome
+        if test_id in self.misplaced:
+            return Outcome.FAILED
         reported = self.values.get(test_id, [])
         if not set(sealed.certain(test_id)) <= {seal_id for seal_id, _, _ in reported}:
             return Outcome.FAILED  # a sealed assertion that always runs reported nothing: it was skipped over
