@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,9 +20,11 @@ from hypothesis import strategies as st
 import rollbox
 from rollbox.env import TOOLS, EndReason, Episode, StepResult
 from rollbox.env._patch import PatchError, PatchTimeout, apply_patch, parse_patch
-from rollbox.env._text import parse_tool_calls
+from rollbox.env._text import _blocks, _unfenced, parse_tool_calls
+from rollbox.env._toolbox import command_text
 from rollbox.judge import VerdictStatus
-from rollbox.sandbox import Status
+from rollbox.sandbox import ExecResult, Status
+from rollbox.server._peers import how_it_ended
 from rollbox.tasks import Task
 from test_env_tasks import write_calc_task
 
@@ -292,3 +295,71 @@ def test_a_diff_that_asks_for_much_work_stops_at_its_deadline() -> None:
     with pytest.raises(PatchTimeout):
         apply_patch(parse_patch(diff), lambda _: text, deadline=begin + 0.5)
     assert time.monotonic() - begin < 1.5
+
+
+#: Pieces of model text that the parsing patterns of earlier versions could match more than one way.
+PIECES = st.lists(
+    st.sampled_from(["<tool_call>", "</tool_call>", "```", "```json", "json", " ", "\n", "\t", "{", "}", '"a"', "x"]),
+    max_size=30,
+).map("".join)
+_PATTERN_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_PATTERN_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True, database=None)
+@given(PIECES)
+def test_tool_call_blocks_and_fences_read_as_the_patterns_read_them(text: str) -> None:
+    """The linear scan finds what the regular expressions it replaced found (they took cubic time)."""
+    assert _blocks(text) == _PATTERN_BLOCK.findall(text)
+    stripped = text.strip()
+    fenced = _PATTERN_FENCE.match(stripped)
+    assert _unfenced(stripped) == (fenced.group(1) if fenced else stripped)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tool_call>" + " " * 200_000,
+        "<tool_call>" + "\n" * 200_000 + "x",
+        "<tool_call>" * 50_000,
+        "```" + " " * 200_000 + "x",
+        "```json" + "\n" * 200_000 + "{",
+    ],
+    ids=["unclosed block of spaces", "unclosed block of newlines", "opening tags", "fence of spaces", "json fence"],
+)
+def test_a_completion_parses_in_time_linear_in_its_length(text: str) -> None:
+    """A degenerate completion (a few tokens repeated) took minutes to parse, on the loop every episode shares:
+    4,000 spaces after an unclosed tag took over 30 s."""
+    begin = time.monotonic()
+    parse_tool_calls(text)
+    assert time.monotonic() - begin < 1.0
+
+
+@pytest.mark.parametrize("number", range(1, 65))
+def test_a_command_killed_by_any_signal_reads_as_one(number: int) -> None:
+    """Real-time signals (32 to 64) have no name in Python's enum: `kill -40 $$` made the tool call raise."""
+    text = command_text(ExecResult(status=Status.SIGNALED, signal=number))
+    assert text.startswith(f"[killed by signal {number} (") and text.endswith(")]"), text
+    assert how_it_ended(-number).startswith("killed by ")
+
+
+def test_a_command_that_kills_itself_with_a_real_time_signal_is_a_counted_turn(episodes: Episodes) -> None:
+    env, before, result = episodes.step({"name": "bash", "arguments": {"command": "kill -40 $$"}})
+    assert_a_counted_turn(env, before, result)
+    assert "[killed by signal 40 (SIGRTMIN+6)]" in result.observation.text, result.observation.text
+
+
+def test_a_diff_that_names_one_file_two_ways_patches_it_in_turn(episodes: Episodes) -> None:
+    """``calc.py`` and ``./calc.py`` are one file: the second part of the diff applies to what the first made (here
+    it does not: nothing changes). Each part was applied to the original, and the last one written: an edit and a
+    deletion of the same file both 'applied'."""
+    diff = (
+        "--- a/calc.py\n+++ b/calc.py\n@@ -2 +2 @@\n-    return a - b\n+    return a + b\n"
+        "--- a/./calc.py\n+++ /dev/null\n@@ -1,6 +0,0 @@\n"
+        "-def add(a, b):\n-    return a - b\n-\n-\n-def mul(a, b):\n-    return a * b\n"
+    )
+    env, before, result = episodes.step({"name": "apply_patch", "arguments": {"unified_diff": diff}})
+    assert_a_counted_turn(env, before, result)
+    assert result.observation.error and "the patch does not apply, nothing changed" in result.observation.text
+    env, before, result = episodes.step({"name": "read_file", "arguments": {"path": "calc.py"}})
+    assert "return a - b" in result.observation.text, result.observation.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import select
 import socket
 import textwrap
@@ -13,8 +14,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollbox.server import ServerConfig
+from rollbox.server._grading import _FENCE, _language, extract_code
 from serving import Running, double_task, running
 
 
@@ -280,3 +284,25 @@ def test_submit_humaneval_as_sandboxfusion_clients_do(http: httpx.Client) -> Non
     wrong = http.post("/submit", json={**body_only, "completion": "    return 0.0\n"}).json()
     assert wrong["accepted"] is False and wrong["extra"]["verdict"]["status"] == "failed"
     assert not all(t["passed"] for t in wrong["tests"])
+
+
+_FENCE_PIECES = st.lists(
+    st.sampled_from(["```", "```python", "```py", "python", "py", " ", "\t", "\n", "a", "+", "-", "\r"]), max_size=30
+).map("".join)
+_FENCE_PATTERN = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True, database=None)
+@given(_FENCE_PIECES)
+def test_fenced_blocks_read_as_the_pattern_read_them(text: str) -> None:
+    """The fence pattern whose parts cannot overlap finds the blocks, languages and code the one it replaced found
+    (a long line of letters with no newline took that one quadratic time)."""
+    found = [(_language(m.group(1)), m.group(2), m.group(0)) for m in _FENCE.finditer(text)]
+    assert found == [(m.group(1).lower(), m.group(2), m.group(0)) for m in _FENCE_PATTERN.finditer(text)]
+
+
+@pytest.mark.parametrize("text", ["```" + "a" * 500_000, "```python" + " x" * 250_000, "```a\n" * 100_000])
+def test_code_is_extracted_in_time_linear_in_the_completion(text: str) -> None:
+    begin = time.monotonic()
+    extract_code(text)
+    assert time.monotonic() - begin < 2.0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any
 
 from ._episode import Episode
@@ -17,8 +16,30 @@ from ._types import StepResult
 
 __all__ = ["parse_tool_calls", "step_completion"]
 
-_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_OPEN, _CLOSE, _FENCE = "<tool_call>", "</tool_call>", "```"
+
+
+def _blocks(text: str) -> list[str]:
+    """The text of each ``<tool_call>...</tool_call>`` block, stripped, in order (an unclosed one is none). A
+    scan, in time linear in the text: a regular expression matching whitespace on both sides of its lazy group took
+    cubic time on an unclosed block of whitespace, and a model writes such text."""
+    blocks: list[str] = []
+    start = text.find(_OPEN)
+    while start != -1:
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end == -1:
+            break
+        blocks.append(text[start + len(_OPEN) : end].strip())
+        start = text.find(_OPEN, end + len(_CLOSE))
+    return blocks
+
+
+def _unfenced(stripped: str) -> str:
+    """The inside of a completion that is one ```json fence (stripped), else the completion."""
+    if len(stripped) < 2 * len(_FENCE) or not (stripped.startswith(_FENCE) and stripped.endswith(_FENCE)):
+        return stripped
+    inside = stripped[len(_FENCE) : -len(_FENCE)]
+    return inside.removeprefix("json").strip()
 
 
 def parse_tool_calls(text: str) -> list[Any]:
@@ -28,11 +49,9 @@ def parse_tool_calls(text: str) -> list[Any]:
     >>> parse_tool_calls('ok <tool_call>{"name": "submit", "arguments": {}}</tool_call>')
     [{'name': 'submit', 'arguments': {}}]
     """
-    blocks = _BLOCK.findall(text)
+    blocks = _blocks(text)
     if not blocks:
-        stripped = text.strip()
-        fenced = _FENCE.match(stripped)
-        candidate = fenced.group(1) if fenced else stripped
+        candidate = _unfenced(text.strip())
         if not candidate.startswith("{"):
             return []
         blocks = [candidate]

@@ -11,15 +11,15 @@ over the file size limit); paths are checked to lie inside /workspace before any
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import functools
-import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rollbox.sandbox import ExecResult, Sandbox, Status
+from rollbox.sandbox import ExecResult, Sandbox, Status, signal_name
 
 from ._patch import PatchError, PatchTimeout, apply_patch, parse_patch
 from ._tools import ActionError, ToolCall, workspace_path
@@ -100,7 +100,7 @@ def command_text(result: ExecResult) -> str:
     if result.status in (Status.OK, Status.NONZERO_EXIT):
         end = f"[exit code {result.exit_code}]"
     elif result.status is Status.SIGNALED and result.signal:
-        end = f"[killed by signal {result.signal} ({signal.Signals(result.signal).name})]"
+        end = f"[killed by signal {result.signal} ({signal_name(result.signal)})]"
     else:
         end = f"[{result.status.value}: the command {_ENDS.get(result.status, result.status.value)}]"
     return text + end
@@ -256,16 +256,25 @@ class Toolbox:
         # its path checked, before anything is applied, then every change is written at once.
         loop = asyncio.get_running_loop()
         try:
-            patches = await loop.run_in_executor(_PATCHING, functools.partial(parse_patch, diff, deadline=deadline))
+            parsed = await loop.run_in_executor(_PATCHING, functools.partial(parse_patch, diff, deadline=deadline))
+            # Each file by its one path in the workspace: 'calc.py' and './calc.py' are one file, patched in turn
+            # (as two, each part applied to the original and the last one written).
+            patches = [
+                dataclasses.replace(
+                    patch,
+                    old_path=None if patch.old_path is None else workspace_path(patch.old_path),
+                    new_path=None if patch.new_path is None else workspace_path(patch.new_path),
+                )
+                for patch in parsed
+            ]
             contents: dict[str, str | None] = {}
             for patch in patches:
-                for name in (patch.old_path, patch.new_path):
-                    path = workspace_path(name) if name is not None else None
+                for path in (patch.old_path, patch.new_path):
                     if path is not None and path not in contents:
                         if time.monotonic() >= deadline:
                             raise PatchTimeout("reading the files it names took longer than the time left")
                         contents[path] = await self._read_if_any(path)
-            apply = functools.partial(apply_patch, patches, lambda p: contents[workspace_path(p)], deadline=deadline)
+            apply = functools.partial(apply_patch, patches, contents.__getitem__, deadline=deadline)
             changes = await loop.run_in_executor(_PATCHING, apply)
         except PatchTimeout as exc:
             raise _Late(
@@ -273,7 +282,7 @@ class Toolbox:
             ) from None
         except PatchError as exc:
             raise ActionError(f"the patch does not apply, nothing changed: {exc}") from None
-        return await self._write({workspace_path(p): c for p, c in changes.items()}, deadline)
+        return await self._write(changes, deadline)
 
 
 def _write_failed(what: str, exc: OSError, then: str) -> Outcome:

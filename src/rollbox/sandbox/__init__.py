@@ -8,7 +8,7 @@ from ._config import SandboxConfig
 from ._errors import IsolationUnavailable, RollboxError, SandboxError, SandboxStateError, TreeTooLarge
 from ._limits import Limits, Network, parse_duration, parse_size
 from ._process import InsecureBackendWarning
-from ._result import ExecResult, Status
+from ._result import ExecResult, Status, signal_name
 from ._sandbox import Backend, Sandbox, run
 from ._scratch import make_temporary_directory, scratch_directory, temporary_directory
 from .pool._batch import Program, run_batch
@@ -45,5 +45,6 @@ __all__ = [
     "run",
     "run_batch",
     "scratch_directory",
+    "signal_name",
     "temporary_directory",
 ]

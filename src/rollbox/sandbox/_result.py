@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import enum
+import signal as signals
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ExecResult", "Status"]
+__all__ = ["ExecResult", "Status", "signal_name"]
+
+
+def signal_name(number: int) -> str:
+    """A signal's name: ``SIGKILL``, ``SIGRTMIN+6`` for the real-time ones (``kill -l``'s names), ``signal 32`` for
+    a number with none (glibc keeps 32 and 33 for itself). Any number a command can die of has an answer."""
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        if signals.SIGRTMIN < number <= signals.SIGRTMAX:
+            return f"SIGRTMIN+{number - signals.SIGRTMIN}"
+        return f"signal {number}"
 
 
 class Status(str, enum.Enum):

@@ -22,7 +22,16 @@ from ._models import EvalResult, EvalTestCase, RunCodeResponse, RunStatus, Submi
 
 __all__ = ["Grader", "extract_code"]
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+#: A fenced block: its opening line (the language's name first), and its code, to the closing fence or the end. No
+#: two parts of the pattern can match the same characters: the opening line's name and the rest of it, taken
+#: apart by one pattern, made a long line of letters with no newline cost quadratic time.
+_FENCE = re.compile(r"```([^\n]*)\n(.*?)(?:```|\Z)", re.DOTALL)
+_TAG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
+
+
+def _language(line: str) -> str:
+    found = _TAG.match(line)
+    return found.group(1).lower() if found else ""
 
 
 def extract_code(completion: str, language: str = "python") -> tuple[str, str]:
@@ -30,7 +39,7 @@ def extract_code(completion: str, language: str = "python") -> tuple[str, str]:
     without one), else the last fenced block, ``incomplete_fenced`` for a block never closed, else the
     whole completion (``heuristic``), or ``empty``."""
     blocks = [
-        (m.group(1).lower(), m.group(2), m.group(0).rstrip().endswith("```")) for m in _FENCE.finditer(completion)
+        (_language(m.group(1)), m.group(2), m.group(0).rstrip().endswith("```")) for m in _FENCE.finditer(completion)
     ]
     if blocks:
         preferred = [b for b in blocks if b[0] in (language, "py" if language == "python" else language, "")]

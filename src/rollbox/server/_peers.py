@@ -21,10 +21,11 @@ import json
 import os
 import re
 import secrets
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from rollbox.sandbox import signal_name
 
 __all__ = ["Death", "Owner", "Peers", "how_it_ended", "new_id", "owner_of", "valid_node"]
 
@@ -69,10 +70,7 @@ def owner_of(entry_id: str) -> Owner | None:
 def how_it_ended(returncode: int) -> str:
     """A process's end in words: ``killed by SIGKILL``, ``exited with status 1``."""
     if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
+        return f"killed by {signal_name(-returncode)}"
     return f"exited with status {returncode}"
 
 

@@ -136,7 +136,8 @@ def place_code(task: Task, code: str, file: str | None = None) -> dict[str, str]
     if (
         isinstance(grading, FunctionGrading)
         and target == grading.module
-        and not re.search(rf"^\s*def\s+{re.escape(grading.entry_point)}\s*\(", code, re.MULTILINE)
+        # [ \t], not \s: a blank run of lines made \s* at each line's start try every line after it (quadratic)
+        and not re.search(rf"^[ \t]*def[ \t]+{re.escape(grading.entry_point)}[ \t]*\(", code, re.MULTILINE)
     ):
         prompt = task.workspace / grading.module
         if not prompt.is_file():
