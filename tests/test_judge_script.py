@@ -320,3 +320,15 @@ def test_every_way_test_sh_itself_writes_its_reward_works(tmp_path: Path, line: 
     task = make_task(tmp_path / "task", f'python3 "$ROLLBOX_TESTS/check.py" && {{\n{line}\n}}\n')
     assert grade_code(task, tmp_path / "right", CORRECT).status is VerdictStatus.PASSED
     assert grade_code(task, tmp_path / "wrong", "def add(a, b):\n    return 0\n").status is VerdictStatus.FAILED
+
+
+def test_tests_too_big_for_the_disk_are_the_tasks_failure_never_the_candidates(tmp_path: Path) -> None:
+    """The task's tests/ does not fit its disk limit: rollbox's infra_error (the task must change), not the
+    candidate's tree refused as too large (the reference solution scored 0)."""
+    root = tmp_path / "task"
+    make_task(root)
+    (root / "tests" / "data.bin").write_bytes(b"x" * 3_000_000)
+    (root / "task.toml").write_text(f'[grading]\nrunner = "script"\n{LIMITS}disk = "1M"\n')
+    verdict = grade_code(load_task(root), tmp_path, CORRECT)
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert "tests/ directory does not fit the grading sandbox" in (verdict.error or ""), verdict

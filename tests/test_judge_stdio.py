@@ -165,3 +165,26 @@ def _tree(tmp_path: Path, code: str) -> GradingTree:
     tree.mkdir()
     (tree / "solution.py").write_text(code)
     return GradingTree(tree)
+
+
+def test_a_checker_that_cannot_run_is_the_tasks_failure_never_the_candidates(tmp_path: Path) -> None:
+    """A checker whose interpreter the sandbox lacks exits 127 on every output: every case was failed, and the
+    reference solution scored 0."""
+    script = "#!/usr/bin/env rollbox-no-such-interpreter\n"
+    task = make_task(tmp_path / "task", SORT_CASES, 'comparator = "checker"\nchecker = "check"', {"check": script})
+    (task.tests / "check").chmod(0o755)
+    verdict = grade_code(task, tmp_path / "ok", "import sys\nprint(sys.stdin.read())\n")
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert "checker 'check' cannot run (exit status 127" in (verdict.error or ""), verdict
+
+
+def test_tests_too_big_for_the_checkers_disk_are_the_tasks_failure(tmp_path: Path) -> None:
+    """The task's tests/ (copied into the checker's sandbox) does not fit its disk limit: rollbox's infra_error,
+    not the candidate's tree refused as too large."""
+    big = {"check.py": PERMUTATION_CHECKER, "data.txt": "x" * 3_000_000}
+    root = tmp_path / "task"
+    make_task(root, SORT_CASES, CHECKER_TASK, big)
+    (root / "task.toml").write_text((root / "task.toml").read_text() + 'disk = "1M"\n')
+    verdict = grade_code(load_task(root), tmp_path / "ok", "import sys\nprint(sys.stdin.read())\n")
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert "tests/ directory does not fit the grading sandbox" in (verdict.error or ""), verdict

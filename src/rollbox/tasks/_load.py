@@ -180,7 +180,8 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
             command=_command(file, data.get("command")),
             cases="cases.jsonl" if cases is None else cases,
             comparator=comparator,
-            float_tolerance=_number(file, data, "float_tolerance", 1e-6, low=0.0),
+            # At most 0.5: the tolerance is relative too, and a relative tolerance of 1 accepts 0 for any answer.
+            float_tolerance=_number(file, data, "float_tolerance", 1e-6, low=0.0, high=0.5),
             checker=checker,
         )
     else:

@@ -8,18 +8,36 @@ once per process.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import importlib.util
 import marshal
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import resources
 
-from rollbox.sandbox import Sandbox, SandboxError
+from rollbox.sandbox import RollboxError, Sandbox, SandboxError
 
 from ._probe import forks_apply
 
-__all__ = ["compiled", "driver_command", "install_driver", "sandbox_python"]
+__all__ = ["compiled", "driver_command", "install_driver", "judges_own", "sandbox_python"]
+
+
+@contextlib.contextmanager
+def judges_own(what: str) -> Iterator[None]:
+    """Writing the task's own files (its tests, its cases) into a grading sandbox, before any of the candidate's:
+    a full disk there is the task's failure (they do not fit its disk limit), reported as rollbox's, never as the
+    candidate's tree that did not fit."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise RollboxError(
+            f"the task's {what} does not fit the grading sandbox ({exc.strerror or exc}): raise its [limits] disk"
+        ) from exc
 
 
 _COMPILE = (

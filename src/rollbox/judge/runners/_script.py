@@ -49,6 +49,7 @@ from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxSource, Status
 from rollbox.tasks import ScriptGrading, Task
 
 from ._channel import ForgedChannel, read_records
+from ._drivers import judges_own
 from ._missing import unless_missing
 from ._native import reward_shim
 from ._probe import grading_env
@@ -181,9 +182,10 @@ async def _verify(task: Task, grading: ScriptGrading, tree: GradingTree, sandbox
     async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
         # The judge's own files first, the candidate's tree last: a tree that does not fit (blocks, inodes) then
         # fails its own write, the candidate's doing, and never the judge's preparation, which is rollbox's.
-        await sb.write_tree(task.tests, TESTS_DIR, read_only=True)
-        await sb.write_file(f"{REWARD_DIR}/.rollbox", b"", read_only=True)  # the directory, read-only to all
-        await sb.write_file(_SHIM, reward_shim(), read_only=True)
+        with judges_own("tests/ directory"):
+            await sb.write_tree(task.tests, TESTS_DIR, read_only=True)
+            await sb.write_file(f"{REWARD_DIR}/.rollbox", b"", read_only=True)  # the directory, read-only to all
+            await sb.write_file(_SHIM, reward_shim(), read_only=True)
         await tree.lay(sb)
         env = grading_env({"ROLLBOX_TESTS": TESTS_DIR, "ROLLBOX_REWARD_DIR": REWARD_DIR, "LD_PRELOAD": _SHIM})
         argv = ["bash", f"{TESTS_DIR}/{grading.script}"]

@@ -26,6 +26,7 @@ from rollbox.sandbox import ExecResult, FreshSandboxes, SandboxConfig, SandboxSo
 from rollbox.tasks import Comparator, StdioGrading, Task, TaskFormatError
 from rollbox.tasks._cases import StdioCase, load_stdio_cases
 
+from ._drivers import judges_own
 from ._missing import unless_missing
 from ._probe import grading_env
 from ._report import RunnerReport
@@ -128,12 +129,23 @@ async def _check(
     argv += [f"{_CHECK_DIR}/input", f"{_CHECK_DIR}/expected", f"{_CHECK_DIR}/output"]
     outcomes: dict[int, Outcome] = {}
     async with sandboxes.sandbox(SandboxConfig(limits=task.limits)) as sb:
-        await sb.write_tree(task.tests)
+        with judges_own("tests/ directory"):
+            await sb.write_tree(task.tests)
         for index, output in outputs.items():
-            await sb.write_file(f"{_CHECK_DIR}/input", cases[index].input)
-            await sb.write_file(f"{_CHECK_DIR}/expected", cases[index].output)
+            with judges_own("cases"):
+                await sb.write_file(f"{_CHECK_DIR}/input", cases[index].input)
+                await sb.write_file(f"{_CHECK_DIR}/expected", cases[index].output)
             await sb.write_file(f"{_CHECK_DIR}/output", output)
             result = await sb.exec(argv, env=grading_env())
+            if result.status is Status.NONZERO_EXIT and result.exit_code in (126, 127):
+                # Not found or not executable (its interpreter missing): the task's checker cannot run, on any
+                # output; never the candidate's failure.
+                said = result.stderr_text.strip().splitlines()
+                result = ExecResult.infra_error(
+                    f"the task's checker {checker!r} cannot run (exit status {result.exit_code}"
+                    f"{': ' + said[-1][:300] if said else ''}): give it an interpreter the sandbox has, or make it "
+                    "executable"
+                )
             if result.status is Status.INFRA_ERROR:
                 return outcomes, result
             if result.status in (Status.OK, Status.NONZERO_EXIT):
