@@ -300,17 +300,20 @@ LEGITIMATE = {
 }
 
 
-@pytest.fixture(scope="module")
-def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
-    root = tmp_path_factory.mktemp("calc")
-    (root / "workspace").mkdir()
+def _calc_task(root: Path, hidden: str) -> Task:
+    (root / "workspace").mkdir(parents=True)
     (root / "workspace" / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n\n\nmul = add\n")
     (root / "tests").mkdir()
-    (root / "tests" / "test_calc.py").write_text(HIDDEN)
+    (root / "tests" / "test_calc.py").write_text(hidden)
     (root / "task.toml").write_text(
         '[grading]\nrunner = "pytest"\nreward = "pass_rate"\n[limits]\ntimeout = "30s"\ncpu_time = "20s"\n'
     )
     return load_task(root)
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    return _calc_task(tmp_path_factory.mktemp("calc"), HIDDEN)
 
 
 def grade_calc(task: Task, files: dict[str, str]) -> Verdict:
@@ -560,17 +563,6 @@ def test_hidden_tests_in_a_package_run_sealed(tmp_path: Path) -> None:
     assert honest.status is VerdictStatus.PASSED and [t.id for t in honest.tests] == ["tests/sub/test_pkg.py::test_add"]
     reader = grade_calc(task, {"calc.py": COMMON + textwrap.dedent(ROUTES["dis of the caller's bytecode"])})
     assert reader.status is VerdictStatus.FAILED, reader
-
-
-def _calc_task(root: Path, hidden: str) -> Task:
-    (root / "workspace").mkdir(parents=True)
-    (root / "workspace" / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n\n\nmul = add\n")
-    (root / "tests").mkdir()
-    (root / "tests" / "test_calc.py").write_text(hidden)
-    (root / "task.toml").write_text(
-        '[grading]\nrunner = "pytest"\nreward = "pass_rate"\n[limits]\ntimeout = "30s"\ncpu_time = "20s"\n'
-    )
-    return load_task(root)
 
 
 #: Sealed assertions that run only in a loop, a branch or a block: none is sure to run, so none is required to
