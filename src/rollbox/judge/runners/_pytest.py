@@ -222,7 +222,6 @@ async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Modu
     # Read-only: the candidate's code runs during collection and must not rewrite the tests still to come.
     await sb.write_tree(task.tests, layout.root if layout.prefix else ".", read_only=True)
     manifest: dict[str, str] = {}
-    receipts = {seal: receipt for module in modules for seal, receipt in module.sealed.receipts.items()}
     python = sandbox_python(sb)
     for index, module in enumerate(modules):
         stub = layout.path(module.relative.removeprefix(layout.prefix))
@@ -232,9 +231,7 @@ async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Modu
         await sb.write_file(stub, b"", read_only=True)
         await sb.write_file(f"{_JUDGE}/sealed/{index}.pyc", code, read_only=True)
         manifest[stub] = f"{index}.pyc"
-    await sb.write_file(
-        f"{_JUDGE}/sealed/sealed.json", json.dumps({"modules": manifest, "receipts": receipts}), read_only=True
-    )
+    await sb.write_file(f"{_JUDGE}/sealed/sealed.json", json.dumps(manifest), read_only=True)
     await install_driver(sb, f"{_JUDGE}/plugin", "_pytest_plugin.py", name=f"{_PLUGIN}.pyc")
     if layout.prefix:
         await sb.write_file(f"{_JUDGE}/pytest.ini", _INI, read_only=True)
@@ -275,6 +272,8 @@ async def run_pytest(
                 "-q",
                 *(layout.path(f.removeprefix(layout.prefix)) for f in files),
             ],
+            # The seals' receipts, read by the plugin before any of the candidate's code runs: in no file.
+            stdin=json.dumps({seal: r for m in modules for seal, r in m.sealed.receipts.items()}),
             env=grading_env(
                 {
                     "PYTHONPATH": f"{_JUDGE}/plugin",

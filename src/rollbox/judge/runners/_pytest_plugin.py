@@ -16,8 +16,9 @@ thread its test left running), whatever the candidate's code changed of this mod
 
 The hidden test modules (and every other Python module of the task's tests/) come sealed
 (``rollbox.judge.integrity._seal``) and as bytecode only: the files at their paths are empty, and
-``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code, and each seal to its receipt. The plugin reads
-all of it at import; a finder first on ``sys.meta_path`` then gives each such path its module from that code,
+``$ROLLBOX_SEALED/sealed.json`` maps each one's path to its code; each seal's receipt comes on stdin, never in a
+file the candidate's code could open. The plugin reads all of it at import, before any of the candidate's code
+runs; a finder first on ``sys.meta_path`` then gives each such path its module from that code,
 whatever is at the path by then. A sealed assertion calls ``__rollbox_seal__``, which reports the value the test
 computed, encoded exactly by the judge's codec (loaded privately; other libraries' values as the plain value they
 stand for: its ``plain``), and answers with the seal's receipt, which the assertion checks: the test goes on.
@@ -44,15 +45,12 @@ with open(os.path.join(_here, "_values.pyc"), "rb") as _file:
     exec(marshal.loads(_file.read()[16:]), _codec)  # the judge's bytecode: magic, flags, 8 unused bytes
 _encode, _plain = _codec["encode"], _codec["plain"]
 _sealed: dict = {}
-_receipts: dict = {}
 _directory = os.environ.get("ROLLBOX_SEALED")
 if _directory:
     with open(os.path.join(_directory, "sealed.json"), encoding="utf-8") as _file:
-        _manifest = json.load(_file)
-    for _path, _blob in _manifest["modules"].items():
-        with open(os.path.join(_directory, _blob), "rb") as _code:
-            _sealed[_path] = _code.read()
-    _receipts.update(_manifest["receipts"])
+        for _path, _blob in json.load(_file).items():
+            with open(os.path.join(_directory, _blob), "rb") as _code:
+                _sealed[_path] = _code.read()
 # A package's modules are looked up by the package's name (its __init__.py), the others by their own.
 _names = {
     os.path.basename(os.path.dirname(p)) if p.endswith("/__init__.py") else os.path.basename(p)[:-3] for p in _sealed
@@ -89,7 +87,14 @@ def _reporter(emit, encode, plain, receipts):
     return __rollbox_seal__
 
 
-__rollbox_seal__ = _reporter(_emit, _encode, _plain, dict(_receipts))
+def _stdin():
+    read = []
+    while chunk := os.read(0, 1 << 16):
+        read.append(chunk)
+    return b"".join(read)
+
+
+__rollbox_seal__ = _reporter(_emit, _encode, _plain, json.loads(_stdin() or b"{}"))
 
 
 class _SealedLoader(importlib.abc.Loader):

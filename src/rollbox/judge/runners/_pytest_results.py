@@ -45,7 +45,10 @@ class Sealed:
         """Whether pytest renamed a sealed case's id to tell it from another of the same id (``c...0``): two tests
         of one case, never a case of the task."""
         module = self.modules.get(nodeid.partition("::")[0])
-        return module is not None and any(re.search(re.escape(case) + "[0-9_]", nodeid) for case in module.ids)
+        return module is not None and any(
+            m.group() in module.ids and nodeid[m.end() : m.end() + 1] in set("0123456789_")
+            for m in _OPAQUE_ID.finditer(nodeid)
+        )
 
     def seal(self, seal_id: str) -> tuple[Seal, SealedModule] | None:
         for module in self.modules.values():
