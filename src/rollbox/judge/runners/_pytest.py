@@ -129,9 +129,9 @@ def _expected(collected: list[str], static: dict[str, int]) -> list[str]:
     return expected
 
 
-def _uncollected_cases(modules: list[_Module], static: dict[str, int], collected: list[str]) -> list[str]:
-    """Each case of a sealed parametrize list of a test the modules define (``static``) that is in no collected
-    test's id as the run named it (with the case's opaque id): a candidate that made one case stand for the others
+def _uncollected_cases(modules: list[_Module], static: dict[str, int], collected: set[str]) -> list[str]:
+    """Each case of a sealed parametrize list of a test the modules define (``static``) whose opaque id is in no
+    collected test's id (``collected``: those found there): a candidate that made one case stand for the others
     keeps their count, not their ids."""
     return [
         f"{module.relative}::{test}[{module.sealed.ids[case]}]"
@@ -139,7 +139,7 @@ def _uncollected_cases(modules: list[_Module], static: dict[str, int], collected
         for test, cases in module.sealed.case_ids.items()
         if f"{module.relative}::{test}" in static
         for case in cases
-        if not any(case in i for i in collected)
+        if case not in collected
     ]
 
 
@@ -300,7 +300,7 @@ async def run_pytest(
         expected = [*grading.fail_to_pass, *grading.pass_to_pass]
     else:
         expected = _expected([i for i in run.collected or [] if not any(_matches(j, i) for j in judges)], static)
-        expected += _uncollected_cases(modules, static, run.collected_raw)
+        expected += _uncollected_cases(modules, static, run.cases_collected)
     tests = tuple(
         GradedTest(i, run.outcome(i, sealed) if i in real else Outcome.MISSING) for i in dict.fromkeys(expected)
     )

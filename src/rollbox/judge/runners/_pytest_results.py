@@ -24,6 +24,8 @@ from ._channel import ForgedChannel, read_records
 __all__ = ["PytestRun", "Sealed"]
 
 _OPAQUE_ID = re.compile(r"c[0-9a-f]{12}")
+#: What pytest appends to an id it gives twice.
+_RENAMING = frozenset("0123456789_")
 
 
 @dataclass
@@ -46,8 +48,7 @@ class Sealed:
         of one case, never a case of the task."""
         module = self.modules.get(nodeid.partition("::")[0])
         return module is not None and any(
-            m.group() in module.ids and nodeid[m.end() : m.end() + 1] in set("0123456789_")
-            for m in _OPAQUE_ID.finditer(nodeid)
+            m.group() in module.ids and nodeid[m.end() : m.end() + 1] in _RENAMING for m in _OPAQUE_ID.finditer(nodeid)
         )
 
     def seal(self, seal_id: str) -> tuple[Seal, SealedModule] | None:
@@ -68,8 +69,8 @@ class PytestRun:
     """The plugin's records of one run, checked as they are read: anything malformed or repeated is a forgery."""
 
     collected: list[str] | None = None
-    #: The ids as the run named them (a sealed parametrize case's holds its opaque id).
-    collected_raw: list[str] = field(default_factory=list)
+    #: The opaque ids of the sealed parametrize cases in the collected tests' ids, as the run named them.
+    cases_collected: set[str] = field(default_factory=set)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     #: Real test id -> (seal id, token, reported value or None when it was not plain) of each sealed assertion.
     values: dict[str, list[tuple[str, str | None, Any]]] = field(default_factory=dict)
@@ -98,8 +99,9 @@ class PytestRun:
 
     def _read(self, record: dict[str, Any], sealed: Sealed) -> None:
         if "collected" in record and self.collected is None and isinstance(record["collected"], list):
-            self.collected_raw = [str(i) for i in record["collected"]]
-            self.collected = [sealed.real_id(i) for i in self.collected_raw]
+            raw = [str(i) for i in record["collected"]]
+            self.cases_collected = {case for i in raw for case in _OPAQUE_ID.findall(i)}
+            self.collected = [sealed.real_id(i) for i in raw]
         elif "collect_error" in record:
             pass
         elif "seal" in record:

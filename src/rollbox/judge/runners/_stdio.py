@@ -132,7 +132,7 @@ async def _check(
         with judges_own("tests/ directory"):
             await sb.write_tree(task.tests)
         for index, output in outputs.items():
-            with judges_own("cases"):
+            with judges_own("case"):
                 await sb.write_file(f"{_CHECK_DIR}/input", cases[index].input)
                 await sb.write_file(f"{_CHECK_DIR}/expected", cases[index].output)
             await sb.write_file(f"{_CHECK_DIR}/output", output)
