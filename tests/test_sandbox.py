@@ -330,6 +330,8 @@ def test_a_descendant_spun_to_the_cpu_limit_is_the_commands_cpu_limit_every_time
         (None, signal.SIGXFSZ, Usage(0.1, 1), Status.SIGNALED),
         (None, 0, Usage(2.5, 1), Status.CPU_TIME_LIMIT),
         (None, 1 << 8, Usage(0.1, 1, pids_limit_hits=1), Status.PIDS_LIMIT),
+        (None, 0, Usage(0.1, 1, memory_over_limit=True), Status.MEMORY_LIMIT),  # v1's sockets, gone by the end
+        (None, 1 << 8, Usage(0.1, 1, memory_over_limit=True, pids_limit_hits=1), Status.MEMORY_LIMIT),
         (None, signal.SIGXFSZ, Usage(0.1, 1, disk_full=True), Status.DISK_LIMIT),
         (None, 1 << 8, Usage(0.1, 1, disk_full=True), Status.DISK_LIMIT),
         (None, None, Usage(0.1, 1), Status.SIGNALED),

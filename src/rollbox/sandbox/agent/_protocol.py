@@ -84,6 +84,8 @@ class Usage:
     disk_full: bool = False
     #: How many times its memory, or the sandbox's, reached the limit: an OOM kill without any was the host's.
     memory_limit_hits: int = 0
+    #: Memory the kernel let past the limit without an OOM kill (cgroup v1's socket buffers) went past it.
+    memory_over_limit: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,8 @@ class ExecGroup(Protocol):
         """How many forks the pids limit refused so far."""
 
     def memory_limit_exceeded(self) -> bool:
-        """Whether the command holds more than its memory limit where the kernel does not stop it by itself (cgroup
-        v1's socket buffers: see ``Cgroup.set_limits``)."""
+        """Whether the command went past its memory limit where the kernel does not stop it by itself (cgroup v1's
+        socket buffers: see ``Cgroup.set_limits``)."""
 
     def usage(self, exited: Exited | None) -> Usage:
         """The final resource report (after ``kill``)."""
@@ -179,6 +181,8 @@ def classify(
         # Killed for memory while no limit of the sandbox's was reached: the machine (or a cgroup above the
         # sandbox) ran out, which says nothing about the program.
         return (Status.MEMORY_LIMIT if usage.memory_limit_hits else Status.INFRA_ERROR), exit_code, signo
+    if usage.memory_over_limit:
+        return Status.MEMORY_LIMIT, exit_code, signo
     # SIGXCPU and SIGXFSZ alone prove nothing (a program can send them to itself): the measured usage decides.
     # The kernel's per-process CPU clock, which fires SIGXCPU, runs a little ahead of the cgroup's.
     if usage.cpu_s >= limits.cpu_time_s or (signo == signal.SIGXCPU and usage.cpu_s >= limits.cpu_time_s / 2):

@@ -290,6 +290,7 @@ class _CgroupExecGroup:
             oom_kills,
             now.pids_limit_hits - before.pids_limit_hits,
             memory_limit_hits=limit_hits,
+            memory_over_limit=self.cgroup.sockets_over_limit(),
         )
 
 

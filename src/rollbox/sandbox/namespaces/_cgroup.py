@@ -316,9 +316,10 @@ class Cgroup:
         their own, and only where it has a limit: without one, a command's own loopback connections held hundreds
         of MiB beyond its memory limit, unseen. For a cgroup with ``sockets`` the same limit is set there, the report
         adds the two peaks, and as the kernel lets each socket's first buffer past that limit (many sockets go as
-        far past it as they like), the host kills a command whose socket buffers went past it
-        (:meth:`sockets_over_limit`). A command's memory and its socket buffers together can reach twice the limit
-        on v1. (A sandbox without a network has no such sockets: its cgroups spend no file access on them.)
+        far past it as they like), the host kills a command whose socket buffers went past it, and reports one that
+        went past it and ended before the host looked as it (:meth:`sockets_over_limit`). A command's memory and
+        its socket buffers together can reach twice the limit on v1. (A sandbox without a network has no such
+        sockets: its cgroups spend no file access on them.)
         """
         if memory_bytes is not None:
             if self.version == 2 and _has(swap := self._file("", "memory.swap.max")):
@@ -333,8 +334,10 @@ class Cgroup:
             self._socket_limit = memory_bytes
 
     def sockets_over_limit(self) -> bool:
-        """Whether, on v1, the socket buffers charged here went past their limit (see :meth:`set_limits`)."""
-        return self._socket_limit is not None and self._v1_socket_bytes("usage_in_bytes") > self._socket_limit
+        """Whether, on v1, the socket buffers charged here went past their limit (see :meth:`set_limits`) since the
+        peak last restarted: a command that went past it and freed them again, or ended, before the host looked
+        went past it all the same."""
+        return self._socket_limit is not None and self._v1_socket_bytes("max_usage_in_bytes") > self._socket_limit
 
     def _set_memory_limit(self, memory_bytes: int) -> None:
         if self.version == 2:
