@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade
 from rollbox.judge.runners._stdio import outputs_match, run_stdio
@@ -68,10 +70,28 @@ def test_float_tolerance_is_absolute_or_relative_and_inclusive() -> None:
         return outputs_match(Comparator.FLOAT, actual.encode(), expected, float_tolerance=1e-3)
 
     assert close("0.0009", "0") and not close("0.0011", "0")  # absolute: |0.0011 - 0| > 1e-3
-    assert close("1000999", "1000000") and not close("1002000", "1000000")  # relative: 1e-3 of the larger
+    assert close("1000999.0", "1000000") and not close("1002000.0", "1000000")  # relative: 1e-3 of the larger
     assert close("x 1.0005 y", "x 1 y") and not close("X 1 y", "x 1 y")  # other tokens must be equal
     assert close("nan", "NaN") and not close("nan", "1") and not close("1 2", "1")
     assert not close("inf", "1e308") and close("inf", "inf")
+
+
+def test_float_comparator_compares_integers_exactly_and_reads_only_numbers_as_printed() -> None:
+    # A relative tolerance of 1e-6 accepted 1000000008 for the count 1000000007; Python's float() read "1_0" and
+    # Arabic-Indic or fullwidth digits as 10.
+    def close(actual: str, expected: str) -> bool:
+        return outputs_match(Comparator.FLOAT, actual.encode(), expected)
+
+    assert not close("1000000008", "1000000007") and close("+1000000007", "1000000007") and close("-0", "0")
+    assert close("7.0", "7") and close("7", "7.0000000001") and close("10", "1e1")  # a real side: the tolerance
+    for spelled in ("1_0", "\u0661\u0660", "\uff11\uff10", "0x0a", "10.0.0"):
+        assert not close(spelled, "10"), spelled
+    assert close("Infinity", "inf") and close("1E-3", "0.001") and close(".5", "0.5") and close("5.", "5.0")
+
+
+@given(st.integers(-(10**30), 10**30), st.integers(-(10**30), 10**30))
+def test_two_integers_match_under_the_float_comparator_only_when_equal(a: int, b: int) -> None:
+    assert outputs_match(Comparator.FLOAT, str(a).encode(), str(b)) is (a == b)
 
 
 def test_float_tolerance_boundary_through_the_judge(tmp_path: Path) -> None:

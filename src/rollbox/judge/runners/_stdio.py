@@ -19,6 +19,7 @@ The report's ``run_status`` is the worst status of any case (an infrastructure f
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 
 from rollbox.judge._verdict import GradedTest, Outcome
@@ -54,11 +55,18 @@ _SEVERITY = (
 _STOPS = frozenset({Status.TIMEOUT, Status.CPU_TIME_LIMIT, Status.INFRA_ERROR})
 
 
+#: A number as programs print one: ASCII digits, an optional fraction and exponent, or inf/infinity/nan. Python's
+#: ``float`` alone would also read "1_000" and other scripts' digits (Arabic-Indic, fullwidth) as numbers.
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE | re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+
+
 def _numbers_match(actual: str, expected: str, tolerance: float) -> bool:
-    try:
-        a, e = float(actual), float(expected)
-    except ValueError:
+    if not (_NUMBER.fullmatch(actual) and _NUMBER.fullmatch(expected)):
         return actual == expected  # not both numbers: the tokens themselves must be equal
+    if _INTEGER.fullmatch(actual) and _INTEGER.fullmatch(expected):
+        return int(actual) == int(expected)  # a count off by one is wrong at any size: no relative tolerance
+    a, e = float(actual), float(expected)
     if math.isnan(a) or math.isnan(e):
         return math.isnan(a) and math.isnan(e)
     return math.isclose(a, e, rel_tol=tolerance, abs_tol=tolerance)
@@ -68,8 +76,9 @@ def outputs_match(comparator: Comparator, actual: bytes, expected: str, *, float
     """Whether the command's output ``actual`` matches ``expected`` under ``comparator``.
 
     ``exact``: the bytes equal the UTF-8 encoding of ``expected``. ``whitespace``: the same tokens after splitting
-    both on any whitespace. ``float``: the same number of tokens; tokens that both parse as floats match within
-    ``float_tolerance``, absolute or relative (NaN matches only NaN); any other pair must be equal.
+    both on any whitespace. ``float``: the same number of tokens; two integers must be equal, other pairs of
+    numbers (ASCII digits, optional fraction and exponent, inf, nan) match within ``float_tolerance``, absolute or
+    relative (NaN matches only NaN); any other pair must be equal.
 
     >>> outputs_match(Comparator.WHITESPACE, b"1  2\\n", "1 2")
     True
