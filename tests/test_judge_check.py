@@ -92,6 +92,10 @@ def test_a_correct_function_passes(task: Task, tmp_path: Path) -> None:
 def test_legitimate_variety_passes(task: Task, tmp_path: Path) -> None:
     code = "import sys, builtins\nprint('debug')\nsys.setrecursionlimit(5000)\nbuiltins.my_helper = 1\n" + CORRECT
     assert grade_code(task, tmp_path, code).status is VerdictStatus.PASSED
+    # A bug, not a wrong answer: the child returns into the candidate's process's loop too, and its answers once
+    # came before the next call's.
+    forks = CORRECT.replace("return", "import os; os.fork()\n    return")
+    assert forks != CORRECT and grade_code(task, tmp_path, forks).status is VerdictStatus.PASSED
 
 
 @pytest.mark.parametrize(

@@ -111,6 +111,8 @@ LEGITIMATE = {
         "return", "import threading; t = threading.Thread(target=print); t.start(); t.join()\n    return"
     ),
     "subprocess": CORRECT.replace("return", "import subprocess; subprocess.run(['true'], check=True)\n    return"),
+    # A bug, not tampering: the child returns into the driver too (its reports once repeated the parent's).
+    "a fork that returns twice": CORRECT.replace("return", "import os; os.fork()\n    return"),
 }
 
 

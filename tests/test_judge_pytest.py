@@ -103,6 +103,8 @@ LEGITIMATE: dict[str, dict[str, str | None]] = {
         "subprocess.run(['true'], check=True)\n"
     },
     "its own failing test file": {"calc.py": CORRECT, "test_mine.py": "def test_x():\n    assert False\n"},
+    # A bug, not tampering: the child returns into pytest too (its reports once broke the parent's order).
+    "a fork that returns twice": {"calc.py": CORRECT.replace("return a + b", "import os; os.fork()\n    return a + b")},
     "editing the visible tests": {"calc.py": CORRECT, "tests/test_calc.py": "def test_visible():\n    assert True\n"},
 }
 

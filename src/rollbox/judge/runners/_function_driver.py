@@ -5,7 +5,8 @@
 The inputs (a JSON list of ``{"args": [...], "kwargs": {...}}``, each with an optional ``"apply"``: ``bool`` or
 ``tuple``, applied to the returned value here, as the assertion it came from did) are all this process ever sees:
 expected outputs stay with the judge. Reports go, one JSON object a line, to a duplicate of the original stdout taken
-before the candidate's code is imported; the candidate's own prints go to stderr. Only the standard library.
+before the candidate's code is imported, by this process alone (a fork of the candidate's that returns here ends
+at its first report); the candidate's own prints go to stderr. Only the standard library.
 
 This runs in a fork of the sandbox's pre-started Python, where every object touched costs a copied page: the codec
 and the candidate's module are loaded by plain ``exec``, without the import system's finders and specs.
@@ -30,7 +31,11 @@ def main() -> None:
     module_file, entry_point = sys.argv[1], sys.argv[2]
     cases = json.load(sys.stdin)
 
+    owner, getpid, leave = os.getpid(), os.getpid, os._exit
+
     def emit(record: dict) -> None:
+        if getpid() != owner:  # a fork of the candidate's that returned into this loop: only the driver reports
+            leave(0)
         channel.write(json.dumps(record) + "\n")
         channel.flush()
 
