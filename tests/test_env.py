@@ -258,6 +258,29 @@ def test_an_episode_is_used_in_order_and_closes_idempotently(calc: Task) -> None
     run(scenario())
 
 
+def test_a_frozen_workspace_is_what_the_judge_grades_whatever_later_steps_change(calc: Task) -> None:
+    async def scenario() -> tuple[list[StepResult], Observation]:
+        env = rollbox.make(calc)
+        with pytest.raises(EpisodeStateError, match=r"cannot freeze the workspace.*reset"):
+            await env.freeze_workspace()
+        async with env:
+            await env.reset()
+            fixed = await env.step(call("edit", path="calc.py", old="a - b", new="a + b"))
+            await env.freeze_workspace()
+            with pytest.raises(EpisodeStateError, match="frozen already"):
+                await env.freeze_workspace()
+            after = [
+                await env.step(call("bash", command="sed -i 's/a + b/a - b/' calc.py && grep -c 'a - b' calc.py")),
+                await env.step(call("write_file", path="extra.py", content="x = 1\n")),
+                await env.step(SUBMIT),
+            ]
+        return after, fixed.observation
+
+    after, fixed = run(scenario())
+    assert not fixed.error and after[0].observation.text.startswith("1\n"), after[0]  # the sandbox's changed
+    assert after[-1].done and after[-1].reward == 1.0, after[-1].info["verdict"]  # the frozen workspace was graded
+
+
 def test_shaped_rewards_are_the_judges_visible_pass_rate_changes(calc: Task) -> None:
     fix = call("edit", path="calc.py", old="a - b", new="a + b")
     _env, turns = run(play(calc, [call("run_tests"), fix, call("run_tests"), SUBMIT], shaped_rewards=True))

@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 
 import rollbox.train
+from rollbox.env import ScriptedPolicy, make
 from rollbox.judge import grade
 from rollbox.scheduler import JobSpec, JobStore, Scheduler, store_path
 from rollbox.tasks import humaneval_tasks, load_task
 from rollbox.train import ARMS, ActionKind, PoolPolicy, Sample, TrainConfig, action_pool, rollout_payload, train
-from test_env_tasks import write_calc_task
+from rollbox.train._rollout import RolloutKind
+from test_env_tasks import BUGGY, FIXED, write_calc_task
 from test_policy import Server, tool_call
 
 ROLLBOX = [sys.executable, "-m", "rollbox"]
@@ -264,6 +266,31 @@ def test_deleting_the_tests_and_a_fake_summary_pass_the_naive_grader_and_not_the
     # The fake summary's last line claims a pass; the tests it hid failed.
     tail = results[(str(calc.path.resolve()), "fake_summary")].output["naive"]["tail"]
     assert "1 failed" in tail and tail.rstrip().splitlines()[-2].strip("= ").endswith("passed in 0.42s")
+
+
+def test_what_the_agents_code_does_while_the_naive_grader_runs_it_never_reaches_the_judge(tmp_path: Path) -> None:
+    """The naive grader runs the agent's code beside the hidden tests, in the agent's sandbox: code that, seeing
+    them, rewrote /workspace was what the judge graded (a wrong add() earned 1.0). The judge grades the workspace
+    as the agent left it; what the harness's run leaves there reaches no verdict."""
+    calc = write_calc_task(tmp_path / "calc")
+    rewrites = (
+        "import os\n"
+        "if os.path.exists('tests/test_hidden.py'):  # in the naive grader's copy, beside the hidden tests\n"
+        f"    open('/workspace/calc.py', 'w').write({FIXED!r})\n" + BUGGY
+    )
+    calls = [
+        {"name": "write_file", "arguments": {"path": "calc.py", "content": rewrites}},
+        {"name": "submit", "arguments": {}},
+    ]
+
+    async def play() -> tuple[dict[str, Any], Any, str]:
+        episode = make(calc, max_turns=20)
+        naive, verdict, _ = await RolloutKind()._play(episode, ScriptedPolicy(calls), 2, lambda: None)
+        return naive, verdict, episode.trajectory.turns[-1].observation.text
+
+    naive, verdict, harness = asyncio.run(play())
+    assert naive["reward"] == 0.0, (naive, harness)  # the copy it ran in still subtracts
+    assert (verdict.status.value, verdict.reward) == ("failed", 0.0), verdict
 
 
 @pytest.fixture

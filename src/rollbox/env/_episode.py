@@ -26,13 +26,22 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from rollbox import telemetry
 from rollbox.judge import Verdict, VerdictStatus, grade, task_image, task_sandboxes
-from rollbox.sandbox import ExecResult, FreshSandboxes, Sandbox, SandboxConfig, SandboxSource, Status, TreeTooLarge
+from rollbox.sandbox import (
+    ExecResult,
+    FreshSandboxes,
+    Sandbox,
+    SandboxConfig,
+    SandboxSource,
+    Status,
+    TreeTooLarge,
+    WorkspaceChanges,
+)
 from rollbox.sandbox.images import ImageError
 from rollbox.sandbox.runtime import LayerBuildError, PythonNotFound
 from rollbox.tasks import Task, load_task
@@ -128,6 +137,8 @@ class Episode:
         self._output = 0
         self._pass_rate: float | None = None
         self._verdict: Verdict | None = None
+        #: What the judge grades once :meth:`freeze_workspace` fixed it: the workspace then, or why it could not be had.
+        self._frozen: WorkspaceChanges | TreeTooLarge | OSError | None = None
         self.trajectory = Trajectory(
             episode_id=episode_id or uuid.uuid4().hex,
             task_id=task.id,
@@ -351,6 +362,38 @@ class Episode:
             self._end(end, verdict)
         return StepResult(observation, reward, verdict is not None, info)
 
+    async def freeze_workspace(self) -> None:
+        """Fix what the judge grades: the agent's workspace as it stands now. Steps after this still run in the
+        agent's sandbox (a harness's own checks, say), but whatever they change, the verdict is this workspace's.
+        The changes are copied out now, which the end then does not do again.
+
+        Raises:
+            EpisodeStateError: the episode is not running, or its workspace was frozen already.
+        """
+        async with self._turn:
+            self._require(EpisodeState.RUNNING, "freeze the workspace")
+            if self._frozen is not None:
+                raise EpisodeStateError("cannot freeze the workspace: it was frozen already")
+            if self._toolbox is None:
+                return  # no sandbox, no workspace: the end is infra_error whatever happens
+            try:
+                self._frozen = await self._stack.enter_async_context(
+                    final_workspace(self._toolbox.sandbox, self._limits)
+                )
+            except (TreeTooLarge, OSError) as exc:  # judged at the end, as then
+                self._frozen = exc
+
+    @contextlib.asynccontextmanager
+    async def _judged_workspace(self, sandbox: Sandbox) -> AsyncIterator[WorkspaceChanges]:
+        """The workspace the judge grades: the frozen one, else the sandbox's as it stands."""
+        if isinstance(self._frozen, Exception):
+            raise self._frozen
+        if self._frozen is not None:
+            yield self._frozen
+            return
+        async with final_workspace(sandbox, self._limits) as workspace:
+            yield workspace
+
     async def end(self) -> Verdict:
         """End the episode now, without a turn, and judge the workspace as it stands (what a trainer does when its
         own turn limit comes first). Returns the verdict; an episode that has ended already returns its own.
@@ -410,7 +453,7 @@ class Episode:
                     error=error or "the agent's sandbox failed",
                 )
             try:
-                async with final_workspace(self._toolbox.sandbox, self._limits) as workspace:
+                async with self._judged_workspace(self._toolbox.sandbox) as workspace:
                     return await grade(self.task, workspace, sandboxes=self._judge_sandboxes)
             except TreeTooLarge as exc:  # what the agent wrote: its failure, never a masked infra_error
                 flag = {"code": "workspace_refused", "path": "", "detail": str(exc)}

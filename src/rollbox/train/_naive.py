@@ -2,7 +2,9 @@
 
 It is the baseline the loop's ``naive`` arm trains on, and deliberately not rollbox's judge. Its files are written
 with the episode's own ``write_file`` tool and its command runs with the ``bash`` tool, in the agent's sandbox,
-over a copy of the agent's workspace (so that the workspace the judge grades afterwards is the agent's own):
+over a copy of the agent's workspace. The judge grades the workspace as the agent left it, frozen before the
+harness's turns (``Episode.freeze_workspace``): the agent's code runs here beside the hidden tests, and could
+rewrite /workspace once it has read them.
 
 - ``pytest`` tasks: the hidden tests are laid over the copy at ``tests/`` (SWE-bench's harness restores the test
   files it knows the same way) and ``python3 -m pytest`` runs there on the task's test ids; the reward is 1.0 when

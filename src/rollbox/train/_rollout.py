@@ -199,6 +199,9 @@ class RolloutKind:
             if done:  # a budget ended it before the harness could run: the naive harness never saw it pass
                 naive: dict[str, Any] = {"reward": 0.0, "status": None, "exit_code": None}
                 return naive, await episode.end(), list(messages)
+            # The judge grades the workspace the agent left: the harness runs the agent's code beside the hidden
+            # tests, and that code could rewrite /workspace once it has read them.
+            await episode.freeze_workspace()
             naive = await _naive(episode)
             if episode.state.value == "done":
                 return naive, await episode.end(), list(messages)
