@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rollbox.tasks._cases import FunctionCase
 from rollbox.tasks._values import decode, encode
 
 
@@ -191,3 +192,35 @@ def test_any_json_decodes_or_raises_value_error(data: Any) -> None:
         return
     again = decode(json.loads(json.dumps(encode(value))))
     assert type(again) is type(value)
+
+
+_DECIMALS = st.sampled_from(["sNaN", "-sNaN", "NaN", "Infinity", "1e999999999", "-1e-999999999", "1.5", "0"])
+_VALUES = st.recursive(
+    _JSON | st.builds(lambda text: {"$decimal": text}, _DECIMALS),
+    lambda inner: st.lists(inner, max_size=3) | st.builds(lambda v: {"$tuple": v}, st.lists(inner, max_size=2)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_VALUES, _VALUES, st.sampled_from([None, 0.5]))
+def test_holding_any_reported_value_against_any_expectation_gives_a_verdict(
+    reported: Any, expected: Any, tolerance: float | None
+) -> None:
+    # What the candidate's process reported is compared outside it: a comparison that raised there (a signaling
+    # Decimal NaN compared at all, Decimal arithmetic past its range) escaped the judge as its own failure.
+    try:
+        value, wanted = decode(reported), decode(expected)
+    except ValueError:
+        return
+    if tolerance is not None and type(wanted) not in (int, float, complex):
+        return  # the cases file refuses "close" on anything but a number
+    case = FunctionCase([], {}, wanted, compare="close" if tolerance else "==", tolerance=tolerance)
+    assert case.matches(value) in (True, False)
+
+
+def test_a_signaling_nan_matches_nothing_and_raises_nothing() -> None:
+    snan = decode({"$decimal": "sNaN"})
+    assert not FunctionCase([], {}, 3).matches(snan)
+    assert not FunctionCase([], {}, [1, 2]).matches([snan, 2])
+    assert not FunctionCase([], {}, 1.5, compare="close", tolerance=0.1).matches(snan)

@@ -62,16 +62,18 @@ class FunctionCase:
         return sent if self.apply is None else {**sent, "apply": self.apply}
 
     def matches(self, value: Any) -> bool:
-        """Whether ``value``, a decoded plain value (so no candidate code runs here), meets the expectation."""
+        """Whether ``value``, a decoded plain value (so no candidate code runs here), meets the expectation. A
+        comparison that raises (a signaling ``Decimal`` NaN compared at all, ``Decimal`` arithmetic past its
+        exponent range, ``1 - "a"``) does not hold, as the assertion would not have."""
         if self.compare == "is":
             return value is self.expected
-        if self.compare == "close":
-            assert self.tolerance is not None
-            try:
+        try:
+            if self.compare == "close":
+                assert self.tolerance is not None
                 return bool(abs(value - self.expected) < self.tolerance)
-            except (TypeError, ValueError, OverflowError):
-                return False
-        return bool(value == self.expected)
+            return bool(value == self.expected)
+        except (TypeError, ValueError, ArithmeticError, RecursionError):
+            return False
 
 
 def _function_case(record: Any) -> FunctionCase:
