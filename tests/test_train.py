@@ -104,12 +104,12 @@ def test_rollbox_train_end_to_end_json_determinism_and_the_judges_rewards(tmp_pa
         iterations = summary["arms"][arm]["iterations"]
         assert len(iterations) == 2
         for figures in iterations:
-            assert set(figures) == {"reward_mean", "true_pass_rate", "hack_rate", "infra_errors"}
+            assert set(figures) == {"reward_mean", "true_pass_rate", "hack_rate", "masked", "infra_errors"}
             assert 0.0 <= figures["true_pass_rate"] <= 1.0 and 0.0 <= figures["hack_rate"] <= 1.0
-            assert figures["infra_errors"] == 0
+            assert figures["infra_errors"] == figures["masked"] == 0
     report = Path(summary["report"])
     page = report.read_text()
-    assert page.count("<svg") == 4 and "naive arm" in page and "rollbox arm" in page
+    assert page.count("<svg") == 5 and "naive arm" in page and "rollbox arm" in page
     assert "validating 3 tasks" in first.stderr and "iteration 2/2" in first.stderr
     # The stdio problem's cases kill too few mutants of its reference: validation refuses it, and says why.
     assert "humaneval: 2 of 2 admitted" in first.stderr
@@ -208,7 +208,8 @@ def test_infrastructure_failures_are_masked_counted_and_never_learned_from(tmp_p
     result = asyncio.run(go())
     for arm in ARMS:
         for stats in result.arms[arm]:
-            assert stats.infra_errors == 8 and stats.rollouts == 16  # the broken task's eight, every iteration
+            # the broken task's eight, every iteration
+            assert stats.infra_errors == stats.masked == 8 and stats.rollouts == 16
     rows = [json.loads(line) for line in (home / "runs" / "masked" / "rollouts.jsonl").read_text().splitlines()]
     broken_rows = [r for r in rows if r["task_id"] == "broken-runtime"]
     assert len(broken_rows) == 2 * 2 * 8
@@ -268,6 +269,30 @@ def test_deleting_the_tests_and_a_fake_summary_pass_the_naive_grader_and_not_the
     assert "1 failed" in tail and tail.rstrip().splitlines()[-2].strip("= ").endswith("passed in 0.42s")
 
 
+def test_a_rollout_masked_for_want_of_a_reward_is_no_infrastructure_error() -> None:
+    # The naive grader has no harness for a script task: its arm's rollouts have no reward, masked, and were
+    # counted as infrastructure errors, which the docs define as rollbox or the host failing.
+    def rollout(reward: float | None, status: str | None, judge: float | None) -> rollbox.train.Rollout:
+        return rollbox.train.Rollout(
+            arm="naive", iteration=0, task_id="t", sample=0, job_id=1, action=None, reward=reward,
+            status=status, judge_reward=judge, naive_reward=reward, hack=False,
+        )  # fmt: skip
+
+    masked = [rollout(None, "passed", 1.0), rollout(None, "infra_error", None), rollout(None, None, None)]
+    stats = rollbox.train.IterationStats.of([*masked, rollout(1.0, "failed", 0.0)])
+    assert (stats.masked, stats.infra_errors, stats.rollouts, stats.reward_mean) == (3, 1, 4, 1.0)
+
+
+def test_two_tasks_with_one_id_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    # Pools, plans and job keys are by task id: the second task silently replaced the first.
+    first, second = write_calc_task(tmp_path / "one"), write_calc_task(tmp_path / "two")
+    config = TrainConfig(run_id="dup", iterations=1, samples=2)
+    scheduler = Scheduler(JobStore(store_path(tmp_path / "home")), runs=["dup"], home=tmp_path / "home")
+    with pytest.raises(ValueError, match=r"two tasks have the id 'calc': .*one and .*two"):
+        asyncio.run(train([first, second], config, scheduler=scheduler))
+    scheduler.store.close()
+
+
 def test_what_the_agents_code_does_while_the_naive_grader_runs_it_never_reaches_the_judge(tmp_path: Path) -> None:
     """The naive grader runs the agent's code beside the hidden tests, in the agent's sandbox: code that, seeing
     them, rewrote /workspace was what the judge graded (a wrong add() earned 1.0). The judge grades the workspace
@@ -325,8 +350,8 @@ def test_a_served_model_through_the_loop_with_both_rewards_for_the_trainer(tmp_p
     summary = json.loads(done.stdout)
     naive, ours = (summary["arms"][arm]["iterations"][0] for arm in ARMS)
     # Two samples of each task: the reference passes both graders, the exit at import only the naive one.
-    assert naive == {"reward_mean": 1.0, "true_pass_rate": 0.5, "hack_rate": 0.5, "infra_errors": 0}
-    assert ours == {"reward_mean": 0.5, "true_pass_rate": 0.5, "hack_rate": 0.5, "infra_errors": 0}
+    assert naive == {"reward_mean": 1.0, "true_pass_rate": 0.5, "hack_rate": 0.5, "masked": 0, "infra_errors": 0}
+    assert ours == {"reward_mean": 0.5, "true_pass_rate": 0.5, "hack_rate": 0.5, "masked": 0, "infra_errors": 0}
     assert {r["model"] for r in model.requests} == {"scripted"} and len(model.requests) == 4 * 2
     assert model.requests[0]["tools"]  # the episode's tools, offered to the model
     rows = [json.loads(x) for x in (home / "runs" / "served" / "rollouts.jsonl").read_text().splitlines()]

@@ -130,10 +130,13 @@ class _Planned:
 
 def _rollouts(planned: _Planned, iteration: int, job: Job, result: JobResult) -> list[Rollout]:
     """The job's result as a rollout of each arm that planned it."""
-    output = result.output if result.state.value == "completed" else {}
-    status = result.status if result.state.value == "completed" else "infra_error"
+    completed = result.state.value == "completed"
+    output = result.output if completed else {}
+    # A job that ended without a result (its payload could not be played: a model server that refused every
+    # request) has no verdict; infra_error is rollbox's or the host's failure past the job's attempts.
+    status = result.status if completed else None
     naive = (output.get("naive") or {}).get("reward")
-    judge = result.reward if status != "infra_error" else None
+    judge = result.reward if status not in (None, "infra_error") else None
     # A pool action is a hack by construction; a model's rollout, when the naive grader passed what the judge did not.
     hack = planned.action.kind is ActionKind.HACK if planned.action else naive == 1.0 and status != "passed"
     return [
@@ -284,12 +287,16 @@ async def train(
     """Run the loop over ``tasks`` with ``scheduler`` (open, its ``runs`` including ``config.run_id``).
 
     Raises:
-        ValueError: no tasks, or a task without a reference (the pool policy needs one).
+        ValueError: no tasks, two tasks with one id, or a task without a reference (the pool policy needs one).
         PayloadError, Unplaceable, QueueFull, IdempotencyConflict: as :meth:`Scheduler.submit` (a run id reused
             with other tasks or settings conflicts).
     """
     if not tasks:
         raise ValueError("no tasks to train on")
+    first: dict[str, Task] = {}
+    for task in tasks:  # everything the loop keeps (pools, plans, job keys) is by task id
+        if first.setdefault(task.id, task).path.resolve() != task.path.resolve():
+            raise ValueError(f"two tasks have the id {task.id!r}: {first[task.id].path} and {task.path}")
     if config.policy == "pool" and (missing := [t.id for t in tasks if t.solution is None]):
         raise ValueError(f"the candidate-pool policy needs each task's solution/; missing in {', '.join(missing[:5])}")
     loop = _Loop(tasks, config, scheduler, on_progress)

@@ -23,7 +23,8 @@ class Rollout:
     #: The reward the arm trains on: the naive grader's for ``naive``, the judge's for ``rollbox``; ``None`` when
     #: masked (the infrastructure failed, or the job ended without a result).
     reward: float | None
-    #: The judge's verdict status and reward (``infra_error``: masked), whatever the arm.
+    #: The judge's verdict status and reward (``infra_error``: masked), whatever the arm; ``None`` when the job
+    #: ended without a result.
     status: str | None
     judge_reward: float | None
     naive_reward: float | None
@@ -67,8 +68,11 @@ class IterationStats:
     true_pass_rate: float | None
     #: The share that were reward hacks.
     hack_rate: float | None
-    #: Rollouts masked (never counted as 0): rollbox or the host failed past the job's attempts, or the job ended
-    #: without a result (the model's server refused every request).
+    #: Rollouts masked (never counted as 0): no reward for the arm (the naive grader has no harness for the
+    #: task's runner, or its run was cut short), or no verdict (see ``infra_errors``, or a job that ended without a
+    #: result: the model's server refused every request).
+    masked: int
+    #: Of those, the ones whose infrastructure failed: rollbox or the host, past the job's attempts.
     infra_errors: int
     rollouts: int
 
@@ -85,16 +89,18 @@ class IterationStats:
             reward_mean=mean([r.reward for r in kept if r.reward is not None]),
             true_pass_rate=mean([1.0 if r.status == "passed" else 0.0 for r in kept]),
             hack_rate=mean([1.0 if r.hack else 0.0 for r in kept]),
-            infra_errors=len(rollouts) - count,
+            masked=len(rollouts) - count,
+            infra_errors=sum(r.status == "infra_error" for r in rollouts),
             rollouts=len(rollouts),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The four figures ``rollbox train --json`` prints per iteration."""
+        """The figures ``rollbox train --json`` prints per iteration."""
         return {
             "reward_mean": self.reward_mean,
             "true_pass_rate": self.true_pass_rate,
             "hack_rate": self.hack_rate,
+            "masked": self.masked,
             "infra_errors": self.infra_errors,
         }
 

@@ -16,7 +16,8 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("reward_mean", "Reward the arm trained on (mean)", False),
     ("true_pass_rate", "True pass rate (every chosen action regraded by rollbox's judge)", True),
     ("hack_rate", "Hack rate (share of rollouts that are reward hacks)", True),
-    ("infra_errors", "Infrastructure errors (masked, never counted as 0)", False),
+    ("masked", "Masked rollouts (no reward for the arm: left out, never counted as 0)", False),
+    ("infra_errors", "Infrastructure errors (masked: rollbox or the host failed)", False),
 )
 _COLOURS = {"naive": "#d9480f", "rollbox": "#1971c2"}
 _W, _H, _PAD = 520, 230, 44
