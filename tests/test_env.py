@@ -311,13 +311,18 @@ def test_an_infrastructure_failure_ends_with_infra_error_and_no_reward(calc: Tas
     assert turns[-1].done and turns[-1].reward is None
     assert turns[-1].info["status"] is VerdictStatus.INFRA_ERROR and "out of memory" in turns[-1].info.verdict.error
 
-    async def reset_fails() -> None:
-        env = rollbox.make(calc, sandboxes=FailingSandboxes())
-        with pytest.raises(SandboxError):
-            await env.reset()
-        assert env.state is EpisodeState.CLOSED
+    # The agent's sandbox could not be started: the first observation says so, and the episode ends as
+    # infra_error (masked), never as an exception in the trainer's rollout.
+    _env, turns = run(play(calc, [call("bash", command="true"), SUBMIT], sandboxes=FailingSandboxes()))
+    assert turns[-1].done and turns[-1].reward is None and len(turns) == 1, turns
+    assert turns[-1].info["status"] is VerdictStatus.INFRA_ERROR and "out of memory" in turns[-1].info.verdict.error
 
-    run(reset_fails())
+    async def first_observation() -> Observation:
+        async with rollbox.make(calc, sandboxes=FailingSandboxes()) as env:
+            return await env.reset()
+
+    observation = run(first_observation())
+    assert observation.status is Status.INFRA_ERROR and "could not be started" in observation.text, observation
 
 
 def test_every_turn_and_the_end_are_reported_to_telemetry(calc: Task) -> None:

@@ -37,6 +37,7 @@ from rollbox.sandbox import (
     FreshSandboxes,
     Sandbox,
     SandboxConfig,
+    SandboxError,
     SandboxSource,
     Status,
     TreeTooLarge,
@@ -197,14 +198,15 @@ class Episode:
         the instruction and the workspace's listing.
 
         When the task's runtime layer cannot be had (its build failed, its Python is not installed here), the
-        observation says so with status ``infra_error``, nothing runs, and the next :meth:`step` (or
-        :meth:`end`) ends the episode with an ``infra_error`` verdict and reward ``None``: the task's or the
-        machine's failure, to be masked, never the agent's.
+        agent's sandbox could not be started (``SandboxError``: the host ran short of something, say) or the task's
+        workspace could not be read, the observation says so with status ``infra_error``, nothing runs, and the
+        next :meth:`step` (or :meth:`end`) ends the episode with an ``infra_error`` verdict and reward ``None``:
+        the task's or the machine's failure, to be masked, never the agent's (and never an exception in the
+        trainer's rollout).
 
         Raises:
             EpisodeStateError: the episode was reset before (episodes are single-use).
-            SandboxError, IsolationUnavailable: the sandbox could not be made (rollbox's or the host's failure).
-            OSError: the task's workspace could not be read.
+            IsolationUnavailable: this machine cannot isolate a sandbox at all (no episode can run here).
         """
         async with self._turn:
             return await self._reset()
@@ -219,11 +221,14 @@ class Episode:
             )
             if isinstance(sandbox, BaseException):
                 raise sandbox
-            if isinstance(scan, BaseException):
+            if isinstance(scan, OSError):
+                self._broken = f"the task's workspace could not be read: {scan}"
+            elif isinstance(scan, BaseException):
                 raise scan
-            self._scan = scan
-            visible = self._visible_tests()
-            if sandbox is not None:
+            else:
+                self._scan = scan
+            if sandbox is not None and self._broken is None:
+                visible = self._visible_tests()
                 self._toolbox = Toolbox(sandbox, visible)
                 if self.shaped_rewards and visible:
                     self._pass_rate = visible.pass_rate(
@@ -241,7 +246,7 @@ class Episode:
     async def _open(self) -> Sandbox | None:
         """The agent's sandbox, from the task's sandboxes (:func:`rollbox.judge.task_sandboxes`, the judge's own
         rule for a task's runtime), over a copy-on-write /workspace of the task's workspace/; None, with
-        ``_broken`` set, when the task's runtime cannot be had."""
+        ``_broken`` set, when the task's runtime cannot be had or the sandbox could not be started."""
         try:
             sandboxes = await task_sandboxes(self.task, self._sandboxes)
             image = task_image(self.task)  # resolved by task_sandboxes already
@@ -249,11 +254,15 @@ class Episode:
             self._broken = f"the task's runtime could not be prepared: {exc}"
             return None
         self.trajectory.image = image.digest if image is not None else None
-        return await self._stack.enter_async_context(
-            sandboxes.sandbox(
-                SandboxConfig(limits=self._limits, network=self.task.network, workspace=self.task.workspace)
+        try:
+            return await self._stack.enter_async_context(
+                sandboxes.sandbox(
+                    SandboxConfig(limits=self._limits, network=self.task.network, workspace=self.task.workspace)
+                )
             )
-        )
+        except SandboxError as exc:
+            self._broken = f"the agent's sandbox could not be started: {exc}"
+            return None
 
     def _first_observation(self) -> Observation:
         if self._broken is not None:
