@@ -107,7 +107,7 @@ def rollout_batch(task: Task, markers: list[str]) -> Any:
             "tools_kwargs": np.array([tools] * rows, dtype=object),
             "data_source": np.array(["rollbox"] * rows, dtype=object),
             "reward_model": np.array([{"ground_truth": str(task.path)}] * rows, dtype=object),
-            "extra_info": np.array([{} for _ in markers], dtype=object),
+            "extra_info": np.array([{}] * rows, dtype=object),  # one dict for every row, as verl's repeat makes it
             "index": np.arange(rows),
         }
     )

@@ -9,9 +9,10 @@ Multi-turn: :class:`RollboxAgentLoop` (registered as verl agent loop ``rollbox_a
 ``tools_kwargs[TOOL]["create_kwargs"]["task"]`` of the dataset row, or ``extra_info["task"]``); when the rollout
 ends, however it ends (``submit``, verl's turn or length limits, a reply without a tool call), the loop judges the
 workspace the agent left, in the process that holds its sandbox, releases the sandbox, and puts the verdict in the
-rollout's extra fields. verl sends those to its reward workers, in whatever process they run, where
-:func:`compute_score` returns the verdict. A rollout that failed (an exception in verl) releases its sandbox
-unjudged.
+rollout's extra fields, and its score (the verdict's reward) as the output's ``reward_score``, which verl takes as
+is: no reward manager reads the verdict back from a row's extra info, which the samples of one prompt share. (A
+reward function of verl's older path, given the extra fields, has :func:`compute_score` return the verdict.) A
+rollout that failed (an exception in verl) releases its sandbox unjudged.
 
 verl needs a number: an infrastructure failure scores 0.0 with ``rollbox_masked`` true (and ``rollbox_status``
 ``infra_error``) in the reward's extra info; drop such samples.
@@ -160,7 +161,15 @@ class RollboxAgentLoop(ToolAgentLoop):  # type: ignore[misc,unused-ignore]
             if self._rollout is not None and self._rollout.episode is not None:
                 await asyncio.shield(on_rollbox_loop(self._rollout.episode.close()))
             raise
-        output.extra_fields.update(await _conclude(self._rollout))
+        verdict = await _conclude(self._rollout)
+        output.extra_fields.update(verdict)
+        if verdict:
+            # The score rides on this very output: verl then asks no reward manager, some of which merge each
+            # sample's extra fields into a row's extra_info dict that the samples of one prompt share (verl's
+            # repeat copies references) and score them all after, each reading its last sibling's verdict.
+            score = _score(verdict["rollbox_status"], verdict["rollbox_reward"])
+            output.reward_score = score["score"]
+            output.extra_fields["reward_extra_info"] = score
         return output
 
     async def _handle_pending_state(self, agent_data: AgentData, sampling_params: dict[str, Any]) -> AgentState:
