@@ -20,6 +20,7 @@ from typing import Any
 from rollbox.sandbox import RollboxError
 
 from ._errors import TaskFormatError
+from ._git import GitError
 from ._model import Task
 
 __all__ = [
@@ -100,7 +101,7 @@ class Draft:
     task_id: str
     where: str
     #: Writes the task at the given directory (replacing what is there when the second argument is true) and
-    #: returns it loaded. Raises ImportRefused, TaskFormatError, ValueError or OSError to refuse it.
+    #: returns it loaded. Raises ImportRefused, TaskFormatError, ValueError, OSError or GitError to refuse it.
     write: Callable[[Path, bool], Task]
 
 
@@ -176,4 +177,6 @@ def _write(draft: Draft, dest: Path, taken: dict[str, str], force: bool) -> Impo
         return Refusal(draft.task_id, draft.where, f"the task it makes does not load: {exc}")
     except (ImportRefused, ValueError, OSError) as exc:
         return Refusal(draft.task_id, draft.where, str(exc))
+    except GitError as exc:
+        return Refusal(draft.task_id, draft.where, f"{exc}; check its repository (git fsck) and import it again")
     return ImportedTask(task.id, task.path)
