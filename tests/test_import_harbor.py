@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -196,6 +197,64 @@ def test_harbor_settings_rollbox_cannot_honour_are_refused(tmp_path: Path, toml:
     report = import_tasks("harbor", tmp_path / "h", tmp_path / "out")
     (refusal,) = report.refused
     assert reason in refusal.reason, refusal
+
+
+@pytest.mark.parametrize(
+    ("link", "target", "copy", "reason"),
+    [
+        (
+            "instruction.md",
+            "key",
+            "",
+            "instruction.md leads through a symbolic link to {secret}/key, outside the task's",
+        ),
+        (
+            "environment/Dockerfile",
+            "Dockerfile",
+            "",
+            "environment/Dockerfile leads through a symbolic link to {secret}/",
+        ),
+        ("tests", "", "", "tests leads through a symbolic link to {secret}, outside the task's directory"),
+        ("tests/data", "", "", "tests/data leads through a symbolic link to {secret}, outside the task's directory"),
+        # A directory COPY copies (config/), a file named through a linked directory, a linked file named.
+        ("environment/config/keys", "", "", "line 9: COPY config/: environment/config/keys leads through a symbolic"),
+        ("environment/data", "", "COPY data/key /app/\n", "line 13: COPY data/key: environment/data/key leads through"),
+        (
+            "environment/greet.py",
+            "key",
+            "",
+            "line 8: COPY greet.py: environment/greet.py leads through a symbolic link",
+        ),
+    ],
+)
+def test_links_out_of_the_task_are_refused(tmp_path: Path, link: str, target: str, copy: str, reason: str) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("HOST KEY\n")
+    (secret / "Dockerfile").write_text(DOCKERFILE)
+    (secret / "test.sh").write_text(TEST_SH)
+    root = harbor_task(tmp_path / "h" / "t", dockerfile=DOCKERFILE + copy, solve=None)
+    if (root / link).is_dir():
+        shutil.rmtree(root / link)
+    (root / link).unlink(missing_ok=True)
+    (root / link).symlink_to(secret / target)
+    report = import_tasks("harbor", tmp_path / "h", tmp_path / "out")
+    (refusal,) = report.refused
+    assert reason.format(secret=secret) in refusal.reason, refusal
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_links_inside_the_task_are_kept_and_never_written_through(tmp_path: Path) -> None:
+    root = harbor_task(tmp_path / "h" / "t", solve=None)
+    (root / "environment" / "config" / "alias.txt").symlink_to(root / "environment" / "config" / "greeting.txt")
+    (root / "tests" / "run.sh").write_text(TEST_SH)
+    (root / "tests" / "test.sh").unlink()
+    (root / "tests" / "test.sh").symlink_to(root / "tests" / "run.sh")
+    task = load_task(import_tasks("harbor", root, tmp_path / "out").imported[0].path)
+    assert os.readlink(task.workspace / "config" / "alias.txt") == str(root / "environment/config/greeting.txt")
+    assert not (task.tests / "test.sh").is_symlink()
+    assert (task.tests / "test.sh").read_text().startswith("export EXPECTED_GREETING=")
+    assert (root / "tests" / "run.sh").read_text() == TEST_SH  # the source is left as it was
 
 
 def test_legacy_sizes_and_harbor_defaults(tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ A Harbor task is ``instruction.md``, ``task.toml``, ``environment/Dockerfile``, 
   test.sh (never to the agent); Harbor's ``[metadata]`` is kept. A prebuilt ``docker_image``, GPUs, MCP servers
   and docker-compose environments are refused. rollbox gives no internet: ``allow_internet`` is recorded
   (``[metadata] allow_internet``), and a test.sh that downloads its tools fails.
+- A file the importer reads or carries (task.toml, instruction.md, the Dockerfile, what COPY copies, tests/,
+  solution/) that leads through a symbolic link out of the task's directory (environment/ for COPY) refuses the
+  task: a task carries its own files, never the host's.
 
 Harbor's fixed paths become rollbox's in instruction.md and in the text files of tests/ and solution/ (workspace
 files are left as they are): the WORKDIR (``/app``) is /workspace, ``/tests`` the judge's tests directory,
@@ -269,7 +272,34 @@ def _reference(workspace: Path, solved: Path, out: Path) -> None:
             shutil.copy2(solved / name, out / name)
 
 
+def _refuse_links_out(task_dir: Path) -> None:
+    """Refuse a task whose files that the importer reads or carries lead, through symbolic links, out of its
+    directory: an instruction.md linked to a host file would otherwise be copied into the task.
+
+    Raises:
+        ImportRefused: naming the first such path and where it leads.
+    """
+    home = Path(os.path.realpath(task_dir))
+
+    def check(relative: str) -> None:
+        real = Path(os.path.realpath(task_dir / relative))
+        if not real.is_relative_to(home):
+            raise ImportRefused(
+                f"{relative} leads through a symbolic link to {real}, outside the task's directory; put the file "
+                "itself in the task"
+            )
+
+    for relative in ("task.toml", "instruction.md", "environment", "environment/Dockerfile", "tests", "solution"):
+        check(relative)
+    for tree in ("tests", "solution"):
+        if (task_dir / tree).is_dir():
+            for path, st in tree_entries(task_dir / tree):
+                if stat.S_ISLNK(st.st_mode):
+                    check(f"{tree}/{os.fsdecode(path)}")
+
+
 def _write(task_dir: Path, root: Path, force: bool) -> Task:
+    _refuse_links_out(task_dir)
     try:
         data = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -298,7 +328,9 @@ def _write(task_dir: Path, root: Path, force: bool) -> Task:
         if settings.verifier_env:
             exports = "".join(f"export {k}={shlex.quote(rewrite(v))}\n" for k, v in settings.verifier_env.items())
             script = work / "tests" / "test.sh"
-            script.write_text(exports + script.read_text(encoding="utf-8", errors="surrogateescape"))
+            text = script.read_text(encoding="utf-8", errors="surrogateescape")
+            script.unlink()  # a link is replaced, never written through
+            script.write_text(exports + text, encoding="utf-8", errors="surrogateescape")
         solution: Path | None = None
         if (task_dir / "solution" / "solve.sh").is_file():
             _copy_rewritten(task_dir / "solution", work / "solve", rewrite)
