@@ -11,10 +11,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rollbox.judge import VerdictStatus, grade
 from rollbox.tasks import Environment, ScriptGrading, import_tasks, load_task
 from rollbox.tasks._dockerfile import DockerfileError, read_dockerfile
+from rollbox.tasks._import_harbor import REWARD_DIR, SOLUTION_DIR, TESTS_DIR, _rewriter
 
 
 @pytest.fixture(autouse=True)
@@ -265,6 +268,59 @@ def test_legacy_sizes_and_harbor_defaults(tmp_path: Path) -> None:
     assert (task.limits.timeout_s, task.limits.memory_bytes, task.limits.disk_bytes) == (600.0, 2 << 30, 1 << 30)
     assert task.environment == Environment(python="3.12") and task.instruction == "Work in /workspace, not /app.\n"
     assert task.metadata["allow_internet"] is True  # Harbor's default, recorded: rollbox gives no internet
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("pytest /tests/test_outputs.py", f"pytest {TESTS_DIR}/test_outputs.py"),
+        ('route("/solution")', f'route("{SOLUTION_DIR}")'),
+        ("x=/app:/logs/verifier,[/app]", f"x=/workspace:{REWARD_DIR},[/workspace]"),
+        ("/app.\n\t/app", "/workspace.\n\t/workspace"),
+        # The end of another path: left as it is.
+        ('out = f"{tmpdir}/solution/answer.txt"', None),
+        ('cp "${ROOT}/tests/data.csv" .', None),
+        ("ls $(pwd)/tests && cd ~/tests", None),
+        ('find . -path "*/tests/*"', None),
+        ('url = "http://localhost:8080/app" or localhost/tests', None),
+        ("/apple /srv/app /app.py /tests-old", None),
+    ],
+)
+def test_only_whole_path_prefixes_are_rewritten(text: str, expected: str | None) -> None:
+    assert _rewriter("/app")(text) == (text if expected is None else expected)
+
+
+REWRITES = {"/app": "/workspace", "/tests": TESTS_DIR, "/solution": SOLUTION_DIR, "/logs/verifier": REWARD_DIR}
+
+
+def rewritten_by_hand(text: str) -> str:
+    """The documented rule, one position at a time: a fixed path that starts a line or follows whitespace, a quote,
+    ``=``, ``:``, ``(``, ``[`` or ``,``, and ends where a path component ends (``/``, the end, a character that is
+    not a letter, digit, ``_``, ``.`` or ``-``, or a ``.`` that no letter, digit or ``_`` follows)."""
+
+    def word(c: str) -> bool:
+        return c.isalnum() or c == "_"
+
+    def ends(rest: str) -> bool:
+        return not rest or not (word(rest[0]) or rest[0] in ".-") or (rest[0] == "." and not word(rest[1:2] or " "))
+
+    out, i = [], 0
+    while i < len(text):
+        opens = i == 0 or text[i - 1].isspace() or text[i - 1] in "\"'`=:([,"
+        keys = sorted(REWRITES, key=len, reverse=True)
+        key = next((k for k in keys if opens and text.startswith(k, i) and ends(text[i + len(k) :])), None)
+        out.append(text[i] if key is None else REWRITES[key])
+        i += 1 if key is None else len(key)
+    return "".join(out)
+
+
+PIECES = [*REWRITES, "/logs", "/apple", "x", "_", ".", "-", "/", " ", "\n", "\t", '"', "'", "`", "=", ":", "("]
+PIECES += ["[", ",", "$", "{", "}", ")", "~", "*", "+", "@"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=12).map("".join))
+def test_the_rewriting_is_the_documented_rule(text: str) -> None:
+    assert _rewriter("/app")(text) == rewritten_by_hand(text)
 
 
 def dockerfile(tmp_path: Path, text: str, files: dict[str, str] | None = None) -> Path:

@@ -23,7 +23,9 @@ A Harbor task is ``instruction.md``, ``task.toml``, ``environment/Dockerfile``, 
 Harbor's fixed paths become rollbox's in instruction.md and in the text files of tests/ and solution/ (workspace
 files are left as they are): the WORKDIR (``/app``) is /workspace, ``/tests`` the judge's tests directory,
 ``/logs/verifier`` its reward directory, ``/solution`` where solve.sh runs from. Only whole path prefixes are
-rewritten (``/app/x`` and ``"/app"``, never ``/apple`` or ``/srv/app``).
+rewritten: the path starts a line or follows whitespace, a quote, ``=``, ``:``, ``(``, ``[`` or ``,`` and ends
+where a path component ends (``/app/x``, ``"/app"``, ``PATH=/app``; never ``/apple``, ``/srv/app``,
+``${ROOT}/app``, ``~/app`` or ``*/app``).
 
 Until runtime layers are mounted in sandboxes, ``solve.sh`` runs with rollbox's own interpreter: a reference that
 needs the task's requirements at solve time is refused with its error output.
@@ -159,13 +161,19 @@ class _Settings:
         return env
 
 
+#: What may stand right before a path that is rewritten, besides whitespace and the start of a line: anything
+#: else (``${ROOT}/tests``, ``~/tests``, ``*/tests``, ``host/app``) makes it the end of some other path.
+_PATH_OPENERS = "\"'`=:([,"
+
+
 def _rewriter(workdir: str | None) -> Callable[[str], str]:
     """A function that rewrites Harbor's fixed paths (see the module's docstring) in a text."""
     mapping = {"/logs/verifier": REWARD_DIR, "/tests": TESTS_DIR, "/solution": SOLUTION_DIR}
     if workdir:
         mapping[workdir] = "/workspace"
     names = "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True))
-    pattern = re.compile(rf"(?<![\w./-])({names})(?=/|$|[^\w.-]|\.(?!\w))", re.MULTILINE)
+    openers = re.escape(_PATH_OPENERS)
+    pattern = re.compile(rf"(?:^|(?<=[\s{openers}]))({names})(?=/|$|[^\w.-]|\.(?!\w))", re.MULTILINE)
     return lambda text: pattern.sub(lambda m: mapping[m.group(1)], text)
 
 
