@@ -216,7 +216,13 @@ def test_rollbox_tasks_import_swebench(tmp_path: Path, repo: CalcRepo, capsys: p
     assert main(["tasks", "import", "stdio", str(source), str(tmp_path / "o2"), "--repos", str(tmp_path)]) == 2
 
 
-@pytest.mark.parametrize("error", [GitError("git rm -q -- x (in /w) failed with exit status 128: fatal: bad object")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        GitError("git rm -q -- x (in /w) failed with exit status 128: fatal: bad object"),
+        OverflowError("cannot convert float infinity to integer"),
+    ],
+)
 def test_a_write_that_fails_refuses_its_task_alone(tmp_path: Path, repo: CalcRepo, error: Exception) -> None:
     def failing(path: Path, force: bool) -> Task:
         raise error
@@ -227,7 +233,7 @@ def test_a_write_that_fails_refuses_its_task_alone(tmp_path: Path, repo: CalcRep
     report = run_import("swebench", drafts, tmp_path / "tasks")
     assert [t.task_id for t in report.imported] == ["acme__calc-1"]
     (refusal,) = report.refused
-    assert refusal.task_id == "broken" and refusal.reason.startswith(str(error)), refusal
+    assert refusal.task_id == "broken" and str(error) in refusal.reason, refusal
 
 
 def _readme_edit() -> str:

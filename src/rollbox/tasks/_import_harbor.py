@@ -79,12 +79,17 @@ _DEFAULT_TIMEOUT_S = 600.0
 _DEFAULT_MEMORY = 2048 * _MiB
 _DEFAULT_STORAGE = 10240 * _MiB
 _PIDS = 256
+#: The largest number task.toml may give: far above any limit, far below the largest float.
+_LARGEST = 2**62
 
 
 def _number(table: dict[str, Any], key: str, where: str, default: float) -> float:
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ImportRefused(f"task.toml {where} {key}: expected a positive number, got {shorten(value)}")
+    # TOML spells inf and nan, and its integers have no bound: neither may reach float() or int().
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= _LARGEST:
+        raise ImportRefused(
+            f"task.toml {where} {key}: expected a positive, finite number (at most 2**62), got {shorten(value)}"
+        )
     return float(value)
 
 
@@ -103,6 +108,10 @@ def _size(table: dict[str, Any], mb_key: str, legacy: str, default: int) -> int:
             return parse_size(table[legacy])
         except ValueError as exc:
             raise ImportRefused(f"task.toml [environment] {legacy}: {exc}") from None
+        except ArithmeticError:  # a size of hundreds of digits overflows
+            raise ImportRefused(
+                f"task.toml [environment] {legacy}: {shorten(table[legacy])} is too large; give a size such as '2G'"
+            ) from None
     return default
 
 
