@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rollbox.judge import VerdictStatus, grade
 from rollbox.tasks import Environment, ScriptGrading, import_tasks, load_task
 from rollbox.tasks._dockerfile import DockerfileError, read_dockerfile
+from rollbox.tasks._import_harbor import REWARD_DIR, SOLUTION_DIR, TESTS_DIR, _rewriter
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +188,11 @@ def test_solutions_that_fail_or_delete_and_an_unsupported_line_are_refused(tmp_p
     [
         ('[environment]\ndocker_image = "org/img:1"\n', "docker_image = 'org/img:1': a prebuilt image cannot be read"),
         ("[environment]\ngpus = 1\n", "gpus: rollbox sandboxes have no GPU"),
-        ('[verifier]\ntimeout_sec = "long"\n', "[verifier] timeout_sec: expected a positive number, got 'long'"),
+        ('[verifier]\ntimeout_sec = "long"\n', "[verifier] timeout_sec: expected a positive, finite number"),
+        ("[environment]\nmemory_mb = inf\n", "[environment] memory_mb: expected a positive, finite number (at most"),
+        ("[agent]\ntimeout_sec = nan\n", "[agent] timeout_sec: expected a positive, finite number (at most 2**62)"),
+        (f"[environment]\nstorage_mb = {10**400}\n", "[environment] storage_mb: expected a positive, finite number"),
+        (f'[environment]\nmemory = "{10**400}G"\n', "is too large; give a size such as '2G'"),
         ('[environment]\nmemory = "lots"\n', "[environment] memory: invalid size 'lots'"),
         ("[environment]\nmemory_mb = 1\n", "Limits.memory_bytes must be at least 8 MiB"),
         ("[verifier\n", "task.toml: not valid TOML"),
@@ -198,6 +206,64 @@ def test_harbor_settings_rollbox_cannot_honour_are_refused(tmp_path: Path, toml:
     assert reason in refusal.reason, refusal
 
 
+@pytest.mark.parametrize(
+    ("link", "target", "copy", "reason"),
+    [
+        (
+            "instruction.md",
+            "key",
+            "",
+            "instruction.md leads through a symbolic link to {secret}/key, outside the task's",
+        ),
+        (
+            "environment/Dockerfile",
+            "Dockerfile",
+            "",
+            "environment/Dockerfile leads through a symbolic link to {secret}/",
+        ),
+        ("tests", "", "", "tests leads through a symbolic link to {secret}, outside the task's directory"),
+        ("tests/data", "", "", "tests/data leads through a symbolic link to {secret}, outside the task's directory"),
+        # A directory COPY copies (config/), a file named through a linked directory, a linked file named.
+        ("environment/config/keys", "", "", "line 9: COPY config/: environment/config/keys leads through a symbolic"),
+        ("environment/data", "", "COPY data/key /app/\n", "line 13: COPY data/key: environment/data/key leads through"),
+        (
+            "environment/greet.py",
+            "key",
+            "",
+            "line 8: COPY greet.py: environment/greet.py leads through a symbolic link",
+        ),
+    ],
+)
+def test_links_out_of_the_task_are_refused(tmp_path: Path, link: str, target: str, copy: str, reason: str) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("HOST KEY\n")
+    (secret / "Dockerfile").write_text(DOCKERFILE)
+    (secret / "test.sh").write_text(TEST_SH)
+    root = harbor_task(tmp_path / "h" / "t", dockerfile=DOCKERFILE + copy, solve=None)
+    if (root / link).is_dir():
+        shutil.rmtree(root / link)
+    (root / link).unlink(missing_ok=True)
+    (root / link).symlink_to(secret / target)
+    report = import_tasks("harbor", tmp_path / "h", tmp_path / "out")
+    (refusal,) = report.refused
+    assert reason.format(secret=secret) in refusal.reason, refusal
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_links_inside_the_task_are_kept_and_never_written_through(tmp_path: Path) -> None:
+    root = harbor_task(tmp_path / "h" / "t", solve=None)
+    (root / "environment" / "config" / "alias.txt").symlink_to(root / "environment" / "config" / "greeting.txt")
+    (root / "tests" / "run.sh").write_text(TEST_SH)
+    (root / "tests" / "test.sh").unlink()
+    (root / "tests" / "test.sh").symlink_to(root / "tests" / "run.sh")
+    task = load_task(import_tasks("harbor", root, tmp_path / "out").imported[0].path)
+    assert os.readlink(task.workspace / "config" / "alias.txt") == str(root / "environment/config/greeting.txt")
+    assert not (task.tests / "test.sh").is_symlink()
+    assert (task.tests / "test.sh").read_text().startswith("export EXPECTED_GREETING=")
+    assert (root / "tests" / "run.sh").read_text() == TEST_SH  # the source is left as it was
+
+
 def test_legacy_sizes_and_harbor_defaults(tmp_path: Path) -> None:
     root = harbor_task(tmp_path / "h" / "t", dockerfile="FROM python:3.12\n", solve=None)
     (root / "task.toml").write_text('[environment]\nmemory = "2G"\nstorage = "1G"\nworkdir = "/srv/app"\n')
@@ -206,6 +272,59 @@ def test_legacy_sizes_and_harbor_defaults(tmp_path: Path) -> None:
     assert (task.limits.timeout_s, task.limits.memory_bytes, task.limits.disk_bytes) == (600.0, 2 << 30, 1 << 30)
     assert task.environment == Environment(python="3.12") and task.instruction == "Work in /workspace, not /app.\n"
     assert task.metadata["allow_internet"] is True  # Harbor's default, recorded: rollbox gives no internet
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("pytest /tests/test_outputs.py", f"pytest {TESTS_DIR}/test_outputs.py"),
+        ('route("/solution")', f'route("{SOLUTION_DIR}")'),
+        ("x=/app:/logs/verifier,[/app]", f"x=/workspace:{REWARD_DIR},[/workspace]"),
+        ("/app.\n\t/app", "/workspace.\n\t/workspace"),
+        # The end of another path: left as it is.
+        ('out = f"{tmpdir}/solution/answer.txt"', None),
+        ('cp "${ROOT}/tests/data.csv" .', None),
+        ("ls $(pwd)/tests && cd ~/tests", None),
+        ('find . -path "*/tests/*"', None),
+        ('url = "http://localhost:8080/app" or localhost/tests', None),
+        ("/apple /srv/app /app.py /tests-old", None),
+    ],
+)
+def test_only_whole_path_prefixes_are_rewritten(text: str, expected: str | None) -> None:
+    assert _rewriter("/app")(text) == (text if expected is None else expected)
+
+
+REWRITES = {"/app": "/workspace", "/tests": TESTS_DIR, "/solution": SOLUTION_DIR, "/logs/verifier": REWARD_DIR}
+
+
+def rewritten_by_hand(text: str) -> str:
+    """The documented rule, one position at a time: a fixed path that starts a line or follows whitespace, a quote,
+    ``=``, ``:``, ``(``, ``[`` or ``,``, and ends where a path component ends (``/``, the end, a character that is
+    not a letter, digit, ``_``, ``.`` or ``-``, or a ``.`` that no letter, digit or ``_`` follows)."""
+
+    def word(c: str) -> bool:
+        return c.isalnum() or c == "_"
+
+    def ends(rest: str) -> bool:
+        return not rest or not (word(rest[0]) or rest[0] in ".-") or (rest[0] == "." and not word(rest[1:2] or " "))
+
+    out, i = [], 0
+    while i < len(text):
+        opens = i == 0 or text[i - 1].isspace() or text[i - 1] in "\"'`=:([,"
+        keys = sorted(REWRITES, key=len, reverse=True)
+        key = next((k for k in keys if opens and text.startswith(k, i) and ends(text[i + len(k) :])), None)
+        out.append(text[i] if key is None else REWRITES[key])
+        i += 1 if key is None else len(key)
+    return "".join(out)
+
+
+PIECES = [*REWRITES, "/logs", "/apple", "x", "_", ".", "-", "/", " ", "\n", "\t", '"', "'", "`", "=", ":", "("]
+PIECES += ["[", ",", "$", "{", "}", ")", "~", "*", "+", "@"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=12).map("".join))
+def test_the_rewriting_is_the_documented_rule(text: str) -> None:
+    assert _rewriter("/app")(text) == rewritten_by_hand(text)
 
 
 def dockerfile(tmp_path: Path, text: str, files: dict[str, str] | None = None) -> Path:

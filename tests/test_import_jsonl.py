@@ -193,6 +193,19 @@ def test_stdio_malformed_problems_name_the_key(
     assert refusal.where == f"{source}:2" and refusal.task_id == task_id and reason in refusal.reason, refusal
 
 
+@pytest.mark.parametrize("name", ["p.jsonl", "p.jsonl.gz"])
+def test_a_carriage_return_inside_a_row_is_whitespace(tmp_path: Path, name: str) -> None:
+    first, _, third = stdio_problems()
+    rows = [json.dumps(first, separators=(",\r", ":")), "{not json", json.dumps(third)]
+    data = ("\n".join(rows) + "\r\n").encode()
+    source = tmp_path / name
+    source.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    report = import_tasks("stdio", source, tmp_path / "out")
+    assert [t.task_id for t in report.imported] == ["sum/1", "no-reference"]
+    (refusal,) = report.refused
+    assert refusal.where == f"{source}:2" and refusal.reason.startswith("not JSON"), refusal
+
+
 def test_ids_that_make_the_same_directory_name_are_refused(tmp_path: Path) -> None:
     source = tmp_path / "p.jsonl"
     base = stdio_problems()[2]

@@ -13,8 +13,11 @@ import pytest
 
 from rollbox.cli import main
 from rollbox.judge import VerdictStatus, grade
-from rollbox.tasks import Environment, PytestGrading, audit_task, import_tasks, load_task
-from test_scrub import FIXED_OPS, NEW_TESTS, OPS, CalcRepo, make_calc_repo, objects, run_git
+from rollbox.tasks import Environment, PytestGrading, Task, audit_task, import_tasks, load_task
+from rollbox.tasks._git import GitError
+from rollbox.tasks._import_swebench import read_swebench
+from rollbox.tasks._importing import Draft, run_import
+from test_scrub import FIXED_OPS, NEW_TESTS, OPS, CalcRepo, make_calc_repo, objects, run_git, write
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +105,61 @@ def test_the_reference_passes_and_the_untouched_workspace_fails(tmp_path: Path, 
     assert failing.status is VerdictStatus.FAILED and failing.reward == 0.0, failing
 
 
+def commit_on(repo: CalcRepo, start: str, branch: str, files: dict[str, str | None]) -> tuple[str, str]:
+    """Commit ``files`` (``None``: delete the file) on ``start`` as ``branch`` of the repository, git-ignored files
+    included; the commit and its diff from ``start``, as SWE-bench makes its patches."""
+    run_git(repo.path, "checkout", "-q", "-b", branch, start)
+    write(repo.path, {name: content for name, content in files.items() if content is not None})
+    for name in (name for name, content in files.items() if content is None):
+        (repo.path / name).unlink()
+    run_git(repo.path, "add", "--all", "--force")
+    run_git(repo.path, "commit", "-qm", branch)
+    run_git(repo.path, "checkout", "-q", "main")
+    commit = run_git(repo.path, "rev-parse", branch)
+    return commit, run_git(repo.path, "diff", "--binary", start, commit) + "\n"
+
+
+FILES_TEST = """
+
+def test_median_from_files():
+    import pathlib
+
+    here = pathlib.Path(__file__).parent
+    values = [int(v) for v in (here / "build" / "values.txt").read_text().split()]
+    assert median(values) == float((here / "expected.log").read_text())
+"""
+
+
+def test_a_test_patch_adds_ignored_files_and_deletes_files(tmp_path: Path, repo: CalcRepo) -> None:
+    stale = "from calc.ops import median\n\n\ndef test_stale():\n    assert median([4, 1, 3, 2]) == 3\n"
+    base, _ = commit_on(repo, repo.base, "ignoring", {".gitignore": "*.log\nbuild/\n", "tests/test_stale.py": stale})
+    _, test_patch = commit_on(
+        repo,
+        base,
+        "tests",
+        {
+            "tests/test_ops.py": NEW_TESTS + FILES_TEST,
+            "tests/expected.log": "2.5\n",  # ignored by name, and by the directory below
+            "tests/build/values.txt": "4 1 3 2\n",
+            "tests/test_stale.py": None,  # what the fix makes wrong goes with it
+        },
+    )
+    f2p = [*F2P, "tests/test_ops.py::test_median_from_files"]
+    record = instance(repo, base_commit=base, test_patch=test_patch, FAIL_TO_PASS=f2p)
+    report = import_instances(tmp_path, repo, record)
+    assert report.ok, report.refused
+    task = load_task(report.imported[0].path)
+    tests = sorted(p.relative_to(task.tests).as_posix() for p in task.tests.rglob("*") if p.is_file())
+    assert tests == ["tests/build/values.txt", "tests/expected.log", "tests/test_ops.py"]
+    assert not (task.workspace / "tests" / "test_stale.py").exists()
+    assert (task.workspace / ".gitignore").is_file() and audit_task(task).clean
+    assert task.solution is not None
+    passing = asyncio.run(grade(task, {"calc/ops.py": (task.solution / "calc" / "ops.py").read_bytes()}))
+    assert passing.status is VerdictStatus.PASSED and passing.reward == 1.0, passing
+    failing = asyncio.run(grade(task, task.workspace))
+    assert failing.status is VerdictStatus.FAILED and failing.reward == 0.0, failing
+
+
 def test_malformed_instances_are_refused_one_by_one(tmp_path: Path, repo: CalcRepo) -> None:
     good = instance(repo)
     corrupt = good["patch"].replace("return ordered[middle]", "return ordered[middle + 7]")
@@ -119,6 +177,7 @@ def test_malformed_instances_are_refused_one_by_one(tmp_path: Path, repo: CalcRe
         good | {"instance_id": "deletes", "patch": _deletion(repo)},
         good | {"instance_id": "bad-req", "requirements": ["numpy==="]},
         good | {"instance_id": "acme__calc-1"},
+        good | {"instance_id": "fixes-deleted", "test_patch": _deletion(repo), "patch": good["patch"] + _readme_edit()},
     ]
     assert deleting == ""  # the README is the same at both commits: the deletion is made by hand below
     report = import_instances(tmp_path, repo, *records)
@@ -138,6 +197,7 @@ def test_malformed_instances_are_refused_one_by_one(tmp_path: Path, repo: CalcRe
     assert reasons[("deletes", "10")].startswith("patch deletes README.md; a rollbox solution/ is laid over")
     assert "'numpy===' is not a valid requirement" in reasons[("bad-req", "11")]
     assert "already taken by task 'acme__calc-1'" in reasons[("acme__calc-1", "12")]
+    assert reasons[("fixes-deleted", "13")] == "patch and test_patch both change README.md; keep fix and tests apart"
     assert sorted(p.name for p in (tmp_path / "tasks").iterdir()) == ["acme__calc-1"]  # no scratch left behind
     with pytest.raises(ValueError, match="swebench needs repos"):
         import_tasks("swebench", tmp_path / "instances.jsonl", tmp_path / "x")
@@ -154,6 +214,34 @@ def test_rollbox_tasks_import_swebench(tmp_path: Path, repo: CalcRepo, capsys: p
     assert main(["tasks", "audit", str(tmp_path / "out" / "acme__calc-1")]) == 0
     assert "acme__calc-1: clean (11 added lines of 2 files" in capsys.readouterr().out
     assert main(["tasks", "import", "stdio", str(source), str(tmp_path / "o2"), "--repos", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        GitError("git rm -q -- x (in /w) failed with exit status 128: fatal: bad object"),
+        OverflowError("cannot convert float infinity to integer"),
+    ],
+)
+def test_a_write_that_fails_refuses_its_task_alone(tmp_path: Path, repo: CalcRepo, error: Exception) -> None:
+    def failing(path: Path, force: bool) -> Task:
+        raise error
+
+    source = tmp_path / "instances.jsonl"
+    source.write_text(json.dumps(instance(repo)) + "\n")
+    drafts = [Draft("broken", "broken.jsonl:1", failing), *read_swebench(source, repos=repo.path.parent)]
+    report = run_import("swebench", drafts, tmp_path / "tasks")
+    assert [t.task_id for t in report.imported] == ["acme__calc-1"]
+    (refusal,) = report.refused
+    assert refusal.task_id == "broken" and str(error) in refusal.reason, refusal
+
+
+def _readme_edit() -> str:
+    """A patch that changes README.md at the base commit."""
+    return (
+        "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
+        "@@ -1 +1 @@\n-calc: small numeric helpers\n+calc: numeric helpers\n"
+    )
 
 
 def _deletion(repo: CalcRepo) -> str:

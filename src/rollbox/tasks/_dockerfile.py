@@ -10,8 +10,9 @@ Accepted instructions (any other is an error naming its line):
   ``--break-system-packages``, ``--root-user-action``, ``--disable-pip-version-check``,
   ``--no-warn-script-location``, ``--user``); any other option is an error.
 - ``COPY [--chown=...] [--chmod=OCTAL] SRC... DEST`` (shell or JSON form): files of the build context
-  (environment/) copied into the image. Everything copied must end up under the final ``WORKDIR``, which becomes
-  the workspace, except a requirements file that ``RUN pip install -r`` reads.
+  (environment/) copied into the image; a file or link that symbolic links lead out of environment/ is an error.
+  Everything copied must end up under the final ``WORKDIR``, which becomes the workspace, except a requirements
+  file that ``RUN pip install -r`` reads.
 - ``WORKDIR PATH``: the directory the agent works in; the last one is the workspace.
 - ``ENV NAME=VALUE ...`` (or ``ENV NAME VALUE``): environment variables; a value naming a path under the
   workspace is rewritten to /workspace; ``$`` references are not expanded, so they are refused.
@@ -22,6 +23,7 @@ Comments, blank lines, line continuations (``\\``) and the ``syntax`` parser dir
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
 import shlex
@@ -266,15 +268,26 @@ class _Builder:
             raise DockerfileError(number, f"COPY {source}: no such file in environment/")
         found: list[tuple[Path, str | None]] = []
         for match in matches:
+            self._within_context(number, source, match)
             if match.is_dir() and not match.is_symlink():
-                found += [
-                    (p, p.relative_to(match).as_posix())
-                    for p in sorted(match.rglob("*"))
-                    if (p.is_file() or p.is_symlink()) and p.name != ".dockerignore"
-                ]
+                for p in sorted(match.rglob("*")):
+                    if (p.is_file() or p.is_symlink()) and p.name != ".dockerignore":
+                        self._within_context(number, source, p)
+                        found.append((p, p.relative_to(match).as_posix()))
             else:
                 found.append((match, None))
         return found
+
+    def _within_context(self, number: int, source: str, path: Path) -> None:
+        """Refuse ``path`` when symbolic links lead it out of the build context: Docker resolves them inside it,
+        and rollbox must not copy the host's files into a task."""
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(os.path.realpath(self.context)):
+            raise DockerfileError(
+                number,
+                f"COPY {source}: environment/{path.relative_to(self.context).as_posix()} leads through a symbolic "
+                f"link to {real}, outside the build context (environment/); put the file itself in environment/",
+            )
 
     def finish(self, workdir: str | None) -> Image:
         if not self.seen_from:

@@ -16,11 +16,16 @@ A Harbor task is ``instruction.md``, ``task.toml``, ``environment/Dockerfile``, 
   test.sh (never to the agent); Harbor's ``[metadata]`` is kept. A prebuilt ``docker_image``, GPUs, MCP servers
   and docker-compose environments are refused. rollbox gives no internet: ``allow_internet`` is recorded
   (``[metadata] allow_internet``), and a test.sh that downloads its tools fails.
+- A file the importer reads or carries (task.toml, instruction.md, the Dockerfile, what COPY copies, tests/,
+  solution/) that leads through a symbolic link out of the task's directory (environment/ for COPY) refuses the
+  task: a task carries its own files, never the host's.
 
 Harbor's fixed paths become rollbox's in instruction.md and in the text files of tests/ and solution/ (workspace
 files are left as they are): the WORKDIR (``/app``) is /workspace, ``/tests`` the judge's tests directory,
 ``/logs/verifier`` its reward directory, ``/solution`` where solve.sh runs from. Only whole path prefixes are
-rewritten (``/app/x`` and ``"/app"``, never ``/apple`` or ``/srv/app``).
+rewritten: the path starts a line or follows whitespace, a quote, ``=``, ``:``, ``(``, ``[`` or ``,`` and ends
+where a path component ends (``/app/x``, ``"/app"``, ``PATH=/app``; never ``/apple``, ``/srv/app``,
+``${ROOT}/app``, ``~/app`` or ``*/app``).
 
 Until runtime layers are mounted in sandboxes, ``solve.sh`` runs with rollbox's own interpreter: a reference that
 needs the task's requirements at solve time is refused with its error output.
@@ -74,12 +79,17 @@ _DEFAULT_TIMEOUT_S = 600.0
 _DEFAULT_MEMORY = 2048 * _MiB
 _DEFAULT_STORAGE = 10240 * _MiB
 _PIDS = 256
+#: The largest number task.toml may give: far above any limit, far below the largest float.
+_LARGEST = 2**62
 
 
 def _number(table: dict[str, Any], key: str, where: str, default: float) -> float:
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ImportRefused(f"task.toml {where} {key}: expected a positive number, got {shorten(value)}")
+    # TOML spells inf and nan, and its integers have no bound: neither may reach float() or int().
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= _LARGEST:
+        raise ImportRefused(
+            f"task.toml {where} {key}: expected a positive, finite number (at most 2**62), got {shorten(value)}"
+        )
     return float(value)
 
 
@@ -98,6 +108,10 @@ def _size(table: dict[str, Any], mb_key: str, legacy: str, default: int) -> int:
             return parse_size(table[legacy])
         except ValueError as exc:
             raise ImportRefused(f"task.toml [environment] {legacy}: {exc}") from None
+        except ArithmeticError:  # a size of hundreds of digits overflows
+            raise ImportRefused(
+                f"task.toml [environment] {legacy}: {shorten(table[legacy])} is too large; give a size such as '2G'"
+            ) from None
     return default
 
 
@@ -156,13 +170,19 @@ class _Settings:
         return env
 
 
+#: What may stand right before a path that is rewritten, besides whitespace and the start of a line: anything
+#: else (``${ROOT}/tests``, ``~/tests``, ``*/tests``, ``host/app``) makes it the end of some other path.
+_PATH_OPENERS = "\"'`=:([,"
+
+
 def _rewriter(workdir: str | None) -> Callable[[str], str]:
     """A function that rewrites Harbor's fixed paths (see the module's docstring) in a text."""
     mapping = {"/logs/verifier": REWARD_DIR, "/tests": TESTS_DIR, "/solution": SOLUTION_DIR}
     if workdir:
         mapping[workdir] = "/workspace"
     names = "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True))
-    pattern = re.compile(rf"(?<![\w./-])({names})(?=/|$|[^\w.-]|\.(?!\w))", re.MULTILINE)
+    openers = re.escape(_PATH_OPENERS)
+    pattern = re.compile(rf"(?:^|(?<=[\s{openers}]))({names})(?=/|$|[^\w.-]|\.(?!\w))", re.MULTILINE)
     return lambda text: pattern.sub(lambda m: mapping[m.group(1)], text)
 
 
@@ -269,7 +289,34 @@ def _reference(workspace: Path, solved: Path, out: Path) -> None:
             shutil.copy2(solved / name, out / name)
 
 
+def _refuse_links_out(task_dir: Path) -> None:
+    """Refuse a task whose files that the importer reads or carries lead, through symbolic links, out of its
+    directory: an instruction.md linked to a host file would otherwise be copied into the task.
+
+    Raises:
+        ImportRefused: naming the first such path and where it leads.
+    """
+    home = Path(os.path.realpath(task_dir))
+
+    def check(relative: str) -> None:
+        real = Path(os.path.realpath(task_dir / relative))
+        if not real.is_relative_to(home):
+            raise ImportRefused(
+                f"{relative} leads through a symbolic link to {real}, outside the task's directory; put the file "
+                "itself in the task"
+            )
+
+    for relative in ("task.toml", "instruction.md", "environment", "environment/Dockerfile", "tests", "solution"):
+        check(relative)
+    for tree in ("tests", "solution"):
+        if (task_dir / tree).is_dir():
+            for path, st in tree_entries(task_dir / tree):
+                if stat.S_ISLNK(st.st_mode):
+                    check(f"{tree}/{os.fsdecode(path)}")
+
+
 def _write(task_dir: Path, root: Path, force: bool) -> Task:
+    _refuse_links_out(task_dir)
     try:
         data = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -298,7 +345,9 @@ def _write(task_dir: Path, root: Path, force: bool) -> Task:
         if settings.verifier_env:
             exports = "".join(f"export {k}={shlex.quote(rewrite(v))}\n" for k, v in settings.verifier_env.items())
             script = work / "tests" / "test.sh"
-            script.write_text(exports + script.read_text(encoding="utf-8", errors="surrogateescape"))
+            text = script.read_text(encoding="utf-8", errors="surrogateescape")
+            script.unlink()  # a link is replaced, never written through
+            script.write_text(exports + text, encoding="utf-8", errors="surrogateescape")
         solution: Path | None = None
         if (task_dir / "solution" / "solve.sh").is_file():
             _copy_rewritten(task_dir / "solution", work / "solve", rewrite)

@@ -14,9 +14,11 @@ Each instance becomes:
 
 - workspace/: a fresh clone at ``base_commit``, scrubbed (:mod:`rollbox.tasks._scrub`): no later commits, no
   other branches, tags, remotes, reflogs, stash, or objects only they reach;
-- tests/: the files ``test_patch`` adds or changes, as they are after it is applied, at their repository paths;
+- tests/: the files ``test_patch`` adds or changes (git-ignored paths included), as they are after it is applied,
+  at their repository paths; the files it deletes are removed from the workspace (and its index), as SWE-bench's
+  harness has them gone when the tests run;
 - solution/: the files ``patch`` adds or changes, after it is applied (a patch that deletes a file, or one that
-  changes a file ``test_patch`` also changes, is refused: an overlay cannot say it);
+  changes a file ``test_patch`` also adds, changes or deletes, is refused: an overlay cannot say it);
 - ``[grading] runner = "pytest"``, ``fail_to_pass``, ``pass_to_pass``, ``tests_in_workspace = true`` (the tests
   run inside the repository, with its conftest and configuration); ``[limits]``: 300 s wall and CPU, 2G memory,
   256 processes, and a disk limit of the workspace's size plus 1G.
@@ -125,7 +127,7 @@ def _clone_of(repos: Path, repo: str) -> Path:
 
 def _changes(workspace: Path, patch: str, key: str, scratch: Path, out: Path) -> list[str]:
     """Apply ``patch`` to a copy of ``workspace``; write the files it adds or changes under ``out`` (as they are
-    after it, executable bits kept); return the paths it deletes.
+    after it, executable bits kept, git-ignored ones too); return the paths it deletes.
 
     Raises:
         ImportRefused: the patch does not apply, or makes a symbolic link.
@@ -133,22 +135,22 @@ def _changes(workspace: Path, patch: str, key: str, scratch: Path, out: Path) ->
     copy = scratch / key
     git("clone", "-q", "--shared", "--template=", str(workspace), str(copy), cwd=scratch)
     try:
-        git("apply", "--whitespace=nowarn", "-", cwd=copy, stdin=patch.encode())
+        # The patch's own list of what it writes: git status would hide files under git-ignored paths.
+        listing = git("apply", "--numstat", "-z", "--apply", "--whitespace=nowarn", "-", cwd=copy, stdin=patch.encode())
     except GitError as exc:
         raise ImportRefused(
             f"{key} does not apply at base_commit: {str(exc).rpartition(': ')[2]}; check that base_commit and the "
             "patches belong together"
         ) from None
-    status = git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", cwd=copy)
-    deleted: list[str] = []
-    for entry in filter(None, status.decode("utf-8", "surrogateescape").split("\0")):
-        code, path = entry[:2], entry[3:]
-        if "D" in code:
-            deleted.append(path)
-            continue
+    # Each entry is ADDED<tab>DELETED<tab>PATH; a rename names only its new path, so deletions are read from git.
+    written = [os.fsdecode(entry.split(b"\t", 2)[2]) for entry in listing.split(b"\0") if entry]
+    deleted = [os.fsdecode(p) for p in git("ls-files", "--deleted", "-z", cwd=copy).split(b"\0") if p]
+    for path in written:
         source, target = copy / path, out / path
         if source.is_symlink():
             raise ImportRefused(f"{key} makes {path} a symbolic link, which a task's {key} files cannot carry")
+        if not source.is_file():
+            continue  # deleted, or a directory now: ls-files names what was deleted
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
         target.chmod(0o755 if source.stat().st_mode & stat.S_IXUSR else 0o644)
@@ -182,16 +184,20 @@ def _write(instance: dict[str, Any], repos: Path, root: Path, force: bool) -> Ta
         except ScrubError as exc:
             raise ImportRefused(f"cannot scrub the clone: {exc}") from None
         tests, solution = scratch / "tests", scratch / "solution"
-        _changes(workspace, instance["test_patch"], "test_patch", scratch, tests)
+        obsolete = _changes(workspace, instance["test_patch"], "test_patch", scratch, tests)
         deleted = _changes(workspace, instance["patch"], "patch", scratch, solution)
         if deleted:
             raise ImportRefused(
                 f"patch deletes {', '.join(deleted[:5])}; a rollbox solution/ is laid over the workspace and can "
                 "only add or change files"
             )
-        both = sorted(_files(tests) & _files(solution))
+        both = sorted((_files(tests) | set(obsolete)) & _files(solution))
         if both:
             raise ImportRefused(f"patch and test_patch both change {', '.join(both[:5])}; keep fix and tests apart")
+        if obsolete:
+            # The tests run as after test_patch, which SWE-bench applies whole: what it deletes is not in the
+            # workspace, nor in its index (so that the two agree).
+            git("--literal-pathspecs", "rm", "-q", "--", *obsolete, cwd=workspace)
         size = Tree.of(workspace).bytes
         task = write_task(
             scratch / "task",

@@ -20,6 +20,7 @@ from typing import Any
 from rollbox.sandbox import RollboxError
 
 from ._errors import TaskFormatError
+from ._git import GitError
 from ._model import Task
 
 __all__ = [
@@ -100,7 +101,8 @@ class Draft:
     task_id: str
     where: str
     #: Writes the task at the given directory (replacing what is there when the second argument is true) and
-    #: returns it loaded. Raises ImportRefused, TaskFormatError, ValueError or OSError to refuse it.
+    #: returns it loaded. Raises ImportRefused, TaskFormatError, ValueError, OSError, GitError or ArithmeticError to
+    #: refuse it.
     write: Callable[[Path, bool], Task]
 
 
@@ -176,4 +178,10 @@ def _write(draft: Draft, dest: Path, taken: dict[str, str], force: bool) -> Impo
         return Refusal(draft.task_id, draft.where, f"the task it makes does not load: {exc}")
     except (ImportRefused, ValueError, OSError) as exc:
         return Refusal(draft.task_id, draft.where, str(exc))
+    except GitError as exc:
+        return Refusal(draft.task_id, draft.where, f"{exc}; check its repository (git fsck) and import it again")
+    except ArithmeticError as exc:
+        # A number of the input that no check caught (an overflowing size) is this task's fault, not the import's.
+        reason = f"a number in it is out of range ({type(exc).__name__}: {exc}); check its sizes and limits"
+        return Refusal(draft.task_id, draft.where, reason)
     return ImportedTask(task.id, task.path)

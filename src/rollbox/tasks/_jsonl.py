@@ -1,5 +1,5 @@
-"""Reading the JSON Lines files importers take (plain or gzip-compressed), one record a line, each bad line
-refused alone with its file and line number."""
+"""Reading the JSON Lines files importers take (plain or gzip-compressed), one record a line (a newline alone ends
+one), each bad line refused alone with its file and line number."""
 
 from __future__ import annotations
 
@@ -35,8 +35,11 @@ def shorten(value: Any, limit: int = 80) -> str:
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            yield from enumerate(f, 1)
+        # Bytes, so that only "\n" ends a row: text mode would end one at a raw "\r" too, which JSON allows
+        # inside a row as whitespace, and every later line number would be off.
+        with opener(path, "rb") as f:
+            for number, line in enumerate(f, 1):
+                yield number, line.decode("utf-8")
     except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
         raise ImportSourceError(
             f"cannot read {path}: {exc}; give a readable JSON Lines file (.jsonl, or .jsonl.gz)"
