@@ -383,6 +383,15 @@ def test_a_malformed_case_names_its_line_and_what_is_wrong(
         load_function_cases(path)
 
 
+def test_only_a_newline_ends_a_case(tmp_path: Path) -> None:
+    # A \r between a row's tokens is JSON whitespace and U+2028 may stand raw in its strings: both split a row
+    # (reading in text mode, or splitlines) into two lines that are not JSON.
+    path = tmp_path / "cases.jsonl"
+    path.write_bytes('{"args": ["a\u2028b"],\r "kwargs": {}, "expected": 1}\n{"args": [], "expected": 2}\n'.encode())
+    cases = load_function_cases(path)
+    assert [(c.args, c.expected) for c in cases] == [(["a\u2028b"], 1), ([], 2)]
+
+
 def test_a_cases_file_that_is_not_utf8_is_the_tasks_error(tmp_path: Path) -> None:
     path = tmp_path / "cases.jsonl"
     path.write_bytes(b'{"args": [], "kwargs": {}, "expected": "\xff"}\n')

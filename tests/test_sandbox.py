@@ -363,6 +363,11 @@ def test_parsers_accept_human_units_and_refuse_garbage() -> None:
             parse_size(garbage)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration(True)
+    # Digits enough to overflow a float: OverflowError escaped where callers catch ValueError (an importer's row).
+    with pytest.raises(ValueError, match="too large"):
+        parse_size("9" * 400 + "G")
+    with pytest.raises(ValueError, match="too large"):
+        parse_duration("9" * 400)
 
 
 def test_limits_are_plain_numbers_of_their_kind_and_bounded() -> None:

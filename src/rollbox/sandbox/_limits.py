@@ -33,8 +33,10 @@ def parse_size(text: str | int) -> int:
             f"invalid size {text!r}: expected a whole number of bytes, or a string with an optional K, M, G or T "
             "suffix ('1.5G')"
         )
-    number, unit = float(match.group(1)), match.group(2).lower()
-    return int(number * {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}[unit])
+    size = float(match.group(1)) * {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}[match.group(2).lower()]
+    if not math.isfinite(size):
+        raise ValueError(f"invalid size {text!r}: too large")
+    return int(size)
 
 
 def parse_duration(text: str | float) -> float:
@@ -48,8 +50,10 @@ def parse_duration(text: str | float) -> float:
     match = _DURATION.match(text) if isinstance(text, str) else None
     if not match:
         raise ValueError(f"invalid duration {text!r}: expected seconds, optionally with ms, s, m or h")
-    unit = (match.group(2) or "s").lower()
-    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    seconds = float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[(match.group(2) or "s").lower()]
+    if not math.isfinite(seconds):
+        raise ValueError(f"invalid duration {text!r}: too large")
+    return seconds
 
 
 class Network(str, enum.Enum):

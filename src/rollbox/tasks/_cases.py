@@ -151,11 +151,12 @@ def _load(path: Path, parse: Callable[[Any], C], kind: str) -> tuple[C, ...]:
 @functools.lru_cache(maxsize=1024)  # a task is loaded, then graded, many times
 def _read(path: str, _mtime_ns: int, _size: int, parse: Callable[[Any], C], kind: str) -> tuple[C, ...]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFormatError(Path(path), f"cannot read the cases: {exc}") from None
     cases: list[C] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    # Only \n ends a line: a \r between a row's tokens is JSON whitespace, and U+2028 may stand in its strings.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
