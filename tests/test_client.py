@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 import rollbox
@@ -77,6 +78,31 @@ def test_a_lost_answer_is_not_run_twice(server: Running) -> None:
         first, retried = client.send(call), client.send(call)
         assert first.stdout == retried.stdout == b"1\n"
         assert sb.exec(["wc", "-l", "n"]).stdout.startswith(b"1 ")
+
+
+class _LosesTheFirstAnswer(httpx.HTTPTransport):
+    """The service serves every request; the first answer is lost on the way back (a read timeout)."""
+
+    lost = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if self.lost:
+            return response
+        self.lost = True
+        response.read()
+        response.close()
+        raise httpx.ReadTimeout("the answer was lost after the service committed", request=request)
+
+
+def test_a_batch_whose_answer_was_lost_is_submitted_once(server: Running) -> None:
+    job = {"kind": "exec", "payload": {"argv": ["true"]}}
+    with rollbox.Client(server.url) as client:
+        client._http.close()
+        client._http = httpx.Client(base_url=server.url, transport=_LosesTheFirstAnswer(), timeout=60)
+        submitted = client.submit_jobs([job, job], run="lost-answer")
+    listed = httpx.get(f"{server.url}/v1/jobs", params={"run": "lost-answer"}).json()
+    assert len({j["id"] for j in submitted}) == 2 and [j["id"] for j in listed] == [j["id"] for j in submitted]
 
 
 def test_an_unreachable_service_is_a_client_error(tmp_path: Path) -> None:

@@ -160,7 +160,9 @@ class Client:
         return self.send(calls.grade(task, files, run))
 
     def submit_jobs(self, jobs: Sequence[Mapping[str, Any]], *, run: str | None = None) -> list[dict[str, Any]]:
-        """Submit jobs (``{"kind": "exec" | "grade", "payload": ..., "key": ...}``) to the service's scheduler."""
+        """Submit jobs (``{"kind": "exec" | "grade", "payload": ..., "key": ...}``) to the service's scheduler. A job
+        without a ``key`` gets a random one for this call, so that a retry never submits it twice; give keys of
+        your own for a later call to find the same jobs."""
         return self.send(calls.submit_jobs(jobs, run))
 
     def job(self, job_id: int) -> dict[str, Any]:
