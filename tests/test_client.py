@@ -10,9 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rollbox
 from rollbox.client import AsyncClient, ClientError
+from rollbox.client._client import _wait_s
 from rollbox.judge import VerdictStatus
 from serving import Running, running
 
@@ -124,3 +127,34 @@ def test_jobs_and_episodes_through_the_client(server: Running) -> None:
             assert client.step(episode["id"], write)["done"] is False
             end = client.step(episode["id"], {"name": "submit", "arguments": {}})
             assert end["done"] is True and end["reward"] == 1.0
+
+
+#: Retry-After values as they come: numbers of every kind, written as Python or a proxy writes them, and any text.
+_RETRY_AFTER = st.one_of(
+    st.floats().map(str),
+    st.integers(-(10**30), 10**30).map(str),
+    st.sampled_from(["nan", "-nan", "inf", "-inf", "1e999", "-0", " 3 ", "Wed, 21 Oct 2015 07:28:00 GMT"]),
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+)
+
+
+@given(_RETRY_AFTER)
+def test_a_retry_waits_from_0_to_30_s_whatever_retry_after_says(value: str) -> None:
+    response = httpx.Response(503, headers={"Retry-After": value})
+    assert 0.0 <= _wait_s(1, response) <= 30.0
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_negative_or_nan_retry_after_is_retried_not_a_crash(value: str) -> None:
+    answers = []
+
+    def busy(request: httpx.Request) -> httpx.Response:
+        answers.append(request.url.path)
+        return httpx.Response(503, headers={"Retry-After": value}, json={"detail": "busy"})
+
+    with rollbox.Client("http://svc", retries=1) as client:
+        client._http.close()
+        client._http = httpx.Client(base_url="http://svc", transport=httpx.MockTransport(busy))
+        with pytest.raises(ClientError) as refused:
+            client.health()
+    assert refused.value.status == 503 and answers == ["/healthz", "/healthz"]
