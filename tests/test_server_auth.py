@@ -186,6 +186,7 @@ def test_rate_limit_and_backpressure_are_429_with_retry_after(server: Running) -
         sid = narrow.post("/v1/sandboxes", json={}).json()["id"]
         second = narrow.post("/v1/sandboxes", json={})
         assert second.status_code == 429 and "Retry-After" in second.headers
+        assert "already has sandboxes open up to its limit (1, max_sandboxes)" in second.json()["detail"], second.text
         narrow.delete(f"/v1/sandboxes/{sid}")
         sleeper = {"code": "import time; time.sleep(2)", "language": "python"}
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
