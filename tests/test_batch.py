@@ -67,6 +67,16 @@ def test_bad_programs_are_refused_before_anything_runs() -> None:
         Program(argv=[])
     with pytest.raises(ValueError, match="warm_python runs"):
         Program(argv=["python3", "-c", "print(1)"], warm_python=True)
+    for bad, named in [
+        ({"argv": "ls"}, "Program.argv"),  # not run as ['l', 's']
+        ({"argv": ["ls"], "stdin": 5}, "Program.stdin"),
+        ({"argv": ["ls"], "files": {"../x": "a"}}, "Program.files: .*'../x'"),
+        ({"argv": ["ls"], "files": {"/etc/x": "a"}}, "Program.files: .*'/etc/x'"),
+        ({"argv": ["ls"], "files": {"x": 5}}, "Program.files"),
+        ({"argv": ["ls"], "warm_python": "yes"}, "Program.warm_python"),
+    ]:
+        with pytest.raises(ValueError, match=named):
+            Program(**bad)
 
     async def first(programs: list[Any], workers: int | None = None) -> None:
         async for _ in run_batch(programs, workers=workers):

@@ -8,10 +8,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rollbox
 from rollbox.client import AsyncClient, ClientError
+from rollbox.client._client import _wait_s
 from rollbox.judge import VerdictStatus
 from serving import Running, running
 
@@ -79,6 +83,31 @@ def test_a_lost_answer_is_not_run_twice(server: Running) -> None:
         assert sb.exec(["wc", "-l", "n"]).stdout.startswith(b"1 ")
 
 
+class _LosesTheFirstAnswer(httpx.HTTPTransport):
+    """The service serves every request; the first answer is lost on the way back (a read timeout)."""
+
+    lost = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if self.lost:
+            return response
+        self.lost = True
+        response.read()
+        response.close()
+        raise httpx.ReadTimeout("the answer was lost after the service committed", request=request)
+
+
+def test_a_batch_whose_answer_was_lost_is_submitted_once(server: Running) -> None:
+    job = {"kind": "exec", "payload": {"argv": ["true"]}}
+    with rollbox.Client(server.url) as client:
+        client._http.close()
+        client._http = httpx.Client(base_url=server.url, transport=_LosesTheFirstAnswer(), timeout=60)
+        submitted = client.submit_jobs([job, job], run="lost-answer")
+    listed = httpx.get(f"{server.url}/v1/jobs", params={"run": "lost-answer"}).json()
+    assert len({j["id"] for j in submitted}) == 2 and [j["id"] for j in listed] == [j["id"] for j in submitted]
+
+
 def test_an_unreachable_service_is_a_client_error(tmp_path: Path) -> None:
     with rollbox.Client("http://127.0.0.1:9", retries=1) as client, pytest.raises(ClientError) as refused:
         client.health()
@@ -98,3 +127,34 @@ def test_jobs_and_episodes_through_the_client(server: Running) -> None:
             assert client.step(episode["id"], write)["done"] is False
             end = client.step(episode["id"], {"name": "submit", "arguments": {}})
             assert end["done"] is True and end["reward"] == 1.0
+
+
+#: Retry-After values as they come: numbers of every kind, written as Python or a proxy writes them, and any text.
+_RETRY_AFTER = st.one_of(
+    st.floats().map(str),
+    st.integers(-(10**30), 10**30).map(str),
+    st.sampled_from(["nan", "-nan", "inf", "-inf", "1e999", "-0", " 3 ", "Wed, 21 Oct 2015 07:28:00 GMT"]),
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+)
+
+
+@given(_RETRY_AFTER)
+def test_a_retry_waits_from_0_to_30_s_whatever_retry_after_says(value: str) -> None:
+    response = httpx.Response(503, headers={"Retry-After": value})
+    assert 0.0 <= _wait_s(1, response) <= 30.0
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_negative_or_nan_retry_after_is_retried_not_a_crash(value: str) -> None:
+    answers = []
+
+    def busy(request: httpx.Request) -> httpx.Response:
+        answers.append(request.url.path)
+        return httpx.Response(503, headers={"Retry-After": value}, json={"detail": "busy"})
+
+    with rollbox.Client("http://svc", retries=1) as client:
+        client._http.close()
+        client._http = httpx.Client(base_url="http://svc", transport=httpx.MockTransport(busy))
+        with pytest.raises(ClientError) as refused:
+            client.health()
+    assert refused.value.status == 503 and answers == ["/healthz", "/healthz"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollbox import telemetry
 from rollbox.client import Client, ClientError
 from rollbox.server import ServerConfig, TenantStore
 from serving import Running, running
@@ -52,6 +53,16 @@ def server(keys: tuple[Path, dict[str, str]]) -> Iterator[Running]:
 
 def client(server: Running, key: str | None) -> httpx.Client:
     return httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {key}"} if key else {})
+
+
+def within(seconds: float, check: Callable[[], bool]) -> bool:
+    """Whether ``check`` holds within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def test_keys_are_stored_hashed(keys: tuple[Path, dict[str, str]]) -> None:
@@ -102,6 +113,16 @@ def test_tenants_never_see_or_touch_each_others_sandboxes(server: Running) -> No
         assert a.delete(f"/v1/sandboxes/{sid}").status_code == 204
 
 
+def test_the_alerts_firing_are_shown_to_an_admin_only(server: Running) -> None:
+    for _ in range(3):  # failed sandbox starts: RollboxSandboxStartFailures fires at the next evaluation
+        telemetry.emit("sandbox.start", ok=False, wall_s=0.1, error="made by the test", tenant="team-b")
+    with client(server, KEYS["a"]) as a, client(server, KEYS["admin"]) as admin:
+        assert within(10, lambda: bool(admin.get("/v1/alerts").json()["firing"]))
+        assert "RollboxSandboxStartFailures" in {f["name"] for f in admin.get("/v1/stats").json()["alerts"]}
+        assert a.get("/v1/alerts").json()["firing"] == [] and a.get("/v1/stats").json()["alerts"] == []
+        assert a.get("/v1/alerts").json()["rules"] == admin.get("/v1/alerts").json()["rules"]
+
+
 def test_metrics_show_a_tenants_series_to_an_operator_and_to_that_tenant_only(server: Running) -> None:
     def tenants(text: str) -> set[str]:
         return set(re.findall(r'tenant="([^"]*)"', text))
@@ -137,14 +158,6 @@ def test_keys_and_settings_changed_while_the_service_runs_take_effect(
         with client(server, key) as late:
             return late.get("/v1/sandboxes").status_code
 
-    def within(seconds: float, check: Callable[[], bool]) -> bool:
-        deadline = time.monotonic() + seconds
-        while not check():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-        return True
-
     key = cli("--add-key", "team-late").stdout.strip()
     assert status(key) == 200  # at once: a key the service does not know makes it read the file again
     assert "takes it at once" in cli("--add-key", "team-later").stderr
@@ -173,6 +186,7 @@ def test_rate_limit_and_backpressure_are_429_with_retry_after(server: Running) -
         sid = narrow.post("/v1/sandboxes", json={}).json()["id"]
         second = narrow.post("/v1/sandboxes", json={})
         assert second.status_code == 429 and "Retry-After" in second.headers
+        assert "already has sandboxes open up to its limit (1, max_sandboxes)" in second.json()["detail"], second.text
         narrow.delete(f"/v1/sandboxes/{sid}")
         sleeper = {"code": "import time; time.sleep(2)", "language": "python"}
         with concurrent.futures.ThreadPoolExecutor(2) as pool:

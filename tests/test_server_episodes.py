@@ -75,6 +75,7 @@ def test_an_episode_over_http(server: Running, keys: tuple[Path, dict[str, str]]
         assert again.status_code == 409 and "ended" in again.json()["detail"]
         trajectory = a.get(f"/v1/episodes/{eid}/trajectory").json()
         assert len(trajectory["turns"]) == 4 and trajectory["reward"] == 1.0
+        assert trajectory["task_id"] == "double" and "task_path" not in trajectory  # no path of the server's host
         assert a.get(f"/v1/episodes/{eid}").json()["state"] == "done"
         assert a.delete(f"/v1/episodes/{eid}").status_code == 204
         assert a.get(f"/v1/episodes/{eid}").status_code == 404

@@ -4,12 +4,14 @@ once however many requests wait for it, and a request of another configuration n
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 
 from rollbox.sandbox import Limits, Status
 from rollbox.server import ServerConfig
 from rollbox.server._execute import Executor
 from rollbox.server._languages import Languages
+from rollbox.server._models import RunCodeRequest, RunStatus
 
 LIMITS = Limits(timeout_s=5, memory_bytes=128 * 2**20)
 
@@ -76,3 +78,25 @@ def test_a_configuration_beyond_those_kept_warm_gets_a_fresh_sandbox_while_anoth
             await executor.close()
 
     assert asyncio.run(main()) == (True, 1)
+
+
+def test_the_files_fetched_back_stop_at_the_requests_budget_however_many_hard_links_name_one_file() -> None:
+    # One file of the largest size and hard links to it cost the program no disk, and the answer a copy each.
+    code = "import os\nopen('big', 'wb').write(b'x' * 2**20)\nfor i in range(6): os.link('big', f'l{i}')\n"
+    code += "open('small', 'w').write('tail')\n"
+    request = RunCodeRequest(code=code, language="python", fetch_files=[*(f"l{i}" for i in range(6)), "small", "l0"])
+    config = ServerConfig(pool_size=1, max_file_bytes=2**20, max_fetch_bytes=2 * 2**20 + 2**19)
+
+    async def main() -> dict[str, str]:
+        executor = Executor(config, Languages())
+        try:
+            response = await executor.run_code(request, tenant="t", run="r")
+        finally:
+            await executor.close()
+        assert response.status is RunStatus.Success, response
+        return response.files
+
+    files = asyncio.run(main())
+    # Two links fill all but half a MiB: no other link fits, the small file does; a path named twice is one.
+    assert sorted(files) == ["l0", "l1", "small"]
+    assert base64.b64decode(files["small"]) == b"tail" and len(base64.b64decode(files["l1"])) == 2**20

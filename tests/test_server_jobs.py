@@ -118,6 +118,26 @@ def test_jobs_over_http(server: Running, keys: tuple[Path, dict[str, str]]) -> N
         assert 'rollbox_scheduler_pool_sandboxes{pool="' in metrics  # the scheduler's warm pools, from pool.resize
 
 
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        ({"argv": "ls"}, "Program.argv"),
+        ({"argv": ["ls"], "stdin": 5}, "Program.stdin"),
+        ({"argv": ["ls"], "files": {"../x": "a"}}, "'../x'"),
+        ({"argv": ["ls"], "files": {"/etc/x": "a"}}, "'/etc/x'"),
+        ({"argv": ["ls"], "warm_python": "yes"}, "Program.warm_python"),
+    ],
+)
+def test_an_exec_job_that_could_never_run_is_refused_when_submitted(
+    server: Running, keys: tuple[Path, dict[str, str]], payload: dict[str, object], named: str
+) -> None:
+    """Checked as it would run (not accepted, then run and retried as an infra error that fires the alert)."""
+    with _client(server, keys[1]["b"]) as b:
+        r = b.post("/v1/jobs", json={"jobs": [{"kind": "exec", "payload": payload}], "run": "never-run"})
+        assert r.status_code == 400 and named in r.json()["detail"], r.text
+        assert b.get("/v1/jobs", params={"run": "never-run"}).json() == []
+
+
 def test_a_tenants_running_jobs_are_bounded_by_its_quota(server: Running, keys: tuple[Path, dict[str, str]]) -> None:
     def spans(client: httpx.Client, run: str) -> list[tuple[float, float]]:
         """Submit three 1-second jobs alone, and wait for them: when each ran."""

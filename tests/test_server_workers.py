@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollbox.server import ServerConfig
+from rollbox.server import ServerConfig, TenantStore
 from rollbox.server._app import create_app
 from rollbox.server._peers import Owner, new_id, owner_of, valid_node
 from serving import descendants, double_task, process_state, running, serving_process
@@ -280,6 +280,29 @@ def test_a_request_in_flight_when_its_worker_dies_is_answered_at_once(tmp_path: 
         assert "died" in answer.json()["detail"] and "while serving this request" in answer.json()["detail"]
 
 
+def test_a_dead_workers_410_is_answered_only_with_a_key_and_names_no_pid(tmp_path: Path, reap: None) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    key = TenantStore(home / "tenants.json").add_key("team-a")
+    with serving_process(home, "--pool-size", "1", "--auth") as served:
+        with served.pinned("1.0") as on1:
+            on1.headers["Authorization"] = f"Bearer {key}"
+            sandbox = on1.post("/v1/sandboxes", json={}).json()["id"]
+        victim = served.workers()["1.0"]
+        os.kill(victim, signal.SIGKILL)
+        made_up = new_id("sb", Owner(None, 1, 0))  # never made: its worker existed all the same
+        with served.pinned("0.0") as on0:
+            for entry in (sandbox, made_up):
+                anonymous = on0.get(f"/v1/sandboxes/{entry}")
+                assert anonymous.status_code == 401 and "worker" not in anonymous.json()["detail"], anonymous.text
+            on0.headers["Authorization"] = f"Bearer {key}"
+            for entry in (sandbox, made_up):
+                gone = on0.get(f"/v1/sandboxes/{entry}")
+                detail = gone.json()["detail"]
+                assert gone.status_code == 410 and "SIGKILL" in detail, gone.text
+                assert str(victim) not in detail and "pid" not in detail and "lived" not in detail
+
+
 def test_a_retry_is_answered_by_the_worker_that_ran_it_first(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -361,12 +384,16 @@ def test_the_first_worker_killed_mid_run_every_job_completes_once(tmp_path: Path
 
 
 def test_a_node_name_is_in_every_id_and_another_nodes_id_is_misdirected(tmp_path: Path) -> None:
-    config = ServerConfig(home=tmp_path, node="a", pool_size=1, archive_url="")
+    key = TenantStore(tmp_path / "tenants.json").add_key("team-a")
+    config = ServerConfig(home=tmp_path, node="a", pool_size=1, archive_url="", auth=True)
     with running(config) as served, httpx.Client(base_url=served.url, timeout=60) as http:
+        http.headers["Authorization"] = f"Bearer {key}"
         made = http.post("/v1/sandboxes", json={}).json()["id"]
         assert made.startswith("sb_a.0.0_") and http.get("/healthz").json()["worker"] == "a.0.0"
         elsewhere = _exec(http, made.replace("_a.", "_b.", 1), "true")
         assert elsewhere.status_code == 421 and "node 'b'" in elsewhere.json()["detail"]
+        anonymous = httpx.post(f"{served.url}/v1/sandboxes/{made.replace('_a.', '_b.', 1)}/exec", json={})
+        assert anonymous.status_code == 401 and "node" not in anonymous.json()["detail"]
         assert _exec(http, made.replace("_a.0.0_", "_a.0.0_x", 1), "true").status_code == 404
         assert http.delete(f"/v1/sandboxes/{made}").status_code == 204
 

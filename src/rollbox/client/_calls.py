@@ -170,7 +170,10 @@ class calls:
 
     @staticmethod
     def submit_jobs(jobs: Sequence[Mapping[str, Any]], run: str | None) -> Call[list[dict[str, Any]]]:
-        return Call("POST", "/v1/jobs", _same, json={"jobs": [dict(j) for j in jobs], "run": run}, key=None)
+        # The service keys a submission by each job's own key, not by Idempotency-Key: a job without one gets one
+        # here, once per call, so that a retry of a batch whose answer was lost finds its jobs instead of adding them.
+        keyed = [dict(j) if j.get("key") else {**j, "key": uuid.uuid4().hex} for j in jobs]
+        return Call("POST", "/v1/jobs", _same, json={"jobs": keyed, "run": run}, key=None)
 
     @staticmethod
     def job(job_id: int) -> Call[dict[str, Any]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -59,10 +60,13 @@ def _outcome(call: Call[T], response: httpx.Response) -> T:
 
 
 def _wait_s(attempt: int, response: httpx.Response | None) -> float:
-    """How long to wait before retry ``attempt`` (1, 2, ...): the service's Retry-After, or 0.2 s doubling."""
+    """How long to wait before retry ``attempt`` (1, 2, ...): the service's Retry-After in seconds (0 to 30), or
+    0.2 s doubling (up to 10 s) when there is none or it is not a finite number (an HTTP date, ``nan``)."""
     if response is not None:
         with contextlib.suppress(KeyError, ValueError):
-            return min(float(response.headers["retry-after"]), 30.0)
+            given = float(response.headers["retry-after"])
+            if math.isfinite(given):  # a proxy's or a misconfigured service's value must not end the client
+                return min(max(given, 0.0), 30.0)
     return min(0.2 * 2.0 ** (attempt - 1), 10.0)
 
 
@@ -160,7 +164,9 @@ class Client:
         return self.send(calls.grade(task, files, run))
 
     def submit_jobs(self, jobs: Sequence[Mapping[str, Any]], *, run: str | None = None) -> list[dict[str, Any]]:
-        """Submit jobs (``{"kind": "exec" | "grade", "payload": ..., "key": ...}``) to the service's scheduler."""
+        """Submit jobs (``{"kind": "exec" | "grade", "payload": ..., "key": ...}``) to the service's scheduler. A job
+        without a ``key`` gets a random one for this call, so that a retry never submits it twice; give keys of
+        your own for a later call to find the same jobs."""
         return self.send(calls.submit_jobs(jobs, run))
 
     def job(self, job_id: int) -> dict[str, Any]:

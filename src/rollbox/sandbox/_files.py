@@ -101,8 +101,10 @@ def read_beneath(root: str, relative: str, max_bytes: int | None = None) -> byte
     finally:
         os.close(dirfd)
     with os.fdopen(fd, "rb") as f:
-        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
-    if max_bytes is not None and len(data) > max_bytes:
+        size = os.fstat(f.fileno()).st_size
+        # A file already too large is not read at all; one that grows meanwhile stops at the bound.
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1) if size <= max_bytes else b""
+    if max_bytes is not None and max(size, len(data)) > max_bytes:
         raise OSError(errno.EFBIG, f"{relative} holds more than {max_bytes} bytes")
     return data
 

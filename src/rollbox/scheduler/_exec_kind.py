@@ -97,11 +97,12 @@ def _config(limits: Limits, network: Any) -> SandboxConfig:
 def _parse(payload: Mapping[str, Any]) -> tuple[Program, SandboxConfig]:
     try:
         config = _config(_limits(payload.get("limits", {})), payload.get("network", "none"))
-        files = payload.get("files") or {}
-        if not isinstance(files, Mapping) or not all(isinstance(v, str) for v in files.values()):
-            raise ValueError(f"files must map paths to text, got {files!r:.80}")
+        # Program checks every other field, on submission as when the job runs.
         program = Program(
-            argv=payload["argv"], files=files, stdin=payload.get("stdin"), warm_python=payload.get("warm_python", False)
+            argv=payload["argv"],
+            files=payload.get("files") or {},
+            stdin=payload.get("stdin"),
+            warm_python=payload.get("warm_python", False),
         )
     except KeyError as exc:
         raise PayloadError(f"an exec job's payload needs {exc}: {{'argv': ['python3', 'main.py'], ...}}") from None

@@ -67,11 +67,14 @@ class ServerConfig:
     max_disk_bytes: int = 2 * 2**30
     max_pids: int = 1024
     max_open_files: int = 4096
-    #: The largest request body, and the largest file read back (``fetch_files``, ``GET .../files``).
+    #: The largest request body.
     max_body_bytes: int = 32 * 2**20
     #: A request's whole body must arrive within this many seconds of the application starting to read it (else 408).
     body_timeout_s: float = 60.0
+    #: The largest file read back (``fetch_files``, ``GET .../files``), and the most bytes one ``/run_code`` request
+    #: reads back in all: its answer is built in memory, and a hard link to a file counts as a copy of it.
     max_file_bytes: int = 16 * 2**20
+    max_fetch_bytes: int = 32 * 2**20
     #: Warm sandboxes per configuration for ``/run_code`` and grading (default: twice the CPUs), and how many
     #: configurations are kept warm (others get a fresh sandbox per request).
     pool_size: int = field(default_factory=lambda: 2 * len(os.sched_getaffinity(0)))
@@ -99,7 +102,7 @@ class ServerConfig:
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be a whole number from 0 to 65535, got {self.port!r}")
         counts = ("workers", "max_memory_bytes", "max_output_bytes", "max_disk_bytes", "max_pids", "max_open_files")
-        for name in (*counts, "max_body_bytes", "max_file_bytes", "pool_size", "max_queue"):
+        for name in (*counts, "max_body_bytes", "max_file_bytes", "max_fetch_bytes", "pool_size", "max_queue"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")

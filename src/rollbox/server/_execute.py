@@ -248,13 +248,17 @@ class Executor:
         return response
 
     async def _fetch(self, sb: Sandbox, paths: list[str]) -> dict[str, str]:
-        """The files asked for, base64; those missing, unreadable or too large are left out (as SandboxFusion
+        """The files asked for, base64, in their order; those missing, unreadable, larger than
+        ``config.max_file_bytes`` or beyond what is left of ``config.max_fetch_bytes`` are left out (as SandboxFusion
         leaves out those it cannot read)."""
         fetched: dict[str, str] = {}
-        for path in paths:
+        left = self.config.max_fetch_bytes
+        for path in dict.fromkeys(paths):  # a path named twice is answered once
+            # Hard links count again: the answer holds each path's copy.
             with contextlib.suppress(ValueError, OSError):
-                data = await sb.read_file(path, max_bytes=self.config.max_file_bytes)
+                data = await sb.read_file(path, max_bytes=min(self.config.max_file_bytes, left))
                 fetched[path] = base64.b64encode(data).decode()
+                left -= len(data)
         return fetched
 
 

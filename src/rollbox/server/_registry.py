@@ -40,15 +40,15 @@ class Registry(Generic[T]):
     """Every open thing of one kind, by id.
 
     Args:
-        kind: What the things are, for messages ("sandbox", "episode").
+        kind, plural: What the things are, for messages ("sandbox", "sandboxes").
         idle_timeout_s: Unused for this long (and not in use), a thing is closed.
         closed: Called after a thing is closed, with the entry and why ("closed", "idle", "shutdown").
     """
 
     def __init__(
-        self, kind: str, *, idle_timeout_s: float, closed: Callable[[Entry[T], str], None] | None = None
+        self, kind: str, plural: str, *, idle_timeout_s: float, closed: Callable[[Entry[T], str], None] | None = None
     ) -> None:
-        self.kind = kind
+        self.kind, self.plural = kind, plural
         self.idle_timeout_s = idle_timeout_s
         self._closed = closed
         self._entries: dict[str, Entry[T]] = {}
@@ -69,8 +69,8 @@ class Registry(Generic[T]):
         if self.count(tenant.name) >= tenant.max_sandboxes:
             raise Refused(
                 429,
-                f"tenant {tenant.name!r} already has {tenant.max_sandboxes} {self.kind}s open (its limit); close some "
-                f"or let idle ones expire (after {self.idle_timeout_s:g} s)",
+                f"tenant {tenant.name!r} already has {self.plural} open up to its limit ({tenant.max_sandboxes}, "
+                f"max_sandboxes); close a {self.kind} or let an idle one expire (after {self.idle_timeout_s:g} s)",
                 retry_after_s=min(self.idle_timeout_s, 60.0),
             )
 

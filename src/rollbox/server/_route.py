@@ -4,7 +4,8 @@ The kernel hands each connection to any worker. That worker serves the request i
 another worker, to which it hands the request over (its Unix socket) and returns the answer:
 
 - a sandbox's or an episode's request (``/v1/sandboxes/ID...``, ``/v1/episodes/ID...``) belongs to the worker
-  named in the id; when that worker has died, the answer is 410 and says so (never a wait);
+  named in the id; when that worker has died, the answer is 410 and says so (never a wait; as the 421 below, only
+  to a caller with a valid key);
 - a request that runs something and carries an ``Idempotency-Key`` belongs to the worker of the key's slot, so
   that a retry finds the first answer wherever its connection lands;
 - jobs and runs (the service's one scheduler), ``/metrics``, ``/v1/stats`` and ``/v1/alerts`` (the figures of
@@ -27,9 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._forward import PeerGone, Reply, exchange, forward
+from ._guard import Refused
 from ._peers import Death, Owner, Peers, owner_of
 from ._relay import RELAY_PATH
 from ._responses import SafeJSONResponse, error
@@ -117,15 +120,24 @@ async def _send(reply: Reply, send: Send) -> None:
 
 
 def _gone(kind: str, entry_id: str, owner: Owner, death: Death | None, *, meanwhile: bool = False) -> SafeJSONResponse:
-    how = ", which died"
-    if death is not None:
-        how = f" (pid {death.pid}), which died ({death.how}) {time.time() - death.at:.0f} s ago"
+    # Whether the id was ever one of that worker's is not known here: the message does not say it was.
+    how = "died" if death is None else f"died ({death.how}) {time.time() - death.at:.0f} s ago"
     when = " while serving this request" if meanwhile else ""
     return error(
         410,
-        f"{kind} {entry_id!r} lived in worker {owner} of this service{how}{when}: the sandboxes and episodes it held "
-        f"are gone; open a new {kind} (an episode that ended this way is an infrastructure failure, not the model's)",
+        f"{kind} {entry_id!r} names worker {owner} of this service, which {how}{when}: the sandboxes and episodes "
+        f"it held are gone; open a new {kind} (an episode that ended this way is an infrastructure failure, not the "
+        "model's)",
     )
+
+
+def _key(scope: Scope) -> str | None:
+    """The API key a request carries, where the endpoints look for it: ``Authorization: Bearer``, ``X-API-Key``,
+    ``?api_key=``."""
+    connection = HTTPConnection(scope)
+    scheme, _, credentials = connection.headers.get("authorization", "").partition(" ")
+    bearer = credentials.strip() if scheme.lower() == "bearer" else ""
+    return bearer or connection.headers.get("x-api-key") or connection.query_params.get("api_key")
 
 
 class Router:
@@ -197,21 +209,32 @@ class Router:
                 f"{kind} {entry_id!r} lives on node {owner.node!r}, and this is {where}: send requests for it to "
                 "that node (a proxy in front of several nodes routes by the node in the id: see docs/deploy.md)"
             )
-            await error(421, message)(scope, receive, send)
+            await self._to_caller(error(421, message), scope, receive, send)
             return
         if peers is None or not peers.existed(owner):
             await self.app(scope, receive, send)  # not found here either: the registry's 404
             return
         current, death = peers.current(owner.slot), peers.death(owner)
         if death is not None or current != owner:
-            await _gone(kind, entry_id, owner, death)(scope, receive, send)
+            await self._to_caller(_gone(kind, entry_id, owner, death), scope, receive, send)
             return
         body = await _body(receive)
         try:
             await _pass_on(peers.socket(owner), scope, body, receive, send)
         except PeerGone:
             await asyncio.sleep(0.2)  # the supervisor's record of how it died, if it comes at once
-            await _gone(kind, entry_id, owner, peers.death(owner), meanwhile=True)(scope, receive, send)
+            gone = _gone(kind, entry_id, owner, peers.death(owner), meanwhile=True)
+            await self._to_caller(gone, scope, receive, send)
+
+    async def _to_caller(self, answer: SafeJSONResponse, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send ``answer``, made here for a sandbox or an episode of another worker or node, to a caller with a
+        valid key only: any other gets the 401 (or 429) the endpoint would answer, never word of this service's
+        workers, how they died, or its nodes."""
+        try:
+            self.service.authenticate(_key(scope))
+        except Refused as exc:
+            answer = error(exc.status, exc.message, exc.retry_after_s)
+        await answer(scope, receive, send)
 
     async def _to_slot(
         self, peers: Peers, slot: int, scope: Scope, receive: Receive, send: Send, *, or_here: bool = False

@@ -168,8 +168,10 @@ async def get_episode(episode_id: str, request: Request, tenant: TenantDep) -> d
 
 @router.get("/v1/episodes/{episode_id}/trajectory")
 async def trajectory(episode_id: str, request: Request, tenant: TenantDep) -> dict[str, Any]:
-    """The episode's trajectory so far (every turn; the verdict once it has ended)."""
+    """The episode's trajectory so far (every turn; the verdict once it has ended), as the library records it but
+    for ``task_path``: the task's directory on the server's host is no caller's business (``task_id`` names it)."""
     trajectory: dict[str, Any] = service_of(request).episodes.get(tenant, episode_id).thing.trajectory.to_json()
+    del trajectory["task_path"]
     return trajectory
 
 

@@ -15,6 +15,7 @@ from rollbox.telemetry import prometheus_rules
 from ._app import current_tenant, optional_tenant, service_of
 from ._guard import Refused
 from ._metrics_view import exposition
+from ._service import Service
 from ._tenants import Tenant
 
 __all__ = ["router"]
@@ -64,19 +65,24 @@ async def stats(
         raise Refused(403, "only an admin tenant may see another tenant's figures")
     view = of if of is not None else (None if tenant.admin else tenant.name)
     snapshot = service.stats.snapshot(view)
-    snapshot["alerts"] = [a.to_json() for a in service.alerts.firing] if tenant.admin else []
+    snapshot["alerts"] = _firing(service, tenant)
     snapshot["run"] = service.config.run
     snapshot["languages"] = service.languages.names()
     snapshot["archive"] = {"url": service.config.archive, "error": service.archive and service.archive.last_error}
     return snapshot
 
 
+def _firing(service: Service, tenant: Tenant) -> list[dict[str, Any]]:
+    """The alerts firing now, for an admin: they are the whole service's figures, which a tenant does not see."""
+    return [a.to_json() for a in service.alerts.firing] if tenant.admin else []
+
+
 @router.get("/v1/alerts", tags=["operations"])
 async def alerts(request: Request, tenant: TenantDep) -> dict[str, Any]:
-    """The alert rules and those firing now."""
+    """The alert rules, and those firing now (for an admin; a tenant gets none: they are the service's)."""
     service = service_of(request)
     return {
-        "firing": [a.to_json() for a in service.alerts.firing],
+        "firing": _firing(service, tenant),
         "rules": [
             {"name": r.name, "severity": r.severity, "summary": r.summary, "expr": r.expr} for r in service.alerts.rules
         ],

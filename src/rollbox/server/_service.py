@@ -70,7 +70,7 @@ class Service:
         self.languages = Languages(config.language_images, ImageStore(Path(config.home) / "images"))
         self.executor = Executor(config, self.languages)
         self.sessions = Sessions(config, run=config.run, owner=self.owner)
-        self.episodes: Registry[Episode] = Registry("episode", idle_timeout_s=config.idle_timeout_s)
+        self.episodes: Registry[Episode] = Registry("episode", "episodes", idle_timeout_s=config.idle_timeout_s)
         self.grader = Grader(config, run=config.run)
         cursor = peers.directory / "results.seq" if peers is not None else None
         self._jobs = Jobs(config, self.grader, quotas=self._quotas(), cursor=cursor) if self.primary else None

@@ -34,7 +34,7 @@ class Sessions(Registry[Sandbox]):
     """The sandboxes API's sandboxes."""
 
     def __init__(self, config: ServerConfig, *, run: str, owner: Owner) -> None:
-        super().__init__("sandbox", idle_timeout_s=config.idle_timeout_s, closed=self._report_close)
+        super().__init__("sandbox", "sandboxes", idle_timeout_s=config.idle_timeout_s, closed=self._report_close)
         self.config = config
         self.run = run
         self.owner = owner

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rollbox.sandbox._config import SandboxConfig
+from rollbox.sandbox._files import resolve_sandbox_path
 from rollbox.sandbox._limits import Limits, Network
 from rollbox.sandbox._result import ExecResult
 from rollbox.sandbox._shortage import host_error
@@ -42,8 +43,32 @@ class Program:
     warm_python: bool = False
 
     def __post_init__(self) -> None:
-        if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
-            raise ValueError(f"Program.argv must be a non-empty list of strings without NUL, got {self.argv!r}")
+        """Check every field as running the program would use it: a program that could never run is refused when it
+        is made (a job's payload when it is submitted), not found out as an infrastructure error when it runs.
+
+        Raises:
+            ValueError: a field that is not what it should be, named (``Program.stdin``, a path of ``files``).
+        """
+        argv = self.argv  # a list or a tuple: a string would run as its characters
+        if (
+            not isinstance(argv, list | tuple)
+            or not argv
+            or not all(isinstance(a, str) and "\0" not in a for a in argv)
+        ):
+            raise ValueError(f"Program.argv must be a non-empty list of strings without NUL, got {argv!r:.200}")
+        if not isinstance(self.stdin, bytes | str | None):
+            raise ValueError(f"Program.stdin must be text, bytes or None, got {self.stdin!r:.80}")
+        if not isinstance(self.files, Mapping):
+            raise ValueError(f"Program.files must map paths to text or bytes, got {self.files!r:.80}")
+        for path, content in self.files.items():
+            if not isinstance(path, str) or not isinstance(content, bytes | str):
+                raise ValueError(f"Program.files must map paths to text or bytes, got {path!r:.80}: {content!r:.40}")
+            try:
+                resolve_sandbox_path(path)
+            except ValueError as exc:
+                raise ValueError(f"Program.files: {exc}") from None
+        if type(self.warm_python) is not bool:
+            raise ValueError(f"Program.warm_python must be true or false, got {self.warm_python!r:.40}")
         if self.warm_python and (len(self.argv) < 2 or self.argv[0] != "python3" or self.argv[1].startswith("-")):
             raise ValueError(f"warm_python runs ['python3', SCRIPT, ARGS...] without options, got {self.argv!r}")
 
