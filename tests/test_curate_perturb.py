@@ -90,3 +90,11 @@ def test_the_data_files_are_those_the_reference_leaves_alone_mentioned_first(tmp
     reference = Reference.of(task)
     assert reference is not None
     assert list(data_files(task, reference)) == ["data/pairs.json", "a_notes.txt"]
+
+
+def test_json_nested_deeper_than_the_parser_recurses_is_no_json() -> None:
+    # One such file in a workspace ended a whole validation with a RecursionError.
+    deep = b"[" * 100_000
+    assert emptied("data.json", deep) == b""
+    assert zeroed("data.json", deep) == deep
+    assert zeroed("rows.jsonl", deep + b"\n") == deep + b"\n"

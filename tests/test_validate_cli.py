@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.curate import ReasonCode
+from rollbox.cli import main
+from rollbox.curate import Reason, ReasonCode, _validate
+from rollbox.curate._reference import Reference
+from rollbox.tasks import Task
 
 #: Many gradings each; a loaded machine makes them slow.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -87,3 +91,38 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     assert result.returncode == 2 and "neither a task directory" in result.stderr
     result = rollbox(tmp_path, str(task(tmp_path, "t")), "--runs", "0")
     assert result.returncode == 2 and "--runs: must be a whole number from 1" in result.stderr
+
+
+def test_a_fault_in_one_task_is_its_validation_error_not_the_runs_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks"
+    task(tasks, "good")
+    task(tasks, "broken")
+    (tasks / "broken" / "tests" / "cases.jsonl").write_text(CASES + '{"args": [7], "expected": 1}\n')  # no duplicate
+    home = tmp_path / "home"
+    monkeypatch.setenv("ROLLBOX_HOME", str(home))
+    plain = _validate.find_leaks
+    fault: list[BaseException] = [KeyboardInterrupt()]
+
+    async def find_leaks(checked: Task, reference: Reference | None) -> list[Reason]:
+        if checked.id != "broken":
+            return await plain(checked, reference)
+        waited = time.monotonic()
+        while not list((home / "validate").glob("*.json")) and time.monotonic() - waited < 120:
+            await asyncio.sleep(0.1)  # until the other task's report is kept
+        raise fault.pop(0)
+
+    monkeypatch.setattr(_validate, "find_leaks", find_leaks)
+    args = ["validate", str(tasks), "--json", "--no-pressure", "--runs", "2"]
+    # Interrupted: the task that finished first was kept as it finished.
+    assert main(args) == 130
+    # A fault of rollbox's in one task (here, planted) is that task's validation_error, and the run goes on.
+    fault.append(RuntimeError("a planted fault"))
+    assert main(args) == 3  # not 1: no task's tests were found wanting
+    by_id = {t["task_id"]: t for t in json.loads(capsys.readouterr().out)["tasks"]}
+    assert by_id["good"]["decision"] == "admit" and by_id["good"]["cached"] is True
+    assert by_id["broken"]["decision"] == "reject"
+    (reason,) = by_id["broken"]["reasons"]
+    assert reason["code"] == "validation_error" and reason["detail"].startswith("validation failed in rollbox (")
+    assert reason["detail"].endswith("): RuntimeError: a planted fault"), reason

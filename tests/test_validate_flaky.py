@@ -97,3 +97,36 @@ def test_a_clean_task_runs_the_bound_and_no_more_and_a_flaky_one_stops_early(
     caught = [r for r in unlucky if r.decision is Decision.REJECT]
     # A failure ends the runs in the tests' own order: the reruns that classify it are all that follow.
     assert sum(r.reference_runs for r in caught) / len(caught) < ValidateOptions().steady_runs
+
+
+#: Kills its own process (as a segfault in a C extension would) on half the runs, after its assertion passed.
+DIES = (
+    "\n\ndef test_sometimes_dies():\n    assert double(1) == 2\n"
+    "    if os.urandom(1)[0] < 128:\n        os.kill(os.getpid(), 9)\n"
+)
+#: Kills its own process only where the reference may not open the tests' files (the audit hook's function is then
+#: in tests/conftest.py's module): a crash there, not a failure.
+DIES_SEALED = (
+    "\n\ndef test_dies_sealed_off():\n"
+    "    if any(hasattr(m, '_rollbox_validate_sealed_off') for m in list(sys.modules.values())):\n"
+    "        os.kill(os.getpid(), 9)\n"
+)
+
+
+def test_runs_that_die_are_no_pass_and_no_finding(tmp_path: Path) -> None:
+    header = "import os\nimport sys\n"
+    tasks = [load_task(write_task(tmp_path / "dies", header + TESTS + DIES))]
+    tasks += [load_task(write_task(tmp_path / "dies-sealed-off", header + TESTS + DIES_SEALED))]
+    options = ValidateOptions(pressure=False, max_mutants=0, generate=False, candidates="essential")
+    dies, sealed = asyncio.run(validate(tasks, options=options, workers=2))
+    # The runs in which it died passed every test that reported: not steady, so never admitted, and flaky.
+    assert dies.decision is Decision.REJECT and ReasonCode.FLAKY in dies.codes(), dies.reasons
+    assert "tests/test_calc.py::test_sometimes_dies" in dies.flaky_tests
+    (flaky,) = [r.detail for r in dies.reasons if r.code is ReasonCode.FLAKY]
+    assert "crashed (killed by a signal, or exited) before every test reported on" in flaky, flaky
+    # Sealed off, its run died: the reference read nothing, and the check could not be made.
+    assert ReasonCode.REFERENCE_READS_TESTS not in sealed.codes(), sealed.reasons
+    assert [r.detail for r in sealed.reasons] == [
+        "the reference passed every ordinary run, but its run with the tests sealed off crashed (killed by a signal, "
+        "or exited) before every test reported on 1 of 1 runs: that check could not be made"
+    ]

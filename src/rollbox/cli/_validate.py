@@ -14,6 +14,7 @@ from rollbox.curate import (
     ClockUnavailable,
     Decision,
     Progress,
+    ReasonCode,
     TaskReport,
     ValidateOptions,
     ValidationCache,
@@ -24,6 +25,9 @@ from rollbox.sandbox import IsolationUnavailable
 from rollbox.tasks import Task, TaskFormatError, find_tasks, load_task
 
 from ._args import share, whole
+
+#: The exit status when validation itself failed, which a rejection must not be mistaken for.
+_INTERNAL_ERROR = 3
 
 _EPILOG = """\
 Each task gets a decision, admit, weak (its tests let too many mutants of the reference survive) or reject, with
@@ -42,8 +46,9 @@ The wall and CPU limits must be at least 3 times the reference's worst CPU time.
 Results are cached per task content under $ROLLBOX_HOME/validate (default ~/.rollbox): validating an unchanged
 task again is instant.
 
-exit status: 0 when no task is rejected, 1 when one is, 2 when a task or the arguments are invalid, 130 when
-interrupted.
+exit status: 0 when no task is rejected, 1 when one is, 2 when a task or the arguments are invalid, 3 when
+validation itself failed (a task's validation_error: rollbox or the host; validate again) or cannot run here, 130
+when interrupted.
 
 examples:
   rollbox validate tasks/                       every task directory under tasks/
@@ -172,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     except (IsolationUnavailable, ClockUnavailable) as exc:
         print(f"rollbox validate: cannot validate here: {exc}", file=sys.stderr)
-        return 1
+        return _INTERNAL_ERROR
     finally:
         if bar is not None:
             bar.close()
@@ -182,4 +187,6 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps({"tasks": [report.to_json() for report in reports]}))
     else:
         _print(reports)
+    if any(ReasonCode.VALIDATION_ERROR in report.codes() for report in reports):
+        return _INTERNAL_ERROR  # not the task's verdict: validating it again may admit it
     return 1 if any(report.decision is Decision.REJECT for report in reports) else 0

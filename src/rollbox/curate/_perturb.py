@@ -87,7 +87,7 @@ def _zero_json(value: Any) -> Any:
 def _json(data: bytes) -> Any:
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # nested deeper than the parser recurses: not data
         return _NOT_JSON
 
 

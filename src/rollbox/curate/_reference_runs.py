@@ -26,7 +26,7 @@ from ._reasons import Reason, ReasonCode
 from ._reference import Reference
 from ._runs import BASELINE, Condition, read_runs
 from ._variants import Variant
-from ._verdicts import passed
+from ._verdicts import endings, passed
 
 __all__ = ["STEADY_SEEDS", "ReferenceRuns", "listed"]
 
@@ -145,12 +145,16 @@ class ReferenceRuns:
         self.reasons.append(Reason(code, detail))
 
     def _read(self) -> None:
+        every = [m.verdict for seen in self.runs.values() for m in seen]
+        cut = endings(every, every)
+        ended = f"; the reference's run {cut}" if cut else ""
         found = read_runs({c: [m.verdict for m in seen] for c, seen in self.runs.items()}, self.variants)
         self.flaky = found.flaky
         if found.flaky:
             self._add(
                 ReasonCode.FLAKY,
-                f"{listed(found.flaky)} passed and failed on reruns of the reference in one order, hash seed and clock",
+                f"{listed(found.flaky)} passed and failed or never reported on reruns of the reference in one order, "
+                f"hash seed and clock{ended}",
             )
         own = self.verdicts()
         if found.failing or (own and not any(passed(v) for v in own) and not found.flaky):
@@ -163,6 +167,15 @@ class ReferenceRuns:
             self.wall_s = max(m.verdict.duration_s for m in timed)
             cpu = [m.cpu_s for m in timed if m.cpu_s is not None]
             self.worst_cpu_s = max(cpu) if cpu else None
+        elif own and not self.reasons:
+            # Some runs of its own condition passed and others did not, and no test is to blame (a run that reported
+            # none, a canary): a reference that is not steady is never admitted for want of a culprit.
+            statuses = ", ".join(sorted({v.status.value for v in own if not passed(v)}))
+            self._add(
+                ReasonCode.FLAKY,
+                f"the reference passed {sum(passed(v) for v in own)} of {len(own)} runs in the tests' own order and "
+                f"got {statuses} on the others{ended}",
+            )
 
     def _failing(self, own: list[Verdict], failing: list[str], missing: list[str]) -> None:
         status = own[0].status.value if own else "infra_error"

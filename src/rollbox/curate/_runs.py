@@ -3,9 +3,11 @@
 Each run of the reference has a :class:`Condition`: the order of the tests (seed 0 the tests' own, see
 ``_variants``), the hash seed (``PYTHONHASHSEED``; the judge's is 0) and the clock (moved by an offset, see
 ``_clock``). The judge's own condition is the baseline. Within one condition a test's outcome must not change: a
-test that passed and failed there is ``flaky``. A test that passed on every baseline run and failed on every run
-of another condition depends on what that condition changes. Only what was observed counts: a test that never
-reported (the run hit a limit first, or died) is neither a pass nor a failure.
+test that passed and failed there is ``flaky``, and so is one that passed on some of its runs and never reported on
+others (the run hit a limit first, or died: a test that kills its own process now and then). A test that passed on
+every baseline run and failed on every run of another condition depends on what that condition changes. Otherwise
+only what was observed counts: a test that never reported is neither a pass nor a failure, so a run cut short makes
+no test failing or dependent.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ BASELINE = Condition()
 class RunFindings:
     """The tests the reference's runs single out (the original task's ids, sorted)."""
 
-    #: Passed and failed on runs of one condition.
+    #: Passed on runs of one condition, and failed or never reported on others of it.
     flaky: list[str]
     #: Not flaky, and failed on every baseline run that reported it.
     failing: list[str]
@@ -66,6 +68,8 @@ def read_runs(runs: Mapping[Condition, Sequence[Verdict]], variants: Sequence[Va
     """The findings of ``runs`` (verdicts by condition; ``variants[order]`` maps the ids back), infra errors
     aside."""
     outcomes: dict[str, dict[Condition, list[bool]]] = {}
+    #: The conditions in which a test never reported on some run.
+    lost: dict[str, set[Condition]] = {}
     expected: set[str] = set()
     for condition, verdicts in runs.items():
         for verdict in verdicts:
@@ -76,10 +80,15 @@ def read_runs(runs: Mapping[Condition, Sequence[Verdict]], variants: Sequence[Va
                 if condition == BASELINE:
                     expected.add(test)
                 if graded.outcome is Outcome.MISSING:
+                    lost.setdefault(test, set()).add(condition)
                     continue  # it never ran: nothing was observed
                 ok = graded.outcome is Outcome.PASSED
                 outcomes.setdefault(test, {}).setdefault(condition, []).append(ok)
-    flaky = sorted(t for t, by in outcomes.items() if any(len(set(seen)) > 1 for seen in by.values()))
+    flaky = sorted(
+        t
+        for t, by in outcomes.items()
+        if any(len(set(seen)) > 1 or (c in lost.get(t, ()) and any(seen)) for c, seen in by.items())
+    )
     failing = sorted(t for t, by in outcomes.items() if t not in flaky and by.get(BASELINE) and not any(by[BASELINE]))
     dependent: dict[str, Condition] = {}
     for test, by in sorted(outcomes.items()):

@@ -27,11 +27,13 @@ For each task, in sandboxes, in parallel:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from rollbox import telemetry
@@ -59,7 +61,7 @@ from ._runs import BASELINE
 from ._special_cases import check_special_cases
 from ._strength import choose_mutants, weak_reasons
 from ._variants import limited, ordered, with_cases
-from ._verdicts import caught_by_a_canary, let_through, passed, same
+from ._verdicts import caught_by_a_canary, endings, failures, let_through, passed, same
 
 __all__ = ["validate"]
 
@@ -142,9 +144,21 @@ class _TaskRun:
         return measured
 
     async def run(self) -> None:
+        await self._phase(self._run())
+
+    async def _phase(self, phase: Awaitable[None]) -> None:
+        """Awaits one phase of the task's validation, counting its time. An exception there is a fault of rollbox:
+        it becomes this task's ``validation_error``, and the other tasks' validation goes on."""
         started = time.monotonic()
         try:
-            await self._run()
+            await phase
+        except Exception as exc:
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self.add(
+                ReasonCode.VALIDATION_ERROR,
+                f"validation failed in rollbox ({Path(where.filename).name}:{where.lineno}): "
+                f"{type(exc).__name__}: {exc}",
+            )
         finally:
             self.duration_s += time.monotonic() - started
 
@@ -332,11 +346,7 @@ class _TaskRun:
             return
         failed: set[str] | None = None
         for _ in range(2):
-            (verdict,) = await self.grade([(variant, reference.files)])
-            if verdict.status is VerdictStatus.INFRA_ERROR:
-                return
-            now = {t.id for t in verdict.tests if t.outcome is not Outcome.PASSED and t.id in self.steady}
-            now |= self.steady - {t.id for t in verdict.tests}
+            (now,) = self._steady_failures(await self.grade([(variant, reference.files)]), "with the tests sealed off")
             failed = now if failed is None else failed & now
             if not failed:
                 return
@@ -345,6 +355,21 @@ class _TaskRun:
             f"{listed(sorted(failed or ()))} pass on every run of the reference but fail when its own code may not "
             "open the hidden tests' files: it reads them",
         )
+
+    def _steady_failures(self, verdicts: Sequence[Verdict], where: str) -> list[set[str]]:
+        """The steady tests each run of the reference ``where`` saw fail (``failed`` or ``error``; an infra error
+        saw none). A test that never reported is no failure: when no run saw one fail and a run hit a limit or
+        crashed, that is named as such (``validation_error``: the check could not be made), never read as a finding
+        about the tests."""
+        assert self.steady is not None
+        seen = [failures(v) & self.steady for v in verdicts]
+        cut = "" if any(seen) else endings(verdicts, verdicts)
+        if cut:
+            self.add(
+                ReasonCode.VALIDATION_ERROR,
+                f"the reference passed every ordinary run, but its run {where} {cut}: that check could not be made",
+            )
+        return seen
 
     def _mutant_task(self) -> Task:
         limits = self.task.limits
@@ -426,28 +451,15 @@ class _TaskRun:
         return [bool(k) for k in kills]
 
     async def under_pressure(self) -> None:
-        if self.steady is None or self.reference is None:
-            return
-        started = time.monotonic()
-        try:
-            await self._under_pressure(self.steady, self.reference)
-        finally:
-            self.duration_s += time.monotonic() - started
+        if self.steady is not None and self.reference is not None:
+            await self._phase(self._under_pressure(self.steady, self.reference))
 
     async def _under_pressure(self, steady: set[str], reference: Reference) -> None:
         limits = self.task.limits
         slowdown = 1.0 + pressure_processes() / max(1, self.grader.workers)
         task = limited(self.task, dataclasses.replace(limits, timeout_s=limits.timeout_s * slowdown))
         verdicts = await self.grade([(task, reference.files)] * self.options.pressure_runs)
-        failed = sorted(
-            {
-                t.id
-                for v in verdicts
-                if v.status is not VerdictStatus.INFRA_ERROR
-                for t in v.tests
-                if t.outcome is not Outcome.PASSED and t.id in steady
-            }
-        )
+        failed = sorted(set().union(*self._steady_failures(verdicts, "under CPU pressure")))
         if failed:
             self.add(
                 ReasonCode.TIMING_DEPENDENT,
@@ -530,21 +542,10 @@ async def validate(
                     runs[index] = _TaskRun(task, options, grader, Path(scratch) / str(index), content)
             grader.report()
 
-            async def first(run: _TaskRun) -> None:
-                await run.run()
-                if not options.pressure:
-                    grader.progress.tasks_done += 1
-                    grader.report()
-
-            await asyncio.gather(*(first(run) for run in runs.values()))
-            if options.pressure and any(run.steady is not None for run in runs.values()):
-                async with cpu_pressure():
-                    await asyncio.gather(*(run.under_pressure() for run in runs.values()))
-            for index, run in runs.items():
-                report = run.report()
-                reports[index] = report
-                if options.pressure:
-                    grader.progress.tasks_done += 1
+            def finished(index: int) -> None:
+                # Kept as soon as it is known: a run cut short later loses no task validated before.
+                report = reports[index] = runs[index].report()
+                grader.progress.tasks_done += 1
                 if cache is not None and ReasonCode.VALIDATION_ERROR not in report.codes():
                     cache.put(keys[index], report)
                 telemetry.emit(
@@ -555,7 +556,22 @@ async def validate(
                     kill_ratio=report.kill_ratio,
                     gradings=report.gradings,
                 )
-            grader.report()
+                grader.report()
+
+            async def first(index: int) -> None:
+                await runs[index].run()
+                if not options.pressure:
+                    finished(index)
+
+            async def last(index: int) -> None:
+                await runs[index].under_pressure()
+                finished(index)
+
+            await asyncio.gather(*(first(index) for index in runs))
+            if options.pressure:
+                steady = any(run.steady is not None for run in runs.values())
+                async with cpu_pressure() if steady else contextlib.nullcontext():
+                    await asyncio.gather(*(last(index) for index in runs))
     finally:
         await grader.close()
     admitted = [reports[i].decision is not Decision.REJECT for i in range(len(tasks))]

@@ -4,14 +4,21 @@ A verdict is ``tampered`` for one of three causes, which its ``tampered`` flags 
 pytest runner draws them per grading, so another draw may miss the candidate), the judge's penalty for a hack
 signature (a pattern match, which a disguised variant passes), or the grading machinery was subverted otherwise.
 Validation judges a task by what its tests let through, the first two aside.
+
+Only what a run observed counts: a test that never reported (``missing``: the run hit a limit or crashed before it)
+neither passed nor failed there. :func:`failures` are the tests a run saw fail, and :func:`endings` names the runs
+that ended before every test reported, so that a check says how they ended instead of reading them as failures.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 from rollbox.judge import Outcome, Verdict, VerdictStatus
 from rollbox.judge._grade import SIGNATURE_TAMPERED
 
-__all__ = ["caught_by_a_canary", "let_through", "passed", "same"]
+__all__ = ["caught_by_a_canary", "endings", "failures", "let_through", "passed", "same"]
 
 #: How the ``tampered`` flag of a passing canary begins (``rollbox.judge.runners._pytest``).
 _CANARY = "the must-fail canary"
@@ -62,3 +69,30 @@ def same(first: Verdict, second: Verdict) -> bool:
 
 def _outcomes(verdict: Verdict) -> list[tuple[str, str]]:
     return sorted((t.id, t.outcome.value) for t in verdict.tests)
+
+
+def failures(verdict: Verdict) -> set[str]:
+    """The tests ``verdict`` saw fail (``failed`` or ``error``); one that never reported is none of them."""
+    return {t.id for t in verdict.tests if t.outcome in (Outcome.FAILED, Outcome.ERROR)}
+
+
+def _ending(verdict: Verdict) -> str | None:
+    """How a run ended before every test reported, in words (``None``: every test did, or an infra error)."""
+    if verdict.status is VerdictStatus.INFRA_ERROR or (
+        verdict.tests and all(t.outcome is not Outcome.MISSING for t in verdict.tests)
+    ):
+        return None
+    if verdict.status is VerdictStatus.TIMEOUT:
+        return "hit the time limit"
+    if verdict.status is VerdictStatus.MEMORY_LIMIT:
+        return "hit the memory limit"
+    # The verdict keeps no sandbox status: a signal (a test killing its process, a segfault) and an exit read alike.
+    return "crashed (killed by a signal, or exited) before every test reported"
+
+
+def endings(verdicts: Sequence[Verdict], among: Sequence[Verdict]) -> str:
+    """How those of ``verdicts`` that ended before every test reported ended, counted against the runs of ``among``
+    (infra errors aside): ``hit the time limit on 1 of 3 runs``; empty when none did."""
+    counted = Counter(e for v in verdicts if (e := _ending(v)) is not None)
+    runs = sum(v.status is not VerdictStatus.INFRA_ERROR for v in among)
+    return ", ".join(f"{ending} on {count} of {runs} runs" for ending, count in counted.items())
