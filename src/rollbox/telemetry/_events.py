@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import io
 import json
+import logging
 import threading
 import time
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 __all__ = ["Event", "JsonlSink", "Sink", "add_sink", "bound", "emit", "recording", "remove_sink"]
 
@@ -39,7 +41,9 @@ class Event:
 
 
 class Sink(Protocol):
-    """Where events go. ``write`` is called in the emitting thread and must not block for long or raise."""
+    """Where events go. ``write`` is called in the emitting thread and must not block for long or raise (a sink
+    that fails keeps its own account of it, as :attr:`JsonlSink.last_error` does); :func:`emit` contains any
+    exception one raises all the same."""
 
     def write(self, event: Event) -> None: ...
 
@@ -49,6 +53,9 @@ _context_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVa
 _context_fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "rollbox_fields", default=types.MappingProxyType({})
 )
+_log = logging.getLogger(__name__)
+#: The (sink type, exception type) pairs already logged: a sink that fails on every event is logged once.
+_logged_failures: set[tuple[type, type]] = set()
 
 
 def emit(kind: str, /, **fields: Any) -> None:
@@ -59,7 +66,16 @@ def emit(kind: str, /, **fields: Any) -> None:
     bound_fields = _context_fields.get()
     event = Event(kind, time.time(), {**bound_fields, **fields} if bound_fields else fields)
     for sink in (*_process_sinks, *sinks):
-        sink.write(event)
+        try:
+            sink.write(event)
+        except Exception as exc:  # one sink's failure must reach neither the caller nor the sinks after it
+            if (type(sink), type(exc)) not in _logged_failures:
+                _logged_failures.add((type(sink), type(exc)))
+                _log.exception(
+                    "telemetry sink %s failed on a %r event (its later failures of this kind are not logged)",
+                    type(sink).__name__,
+                    kind,
+                )
 
 
 def add_sink(sink: Sink) -> None:
@@ -96,23 +112,39 @@ def bound(**fields: Any) -> Iterator[None]:
 
 
 class JsonlSink:
-    """Appends each event to a file as one line of JSON, flushed at once, so a crash loses no written event.
+    """Appends each event to a file as one line of JSON, written at once, so a crash loses no written event.
 
-    Usable as a context manager; :meth:`close` is idempotent. Safe to share between threads.
+    A write that fails (a full disk) loses that event and never raises: :attr:`failed_writes` counts the events
+    lost, and :attr:`last_error` says why the last write failed (``None`` once one succeeds again). Usable as a
+    context manager; :meth:`close` is idempotent. Safe to share between threads.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        # Unbuffered: each line is written whole by this call, never left half in a buffer for the next to finish.
+        self._file: io.FileIO | None = self.path.open("ab", buffering=0)
         self._lock = threading.Lock()
+        self._torn = False  # a failed write may have left part of a line: the next starts on a line of its own
+        self.failed_writes = 0
+        self.last_error: str | None = None
 
     def write(self, event: Event) -> None:
-        line = json.dumps(event.to_json(), separators=(",", ":"), default=str) + "\n"
+        line = (json.dumps(event.to_json(), separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
-            if self._file is not None:
-                self._file.write(line)
-                self._file.flush()
+            if self._file is None:
+                return
+            data = memoryview(b"\n" + line if self._torn else line)
+            try:
+                while data:
+                    data = data[self._file.write(data) :]
+            except OSError as exc:
+                self._torn = True
+                self.failed_writes += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                return
+            self._torn = False
+            self.last_error = None
 
     def close(self) -> None:
         with self._lock:
