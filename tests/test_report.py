@@ -13,7 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollbox.scheduler._events import RunEvents
 from rollbox.server import ServerConfig
+from rollbox.telemetry import Event, JsonlSink
 from serving import double_task, running
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -94,3 +96,34 @@ def test_a_runs_events_that_cannot_be_read_are_named_with_the_path(tmp_path: Pat
     where = f"{events} (Is a directory)" if what == "a directory" else f"{home / 'archive'} (no archive at"
     assert line.startswith(f"rollbox report: cannot read the events at {where}"), line
     assert events.exists() == (what == "a directory")  # left as it was
+
+
+@pytest.mark.parametrize("writer", ["RunEvents", "JsonlSink"])
+def test_a_torn_line_costs_the_report_that_line_only_and_a_resumed_run_starts_a_line_of_its_own(
+    tmp_path: Path, writer: str
+) -> None:
+    home = tmp_path / "home"
+    path = home / "runs" / "r1" / "events.jsonl"
+
+    def append(first: int, last: int) -> None:  # what one run (or its resumption) writes, as each writer does
+        events = [
+            Event("episode.end", 1.7e9 + i, {"run_id": "r1", "status": "passed", "reward": 1.0, "n": i})
+            for i in range(first, last)
+        ]
+        sink = RunEvents(home) if writer == "RunEvents" else JsonlSink(path)
+        for event in events:
+            sink.write(event)
+        if isinstance(sink, RunEvents):
+            sink.flush()
+        sink.close()
+
+    append(0, 10)
+    whole = path.read_bytes()
+    last = whole.rindex(b"\n", 0, len(whole) - 1) + 1
+    path.write_bytes(whole[: last + 30] + "é".encode()[:1])  # killed mid-line, inside a character
+    append(10, 15)
+    done = _rollbox("report", "r1", "--events", str(path), "-o", str(tmp_path / "r1.html"), home=home)
+    assert done.returncode == 0, done.stderr
+    assert "(14 events" in done.stdout  # 15 written, the one torn lost, the resumed run's all kept
+    (warning,) = done.stderr.splitlines()
+    assert warning.startswith("rollbox report: lines skipped as not events: 1 ") and f"{path}:10: " in warning

@@ -43,7 +43,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(run=_report)
 
 
-def _events(args: argparse.Namespace) -> list[Event]:
+def _events(args: argparse.Namespace) -> tuple[list[Event], list[str]]:
+    """The run's events, and why each line skipped was not one (empty for the archive)."""
     if args.events is not None:
         return _read_jsonl(args.events, args.run_id)
     from rollbox.telemetry import read_archive
@@ -56,19 +57,20 @@ def _events(args: argparse.Namespace) -> list[Event]:
             archived = read_archive(archive, run=args.run_id)
         except (OSError, ValueError, ImportError):
             archived = []
-        return archived or _read_jsonl(run_file, args.run_id)
-    return read_archive(archive, run=args.run_id)
+        return (archived, []) if archived else _read_jsonl(run_file, args.run_id)
+    return read_archive(archive, run=args.run_id), []
 
 
-def _read_jsonl(path: Path, run_id: str) -> list[Event]:
-    """The run's events of a JSONL file.
+def _read_jsonl(path: Path, run_id: str) -> tuple[list[Event], list[str]]:
+    """The run's events of a JSONL file, and ``PATH:LINE: why`` for each line skipped as not an event: a run killed
+    mid-write leaves its last line torn, and one such line must not cost the report of the rest.
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: a line is not an event (``PATH:LINE: why``).
     """
-    events = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    events, skipped = [], []
+    # Only a newline ends a line: a torn line may end inside a character, which decoding the whole file would refuse.
+    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
         if not line.strip():
             continue
         try:
@@ -77,16 +79,13 @@ def _read_jsonl(path: Path, run_id: str) -> list[Event]:
             if run is None or run == run_id:
                 events.append(Event(str(data.pop("kind")), float(data.pop("at")), data))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(
-                f"{path}:{number}: not an event ({type(exc).__name__}: {exc}); each line must be a JSON object with "
-                "'kind' and 'at', as a run's events.jsonl holds"
-            ) from None
-    return events
+            skipped.append(f"{path}:{number}: {type(exc).__name__}: {exc}")
+    return events, skipped
 
 
 def _report(args: argparse.Namespace) -> int:
     try:
-        events = _events(args)
+        events, skipped = _events(args)
     except OSError as exc:
         where = exc.filename or args.events or args.archive or rollbox_home() / "archive"
         print(
@@ -101,6 +100,12 @@ def _report(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"rollbox report needs the archive extra: pip install 'rollbox[archive]' ({exc})", file=sys.stderr)
         return 2
+    if skipped:
+        print(
+            f"rollbox report: lines skipped as not events: {len(skipped)} (a run killed mid-write leaves its last "
+            f"line torn); the first: {skipped[0]}",
+            file=sys.stderr,
+        )
     if not events:
         print(f"rollbox report: no events of run {args.run_id!r} were found", file=sys.stderr)
         return 1

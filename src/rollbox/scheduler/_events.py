@@ -6,7 +6,8 @@ to the run of the job being worked on where it was emitted (:func:`working_on` m
 
 Lines are written through a buffer that the scheduler flushes every tick of its loop (50 ms) and when it closes: a
 busy scheduler emits several events for each job, and a write to the file for each (or for each turn) would cost
-more than the rest of the job's bookkeeping. A process killed outright may lose the events of its last tick; never a
+more than the rest of the job's bookkeeping. A process killed outright may lose the events of its last tick, and may
+leave the file's last line torn (a run that resumes ends it before appending; ``rollbox report`` skips it); never a
 transition, which the job store holds (``rollbox jobs show``).
 """
 
@@ -21,7 +22,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import IO
 
-from rollbox.telemetry import Event
+from rollbox.telemetry import Event, end_torn_line
 
 from ._home import run_dir, run_file_error
 
@@ -84,10 +85,12 @@ class RunEvents:
                 raise run_file_error(Path(out.name), exc, _KEPT) from exc
 
     def _open(self, run_id: str) -> IO[str]:
-        """The run's events file, opened to append (once: its path is not made again for each event)."""
+        """The run's events file, opened to append (once: its path is not made again for each event); a torn last
+        line that a killed run left is ended first."""
         path = run_dir(run_id, self.home) / "events.jsonl"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            end_torn_line(path)
             return path.open("a", encoding="utf-8", buffering=1 << 16)
         except OSError as exc:
             raise run_file_error(path, exc, _KEPT) from exc

@@ -16,6 +16,7 @@ import contextvars
 import io
 import json
 import logging
+import os
 import threading
 import time
 import types
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["Event", "JsonlSink", "Sink", "add_sink", "bound", "emit", "recording", "remove_sink"]
+__all__ = ["Event", "JsonlSink", "Sink", "add_sink", "bound", "emit", "end_torn_line", "recording", "remove_sink"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,25 @@ def bound(**fields: Any) -> Iterator[None]:
         _context_fields.reset(token)
 
 
+def end_torn_line(path: str | Path) -> None:
+    """End the last line of the JSON Lines file at ``path`` where a writer killed mid-line left it unterminated, so
+    that what is appended next (a resumed run's events) starts a line of its own instead of joining the torn one.
+    A missing file is left missing.
+
+    Raises:
+        OSError: the file is there but cannot be read and written.
+    """
+    try:
+        file = open(path, "r+b")  # noqa: SIM115 (opened only if it exists; closed just below)
+    except FileNotFoundError:
+        return
+    with file:
+        if file.seek(0, os.SEEK_END) > 0:
+            file.seek(-1, os.SEEK_END)
+            if file.read(1) != b"\n":
+                file.write(b"\n")
+
+
 class JsonlSink:
     """Appends each event to a file as one line of JSON, written at once, so a crash loses no written event.
 
@@ -122,6 +142,7 @@ class JsonlSink:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        end_torn_line(self.path)
         # Unbuffered: each line is written whole by this call, never left half in a buffer for the next to finish.
         self._file: io.FileIO | None = self.path.open("ab", buffering=0)
         self._lock = threading.Lock()
