@@ -127,3 +127,29 @@ def test_a_torn_line_costs_the_report_that_line_only_and_a_resumed_run_starts_a_
     assert "(14 events" in done.stdout  # 15 written, the one torn lost, the resumed run's all kept
     (warning,) = done.stderr.splitlines()
     assert warning.startswith("rollbox report: lines skipped as not events: 1 ") and f"{path}:10: " in warning
+
+
+def test_the_report_reads_whichever_of_the_run_file_and_the_archive_holds_more_and_says_which(tmp_path: Path) -> None:
+    from rollbox.telemetry import Archive
+
+    home = tmp_path / "home"
+    run_file = home / "runs" / "r2" / "events.jsonl"
+    events = [Event("episode.end", 1.7e9 + i, {"run": "r2", "status": "passed", "reward": 1.0}) for i in range(100)]
+    with Archive(str(home / "archive"), flush_s=3600) as archive:  # a killed run: its last flush never came
+        for event in events[:10]:
+            archive.write(event)
+    with JsonlSink(run_file) as sink:
+        for event in events:
+            sink.write(event)
+
+    def report(*args: str) -> str:
+        done = _rollbox("report", "r2", *args, "-o", str(tmp_path / "r2.html"), home=home)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert report().endswith(f"(100 events, from {run_file})\n")
+    assert report("--archive", str(home / "archive")).endswith(f"(10 events, from {home / 'archive'})\n")
+    run_file.write_text("")  # the archive holds more: it is read
+    assert report().endswith(f"(10 events, from {home / 'archive'})\n")
+    missing = _rollbox("report", "r2", "--archive", "", home=home)  # the run's file only, and it holds none
+    assert missing.returncode == 1 and "no events of run 'r2'" in missing.stderr
