@@ -4,6 +4,7 @@ against the running service."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from rollbox.scheduler._events import RunEvents
 from rollbox.server import ServerConfig
-from rollbox.telemetry import Event, JsonlSink
+from rollbox.telemetry import Event, JsonlSink, LiveStats, render_report
 from serving import double_task, running
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -153,3 +154,46 @@ def test_the_report_reads_whichever_of_the_run_file_and_the_archive_holds_more_a
     assert report().endswith(f"(10 events, from {home / 'archive'})\n")
     missing = _rollbox("report", "r2", "--archive", "", home=home)  # the run's file only, and it holds none
     assert missing.returncode == 1 and "no events of run 'r2'" in missing.stderr
+
+
+def _card(page: str, name: str) -> str:
+    match = re.search(rf'<div class="card">{name}<b>([^<]*)</b>', page)
+    assert match, name
+    return match.group(1)
+
+
+def test_the_reports_figures_are_over_every_event_not_the_live_windows() -> None:
+    """Half a 30-minute run's episodes were infra errors, all in its first 20 minutes; of 3,000 rewards the first
+    1,000 were 0: the live figures' 10-minute and last-2,000 windows miss both, the report must not."""
+    t0 = 1.7e9
+    failing = [
+        Event("episode.end", t0 + i * 4, {"run": "r", "status": "infra_error", "wall_s": 100.0}) for i in range(300)
+    ]
+    passing = [
+        Event("episode.end", t0 + 1200 + i * 2, {"run": "r", "status": "passed", "reward": 1.0, "wall_s": 0.01})
+        for i in range(300)
+    ]
+    page = render_report("r", failing + passing)
+    assert _card(page, "infra error rate") == "50.0%"
+    assert "<h3>episode</h3><p>p50 0.01 s · p90 100.0 s · p99 100.0 s · n=600</p>" in page
+    live = LiveStats(clock=lambda: passing[-1].at)  # the dashboard keeps its window
+    for event in failing + passing:
+        live.write(event)
+    assert live.snapshot()["infra_error_rate"] == 0.0
+
+    scored = [
+        Event(
+            "episode.end",
+            t0 + i,
+            {
+                "run": "r",
+                "status": "passed" if i >= 1000 else "failed",
+                "reward": float(i >= 1000),
+                "wall_s": 0.01 if i >= 1000 else 50.0,
+            },
+        )
+        for i in range(3000)
+    ]
+    page = render_report("r", scored)
+    assert _card(page, "mean reward") == "0.667" and _card(page, "verdicts") == "3000"
+    assert "<h3>episode</h3><p>p50 0.01 s · p90 50.0 s · p99 50.0 s · n=3000</p>" in page
