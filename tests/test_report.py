@@ -1,5 +1,5 @@
 """``rollbox report`` from a real service's archive (and from a run's JSONL), looked at in Chromium; ``rollbox top``
-against the running service."""
+against the running service, and what it prints of a candidate's output."""
 
 from __future__ import annotations
 
@@ -9,11 +9,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import unicodedata
 from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from rollbox.cli._terminal import printable
+from rollbox.cli._top import render
 from rollbox.scheduler._events import RunEvents
 from rollbox.server import ServerConfig
 from rollbox.telemetry import Event, JsonlSink, LiveStats, render_report
@@ -197,3 +203,22 @@ def test_the_reports_figures_are_over_every_event_not_the_live_windows() -> None
     page = render_report("r", scored)
     assert _card(page, "mean reward") == "0.667" and _card(page, "verdicts") == "3000"
     assert "<h3>episode</h3><p>p50 0.01 s · p90 50.0 s · p99 50.0 s · n=3000</p>" in page
+
+
+EVIL = "\x1b]0;pwned-title\x07\x1b[2J\x1b[31mFAKE: all green\x1b[0m\x1b]52;c;ZWNobyBoaQ==\x07\x9b2J\rok"
+
+
+def test_top_shows_a_candidates_escapes_and_never_sends_them_to_the_terminal() -> None:
+    stats = LiveStats()
+    stats.write(Event("sandbox.exec", time.time(), {"status": "nonzero_exit", "language": "python", "stderr": EVIL}))
+    snap = {**stats.snapshot(), "run": f"run{EVIL}", "alerts": [{"name": "x", "severity": "page", "summary": EVIL}]}
+    screen = render(snap)
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", screen), screen
+    assert "\\x1b]0;pwned-title\\x07\\x1b[2J\\x1b[31mFAKE" in screen  # shown, to be read
+
+
+@given(st.text())
+def test_printable_escapes_exactly_the_controls_a_terminal_acts_on(text: str) -> None:
+    # Unicode's "Cc" category is the C0 controls, DEL and the C1 controls: all but tab and newline are escaped.
+    expected = "".join(f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" and c not in "\t\n" else c for c in text)
+    assert printable(text) == expected
