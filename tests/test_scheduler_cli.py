@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -303,3 +304,17 @@ def test_the_commands_use_the_job_store_db_or_rollbox_db_names(tmp_path: Path, p
         assert failed.returncode == 1 and "Traceback" not in failed.stderr, (command, failed.stderr)
         last = failed.stderr.strip().splitlines()[-1]
         assert "cannot be reached" in last and "hunter2" not in failed.stderr, (command, failed.stderr)
+
+
+def test_jobs_and_runs_show_what_a_submitter_wrote_and_never_send_its_escapes_to_the_terminal(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    evil = "\x1b]0;pwned\x07\x1b[2J\x1b[31mFAKE\x1b[0m\x9b2J\r"
+    store = JobStore(home / "jobs.db")
+    spec = JobSpec(kind="exec", payload=exec_payload(["true"]), key=f"k{evil}", run_id=f"r{evil}", tenant=f"t{evil}")
+    ((job, _),) = store.submit([(spec, Requirements())])
+    store.close()
+    for command in (["jobs"], ["jobs", "show", str(job.id)], ["runs"]):
+        done = rollbox(home, *command)
+        assert done.returncode == 0, done.stderr
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", done.stdout), (command, done.stdout)
+        assert "\\x1b]0;pwned\\x07" in done.stdout, (command, done.stdout)  # shown, to be read

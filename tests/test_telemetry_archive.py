@@ -3,19 +3,21 @@ directory and to a real S3-compatible server (moto's, started on loopback by the
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
 
 from rollbox import telemetry
-from rollbox.telemetry import Archive, read_archive
+from rollbox.telemetry import Archive, Event, read_archive
 
 
 def _emit_run() -> None:
@@ -133,3 +135,89 @@ def test_episode_events_fill_the_task_column(tmp_path: Path) -> None:
         telemetry.emit("judge.verdict", run="r", task="calc", task_id="other", status="passed")
     table = ds.dataset(url, format="parquet", partitioning="hive").to_table()
     assert sorted(table.column("task").to_pylist()) == ["calc", "calc"]
+
+
+def _fail_writes(monkeypatch: pytest.MonkeyPatch, archive: Archive, fail: Callable[[int, Any], Any]) -> None:
+    """Make the archive's storage fail as ``fail(n, file)`` says, for its ``n``-th file opened to write."""
+    real_open, opened = archive.fs.open, [0]
+
+    def open_(path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        f = real_open(path, mode, **kwargs)
+        if "w" in mode:
+            opened[0] += 1
+            return fail(opened[0], f)
+        return f
+
+    monkeypatch.setattr(archive.fs, "open", open_)  # the file system is fsspec's cached one: undone after the test
+
+
+def _no_space(*args: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_file_that_fails_keeps_only_its_own_events_and_those_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = str(tmp_path / "archive")
+    archive = Archive(url, flush_s=3600)
+    try:
+        for i in range(10):
+            archive.write(Event("episode.end", 1.7e9 + i, {"run": "A", "status": "passed"}))
+        archive.write(Event("episode.end", 1.7e9 + 20, {"run": "B", "status": "passed"}))
+        archive.write(Event("episode.end", 1.7e9 + 21, {"run": "C", "status": "passed"}))
+
+        def second_fails(n: int, f: Any) -> Any:
+            if n == 2:
+                f.close()
+                _no_space()
+            return f
+
+        _fail_writes(monkeypatch, archive, second_fails)
+        assert archive.flush() == 10 and archive.last_error is not None and "No space" in archive.last_error
+        assert archive.flush() == 2 and archive.last_error is None
+    finally:
+        archive.close()
+    assert [len(read_archive(url, run=run)) for run in "ABC"] == [10, 1, 1]  # run A's events are not written twice
+
+
+class _Torn:
+    """A file whose storage fills after its first write."""
+
+    def __init__(self, f: Any) -> None:
+        self._f, self._writes = f, 0
+
+    def write(self, data: bytes) -> int:
+        self._writes += 1
+        if self._writes > 1:
+            _no_space()
+        return int(self._f.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _Torn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+
+def test_a_file_cut_short_is_never_seen_and_one_left_by_an_older_archive_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = tmp_path / "archive"
+    archive = Archive(str(url), flush_s=3600)
+    try:
+        archive.write(Event("sandbox.exec", 1.7e9, {"run": "r", "status": "ok"}))
+        _fail_writes(monkeypatch, archive, lambda n, f: _Torn(f))
+        assert archive.flush() == 0 and archive.last_error is not None
+        (day,) = (url / "run=r").iterdir()
+        assert list(day.iterdir()) == []  # neither the part written nor its temporary name is left
+        monkeypatch.undo()  # the storage has room again
+        assert archive.flush() == 1
+    finally:
+        archive.close()
+    (part,) = day.iterdir()
+    (day / "part-torn.parquet").write_bytes(part.read_bytes()[:100])  # what an older rollbox could leave
+    with pytest.warns(RuntimeWarning, match=r"skipped 1 of the 2 files .*part-torn\.parquet"):
+        assert [e.kind for e in read_archive(str(url), run="r")] == ["sandbox.exec"]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from rollbox import telemetry
 from rollbox.telemetry import Event
@@ -82,3 +86,47 @@ def test_bound_fields_reach_every_event_inside_and_yield_to_the_events_own() -> 
         {"tenant": "a", "run": "r1", "turn": 1},
         {"tenant": "a", "run": "own"},
     ]
+
+
+class Broken:
+    def write(self, event: Event) -> None:
+        raise RuntimeError("this sink is broken")
+
+
+def test_a_failing_sink_reaches_neither_the_caller_nor_the_sinks_after_it(caplog: pytest.LogCaptureFixture) -> None:
+    after = Collect()
+    full = telemetry.JsonlSink("/dev/full")  # every write: ENOSPC
+    with telemetry.recording(full), telemetry.recording(Broken()), telemetry.recording(after):
+        telemetry.emit("sandbox.exec", status="ok")
+        telemetry.emit("sandbox.exec", status="ok")
+    full.close()
+    assert [e.kind for e in after.events] == ["sandbox.exec", "sandbox.exec"]
+    assert full.failed_writes == 2 and full.last_error is not None and "No space left" in full.last_error
+    # The sink that raised is logged once, not once per event.
+    (record,) = caplog.records
+    assert record.getMessage().startswith("telemetry sink Broken failed on a 'sandbox.exec' event")
+    assert record.exc_info is not None and "this sink is broken" in str(record.exc_info[1])
+
+
+def test_a_line_cut_short_by_a_failed_write_is_ended_before_the_next(tmp_path: Path) -> None:
+    """A write that fits only in part (here: past the file size limit) leaves a torn line; the next event that can
+    be written starts a line of its own, so only the event that failed is lost."""
+    path = tmp_path / "events.jsonl"
+    script = f"""
+import resource, signal
+from rollbox.telemetry import Event, JsonlSink
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+sink = JsonlSink({str(path)!r})
+sink.write(Event("first", 1.0))
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, hard))
+sink.write(Event("second", 2.0, {{"pad": "x" * 200}}))
+assert sink.failed_writes == 1, sink.last_error
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+sink.write(Event("third", 3.0))
+assert sink.failed_writes == 1 and sink.last_error is None
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    lines = path.read_bytes().split(b"\n")
+    assert json.loads(lines[0])["kind"] == "first" and lines[1].startswith(b'{"kind":"second"') and len(lines[1]) < 100
+    assert json.loads(lines[2])["kind"] == "third" and lines[3:] == [b""]

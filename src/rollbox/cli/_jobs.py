@@ -12,6 +12,7 @@ from pathlib import Path
 from rollbox.scheduler import JobNotFound, JobState, JobStore, StoreError, store_target
 
 from ._args import whole
+from ._terminal import printable
 
 _JOBS_EPILOG = """\
 The store is --db, else $ROLLBOX_DB, else $ROLLBOX_HOME/jobs.db (default ~/.rollbox/jobs.db). States: pending,
@@ -113,8 +114,10 @@ def _jobs(store: JobStore, args: argparse.Namespace) -> int:
         status = (result.status or "-") if result else "-"
         reward = "-" if result is None or result.reward is None else f"{result.reward:g}"
         print(
-            f"{job.id:>6}  {job.run_id:<24.24} {job.kind:<8} {job.state.value:<10} {job.attempts:>5}  "
-            f"{status:<14} {reward:>6}  {job.key or '-'}"
+            printable(
+                f"{job.id:>6}  {job.run_id:<24.24} {job.kind:<8} {job.state.value:<10} {job.attempts:>5}  "
+                f"{status:<14} {reward:>6}  {job.key or '-'}"
+            )
         )
     return 0
 
@@ -147,20 +150,28 @@ def _show(store: JobStore, job_id: int, as_json: bool) -> int:
             )
         )
         return 0
-    print(f"job {job.id}  kind {job.kind}  run {job.run_id}  key {job.key or '-'}  tenant {job.tenant}")
-    print(f"state {job.state.value}  attempts {job.attempts}/{job.max_attempts}  priority {job.priority}")
-    print(f"payload {json.dumps(job.payload)[:300]}")
-    print("transitions:")
+    # What the store holds came from submitters and from the work (keys, reasons, errors): printed, never acted on.
+    lines = [
+        f"job {job.id}  kind {job.kind}  run {job.run_id}  key {job.key or '-'}  tenant {job.tenant}",
+        f"state {job.state.value}  attempts {job.attempts}/{job.max_attempts}  priority {job.priority}",
+        f"payload {json.dumps(job.payload)[:300]}",
+        "transitions:",
+    ]
     for m in moves:
         why = f"  ({m.reason})" if m.reason else ""
-        print(f"  {_when(m.at)}  #{m.attempt}  {m.source.value if m.source else '-':>9} -> {m.target.value}{why}")
-    print("attempts:")
+        lines.append(
+            f"  {_when(m.at)}  #{m.attempt}  {m.source.value if m.source else '-':>9} -> {m.target.value}{why}"
+        )
+    lines.append("attempts:")
     for a in attempts:
         error = f"  {a.error}" if a.error else ""
         span = f"{_when(a.started_at)} .. {_when(a.ended_at)}"
-        print(f"  #{a.number}  {span}  {a.outcome or 'under way'}  on {a.worker}{error}")
+        lines.append(f"  #{a.number}  {span}  {a.outcome or 'under way'}  on {a.worker}{error}")
     if result is not None:
-        print(f"result: {result.state.value}  status {result.status}  reward {result.reward}  error {result.error}")
+        lines.append(
+            f"result: {result.state.value}  status {result.status}  reward {result.reward}  error {result.error}"
+        )
+    print(printable("\n".join(lines)))
     return 0
 
 
@@ -171,5 +182,5 @@ def _runs(store: JobStore, args: argparse.Namespace) -> int:
         else:
             total = sum(counts.values())
             states = "  ".join(f"{state} {n}" for state, n in sorted(counts.items()))
-            print(f"{run_id:<32} {_when(created)}  {total} jobs  {states}")
+            print(printable(f"{run_id:<32} {_when(created)}  {total} jobs  {states}"))
     return 0

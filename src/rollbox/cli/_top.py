@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from ._args import positive_seconds
+from ._terminal import printable
 
 _HELP = """\
 Show a rollbox service's live figures (what its dashboard shows) in the terminal: throughput, queue, job
@@ -41,7 +42,8 @@ def _bar(value: float, top: float, width: int = 30) -> str:
 
 
 def render(snap: dict[str, Any]) -> str:
-    """One screen of ``rollbox top`` from ``/v1/stats``'s object."""
+    """One screen of ``rollbox top`` from ``/v1/stats``'s object, safe to print (what runs there and the tenants
+    name, a candidate's stderr above all, may hold a terminal's escapes)."""
     lines = [
         f"rollbox · run {snap.get('run')} · up {snap['uptime_s']:.0f} s · "
         f"{snap['throughput']['per_s_last_minute']:.2f}/s (last minute) · queue {snap['jobs']['queue_depth']} · "
@@ -72,7 +74,7 @@ def render(snap: dict[str, Any]) -> str:
         lines.append(
             f"  {time.strftime('%H:%M:%S', time.localtime(f['at']))} {f['status']:<14}{what:<20}{detail[0][:60]}"
         )
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def _top(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ to the run of the job being worked on where it was emitted (:func:`working_on` m
 
 Lines are written through a buffer that the scheduler flushes every tick of its loop (50 ms) and when it closes: a
 busy scheduler emits several events for each job, and a write to the file for each (or for each turn) would cost
-more than the rest of the job's bookkeeping. A process killed outright may lose the events of its last tick; never a
+more than the rest of the job's bookkeeping. A process killed outright may lose the events of its last tick, and may
+leave the file's last line torn (a run that resumes ends it before appending; ``rollbox report`` skips it); never a
 transition, which the job store holds (``rollbox jobs show``).
 """
 
@@ -21,7 +22,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import IO
 
-from rollbox.telemetry import Event
+from rollbox.telemetry import Event, end_torn_line
 
 from ._home import run_dir, run_file_error
 
@@ -62,12 +63,17 @@ def working_on(run_id: str) -> Iterator[None]:
 
 
 class RunEvents:
-    """A sink that appends each event to its run's ``events.jsonl`` under ``home``; :meth:`flush` writes them out."""
+    """A sink that appends each event to its run's ``events.jsonl`` under ``home``; :meth:`flush` writes them out.
+
+    A file that cannot be written is never an error in :meth:`write` (a sink must not raise into whoever emitted):
+    the next :meth:`flush`, which the scheduler calls every tick, raises it.
+    """
 
     def __init__(self, home: Path) -> None:
         self.home = home
         self._files: dict[str, IO[str]] = {}
         self._lock = threading.Lock()
+        self._error: OSError | None = None  # the first a write met since the last flush
 
     def write(self, event: Event) -> None:
         run_id = event.fields.get("run_id") or _current_run.get()
@@ -75,19 +81,24 @@ class RunEvents:
             return
         line = _line(event)
         with self._lock:
-            out = self._files.get(run_id)
-            if out is None:
-                out = self._files[run_id] = self._open(run_id)
             try:
-                out.write(line)
+                out = self._files.get(run_id)
+                if out is None:
+                    out = self._files[run_id] = self._open(run_id)
+                try:
+                    out.write(line)
+                except OSError as exc:
+                    raise run_file_error(Path(out.name), exc, _KEPT) from exc
             except OSError as exc:
-                raise run_file_error(Path(out.name), exc, _KEPT) from exc
+                self._error = self._error or exc
 
     def _open(self, run_id: str) -> IO[str]:
-        """The run's events file, opened to append (once: its path is not made again for each event)."""
+        """The run's events file, opened to append (once: its path is not made again for each event); a torn last
+        line that a killed run left is ended first."""
         path = run_dir(run_id, self.home) / "events.jsonl"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            end_torn_line(path)
             return path.open("a", encoding="utf-8", buffering=1 << 16)
         except OSError as exc:
             raise run_file_error(path, exc, _KEPT) from exc
@@ -96,9 +107,13 @@ class RunEvents:
         """Write out what is buffered.
 
         Raises:
-            OSError: a run's events file could not be written (the message says what to do).
+            OSError: a run's events file could not be made or written, by this flush or by a write since the last
+                (the message says what to do).
         """
         with self._lock:
+            error, self._error = self._error, None
+            if error is not None:
+                raise error
             for out in self._files.values():
                 try:
                     out.flush()

@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._alerts import Alert, AlertRule, Alerts, AlertThresholds, default_rules, prometheus_rules
-from ._events import Event, JsonlSink, Sink, add_sink, bound, emit, recording, remove_sink
+from ._events import Event, JsonlSink, Sink, add_sink, bound, emit, end_torn_line, recording, remove_sink
 from ._home import rollbox_home
 from ._report import render_report
 from ._stats import LiveStats
@@ -37,6 +37,7 @@ __all__ = [
     "bound",
     "default_rules",
     "emit",
+    "end_torn_line",
     "prometheus_rules",
     "read_archive",
     "recording",

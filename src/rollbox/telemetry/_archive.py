@@ -19,12 +19,14 @@ lost. One row per episode with typed columns is the trajectories' Parquet (``rol
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import secrets
 import threading
 import time
 import urllib.parse
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -69,8 +71,10 @@ class Archive:
 
     Writing happens in a background thread every ``flush_s`` seconds (or as soon as ``max_buffered`` events
     wait), never in the thread that emits; :meth:`flush` writes now, :meth:`close` writes the rest and stops.
-    A write that fails (the storage is unreachable) keeps its events buffered for the next try, and
-    :attr:`last_error` says what happened.
+    A file that fails to be written (the storage is unreachable or full) keeps its events buffered for the next
+    try, with those of the files not tried after it (the files written stay written, and their events are not
+    written again), and :attr:`last_error` says what happened. Each file is written under a hidden temporary name
+    and renamed once whole, so a reader never sees half of one.
 
     Args:
         url: A local directory or an fsspec URL (default scheme: the local file system).
@@ -122,30 +126,39 @@ class Archive:
                 events, self._buffer = self._buffer, []
             if not events:
                 return 0
-            try:
-                self._write(events)
-            except Exception as exc:  # the storage failed: keep the events for the next flush
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                with self._lock:
-                    self._buffer[:0] = events
-                return 0
+            parts: dict[tuple[str, str], list[Event]] = defaultdict(list)
+            for event in events:
+                date = datetime.datetime.fromtimestamp(event.at, datetime.UTC).strftime("%Y-%m-%d")
+                fields = event.fields
+                parts[(str(fields.get("run") or fields.get("run_id") or _NO_RUN), date)].append(event)
+            groups = list(parts.items())
+            for done, ((run, date), group) in enumerate(groups):
+                try:
+                    self._write(run, date, group)
+                except Exception as exc:  # the storage failed: this file's events and the rest wait for the next flush
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    left = [event for _, rest in groups[done:] for event in rest]
+                    with self._lock:
+                        self._buffer[:0] = left
+                    return len(events) - len(left)
             self.last_error = None
             return len(events)
 
-    def _write(self, events: list[Event]) -> None:
-        parts: dict[tuple[str, str], list[Event]] = defaultdict(list)
-        for event in events:
-            date = datetime.datetime.fromtimestamp(event.at, datetime.UTC).strftime("%Y-%m-%d")
-            fields = event.fields
-            parts[(str(fields.get("run") or fields.get("run_id") or _NO_RUN), date)].append(event)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        for (run, date), group in parts.items():
-            table = pa.Table.from_pylist([self._row(e, run, date) for e in group], schema=_SCHEMA)
-            directory = f"{self.root}/run={_partition(run)}/date={date}"
-            self.fs.makedirs(directory, exist_ok=True)
-            path = f"{directory}/part-{stamp}-{secrets.token_hex(6)}.parquet"
-            with self.fs.open(path, "wb") as f:
+    def _write(self, run: str, date: str, group: list[Event]) -> None:
+        """One Parquet file of ``run``'s events of ``date``, in place only once written whole."""
+        table = pa.Table.from_pylist([self._row(e, run, date) for e in group], schema=_SCHEMA)
+        directory = f"{self.root}/run={_partition(run)}/date={date}"
+        self.fs.makedirs(directory, exist_ok=True)
+        name = f"part-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(6)}.parquet"
+        temporary = f"{directory}/.{name}.tmp"  # hidden, not *.parquet: no reader takes it for a file of events
+        try:
+            with self.fs.open(temporary, "wb") as f:
                 pq.write_table(table, f, compression="zstd")
+            self.fs.mv(temporary, f"{directory}/{name}")
+        except BaseException:
+            with contextlib.suppress(Exception):  # nothing was left there, or the storage is gone: either way, go on
+                self.fs.rm(temporary)
+            raise
 
     @staticmethod
     def _row(event: Event, run: str, date: str) -> dict[str, Any]:
@@ -185,8 +198,14 @@ def read_archive(
 ) -> list[Event]:
     """Every archived event under ``url`` (of one ``run``, of one ``kind``), in the order they happened.
 
+    A file that cannot be read (damaged, or cut short by an archive of an older rollbox, which did not write under
+    a temporary name) is skipped, with one warning that counts them and names the first.
+
     Raises:
         FileNotFoundError: nothing was ever archived under ``url``.
+
+    Warns:
+        RuntimeWarning: files were skipped.
     """
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"), **dict(storage_options or {}))
     if not fs.exists(root):
@@ -194,14 +213,33 @@ def read_archive(
             f"no archive at {url!r}: check the URL, or archive there first (rollbox serve --archive)"
         )
     pattern = f"{root}/run={_partition(run) if run is not None else '*'}/date=*/*.parquet"
+    paths = sorted(fs.glob(pattern))
     events: list[Event] = []
-    for path in sorted(fs.glob(pattern)):
-        # ParquetFile, not read_table: read_table's dataset scanner leaves Arrow threads that can abort the
-        # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
-        with fs.open(path, "rb") as f:
-            table = pq.ParquetFile(f).read(columns=["kind", "at", "fields"], use_threads=False)
-        for row in table.to_pylist():
-            if kind is None or row["kind"] == kind:
-                events.append(Event(row["kind"], row["at"], json.loads(row["fields"])))
+    skipped: list[str] = []
+    for path in paths:
+        try:
+            events += _read_part(fs, path, kind)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            skipped.append(f"{path} ({type(exc).__name__}: {exc})")
+    if skipped:
+        warnings.warn(
+            f"read_archive skipped {len(skipped)} of the {len(paths)} files under {url!r} that could not be read "
+            f"(move them aside to silence this); the first: {skipped[0]}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     events.sort(key=lambda e: e.at)
     return events
+
+
+def _read_part(fs: Any, path: str, kind: str | None) -> list[Event]:
+    """The events of one Parquet file (of one ``kind``)."""
+    # ParquetFile, not read_table: read_table's dataset scanner leaves Arrow threads that can abort the
+    # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
+    with fs.open(path, "rb") as f:
+        table = pq.ParquetFile(f).read(columns=["kind", "at", "fields"], use_threads=False)
+    return [
+        Event(row["kind"], row["at"], json.loads(row["fields"]))
+        for row in table.to_pylist()
+        if kind is None or row["kind"] == kind
+    ]

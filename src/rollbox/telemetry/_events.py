@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import io
 import json
+import logging
+import os
 import threading
 import time
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
-__all__ = ["Event", "JsonlSink", "Sink", "add_sink", "bound", "emit", "recording", "remove_sink"]
+__all__ = ["Event", "JsonlSink", "Sink", "add_sink", "bound", "emit", "end_torn_line", "recording", "remove_sink"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +42,9 @@ class Event:
 
 
 class Sink(Protocol):
-    """Where events go. ``write`` is called in the emitting thread and must not block for long or raise."""
+    """Where events go. ``write`` is called in the emitting thread and must not block for long or raise (a sink
+    that fails keeps its own account of it, as :attr:`JsonlSink.last_error` does); :func:`emit` contains any
+    exception one raises all the same."""
 
     def write(self, event: Event) -> None: ...
 
@@ -49,6 +54,9 @@ _context_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVa
 _context_fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "rollbox_fields", default=types.MappingProxyType({})
 )
+_log = logging.getLogger(__name__)
+#: The (sink type, exception type) pairs already logged: a sink that fails on every event is logged once.
+_logged_failures: set[tuple[type, type]] = set()
 
 
 def emit(kind: str, /, **fields: Any) -> None:
@@ -59,7 +67,16 @@ def emit(kind: str, /, **fields: Any) -> None:
     bound_fields = _context_fields.get()
     event = Event(kind, time.time(), {**bound_fields, **fields} if bound_fields else fields)
     for sink in (*_process_sinks, *sinks):
-        sink.write(event)
+        try:
+            sink.write(event)
+        except Exception as exc:  # one sink's failure must reach neither the caller nor the sinks after it
+            if (type(sink), type(exc)) not in _logged_failures:
+                _logged_failures.add((type(sink), type(exc)))
+                _log.exception(
+                    "telemetry sink %s failed on a %r event (its later failures of this kind are not logged)",
+                    type(sink).__name__,
+                    kind,
+                )
 
 
 def add_sink(sink: Sink) -> None:
@@ -95,24 +112,60 @@ def bound(**fields: Any) -> Iterator[None]:
         _context_fields.reset(token)
 
 
-class JsonlSink:
-    """Appends each event to a file as one line of JSON, flushed at once, so a crash loses no written event.
+def end_torn_line(path: str | Path) -> None:
+    """End the last line of the JSON Lines file at ``path`` where a writer killed mid-line left it unterminated, so
+    that what is appended next (a resumed run's events) starts a line of its own instead of joining the torn one.
+    A missing file is left missing.
 
-    Usable as a context manager; :meth:`close` is idempotent. Safe to share between threads.
+    Raises:
+        OSError: the file is there but cannot be read and written.
+    """
+    try:
+        file = open(path, "r+b")  # noqa: SIM115 (opened only if it exists; closed just below)
+    except FileNotFoundError:
+        return
+    with file:
+        if file.seek(0, os.SEEK_END) > 0:
+            file.seek(-1, os.SEEK_END)
+            if file.read(1) != b"\n":
+                file.write(b"\n")
+
+
+class JsonlSink:
+    """Appends each event to a file as one line of JSON, written at once, so a crash loses no written event.
+
+    A write that fails (a full disk) loses that event and never raises: :attr:`failed_writes` counts the events
+    lost, and :attr:`last_error` says why the last write failed (``None`` once one succeeds again). Usable as a
+    context manager; :meth:`close` is idempotent. Safe to share between threads.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        end_torn_line(self.path)
+        # Unbuffered: each line is written whole by this call, never left half in a buffer for the next to finish.
+        self._file: io.FileIO | None = self.path.open("ab", buffering=0)
         self._lock = threading.Lock()
+        self._torn = False  # a failed write may have left part of a line: the next starts on a line of its own
+        self.failed_writes = 0
+        self.last_error: str | None = None
 
     def write(self, event: Event) -> None:
-        line = json.dumps(event.to_json(), separators=(",", ":"), default=str) + "\n"
+        line = (json.dumps(event.to_json(), separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
-            if self._file is not None:
-                self._file.write(line)
-                self._file.flush()
+            if self._file is None:
+                return
+            data = memoryview(b"\n" + line if self._torn else line)
+            try:
+                while data:
+                    data = data[self._file.write(data) :]
+            except OSError as exc:
+                self._torn = True
+                self.failed_writes += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                return
+            self._torn = False
+            self.last_error = None
 
     def close(self) -> None:
         with self._lock:

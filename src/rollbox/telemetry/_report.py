@@ -103,13 +103,14 @@ def _histogram(histogram: dict[str, Any], label: str) -> str:
 
 
 def render_report(run: str, events: Sequence[Event]) -> str:
-    """The report of ``run`` from its events, as one HTML page."""
-    stats = LiveStats(clock=lambda: max((e.at for e in events), default=0.0))
+    """The report of ``run`` from its events, as one HTML page: its counts, rates, quantiles and rewards are over
+    every event, not the live figures' last minutes."""
+    stats = LiveStats(clock=lambda: max((e.at for e in events), default=0.0), exact=True)
     for event in events:
         stats.write(event)
     snap = stats.snapshot()
     start = min((e.at for e in events), default=0.0)
-    rewards = [(at - start, r) for series in snap["rewards"].values() for at, r in series]
+    rewards = sorted((at - start, r) for series in snap["rewards"].values() for at, r in series)
     finished = [e for e in events if e.kind in ("sandbox.exec", "judge.verdict", "episode.end", "job.result")]
     slowest = sorted(finished, key=_duration, reverse=True)[:15]
     failed = [e for e in finished if _status(e) not in ("ok", "passed")][-30:]

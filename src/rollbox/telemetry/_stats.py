@@ -1,8 +1,9 @@
 """Live figures: a sink that folds events into what the dashboard, ``rollbox top`` and the alerts show.
 
 Bounded in memory whatever the traffic: counts, fixed-bucket histograms, a few minutes of timestamps, the last
-rewards of each run and the last failures. Everything is kept once for the whole service and once per tenant,
-so that a tenant is shown only its own work.
+rewards of each run and the last failures. Made ``exact``, it forgets no timestamp, latency or reward, so that its
+rates, quantiles and rewards are over every event written (what a run's report needs). Everything is kept once for
+the whole service and once per tenant, so that a tenant is shown only its own work.
 
 The events it reads, and the fields it relies on (others are ignored; every field is optional unless marked):
 
@@ -48,17 +49,18 @@ _WINDOW_S = 600.0  # the throughput and rate windows
 _BUCKET_S = 10.0  # the throughput series' step
 _MAX_JOBS = 100_000  # live jobs tracked per view; beyond, the oldest are forgotten
 _REWARDS_PER_RUN = 2000
+_RECENT = 2000  # the latencies each histogram's quantiles are read from
 _RUNS = 50
 _FAILURES = 50
 _TAIL_BYTES = 4000
 
 
 class _Histogram:
-    def __init__(self) -> None:
+    def __init__(self, keep: int | None) -> None:
         self.counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
         self.total = 0
         self.sum = 0.0
-        self.recent: deque[float] = deque(maxlen=2000)
+        self.recent: deque[float] = deque(maxlen=keep)
 
     def add(self, value: float) -> None:
         self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, value)] += 1
@@ -87,8 +89,9 @@ def _quantile(ordered: list[float], q: float) -> float | None:
 
 @dataclass
 class _View:
-    """Everything kept for one audience: the whole service, or one tenant."""
+    """Everything kept for one audience: the whole service, or one tenant (``exact``: nothing forgotten)."""
 
+    exact: bool = False
     executions: Counter[str] = field(default_factory=Counter)
     verdicts: Counter[str] = field(default_factory=Counter)
     transitions: Counter[str] = field(default_factory=Counter)
@@ -105,7 +108,9 @@ class _View:
     sandbox_start_failures: int = 0
 
     def histogram(self, name: str) -> _Histogram:
-        return self.latency.setdefault(name, _Histogram())
+        if name not in self.latency:
+            self.latency[name] = _Histogram(None if self.exact else _RECENT)
+        return self.latency[name]
 
 
 class LiveStats:
@@ -113,12 +118,19 @@ class LiveStats:
 
     Thread-safe: events may come from any thread. Gauges that no event carries (sandboxes open, requests in
     flight, pool sizes) are set by their owner with :meth:`set_gauge`.
+
+    Args:
+        clock: What "now" is, for the windows.
+        exact: Keep every timestamp, latency and reward instead of the last 10 minutes and the last 2,000: the
+            infra error rate, the latency quantiles and the rewards are then over every event written, and memory
+            grows with them. For a finished run's events (:func:`rollbox.telemetry.render_report`), not a service.
     """
 
-    def __init__(self, *, clock: Any = time.time) -> None:
+    def __init__(self, *, clock: Any = time.time, exact: bool = False) -> None:
         self._clock = clock
+        self._exact = exact
         self._lock = threading.Lock()
-        self._all = _View()
+        self._all = _View(exact=exact)
         self._tenants: dict[str, _View] = {}
         self._gauges: dict[str, dict[str, float]] = {}  # name -> tenant ("" for the service) -> value
         self._job_tenants: OrderedDict[str, str] = OrderedDict()
@@ -153,7 +165,7 @@ class LiveStats:
                     tenant = self._job_tenants.get(job, "")
             views = [self._all]
             if tenant:
-                views.append(self._tenants.setdefault(tenant, _View()))
+                views.append(self._tenants.setdefault(tenant, _View(exact=self._exact)))
             for view in views:
                 self._fold(view, event)
 
@@ -216,10 +228,10 @@ class LiveStats:
         reward = f.get("reward")
         if isinstance(reward, int | float) and not isinstance(reward, bool) and math.isfinite(reward):
             run = str(f.get("run") or f.get("run_id") or "")
-            series = view.rewards.pop(run, None) or deque(maxlen=_REWARDS_PER_RUN)
+            series = view.rewards.pop(run, None) or deque(maxlen=None if view.exact else _REWARDS_PER_RUN)
             series.append((event.at, float(reward)))
             view.rewards[run] = series  # the most recent run last
-            while len(view.rewards) > _RUNS:
+            while len(view.rewards) > _RUNS and not view.exact:
                 view.rewards.popitem(last=False)
         if status not in ("passed", "ok"):
             self._failure(view, event, status)
@@ -254,6 +266,8 @@ class LiveStats:
         view.failures.append(entry)
 
     def _trim(self, view: _View, now: float) -> None:
+        if view.exact:
+            return
         horizon = now - _WINDOW_S
         for times in (view.done_at, view.infra_at, view.outcome_at, view.start_failures_at):
             while times and times[0] < horizon:
