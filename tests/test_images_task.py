@@ -16,6 +16,7 @@ import rollbox
 from oci_images import Entry, host_files_layer, host_image, tar_layer, write_layout
 from rollbox import telemetry
 from rollbox.judge import VerdictStatus, grade
+from rollbox.sandbox.images import ImageError, ImageStore
 from rollbox.tasks import Task, import_tasks, load_task, write_task
 
 if os.geteuid() != 0:
@@ -81,6 +82,20 @@ def test_an_unknown_image_is_infra_error_saying_what_to_do(tmp_path: Path) -> No
     verdict = asyncio.run(grade(task, {"solution.py": ON_THE_IMAGE}))
     assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None
     assert verdict.error is not None and "no image 'nowhere/none:1'" in verdict.error and "import" in verdict.error
+
+
+def test_a_full_disk_under_the_image_store_is_infra_error_never_the_candidates(
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROLLBOX_HOME", str(small_disk))
+    # A configuration of 1.5 MB: the store's record of the image (which keeps it) cannot be written.
+    layout = write_layout(tmp_path / "image", [tar_layer([Entry("etc", "dir")])], config={"Pad": "x" * 1_500_000})
+    (small_disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - (512 << 10)))
+    verdict = asyncio.run(grade(stdio_task(tmp_path / "task", str(layout)), {"solution.py": ON_THE_IMAGE}))
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert f"free space under {small_disk / 'images'}" in str(verdict.error), verdict.error
+    with pytest.raises(ImageError, match="No space left on device"):
+        ImageStore().import_layout(layout)
 
 
 def test_an_episode_runs_on_the_image_and_its_trajectory_names_the_digest(tmp_path: Path) -> None:

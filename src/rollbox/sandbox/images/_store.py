@@ -77,15 +77,24 @@ class ImageStore:
         self.downloads = self.home / "downloads"
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        for directory in (self._layers, self._roots, self._manifests, self._tmp):
-            directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd = os.open(self.home / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    def _locked(self, what: str) -> Iterator[None]:
+        """The store's lock, held for the block; an OSError in it (the store's disk full, a file it cannot
+        write) is an ImageError saying what failed, never the caller's (a grading's) own failure."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+            for directory in (self._layers, self._roots, self._manifests, self._tmp):
+                directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+            fd = os.open(self.home / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise ImageError(
+                f"cannot {what}: {exc.strerror or exc}{where}: free space under {self.home} "
+                "('rollbox images gc'), or check its permissions"
+            ) from exc
 
     # Importing
 
@@ -100,9 +109,8 @@ class ImageStore:
         path = Path(path)
         if not path.is_dir():
             raise ImageError(f"{path} is not a directory: give an OCI image layout directory")
-        manifest = read_manifest(path, ref)
-        with self._locked():
-            return self._import(path, manifest, ref)
+        with self._locked(f"import {path}"):
+            return self._import(path, read_manifest(path, ref), ref)
 
     def import_archive(self, path: Path, *, ref: str | None = None) -> Image:
         """Import the image in a ``docker save`` archive or an OCI archive (a tar of a layout) at ``path``.
@@ -113,7 +121,7 @@ class ImageStore:
         path = Path(path)
         if not path.is_file():
             raise ImageError(f"{path} is not a file: give a docker-save or OCI archive (.tar)")
-        with self._locked():
+        with self._locked(f"import {path}"):
             staging = Path(tempfile.mkdtemp(prefix="archive-", dir=self._tmp))
             try:
                 extract_archive(path, staging)
@@ -291,7 +299,7 @@ class ImageStore:
         Raises:
             ImageError: no such image.
         """
-        with self._locked():
+        with self._locked(f"remove {ref_or_digest}"):
             image = self.resolve(ref_or_digest)
             (self._manifests / f"{image.digest.removeprefix('sha256:')}.json").unlink()
 
@@ -300,7 +308,7 @@ class ImageStore:
         Returns the bytes freed.
         """
         freed = 0
-        with self._locked():
+        with self._locked("collect the image store's garbage"):
             images = self.list()
             roots = {i.root_id for i in images}
             layers: set[str] = set()

@@ -182,27 +182,44 @@ class LayerStore:
 
         Raises:
             PythonNotFound: the spec's Python is not installed here.
-            LayerBuildError: the build failed; its log is in the error and in ``.failed/<key>.log``.
+            LayerBuildError: the build failed (its log is in the error and in ``.failed/<key>.log``), or the store
+                could not be written (its disk full).
         """
         interpreter = find_python(spec.python)
         key = spec.key(interpreter)
-        fd = self._open_lock(key)
+        with self._failing(key):
+            fd = self._open_lock(key)
+            try:
+                delay = 0.02
+                while True:
+                    # A shared lock is enough to use a built layer, so it is asked for again while waiting: a
+                    # waiter for the exclusive lock alone would wait as long as any sandbox holds the layer.
+                    if _try_lock(fd, fcntl.LOCK_SH):
+                        if (found := self._found(key)) is not None:
+                            return found
+                        fcntl.flock(fd, fcntl.LOCK_UN)  # before asking for the exclusive one: no deadlock
+                    if _try_lock(fd, fcntl.LOCK_EX):
+                        found = self._found(key)
+                        return found if found is not None else await self._build(key, spec, interpreter)
+                    await asyncio.sleep(delay)  # a build or a removal is under way; the event loop goes on
+                    delay = min(delay * 2, 0.5)
+            finally:
+                os.close(fd)
+
+    @contextlib.contextmanager
+    def _failing(self, key: str) -> Iterator[None]:
+        """An OSError of the store's own in the block (its disk full, a file it cannot write) as a
+        LayerBuildError naming the layer: the machine's failure, never that of a grading's candidate."""
         try:
-            delay = 0.02
-            while True:
-                # A shared lock is enough to use a built layer, so it is asked for again while waiting: a waiter
-                # for the exclusive lock alone would wait as long as any sandbox holds the layer it is after.
-                if _try_lock(fd, fcntl.LOCK_SH):
-                    if (found := self._found(key)) is not None:
-                        return found
-                    fcntl.flock(fd, fcntl.LOCK_UN)  # before asking for the exclusive one: two waiters never deadlock
-                if _try_lock(fd, fcntl.LOCK_EX):
-                    found = self._found(key)
-                    return found if found is not None else await self._build(key, spec, interpreter)
-                await asyncio.sleep(delay)  # a build or a removal is under way; the event loop goes on meanwhile
-                delay = min(delay * 2, 0.5)
-        finally:
-            os.close(fd)
+            yield
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise LayerBuildError(
+                f"cannot build or use the runtime layer {key[:12]} in {self.root}: {exc.strerror or exc}{where}: "
+                "free space there ('rollbox env gc'), or check its permissions",
+                log="",
+                log_path=None,
+            ) from exc
 
     def _found(self, key: str) -> Layer | None:
         """The built layer ``key`` (its use recorded), with its lock held by the caller."""
