@@ -10,7 +10,8 @@ Layout (``$ROLLBOX_HOME/images``)::
     manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references
     .lock                   flock: exclusive while an import, a removal or a gc changes the store
     .tmp/                   imports under way (or left by one that died: gc empties it)
-    downloads/              what pulls download, as layouts, before they import them (theirs to manage)
+    downloads/              what pulls download, as layouts, before they import them (``gc`` removes those no
+                            pull holds and none wrote to for an hour)
 
 An import verifies every blob against its digest (the manifest and configuration before anything is unpacked, each
 layer as it is unpacked: both its blob's digest and its diff_id) and publishes nothing of a layer or an image that
@@ -27,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +44,7 @@ from ._unpack import unpack_layer
 __all__ = ["ImageStore"]
 
 _HEX = frozenset("0123456789abcdef")
+_ABANDONED_S = 3600.0  # a download no pull holds and none wrote to for this long was left by an interrupted one
 
 
 def _root_id(diff_ids: list[str]) -> str:
@@ -73,7 +76,8 @@ class ImageStore:
         self._roots = self.home / "roots"
         self._manifests = self.home / "manifests"
         self._tmp = self.home / ".tmp"
-        #: Where pulls keep the layouts they download (resumable), before :meth:`import_layout`; never collected.
+        #: Where pulls keep the layouts they download (resumable), before :meth:`import_layout`; :meth:`gc`
+        #: removes those left by interrupted pulls.
         self.downloads = self.home / "downloads"
 
     @contextlib.contextmanager
@@ -304,8 +308,8 @@ class ImageStore:
             (self._manifests / f"{image.digest.removeprefix('sha256:')}.json").unlink()
 
     def gc(self) -> int:
-        """Remove every root and layer no image names (a root a sandbox holds stays), and what dead imports left.
-        Returns the bytes freed.
+        """Remove every root and layer no image names (a root a sandbox holds stays), what dead imports left, and
+        the downloads no pull holds and none wrote to for an hour. Returns the bytes freed.
         """
         freed = 0
         with self._locked("collect the image store's garbage"):
@@ -318,7 +322,15 @@ class ImageStore:
             for root in self._roots.iterdir():
                 if root.name.endswith(".lock") or root.name in roots or not root.is_dir():
                     continue
-                freed += self._free(root, lock=self._roots / f"{root.name}.lock")
+                lock = self._roots / f"{root.name}.lock"
+                with _unheld(lock) as free:  # else a sandbox runs on it
+                    if free:
+                        # Its files are hard links to the layers': only its own directories are freed.
+                        freed += sum(
+                            os.lstat(os.path.join(b, n)).st_blocks * 512 for b, ds, _ in os.walk(root) for n in ds
+                        )
+                        _delete(root, self._tmp)
+                        lock.unlink(missing_ok=True)
             for layer in self._layers.iterdir():
                 if not layer.is_dir() or layer.name in layers:
                     continue
@@ -328,22 +340,18 @@ class ImageStore:
             for leftover in self._tmp.iterdir():
                 freed += _tree_bytes(leftover) if leftover.is_dir() else 0
                 _delete(leftover, None)
+            for lock in sorted(self.downloads.rglob(".pull.lock")) if self.downloads.is_dir() else []:
+                if not lock.exists():
+                    continue  # a repository's download below another's (``a/b`` below ``a``), removed with it
+                with _unheld(lock) as free:  # else a pull is under way
+                    if free and time.time() - _newest(lock.parent) > _ABANDONED_S:
+                        freed += _tree_bytes(lock.parent)
+                        _delete(lock.parent, self._tmp)
+                        for parent in lock.parent.parents:  # the registry's and repository's directories, if empty
+                            if parent == self.downloads or any(parent.iterdir()):
+                                break
+                            parent.rmdir()
         return freed
-
-    def _free(self, root: Path, *, lock: Path) -> int:
-        """Remove ``root`` if no sandbox holds it; its bytes freed (its own directory entries)."""
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return 0  # a sandbox runs on it
-            size = sum(os.lstat(os.path.join(b, n)).st_blocks * 512 for b, ds, _fs in os.walk(root) for n in ds)
-            _delete(root, self._tmp)
-            lock.unlink(missing_ok=True)
-            return size
-        finally:
-            os.close(fd)
 
 
 def _normal(ref: str) -> str:
@@ -352,6 +360,26 @@ def _normal(ref: str) -> str:
         ref = ref.removeprefix(prefix)
     ref = ref.removeprefix("library/")
     return ref if ":" in ref.rpartition("/")[2] else f"{ref}:latest"
+
+
+@contextlib.contextmanager
+def _unheld(lock: Path) -> Iterator[bool]:
+    """Whether the flock ``lock`` could be taken exclusively now (no sandbox or pull holds it), held for the block."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
+def _newest(path: Path) -> float:
+    """When anything in the directory ``path`` was last written (seconds since the epoch)."""
+    return max([os.lstat(os.path.join(b, n)).st_mtime for b, ds, fs in os.walk(path) for n in [*ds, *fs]], default=0.0)
 
 
 def _delete(path: Path, trash_dir: Path | None) -> None:
