@@ -297,8 +297,14 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, layer: _Layer) -> in
             assert source is not None
             _write_all(fd, source, member.size)
             os.fchmod(fd, readable(member.mode))
-            mtime_ns = int(member.mtime * 1_000_000_000)
-            os.utime(fd, ns=(mtime_ns, mtime_ns))
+            try:
+                mtime_ns = int(member.mtime * 1_000_000_000)
+                os.utime(fd, ns=(mtime_ns, mtime_ns))
+            except (OverflowError, ValueError):  # a pax header's mtime of inf, nan or 1e30: digest-valid, no time
+                raise ImageError(
+                    f"the layer's entry {rel!r} has the modification time {member.mtime!r}, which no file can have "
+                    "(a malformed layer): refused; build the image again"
+                ) from None
         finally:
             os.close(fd)
         return member.size
