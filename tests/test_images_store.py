@@ -273,6 +273,20 @@ def test_a_digest_valid_but_malformed_image_is_one_image_error(
     assert said in str(caught.value) and "a malformed image; save it again" in str(caught.value)
 
 
+def test_an_image_of_another_platform_is_refused_at_import(tmp_path: Path) -> None:
+    layout = write_layout(
+        tmp_path / "layout", [tar_layer([Entry("etc", "dir")])], image_config={"architecture": "arm64"}
+    )
+    with pytest.raises(
+        ImageError, match=r"is for linux/arm64, not this machine's linux/amd64: its programs cannot run"
+    ):
+        ImageStore(tmp_path / "store").import_layout(layout)
+    with pytest.raises(ImageError, match=r"is for windows/amd64, not this machine's linux/amd64"):
+        ImageStore(tmp_path / "store").import_archive(
+            oci_archive(write_layout(tmp_path / "windows", [], image_config={"os": "windows"}), tmp_path / "w.tar")
+        )
+
+
 def test_an_absolute_name_is_contained_in_the_image(tmp_path: Path) -> None:
     root = _import(tmp_path, [Entry("/abs-pwned", data=b"x")])
     assert (root / "abs-pwned").read_bytes() == b"x"

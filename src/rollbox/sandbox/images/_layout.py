@@ -156,7 +156,8 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
     with its configuration, both verified against their digests.
 
     Raises:
-        ImageError: not a layout, no image for this platform, several and none named, a blob missing or corrupt.
+        ImageError: not a layout, no image for this platform (or the one there is for another), several and none
+            named, a blob missing or corrupt.
     """
     if not (layout / "oci-layout").is_file() or not (layout / "index.json").is_file():
         raise ImageError(
@@ -191,6 +192,12 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         raise ImageError(
             f"{layout}: the manifest {digest} has {len(blobs)} layers but its configuration {len(diff_ids)} diff_ids"
         )
+    platform = _platform_of({"platform": config}, config_where) if config.get("os") else this_platform()
+    if platform.split("/")[:2] != this_platform().split("/")[:2]:
+        raise ImageError(
+            f"{layout}: the image {digest} is for {platform}, not this machine's {this_platform()}: its programs "
+            f"cannot run here; import one built for {this_platform()}"
+        )
     layers = []
     for blob, diff_id in zip(blobs, diff_ids, strict=True):
         _hex(blob.get("digest"), f"{layout}: a layer of {digest}")
@@ -201,7 +208,7 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         digest=digest,
         layers=tuple(layers),
         config=_image_config(_object(config.get("config"), f"{config_where}: its config")),
-        platform=_platform_of({"platform": config}, config_where) if config.get("os") else this_platform(),
+        platform=platform,
         raw=raw,
         raw_config=raw_config,
         name=named if isinstance(named, str) and ":" in named.rpartition("/")[2] and "/" in named else None,
