@@ -229,6 +229,18 @@ def test_a_failed_build_is_reported_with_its_log_and_leaves_nothing_half_used(wh
     assert not error.log_path.exists()
 
 
+def test_a_layer_whose_layer_json_is_unreadable_is_built_again_in_its_place(wheels: Path) -> None:
+    store = LayerStore()
+    spec = RuntimeSpec(requirements=("rbx-greet",))
+    layer = asyncio.run(store.ensure(spec))
+    (layer.path / "layer.json").write_text("")  # what a power loss before the data reached the disk leaves
+    assert store.get(layer.key) is None
+    rebuilt, found = (asyncio.run(store.ensure(spec)) for _ in range(2))
+    assert rebuilt.built and not found.built and found.key == layer.key and Layer.read(layer.path) == found
+    assert asyncio.run(_python(found, "import rbx_greet; print(rbx_greet.WORD)"))[0] == "hello two\n"
+    assert not list(store.root.glob(".build-*")) and not list(store.root.glob(".trash-*"))
+
+
 def test_a_full_disk_under_the_store_is_a_layer_build_error_naming_the_store(wheels: Path, small_disk: Path) -> None:
     store = LayerStore(small_disk / "layers")
     (small_disk / "filler").write_bytes(b"\0" * shutil.disk_usage(small_disk).free)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollbox.sandbox.runtime._store import rollbox_home
+from rollbox.sandbox.runtime._store import publish, rollbox_home
 
 from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
@@ -147,7 +147,7 @@ class ImageStore:
             staging = Path(tempfile.mkdtemp(prefix="root-", dir=self._tmp))
             try:
                 compose_root([self._layers / d.removeprefix("sha256:") for d in diff_ids], staging)
-                staging.rename(root)
+                publish(staging, root)
             except OSError as exc:
                 raise ImageError(f"cannot compose the root of {manifest.digest}: {exc}") from None
             finally:
@@ -206,7 +206,7 @@ class ImageStore:
                 )
             staging.chmod(0o755)
             size_file.write_text(str(unpacked.size_bytes))
-            staging.rename(target)
+            publish(staging, target)
             return unpacked.size_bytes
         finally:
             shutil.rmtree(staging, ignore_errors=True)
