@@ -169,6 +169,20 @@ def reap() -> Iterator[None]:
 
 
 @pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A filesystem of 16 MiB of its own (tmpfs), mounted for the test and unmounted after it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a filesystem needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "rollbox-test-disk", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.fixture
 def held_openings(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     """A gate that every pool's opening waits at until it is set: a borrower that waited for another
     configuration's opening is then never served (the test fails on its timeout) whatever the machine's load,

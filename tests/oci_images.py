@@ -158,9 +158,13 @@ def write_layout(
     compress: bool = True,
     ref: str | None = None,
     diff_ids: Sequence[str] | None = None,
+    image_config: dict[str, object] | None = None,
+    index_manifests: list[object] | None = None,
 ) -> Path:
     """Write an OCI image layout of ``layers`` (uncompressed tars; gzipped in the layout unless not ``compress``)
-    at ``layout``, with ``config`` as the image configuration's ``config`` (Env, WorkingDir, User, ...)."""
+    at ``layout``, with ``config`` as the image configuration's ``config`` (Env, WorkingDir, User, ...);
+    ``image_config`` replaces fields of the configuration itself (``architecture``, ``rootfs``, ...) and
+    ``index_manifests`` the manifests ``index.json`` lists, whatever they are."""
     layout.mkdir(parents=True, exist_ok=True)
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     entries = []
@@ -177,6 +181,7 @@ def write_layout(
             "type": "layers",
             "diff_ids": list(diff_ids or ["sha256:" + hashlib.sha256(t).hexdigest() for t in layers]),
         },
+        **(image_config or {}),
     }
     config_digest, config_size = _blob(layout, json.dumps(image_config).encode())
     manifest = {
@@ -193,7 +198,8 @@ def write_layout(
     entry: dict[str, object] = {"mediaType": manifest["mediaType"], "digest": digest, "size": size}
     if ref:
         entry["annotations"] = {"org.opencontainers.image.ref.name": ref}
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    manifests = [entry] if index_manifests is None else index_manifests
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": manifests}))
     return layout
 
 

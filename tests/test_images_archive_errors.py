@@ -99,3 +99,20 @@ def test_an_image_error_is_one_line_whatever_it_quotes(quoted: str) -> None:
     message = str(ImageError(f"cannot import x ({quoted}): do y"))
     assert "\n" not in message and "\r" not in message
     assert message.startswith("cannot import x") and message.endswith("do y")
+
+
+@pytest.mark.parametrize(
+    "clash",
+    [
+        [("a", "file", ""), ("b", "file", ""), ("a", "symlink", "b")],  # a file, then a link of the same name
+        [("a", "file", ""), ("a/b", "file", "")],  # a file, then an entry below it
+        [("a/b", "file", ""), ("a", "file", "")],  # a directory, then a file of its name
+    ],
+)
+def test_two_entries_of_one_name_are_one_image_error_saying_so(
+    tmp_path: Path, clash: list[tuple[str, str, str]]
+) -> None:
+    said = import_error(
+        tmp_path, tar_layer([Entry(name, kind, data=b"x", target=target) for name, kind, target in clash])
+    )
+    assert said is not None and "holds two entries of one name at 'a'" in said and "save the image again" in said, said

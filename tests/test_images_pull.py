@@ -4,13 +4,16 @@ lists, resumed downloads, corrupt blobs refused; what is pulled is imported by t
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import gzip
 import json
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from oci_images import Entry, tar_layer, write_layout
 from registry_server import PASSWORD, USER, Registry, free_port, registry, sha256
 from rollbox.sandbox.images import Credentials, ImageError, ImageStore, PullProgress, pull, pull_image
 from rollbox.sandbox.images._reference import Reference, parse_reference
-from rollbox.sandbox.images._registry import credentials_for
+from rollbox.sandbox.images._registry import credentials_for, download_dir
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -154,8 +157,9 @@ def test_a_manifest_list_gives_this_machines_platform(open_registry: Registry, t
     ref = f"{open_registry.host}/tests/multi:1"
     image = ImageStore(tmp_path / "store").import_layout(pull(ref, tmp_path / "here").layout)
     assert (image.root / "arch").read_text() == "amd64" and image.platform == "linux/amd64"
-    arm = ImageStore(tmp_path / "store").import_layout(pull(ref, tmp_path / "arm", platform="linux/arm64").layout)
-    assert (arm.root / "arch").read_text() == "arm64"
+    arm = pull(ref, tmp_path / "arm", platform="linux/arm64")  # a layout of another platform, to copy elsewhere
+    with pytest.raises(ImageError, match=r"is for linux/arm64, not this machine's linux/amd64: its programs cannot"):
+        ImageStore(tmp_path / "store").import_layout(arm.layout)  # but not to run here
     with pytest.raises(ImageError, match=r"has no image for linux/s390x \(it has linux/amd64, linux/arm64\)"):
         pull(ref, tmp_path / "none", platform="linux/s390x")
 
@@ -274,6 +278,8 @@ class _HostileRegistry:
         self.blobs: dict[str, bytes] = {}
         self.challenge: str | None = None
         self.cut_blobs = False
+        #: Called halfway through sending a blob (another writer filling the disk meanwhile, say).
+        self.halfway: Callable[[], None] | None = None
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -293,10 +299,15 @@ class _HostileRegistry:
                 self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
                 self.send_header("Content-Length", str(len(body or b"")))
                 self.end_headers()
-                if registry.cut_blobs and len(body or b"") > 4096 and not kind.endswith("/manifests"):
-                    self.wfile.write(body[: len(body) // 2])  # then the connection drops
-                    self.close_connection = True
-                    return
+                if len(body or b"") > 4096 and not kind.endswith("/manifests"):
+                    self.wfile.write(body[: len(body) // 2])
+                    if registry.cut_blobs:  # the connection drops
+                        self.close_connection = True
+                        return
+                    self.wfile.flush()
+                    if registry.halfway is not None:
+                        registry.halfway()
+                    body = body[len(body) // 2 :]
                 self.wfile.write(body or b"")
 
             def log_message(self, *args: object) -> None:
@@ -432,3 +443,74 @@ def test_a_dropped_connection_keeps_what_came_and_the_next_pull_resumes(
     assert (result.downloaded_bytes, result.reused_bytes) == (len(layer), len(_CONFIG))
     assert not list((tmp_path / "pulled/blobs/sha256").glob("*.partial"))
     assert (tmp_path / "pulled/blobs/sha256" / sha256(layer).removeprefix("sha256:")).read_bytes() == layer
+
+
+def _stating(hostile: _HostileRegistry, layer: bytes, size: int) -> None:
+    """Serve a manifest whose one layer is ``layer``, stated to be ``size`` bytes."""
+    manifest = json.loads(json.dumps(_VALID))
+    manifest["layers"][0] |= {"digest": sha256(layer), "size": size}
+    hostile.manifest = json.dumps(manifest).encode()
+    hostile.blobs = {sha256(_CONFIG): _CONFIG, sha256(layer): layer}
+
+
+def test_a_blob_stated_over_the_limit_is_refused_before_anything_is_downloaded(
+    hostile: _HostileRegistry, tmp_path: Path
+) -> None:
+    _stating(hostile, b"\0" * 8192, 10**12)  # what a hostile registry says to fill the disk
+    with pytest.raises(ImageError, match=r"states blob sha256:\w+ is 1,000,000,000,000 bytes, over the limit of "):
+        pull(f"{hostile.host}/tests/huge:1", tmp_path / "pulled")
+    _stating(hostile, b"\0" * 8192, 8192)
+    with pytest.raises(ImageError, match=r"over the limit of 4,096 \(max_blob_bytes, --max-blob-size\)"):
+        pull(f"{hostile.host}/tests/huge:1", tmp_path / "pulled", max_blob_bytes=4096)
+    assert not any((tmp_path / "pulled/blobs/sha256").iterdir())
+    pull(f"{hostile.host}/tests/huge:1", tmp_path / "pulled", max_blob_bytes=8192)
+
+
+def test_a_blob_the_disk_has_no_room_for_is_not_started_and_one_that_fills_it_is_deleted(
+    hostile: _HostileRegistry, small_disk: Path
+) -> None:
+    layout = small_disk / "pulled"
+    _stating(hostile, b"\0" * 8192, 64 << 20)  # more than the disk holds
+    with pytest.raises(ImageError, match=r"needs 67,108,864 bytes more, and .* has [\d,]+ free: free space there"):
+        pull(f"{hostile.host}/tests/big:1", layout)
+    assert not list(layout.glob("blobs/sha256/*.partial"))
+    layer = os.urandom(4 << 20)
+    _stating(hostile, layer, len(layer))
+
+    def fill() -> None:
+        with contextlib.suppress(OSError), (small_disk / "filler").open("wb", buffering=0) as out:
+            while True:
+                out.write(b"\0" * 65536)
+
+    hostile.halfway = fill
+    try:
+        with pytest.raises(ImageError, match=r"cannot write blob .*: No space left on device: free space there"):
+            pull(f"{hostile.host}/tests/big:1", layout)
+    finally:
+        hostile.halfway = None
+    assert not list(layout.glob("blobs/sha256/*.partial"))  # a partial kept would keep the disk full
+
+
+def test_gc_removes_the_downloads_of_interrupted_pulls_but_not_a_recent_or_running_one(
+    hostile: _HostileRegistry, tmp_path: Path
+) -> None:
+    store = ImageStore(tmp_path / "store")
+    layer = os.urandom(1 << 20)
+    _stating(hostile, layer, len(layer))
+    hostile.cut_blobs = True
+    try:
+        for repository in ("tests/left", "tests/running"):
+            with pytest.raises(ImageError, match="pull again to resume"):
+                pull_image(store, f"{hostile.host}/{repository}:1")
+    finally:
+        hostile.cut_blobs = False
+    left, running = (download_dir(store, f"{hostile.host}/tests/{name}:1") for name in ("left", "running"))
+    assert store.gc() == 0 and list(left.glob("blobs/sha256/*.partial"))  # recent: kept to resume
+    hour_ago = time.time() - 3700
+    for base, dirs, files in os.walk(store.downloads):
+        for name in [*dirs, *files]:
+            os.utime(os.path.join(base, name), (hour_ago, hour_ago))
+    with (running / ".pull.lock").open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a pull of it under way
+        assert store.gc() >= len(layer) // 2
+    assert not left.parent.joinpath(left.name).exists() and list(running.glob("blobs/sha256/*.partial"))

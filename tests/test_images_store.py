@@ -7,11 +7,13 @@ from __future__ import annotations
 import concurrent.futures
 import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
 import stat
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -237,6 +239,52 @@ def test_path_traversal_is_refused_and_nothing_is_written_outside(tmp_path: Path
     with pytest.raises(ImageError, match="climbs out of the image"):
         _import(tmp_path, [Entry("a", "dir"), Entry("a/../../../pwned", data=b"x")])
     assert not list(tmp_path.rglob("pwned"))
+
+
+@pytest.mark.parametrize("mtime", ["inf", "nan", "1e30"])
+def test_a_modification_time_no_file_can_have_is_refused(tmp_path: Path, mtime: str) -> None:
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("etc/x")
+        info.size, info.pax_headers = 1, {"mtime": mtime}  # tarfile reads it as a float; no file can have it
+        tar.addfile(info, io.BytesIO(b"x"))
+    layout = write_layout(tmp_path / "layout", [layer.getvalue()])
+    with pytest.raises(ImageError, match=r"the layer's entry 'etc/x' has the modification time .*: refused"):
+        ImageStore(tmp_path / "store").import_layout(layout)
+
+
+@pytest.mark.parametrize(
+    ("malformed", "said"),
+    [
+        ({"index_manifests": [1]}, "index.json: an entry of its manifests is 1, not a JSON object"),
+        ({"index_manifests": {"a": 1}}, 'index.json: its manifests is {"a": 1}, not a JSON array'),
+        ({"index_manifests": [{"platform": "linux/amd64"}]}, 'a platform is "linux/amd64", not a JSON object'),
+        ({"config": ["Env"]}, 'its config is ["Env"], not a JSON object'),
+        ({"image_config": {"rootfs": "layers"}}, 'its rootfs is "layers", not a JSON object'),
+        ({"image_config": {"rootfs": {"diff_ids": "x"}}}, 'its diff_ids is "x", not a JSON array'),
+    ],
+)
+def test_a_digest_valid_but_malformed_image_is_one_image_error(
+    tmp_path: Path, malformed: dict[str, object], said: str
+) -> None:
+    layout = write_layout(tmp_path / "layout", [tar_layer([Entry("etc", "dir")])], **malformed)  # type: ignore[arg-type]
+    with pytest.raises(ImageError) as caught:
+        ImageStore(tmp_path / "store").import_layout(layout)
+    assert said in str(caught.value) and "a malformed image; save it again" in str(caught.value)
+
+
+def test_an_image_of_another_platform_is_refused_at_import(tmp_path: Path) -> None:
+    layout = write_layout(
+        tmp_path / "layout", [tar_layer([Entry("etc", "dir")])], image_config={"architecture": "arm64"}
+    )
+    with pytest.raises(
+        ImageError, match=r"is for linux/arm64, not this machine's linux/amd64: its programs cannot run"
+    ):
+        ImageStore(tmp_path / "store").import_layout(layout)
+    with pytest.raises(ImageError, match=r"is for windows/amd64, not this machine's linux/amd64"):
+        ImageStore(tmp_path / "store").import_archive(
+            oci_archive(write_layout(tmp_path / "windows", [], image_config={"os": "windows"}), tmp_path / "w.tar")
+        )
 
 
 def test_an_absolute_name_is_contained_in_the_image(tmp_path: Path) -> None:

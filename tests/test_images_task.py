@@ -15,7 +15,8 @@ import pytest
 import rollbox
 from oci_images import Entry, host_files_layer, host_image, tar_layer, write_layout
 from rollbox import telemetry
-from rollbox.judge import VerdictStatus, grade
+from rollbox.judge import VerdictStatus, grade, task_image
+from rollbox.sandbox.images import ImageError, ImageStore
 from rollbox.tasks import Task, import_tasks, load_task, write_task
 
 if os.geteuid() != 0:
@@ -81,6 +82,44 @@ def test_an_unknown_image_is_infra_error_saying_what_to_do(tmp_path: Path) -> No
     verdict = asyncio.run(grade(task, {"solution.py": ON_THE_IMAGE}))
     assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None
     assert verdict.error is not None and "no image 'nowhere/none:1'" in verdict.error and "import" in verdict.error
+
+
+def test_a_layout_changed_in_place_or_collected_is_imported_again(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "store")
+    layout = write_layout(tmp_path / "task" / "image", [tar_layer([Entry("etc", "dir"), Entry("etc/v", data=b"1")])])
+    task = stdio_task(tmp_path / "task", "image")
+    first = task_image(task, store)
+    assert (
+        first is not None and first.digest == json.loads((layout / "index.json").read_text())["manifests"][0]["digest"]
+    )
+    # A new image's blobs copied in and index.json rewritten in place, as cp or an editor does: the directory keeps
+    # its inode (and, often, its time), only the digest index.json names tells the images apart.
+    write_layout(tmp_path / "other", [tar_layer([Entry("etc", "dir"), Entry("etc/v", data=b"2")])])
+    for blob in (tmp_path / "other" / "blobs" / "sha256").iterdir():
+        shutil.copy(blob, layout / "blobs" / "sha256" / blob.name)
+    with (layout / "index.json").open("r+") as index:
+        index.truncate()
+        index.write((tmp_path / "other" / "index.json").read_text())
+    second = task_image(task, store)
+    assert second is not None and second.digest != first.digest and (second.root / "etc" / "v").read_text() == "2"
+    store.remove(second.digest)
+    store.gc()  # its root is gone: the image is imported again, not handed out without one
+    third = task_image(task, store)
+    assert third is not None and third.digest == second.digest and third.root.is_dir()
+
+
+def test_a_full_disk_under_the_image_store_is_infra_error_never_the_candidates(
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROLLBOX_HOME", str(small_disk))
+    # A configuration of 1.5 MB: the store's record of the image (which keeps it) cannot be written.
+    layout = write_layout(tmp_path / "image", [tar_layer([Entry("etc", "dir")])], config={"Pad": "x" * 1_500_000})
+    (small_disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - (512 << 10)))
+    verdict = asyncio.run(grade(stdio_task(tmp_path / "task", str(layout)), {"solution.py": ON_THE_IMAGE}))
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert f"free space under {small_disk / 'images'}" in str(verdict.error), verdict.error
+    with pytest.raises(ImageError, match="No space left on device"):
+        ImageStore().import_layout(layout)
 
 
 def test_an_episode_runs_on_the_image_and_its_trajectory_names_the_digest(tmp_path: Path) -> None:

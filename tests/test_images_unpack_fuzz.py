@@ -1,7 +1,9 @@
 """The class of hostile layers, proven closed by property: whatever sequence of tar entries a layer holds (names
 with ``..``, absolute names, links to anywhere, links then entries below them, hard links to files outside, devices,
 set-ID modes), unpacking it either refuses it with an ImageError or leaves a tree in which nothing lies outside the
-layer's directory, nothing outside was written or linked to, and no entry is a device or has a set-ID bit."""
+layer's directory, nothing outside was written or linked to, and no entry is a device or has a set-ID bit. Whiteouts
+likewise: whatever follows ``.wh.``, one is refused or removes only an entry of its own directory when a root is
+composed."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 from oci_images import Entry, tar_layer
 from rollbox.sandbox.images import ImageError
+from rollbox.sandbox.images._compose import compose_root
 from rollbox.sandbox.images._unpack import unpack_layer
 
 OUTSIDE = Path(tempfile.mkdtemp(prefix="rollbox-fuzz-outside-"))
@@ -90,3 +93,58 @@ def test_no_layer_writes_or_links_outside_its_directory_or_keeps_privileges(laye
                 assert not mode & (stat.S_ISUID | stat.S_ISGID)
     finally:
         shutil.rmtree(box)
+
+
+#: What a lower layer holds, for a whiteout above it to remove.
+LOWER = [Entry("a", "dir", mode=0o755), Entry("a/b", "dir", mode=0o755), Entry("a/b/c", data=b"c"), Entry("x")]
+
+
+def _composed(box: Path, layers: list[Path]) -> Path:
+    """Compose ``layers`` into ``box/parent/root``, beside ``box/parent/sibling``; returns the parent."""
+    parent = box / "parent"
+    (parent / "root").mkdir(parents=True)
+    (parent / "sibling").write_text("precious\n")
+    compose_root(layers, parent / "root")
+    return parent
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["", "a/", "a/b/"]),
+    st.text(alphabet=".ab", max_size=4),
+    st.sampled_from(["file", "dir", "symlink", "fifo"]),
+)
+def test_a_whiteout_is_refused_or_removes_only_an_entry_of_its_own_directory(
+    directory: str, removed: str, kind: str
+) -> None:
+    box = Path(tempfile.mkdtemp(prefix="rollbox-fuzz-whiteout-"))
+    try:
+        layers = []
+        for n, entries in enumerate([LOWER, [Entry(f"{directory}.wh.{removed}", kind, target="x")]]):
+            (box / f"blob{n}").write_bytes(tar_layer(entries))
+            (box / f"layer{n}").mkdir()
+            layers.append(box / f"layer{n}")
+            try:
+                unpack_layer(box / f"blob{n}", layers[-1])
+            except ImageError as exc:
+                assert removed in ("", ".", "..") and "names no entry of its directory" in str(exc)
+                return
+        assert removed not in ("", ".", "..")
+        parent = _composed(box, layers)
+        assert sorted(os.listdir(parent)) == ["root", "sibling"] and (parent / "sibling").read_text() == "precious\n"
+        assert (parent / "root" / directory).is_dir()
+        assert not (parent / "root" / directory / removed).exists()
+    finally:
+        shutil.rmtree(box)
+
+
+@pytest.mark.parametrize("name", [".wh.", ".wh..", ".wh..."])
+def test_composing_refuses_a_whiteout_of_no_entry_in_a_layer_unpacked_before_unpacking_refused_it(
+    tmp_path: Path, name: str
+) -> None:
+    layer = tmp_path / "layer"
+    (layer / "etc").mkdir(parents=True)
+    (layer / "etc" / name).write_text("")
+    with pytest.raises(ImageError, match=f"whiteout in /etc {name!r} names no entry of its directory"):
+        _composed(tmp_path, [layer])
+    assert sorted(os.listdir(tmp_path / "parent")) == ["root", "sibling"]

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -226,6 +227,26 @@ def test_a_failed_build_is_reported_with_its_log_and_leaves_nothing_half_used(wh
     make_wheel(wheels, "rollbox-no-such-package", "1.0", {"rollbox_no_such_package.py": ""})
     assert asyncio.run(store.ensure(spec)).built
     assert not error.log_path.exists()
+
+
+def test_a_layer_whose_layer_json_is_unreadable_is_built_again_in_its_place(wheels: Path) -> None:
+    store = LayerStore()
+    spec = RuntimeSpec(requirements=("rbx-greet",))
+    layer = asyncio.run(store.ensure(spec))
+    (layer.path / "layer.json").write_text("")  # what a power loss before the data reached the disk leaves
+    assert store.get(layer.key) is None
+    rebuilt, found = (asyncio.run(store.ensure(spec)) for _ in range(2))
+    assert rebuilt.built and not found.built and found.key == layer.key and Layer.read(layer.path) == found
+    assert asyncio.run(_python(found, "import rbx_greet; print(rbx_greet.WORD)"))[0] == "hello two\n"
+    assert not list(store.root.glob(".build-*")) and not list(store.root.glob(".trash-*"))
+
+
+def test_a_full_disk_under_the_store_is_a_layer_build_error_naming_the_store(wheels: Path, small_disk: Path) -> None:
+    store = LayerStore(small_disk / "layers")
+    (small_disk / "filler").write_bytes(b"\0" * shutil.disk_usage(small_disk).free)
+    with pytest.raises(LayerBuildError) as caught:
+        asyncio.run(store.ensure(RuntimeSpec(requirements=("rbx-greet",))))
+    assert "No space left on device" in str(caught.value) and store.layers() == []
 
 
 def test_source_distributions_are_refused_unless_allowed_and_their_build_code_never_runs(

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -213,20 +212,6 @@ def test_a_job_store_this_user_cannot_read_is_named_with_what_to_do() -> None:
         kept = JobStore(store)
         assert len(kept.jobs()) == 1  # still the store it was
         kept.close()
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A filesystem of 16 MiB of its own (tmpfs), mounted for the test and unmounted after it."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a filesystem needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "rollbox-test-disk", str(disk)], check=True)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def _fill(disk: Path) -> Path:

@@ -9,9 +9,10 @@ import math
 import re
 from collections.abc import Callable
 
+from rollbox.sandbox import parse_size
 from rollbox.scheduler import RUN_ID_MAX, RUN_ID_PATTERN
 
-__all__ = ["PORT", "non_negative_days", "positive_seconds", "run_name", "share", "whole"]
+__all__ = ["PORT", "byte_size", "non_negative_days", "positive_seconds", "run_name", "share", "whole"]
 
 
 def whole(low: int, high: int) -> Callable[[str], int]:
@@ -37,6 +38,14 @@ def _finite(text: str, what: str, accept: Callable[[float], bool]) -> float:
     if not math.isfinite(value) or not accept(value):
         raise argparse.ArgumentTypeError(f"must be {what}, got {text!r:.40}")
     return value
+
+
+def byte_size(text: str) -> int:
+    """A type for a size: bytes, or with a unit (``256M``, ``16G``), as :func:`rollbox.sandbox.parse_size` reads it."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:  # argparse shows only ArgumentTypeError messages
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_seconds(text: str) -> float:

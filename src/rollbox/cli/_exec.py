@@ -19,11 +19,11 @@ from rollbox.sandbox import (
     Sandbox,
     SandboxError,
     parse_duration,
-    parse_size,
     run,
 )
 from rollbox.sandbox.images import Image, ImageError
 
+from ._args import byte_size
 from ._exec_image import image_for_exec
 
 _EPILOG = """\
@@ -40,13 +40,6 @@ examples:
   rollbox exec --json --file ./solve.py:solve.py --stdin input.txt -- python3 solve.py
   rollbox exec --image recipe:java --file Main.java:Main.java -- sh -c 'javac Main.java && java Main'
 """
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:  # argparse shows only ArgumentTypeError messages
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _duration(text: str) -> float:
@@ -69,7 +62,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument(
         "--memory",
-        type=_size,
+        type=byte_size,
         default=defaults.memory_bytes,
         metavar="SIZE",
         help="memory including swap, e.g. 256M (default 512M)",
@@ -97,14 +90,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument(
         "--output-limit",
-        type=_size,
+        type=byte_size,
         default=defaults.output_bytes,
         metavar="BYTES",
         help="bytes kept per stream; more kills the command (default 1M)",
     )
     p.add_argument(
         "--disk",
-        type=_size,
+        type=byte_size,
         default=defaults.disk_bytes,
         metavar="SIZE",
         help="writable space in /workspace, /tmp and /dev/shm together (default 256M)",

@@ -12,7 +12,9 @@ from typing import Any, TextIO
 from rollbox.sandbox.images import Image, ImageError, ImageStore
 from rollbox.sandbox.images._build import build_image
 from rollbox.sandbox.images._recipe import load_recipe, recipe_names
-from rollbox.sandbox.images._registry import Credentials, PullProgress, pull_image
+from rollbox.sandbox.images._registry import MAX_BLOB_BYTES, Credentials, PullProgress, pull_image
+
+from ._args import byte_size
 
 _DESCRIPTION = """\
 A sandbox runs on an image's root file system when a task names one ([environment] image = "REF") or
@@ -56,6 +58,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     pull.add_argument("--password-stdin", action="store_true", help="read the password (or token) from stdin")
     pull.add_argument(
         "--plain-http", action="store_true", default=None, help="speak HTTP, not HTTPS (loopback registries always are)"
+    )
+    pull.add_argument(
+        "--max-blob-size",
+        type=byte_size,
+        default=MAX_BLOB_BYTES,
+        metavar="SIZE",
+        help=f"refuse a blob the manifest states larger than this (default {MAX_BLOB_BYTES >> 30}G)",
     )
     pull.add_argument("--json", action="store_true", help="print the image as a JSON object")
     pull.set_defaults(run=_pull)
@@ -169,6 +178,7 @@ def _pull(args: argparse.Namespace) -> int:
             platform=args.platform,
             plain_http=args.plain_http,
             on_progress=bar,
+            max_blob_bytes=args.max_blob_size,
         )
     except ImageError as exc:
         bar.close()

@@ -181,6 +181,10 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
     try:
         source = await task_sandboxes(task, source)  # the task's runtime layer (built on first use), its variables
         image = task_image(task)  # resolved (and imported, for a path) by task_sandboxes already
+    except (RollboxError, OSError) as exc:
+        # The task's layer and image are the machine's to make: a full disk there is never the candidate's.
+        return _infra(task, start, str(exc))
+    try:
         guard = isinstance(task.grading, PytestGrading | ScriptGrading)  # a test framework runs over the tree
         # surrogatepass: text with a lone surrogate is no valid source, and fails as Python would say.
         candidate: Candidate = (
@@ -210,8 +214,8 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             return _infra(task, start, f"{type(exc).__name__}: {exc}")
-        # Only writing the candidate's tree into the grading sandbox can fill a disk here (the host's own
-        # failures are RollboxErrors): the tree fits the byte limit but not the sandbox (inodes, blocks).
+        # Only writing the candidate's tree can fill a disk here (the task's layer and image are made above, and
+        # the host's own failures are RollboxErrors): the tree fits the byte limit but not the sandbox.
         return _refused(task, start, "workspace_too_large", str(exc))
     except RollboxError as exc:
         return _infra(task, start, str(exc))

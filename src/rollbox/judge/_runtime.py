@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import os
 from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -25,14 +28,15 @@ from rollbox.tasks import PytestGrading, Task
 
 __all__ = ["runtime_spec", "task_image", "task_sandboxes"]
 
-#: Images named by a path, imported once per process: (path, its identity) -> the image.
-_imported: dict[tuple[str, tuple[int, int, int]], Image] = {}
+#: Images named by a path, imported once per process: (store, path, its content's identity) -> the image.
+_imported: dict[tuple[str, str, str], Image] = {}
 
 
 def task_image(task: Task, store: ImageStore | None = None) -> Image | None:
     """The image ``task``'s sandboxes run on (``[environment] image``), or None: an image layout directory or a
     docker-save / OCI archive at that path (relative to the task's directory) is imported into the store, once per
-    process while it is unchanged; anything else is a reference or digest the store resolves.
+    process while it is unchanged (a layout while its index.json names the same digests, an archive while its file
+    is the same) and its root is there; anything else is a reference or digest the store resolves.
 
     Raises:
         ImageError: the image is not in the store, or cannot be imported (the message says what to do).
@@ -46,10 +50,27 @@ def task_image(task: Task, store: ImageStore | None = None) -> Image | None:
         st = path.stat()
     except OSError:
         return store.resolve(ref)
-    key = (str(path.resolve()), (st.st_dev, st.st_ino, st.st_mtime_ns))
-    if key not in _imported:
-        _imported[key] = store.import_layout(path) if path.is_dir() else store.import_archive(path)
-    return _imported[key]
+    key = (str(store.home), str(path.resolve()), _identity(path, st))
+    image = _imported.get(key)
+    if image is not None:
+        try:
+            os.close(image.hold())
+        except FileNotFoundError:  # its root was collected since ('rollbox images gc'): imported again
+            image = None
+    if image is None:
+        image = _imported[key] = store.import_layout(path) if path.is_dir() else store.import_archive(path)
+    return image
+
+
+def _identity(path: Path, st: os.stat_result) -> str:
+    """What tells the image at ``path`` from another there: a layout's index.json (the digests it names; a layout
+    updated in place keeps its directory's inode and, often, its time), an archive's file and time."""
+    if not path.is_dir():
+        return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+    try:
+        return hashlib.sha256((path / "index.json").read_bytes()).hexdigest()
+    except OSError:
+        return ""  # no index to read: the import says what is wrong
 
 
 def runtime_spec(task: Task) -> RuntimeSpec | None:

@@ -7,6 +7,7 @@ by :func:`layout_from_docker`; newer ones, and OCI archives, are layouts already
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import lzma
@@ -166,19 +167,26 @@ def extract_archive(archive: Path, into: Path) -> None:
                     links.append((rel, _member_path(os.path.normpath(os.path.join(base, member.linkname)))))
                 else:
                     raise ImageError(f"the archive's entry {member.name!r} is not a file or directory: refused")
+        for rel, linked in links:
+            original = into / linked
+            if not original.is_file() or original.is_symlink():
+                raise ImageError(f"the archive's link {rel!r} points to {linked!r}, not a file of the archive: refused")
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.link(original, into / rel)
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
         raise _corrupt(archive, exc) from None
     except OSError as exc:
         if exc.errno is None:  # gzip's and bz2's complaints about their stream are OSErrors without an errno
             raise _corrupt(archive, exc) from None
+        if exc.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            # Two entries of one name (a file and a link, or a file and a directory): the archive's fault.
+            clash = os.path.relpath(exc.filename2 or exc.filename, into) if exc.filename else "?"
+            raise ImageError(
+                f"{archive} holds two entries of one name at {clash!r} (a file and a link or a directory): a "
+                "malformed archive, refused; save the image again"
+            ) from None
         # Extracting it: where the store keeps its work is full or not writable, or the file cannot be read.
         where = f" {exc.filename}" if exc.filename else ""
         raise ImageError(
             f"cannot extract {archive}:{where} {_why(exc)}: free space under ROLLBOX_HOME, or check its permissions"
         ) from None
-    for rel, linked in links:
-        original = into / linked
-        if not original.is_file() or original.is_symlink():
-            raise ImageError(f"the archive's link {rel!r} points to {linked!r}, not a file of the archive: refused")
-        (into / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.link(original, into / rel)

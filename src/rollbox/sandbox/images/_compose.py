@@ -2,10 +2,12 @@
 
 The layers are laid over one another from the first: a directory merges with the one below, any other entry
 replaces what was there, ``.wh.NAME`` removes NAME from below and ``.wh..wh..opq`` empties its directory of what
-came from below (image-spec ``layer.md``). Regular files are hard links to the layers' own (so a root costs
-directory entries, not bytes, and shares the page cache with every other root made of the same layers); symbolic
-links are made again, never followed; directories are new. Nothing here follows a link: every step is an
-``lstat``, ``link``, ``symlink``, ``mkdir`` or ``unlink`` of a path whose parents rollbox made.
+came from below (image-spec ``layer.md``); a whiteout that names no entry of its directory (``.wh.``, ``.wh..``,
+``.wh...``) is refused, as removing "." or ".." would remove the directory itself or the one above. Regular files
+are hard links to the layers' own (so a root costs directory entries, not bytes, and shares the page cache with every
+other root made of the same layers); symbolic links are made again, never followed; directories are new. Nothing
+here follows a link: every step is an ``lstat``, ``link``, ``symlink``, ``mkdir`` or ``unlink`` of a path whose
+parents rollbox made.
 
 Measured on the bench's 200 MiB image (``bench/bench_images.py``), composing costs a small fraction of unpacking,
 and mounting one read-only directory keeps a sandbox's start as fast as on the host's /usr: an overlay of N layers
@@ -24,7 +26,9 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["SANDBOX_USER", "compose_root"]
+from ._errors import ImageError
+
+__all__ = ["SANDBOX_USER", "compose_root", "whited_out"]
 
 _WHITEOUT = ".wh."
 _OPAQUE = ".wh..wh..opq"
@@ -34,6 +38,21 @@ _HOSTS = "127.0.0.1\tlocalhost rollbox\n::1\tlocalhost ip6-localhost ip6-loopbac
 #: Mount points of the sandbox's own mounts inside /opt/rollbox (files, directories), see ``namespaces._backend``.
 _MOUNT_FILES = ("opt/rollbox/agent", "opt/rollbox/zygote.py")
 _MOUNT_DIRS = ("opt/rollbox/env", "opt/rollbox/python")
+
+
+def whited_out(name: str, where: str) -> str:
+    """The name the whiteout ``name`` (``.wh.NAME``; the opaque marker passes too) removes from its directory.
+
+    Raises:
+        ImageError: NAME is empty, ``.`` or ``..``: no entry of the directory (``where`` says whose whiteout).
+    """
+    removed = name[len(_WHITEOUT) :]
+    if removed in ("", ".", ".."):
+        raise ImageError(
+            f"{where} {name!r} names no entry of its directory (it would remove the directory itself or the one "
+            "above): a hostile layer, refused; rebuild the image without it"
+        )
+    return removed
 
 
 def _remove(path: str) -> None:
@@ -66,7 +85,8 @@ def _lay(layer: str, root: str) -> None:
             _empty(target)
         for entry in entries:
             if entry.name.startswith(_WHITEOUT) and entry.name != _OPAQUE:
-                _remove(os.path.join(target, entry.name[len(_WHITEOUT) :]))
+                removed = whited_out(entry.name, f"the layer {os.path.basename(layer)}'s whiteout in /{rel}")
+                _remove(os.path.join(target, removed))
         for entry in entries:
             if entry.name.startswith(_WHITEOUT):
                 continue
@@ -132,6 +152,7 @@ def compose_root(layers: list[Path], into: Path) -> None:
     with rollbox's own files laid over it (see the module's docstring).
 
     Raises:
+        ImageError: a layer holds a whiteout of no entry (see :func:`whited_out`).
         OSError: the store's filesystem failed (full, out of inodes).
     """
     into.chmod(0o755)

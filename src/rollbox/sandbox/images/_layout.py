@@ -106,8 +106,26 @@ def _json_object(data: bytes, where: str) -> dict[str, Any]:
     return value
 
 
-def _platform_of(entry: dict[str, Any]) -> str:
-    p = entry.get("platform") or {}
+def _object(value: object, where: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object (an absent one, null, is empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ImageError(f"{where} is {json.dumps(value)[:40]}, not a JSON object: a malformed image; save it again")
+    return value
+
+
+def _array(value: object, where: str) -> list[Any]:
+    """``value`` when it is a JSON array (an absent one, null, is empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ImageError(f"{where} is {json.dumps(value)[:40]}, not a JSON array: a malformed image; save it again")
+    return value
+
+
+def _platform_of(entry: dict[str, Any], where: str) -> str:
+    p = _object(entry.get("platform"), f"{where}: a platform")
     name = f"{p.get('os', '?')}/{p.get('architecture', '?')}"
     return f"{name}/{p['variant']}" if p.get("variant") else name
 
@@ -116,9 +134,10 @@ def _pick(layout: Path, entries: list[dict[str, Any]], ref: str | None, where: s
     """The one manifest (or index) entry of ``entries`` meant: for this platform, and named ``ref`` if several."""
     if not entries:
         raise ImageError(f"{where} lists no manifest: not an image")
-    candidates = [e for e in entries if not e.get("platform") or _platform_of(e).startswith(this_platform())]
+    entries = [_object(e, f"{where}: an entry of its manifests") for e in entries]
+    candidates = [e for e in entries if not e.get("platform") or _platform_of(e, where).startswith(this_platform())]
     if not candidates:
-        found = sorted({_platform_of(e) for e in entries})
+        found = sorted({_platform_of(e, where) for e in entries})
         raise ImageError(
             f"{where} has no image for {this_platform()} (it has {', '.join(found)}): use one built for it"
         )
@@ -137,7 +156,8 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
     with its configuration, both verified against their digests.
 
     Raises:
-        ImageError: not a layout, no image for this platform, several and none named, a blob missing or corrupt.
+        ImageError: not a layout, no image for this platform (or the one there is for another), several and none
+            named, a blob missing or corrupt.
     """
     if not (layout / "oci-layout").is_file() or not (layout / "index.json").is_file():
         raise ImageError(
@@ -149,35 +169,46 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
     except OSError as exc:
         raise ImageError(f"cannot read {layout}/index.json: {exc.strerror}") from None
     where = f"{layout}/index.json"
-    entry = _pick(layout, list(index.get("manifests") or []), ref, where)
+    entry = _pick(layout, _array(index.get("manifests"), f"{where}: its manifests"), ref, where)
     named = (entry.get("annotations") or {}).get(REF_NAME)
     for _ in range(4):  # an index may point to an index (a manifest list); deeper nesting is not an image's
         if entry.get("mediaType") not in _INDEX_TYPES:
             break
         _data, nested = _read_json_blob(layout, entry.get("digest", ""), "index")
-        entry = _pick(layout, list(nested.get("manifests") or []), ref, f"{layout}: the index {entry['digest']}")
+        nested_where = f"{layout}: the index {entry['digest']}"
+        entry = _pick(layout, _array(nested.get("manifests"), f"{nested_where}: its manifests"), ref, nested_where)
     digest = entry.get("digest", "")
     raw, manifest = _read_json_blob(layout, digest, "manifest")
     if manifest.get("mediaType", entry.get("mediaType")) not in _MANIFEST_TYPES | {None}:
         raise ImageError(f"{layout}: {digest} is a {manifest.get('mediaType')}, not an image manifest")
-    config_entry = manifest.get("config") or {}
+    where = f"{layout}: the manifest {digest}"
+    config_entry = _object(manifest.get("config"), f"{where}: its config")
     raw_config, config = _read_json_blob(layout, config_entry.get("digest", ""), "configuration")
-    diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
-    blobs = list(manifest.get("layers") or [])
+    config_where = f"{layout}: the configuration {config_entry.get('digest')}"
+    rootfs = _object(config.get("rootfs"), f"{config_where}: its rootfs")
+    diff_ids = _array(rootfs.get("diff_ids"), f"{config_where}: its diff_ids")
+    blobs = [_object(b, f"{where}: a layer") for b in _array(manifest.get("layers"), f"{where}: its layers")]
     if len(diff_ids) != len(blobs):
         raise ImageError(
             f"{layout}: the manifest {digest} has {len(blobs)} layers but its configuration {len(diff_ids)} diff_ids"
+        )
+    platform = _platform_of({"platform": config}, config_where) if config.get("os") else this_platform()
+    if platform.split("/")[:2] != this_platform().split("/")[:2]:
+        raise ImageError(
+            f"{layout}: the image {digest} is for {platform}, not this machine's {this_platform()}: its programs "
+            f"cannot run here; import one built for {this_platform()}"
         )
     layers = []
     for blob, diff_id in zip(blobs, diff_ids, strict=True):
         _hex(blob.get("digest"), f"{layout}: a layer of {digest}")
         _hex(diff_id, f"{layout}: a diff_id of {digest}")
-        layers.append(Layer(digest=blob["digest"], size=int(blob.get("size") or 0), diff_id=diff_id))
+        size = blob.get("size")
+        layers.append(Layer(digest=blob["digest"], size=size if type(size) is int else 0, diff_id=diff_id))
     return Manifest(
         digest=digest,
         layers=tuple(layers),
-        config=_image_config(config),
-        platform=_platform_of({"platform": config}) if config.get("os") else this_platform(),
+        config=_image_config(_object(config.get("config"), f"{config_where}: its config")),
+        platform=platform,
         raw=raw,
         raw_config=raw_config,
         name=named if isinstance(named, str) and ":" in named.rpartition("/")[2] and "/" in named else None,
@@ -189,8 +220,12 @@ def strings(value: object) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
-def _image_config(config: dict[str, Any]) -> ImageConfig:
-    inner = config.get("config") or {}
+def _text(value: object) -> str | None:
+    """``value`` when it is a string that says something, else None (as absent)."""
+    return value if isinstance(value, str) and value else None
+
+
+def _image_config(inner: dict[str, Any]) -> ImageConfig:
     env = []
     for item in strings(inner.get("Env")):
         name, sep, value = item.partition("=")
@@ -198,8 +233,8 @@ def _image_config(config: dict[str, Any]) -> ImageConfig:
             env.append((name, value))
     return ImageConfig(
         env=tuple(env),
-        working_dir=inner.get("WorkingDir") or None,
-        user=inner.get("User") or None,
+        working_dir=_text(inner.get("WorkingDir")),
+        user=_text(inner.get("User")),
         entrypoint=strings(inner.get("Entrypoint")),
         cmd=strings(inner.get("Cmd")),
     )

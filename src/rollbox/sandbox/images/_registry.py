@@ -5,8 +5,11 @@
 The manifest (or, from a manifest list / OCI index, the one for this machine's platform) is fetched by tag or
 digest and checked against its digest; its configuration and layers are downloaded into ``blobs/sha256/`` of the
 layout, each into ``<hex>.partial`` first and renamed to its name only once its digest matches. A download that
-was cut off goes on where it stopped (an HTTP Range request) when the pull is run again. Authentication (anonymous,
-token, basic) is ``_registry_http``'s. Loopback registries are spoken to over plain HTTP, others over HTTPS.
+was cut off goes on where it stopped (an HTTP Range request) when the pull is run again. What a registry states is
+not trusted to be small: a blob stated larger than ``max_blob_bytes`` is refused, one the disk has no room for is
+not started, and one that fills the disk is deleted (a partial download kept would keep the disk full).
+Authentication (anonymous, token, basic) is ``_registry_http``'s. Loopback registries are spoken to over plain HTTP,
+others over HTTPS.
 
 Every failure is an :class:`ImageError` of one line: the registry unreachable, credentials refused, no such
 image, no image for this platform, a blob that does not match its digest (nothing of it is kept).
@@ -15,11 +18,13 @@ image, no image for this platform, a blob that does not match its digest (nothin
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +36,16 @@ from ._reference import Reference, parse_reference
 from ._registry_http import Credentials, Session, credentials_for
 from ._store import ImageStore
 
-__all__ = ["Credentials", "PullProgress", "PullResult", "credentials_for", "download_dir", "pull", "pull_image"]
+__all__ = [
+    "MAX_BLOB_BYTES",
+    "Credentials",
+    "PullProgress",
+    "PullResult",
+    "credentials_for",
+    "download_dir",
+    "pull",
+    "pull_image",
+]
 
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -45,6 +59,9 @@ _ACCEPT = ", ".join((*_MANIFEST_TYPES, *_INDEX_TYPES))
 _MAX_MANIFEST_BYTES = 8 << 20
 _CHUNK = 1 << 20
 _LOOPBACK = re.compile(r"(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?")
+#: The largest blob a pull downloads unless told otherwise: above the largest layers of CUDA and ML images, far
+#: below what a hostile registry's stated size could make it write.
+MAX_BLOB_BYTES = 16 << 30
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,7 @@ def pull(
     plain_http: bool | None = None,
     on_progress: Callable[[PullProgress], None] | None = None,
     timeout_s: float = 60.0,
+    max_blob_bytes: int = MAX_BLOB_BYTES,
 ) -> PullResult:
     """Download the image ``reference`` names into the OCI image layout directory ``layout`` (made if missing;
     blobs already there are kept, a partial one is resumed).
@@ -96,6 +114,8 @@ def pull(
         plain_http: Speak HTTP, not HTTPS; default only for loopback hosts.
         on_progress: Called after each chunk of a blob.
         timeout_s: For each connection and each read.
+        max_blob_bytes: The largest blob (configuration or layer) the manifest may state; a larger one is refused
+            before anything of it is downloaded.
 
     Raises:
         ImageError: what went wrong, in one line, and what to do.
@@ -111,6 +131,7 @@ def pull(
             plain_http=plain_http,
             on_progress=on_progress,
             timeout_s=timeout_s,
+            max_blob_bytes=max_blob_bytes,
         )
 
 
@@ -123,12 +144,15 @@ def _pull_locked(
     plain_http: bool | None,
     on_progress: Callable[[PullProgress], None] | None,
     timeout_s: float,
+    max_blob_bytes: int,
 ) -> PullResult:
     """:func:`pull` into ``layout``, whose lock the caller holds."""
     if plain_http is None:
         plain_http = bool(_LOOPBACK.fullmatch(ref.registry))
     with Session(ref, credentials or credentials_for(ref.registry), plain_http, timeout_s) as session:
-        return _Pull(session, ref, layout, platform or this_platform(), on_progress).run()
+        return _Pull(
+            session, ref, layout, platform or this_platform(), on_progress, max_blob_bytes=max_blob_bytes
+        ).run()
 
 
 def download_dir(store: ImageStore, reference: str) -> Path:
@@ -147,6 +171,7 @@ def pull_image(
     plain_http: bool | None = None,
     on_progress: Callable[[PullProgress], None] | None = None,
     timeout_s: float = 60.0,
+    max_blob_bytes: int = MAX_BLOB_BYTES,
 ) -> tuple[Image, PullResult]:
     """Pull ``reference`` (see :func:`pull`) into ``store``'s downloads and import it, known by the reference as
     given; the download's blobs are deleted once imported (the store keeps what it unpacked).
@@ -166,6 +191,7 @@ def pull_image(
             plain_http=plain_http,
             on_progress=on_progress,
             timeout_s=timeout_s,
+            max_blob_bytes=max_blob_bytes,
         )
         image = store.import_layout(result.layout, ref=reference)
         for blob in (layout / "blobs" / "sha256").iterdir():
@@ -197,9 +223,11 @@ class _Pull:
         layout: Path,
         platform: str,
         on_progress: Callable[[PullProgress], None] | None,
+        *,
+        max_blob_bytes: int,
     ) -> None:
         self.session, self.ref, self.layout, self.platform = session, ref, layout, platform
-        self.on_progress = on_progress
+        self.on_progress, self.max_blob_bytes = on_progress, max_blob_bytes
         self.done = self.total = self.downloaded = self.reused = 0
 
     def run(self) -> PullResult:
@@ -210,6 +238,13 @@ class _Pull:
             if media in _INDEX_TYPES:
                 raise ImageError(f"{self.ref}: the entry for {self.platform} is itself an index: not supported")
         blobs = self._descriptors(json.loads(data))
+        for blob_digest, size in blobs:
+            if size > self.max_blob_bytes:
+                raise ImageError(
+                    f"{self.ref}: its manifest states blob {blob_digest} is {size:,} bytes, over the limit of "
+                    f"{self.max_blob_bytes:,} (max_blob_bytes, --max-blob-size): refused before downloading; raise "
+                    "the limit if the image really is that large"
+                )
         self.total = sum(size for _, size in blobs)
         for blob_digest, size in blobs:
             self._blob(blob_digest, size)
@@ -337,6 +372,12 @@ class _Pull:
             partial.unlink()
             hasher, have = hashlib.sha256(), 0
         self._count(digest, 0, reused=have)
+        free = shutil.disk_usage(partial.parent).free
+        if size - have > free:
+            raise ImageError(
+                f"{self.ref}: blob {digest} needs {size - have:,} bytes more, and {partial.parent} has {free:,} free: "
+                "free space there ('rollbox images gc'), then pull again"
+            )
         # The blob's bytes as stored, never re-encoded on the way (its digest is of those), read raw as they come
         # (httpx's decoding and re-chunking would only copy them again).
         headers = {"Accept-Encoding": "identity"} | ({"Range": f"bytes={have}-"} if 0 < have < size else {})
@@ -347,15 +388,23 @@ class _Pull:
             elif response.status_code not in (200, 206) and not (response.status_code == 416 and have == size):
                 said = "does not have it" if response.status_code == 404 else f"answered {response.status_code}"
                 raise ImageError(f"{self.ref}: blob {digest}: the registry {said} (push the image again)")
-            with open(partial, "ab" if have else "wb") as out:
-                for chunk in response.iter_raw() if have < size else ():
-                    have += len(chunk)
-                    if have > size:
-                        break
-                    hasher.update(chunk)
-                    out.write(chunk)
-                    self.downloaded += len(chunk)
-                    self._count(digest, len(chunk))
+            try:
+                with open(partial, "ab" if have else "wb") as out:
+                    for chunk in response.iter_raw() if have < size else ():
+                        have += len(chunk)
+                        if have > size:
+                            break
+                        hasher.update(chunk)
+                        out.write(chunk)
+                        self.downloaded += len(chunk)
+                        self._count(digest, len(chunk))
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    partial.unlink(missing_ok=True)  # kept to resume, it would keep the disk full
+                raise ImageError(
+                    f"{self.ref}: cannot write blob {digest} into {partial.parent}: {exc.strerror or exc}: free "
+                    "space there ('rollbox images gc') or check its permissions, then pull again"
+                ) from exc
         if have < size:  # the registry ended early: what came is kept for the next pull to go on from
             raise ImageError(
                 f"{self.ref}: blob {digest} was cut off after {have} of {size} bytes: pull again to resume"

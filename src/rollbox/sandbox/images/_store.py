@@ -10,7 +10,8 @@ Layout (``$ROLLBOX_HOME/images``)::
     manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references
     .lock                   flock: exclusive while an import, a removal or a gc changes the store
     .tmp/                   imports under way (or left by one that died: gc empties it)
-    downloads/              what pulls download, as layouts, before they import them (theirs to manage)
+    downloads/              what pulls download, as layouts, before they import them (``gc`` removes those no
+                            pull holds and none wrote to for an hour)
 
 An import verifies every blob against its digest (the manifest and configuration before anything is unpacked, each
 layer as it is unpacked: both its blob's digest and its diff_id) and publishes nothing of a layer or an image that
@@ -27,10 +28,11 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollbox.sandbox.runtime._store import rollbox_home
+from rollbox.sandbox.runtime._store import publish, rollbox_home
 
 from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
@@ -42,6 +44,7 @@ from ._unpack import unpack_layer
 __all__ = ["ImageStore"]
 
 _HEX = frozenset("0123456789abcdef")
+_ABANDONED_S = 3600.0  # a download no pull holds and none wrote to for this long was left by an interrupted one
 
 
 def _root_id(diff_ids: list[str]) -> str:
@@ -73,19 +76,29 @@ class ImageStore:
         self._roots = self.home / "roots"
         self._manifests = self.home / "manifests"
         self._tmp = self.home / ".tmp"
-        #: Where pulls keep the layouts they download (resumable), before :meth:`import_layout`; never collected.
+        #: Where pulls keep the layouts they download (resumable), before :meth:`import_layout`; :meth:`gc`
+        #: removes those left by interrupted pulls.
         self.downloads = self.home / "downloads"
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        for directory in (self._layers, self._roots, self._manifests, self._tmp):
-            directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd = os.open(self.home / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    def _locked(self, what: str) -> Iterator[None]:
+        """The store's lock, held for the block; an OSError in it (the store's disk full, a file it cannot
+        write) is an ImageError saying what failed, never the caller's (a grading's) own failure."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+            for directory in (self._layers, self._roots, self._manifests, self._tmp):
+                directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+            fd = os.open(self.home / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise ImageError(
+                f"cannot {what}: {exc.strerror or exc}{where}: free space under {self.home} "
+                "('rollbox images gc'), or check its permissions"
+            ) from exc
 
     # Importing
 
@@ -100,9 +113,8 @@ class ImageStore:
         path = Path(path)
         if not path.is_dir():
             raise ImageError(f"{path} is not a directory: give an OCI image layout directory")
-        manifest = read_manifest(path, ref)
-        with self._locked():
-            return self._import(path, manifest, ref)
+        with self._locked(f"import {path}"):
+            return self._import(path, read_manifest(path, ref), ref)
 
     def import_archive(self, path: Path, *, ref: str | None = None) -> Image:
         """Import the image in a ``docker save`` archive or an OCI archive (a tar of a layout) at ``path``.
@@ -113,7 +125,7 @@ class ImageStore:
         path = Path(path)
         if not path.is_file():
             raise ImageError(f"{path} is not a file: give a docker-save or OCI archive (.tar)")
-        with self._locked():
+        with self._locked(f"import {path}"):
             staging = Path(tempfile.mkdtemp(prefix="archive-", dir=self._tmp))
             try:
                 extract_archive(path, staging)
@@ -135,7 +147,7 @@ class ImageStore:
             staging = Path(tempfile.mkdtemp(prefix="root-", dir=self._tmp))
             try:
                 compose_root([self._layers / d.removeprefix("sha256:") for d in diff_ids], staging)
-                staging.rename(root)
+                publish(staging, root)
             except OSError as exc:
                 raise ImageError(f"cannot compose the root of {manifest.digest}: {exc}") from None
             finally:
@@ -194,7 +206,7 @@ class ImageStore:
                 )
             staging.chmod(0o755)
             size_file.write_text(str(unpacked.size_bytes))
-            staging.rename(target)
+            publish(staging, target)
             return unpacked.size_bytes
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -291,16 +303,16 @@ class ImageStore:
         Raises:
             ImageError: no such image.
         """
-        with self._locked():
+        with self._locked(f"remove {ref_or_digest}"):
             image = self.resolve(ref_or_digest)
             (self._manifests / f"{image.digest.removeprefix('sha256:')}.json").unlink()
 
     def gc(self) -> int:
-        """Remove every root and layer no image names (a root a sandbox holds stays), and what dead imports left.
-        Returns the bytes freed.
+        """Remove every root and layer no image names (a root a sandbox holds stays), what dead imports left, and
+        the downloads no pull holds and none wrote to for an hour. Returns the bytes freed.
         """
         freed = 0
-        with self._locked():
+        with self._locked("collect the image store's garbage"):
             images = self.list()
             roots = {i.root_id for i in images}
             layers: set[str] = set()
@@ -310,7 +322,15 @@ class ImageStore:
             for root in self._roots.iterdir():
                 if root.name.endswith(".lock") or root.name in roots or not root.is_dir():
                     continue
-                freed += self._free(root, lock=self._roots / f"{root.name}.lock")
+                lock = self._roots / f"{root.name}.lock"
+                with _unheld(lock) as free:  # else a sandbox runs on it
+                    if free:
+                        # Its files are hard links to the layers': only its own directories are freed.
+                        freed += sum(
+                            os.lstat(os.path.join(b, n)).st_blocks * 512 for b, ds, _ in os.walk(root) for n in ds
+                        )
+                        _delete(root, self._tmp)
+                        lock.unlink(missing_ok=True)
             for layer in self._layers.iterdir():
                 if not layer.is_dir() or layer.name in layers:
                     continue
@@ -320,22 +340,18 @@ class ImageStore:
             for leftover in self._tmp.iterdir():
                 freed += _tree_bytes(leftover) if leftover.is_dir() else 0
                 _delete(leftover, None)
+            for lock in sorted(self.downloads.rglob(".pull.lock")) if self.downloads.is_dir() else []:
+                if not lock.exists():
+                    continue  # a repository's download below another's (``a/b`` below ``a``), removed with it
+                with _unheld(lock) as free:  # else a pull is under way
+                    if free and time.time() - _newest(lock.parent) > _ABANDONED_S:
+                        freed += _tree_bytes(lock.parent)
+                        _delete(lock.parent, self._tmp)
+                        for parent in lock.parent.parents:  # the registry's and repository's directories, if empty
+                            if parent == self.downloads or any(parent.iterdir()):
+                                break
+                            parent.rmdir()
         return freed
-
-    def _free(self, root: Path, *, lock: Path) -> int:
-        """Remove ``root`` if no sandbox holds it; its bytes freed (its own directory entries)."""
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return 0  # a sandbox runs on it
-            size = sum(os.lstat(os.path.join(b, n)).st_blocks * 512 for b, ds, _fs in os.walk(root) for n in ds)
-            _delete(root, self._tmp)
-            lock.unlink(missing_ok=True)
-            return size
-        finally:
-            os.close(fd)
 
 
 def _normal(ref: str) -> str:
@@ -344,6 +360,26 @@ def _normal(ref: str) -> str:
         ref = ref.removeprefix(prefix)
     ref = ref.removeprefix("library/")
     return ref if ":" in ref.rpartition("/")[2] else f"{ref}:latest"
+
+
+@contextlib.contextmanager
+def _unheld(lock: Path) -> Iterator[bool]:
+    """Whether the flock ``lock`` could be taken exclusively now (no sandbox or pull holds it), held for the block."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
+def _newest(path: Path) -> float:
+    """When anything in the directory ``path`` was last written (seconds since the epoch)."""
+    return max([os.lstat(os.path.join(b, n)).st_mtime for b, ds, fs in os.walk(path) for n in [*ds, *fs]], default=0.0)
 
 
 def _delete(path: Path, trash_dir: Path | None) -> None:

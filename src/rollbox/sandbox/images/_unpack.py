@@ -14,7 +14,8 @@ What a hostile tar cannot do here:
 - gain privileges: set-user-ID, set-group-ID and sticky bits are dropped, extended attributes (file capabilities
   among them) and owners are not kept (every file belongs to root, read-only to the sandbox's uid);
 - make devices: a character or block device is refused, except under ``dev/`` where it is dropped (the sandbox's
-  /dev is rollbox's own; images made by debootstrap carry its nodes there).
+  /dev is rollbox's own; images made by debootstrap carry its nodes there);
+- remove what is not below it: a whiteout of no entry (``.wh.``, ``.wh..``, ``.wh...``) is refused.
 
 Every file is readable and every directory searchable by the sandbox's uid where its owner could read or search
 it: an image's users are all the sandbox's one uid, and an image's bytes are no secret from what runs on it.
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol, TypeVar
 
+from ._compose import whited_out
 from ._errors import ImageError
 
 __all__ = ["Unpacked", "readable", "unpack_layer"]
@@ -278,12 +280,15 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, layer: _Layer) -> in
     rel = _relative(member.name, "entry")
     if not rel:
         return 0  # the layer's root itself ("./"): its attributes are the store's
+    parent, _, name = rel.rpartition("/")
+    if name.startswith(_WHITEOUT):
+        whited_out(name, f"the layer's whiteout in /{parent}")
     layer.parent(rel)
     if member.isdir():
         layer.directory(rel, readable(member.mode) | 0o200)
         return 0
     if member.isreg():
-        if rel.rpartition("/")[2].startswith(_WHITEOUT):
+        if name.startswith(_WHITEOUT):
             os.close(layer.make(rel, _NEW_FILE))
             return 0
         fd = layer.make(rel, _NEW_FILE)
@@ -292,8 +297,14 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, layer: _Layer) -> in
             assert source is not None
             _write_all(fd, source, member.size)
             os.fchmod(fd, readable(member.mode))
-            mtime_ns = int(member.mtime * 1_000_000_000)
-            os.utime(fd, ns=(mtime_ns, mtime_ns))
+            try:
+                mtime_ns = int(member.mtime * 1_000_000_000)
+                os.utime(fd, ns=(mtime_ns, mtime_ns))
+            except (OverflowError, ValueError):  # a pax header's mtime of inf, nan or 1e30: digest-valid, no time
+                raise ImageError(
+                    f"the layer's entry {rel!r} has the modification time {member.mtime!r}, which no file can have "
+                    "(a malformed layer): refused; build the image again"
+                ) from None
         finally:
             os.close(fd)
         return member.size

@@ -3,7 +3,8 @@
 RollboxError
 ├── PythonNotFound      no interpreter of the version asked for is installed on this machine
 └── LayerBuildError     a layer's build failed (a requirement that does not exist, a package with no wheel
-                        for this Python, no index to reach); ``log`` holds uv's own output
+                        for this Python, no index to reach; ``log`` holds uv's own output), or the store
+                        could not write or read it (its disk full: ``log`` is empty)
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ class PythonNotFound(RollboxError):
 
 
 class LayerBuildError(RollboxError):
-    """A runtime layer could not be built; nothing of it was left where a sandbox could use it.
+    """A runtime layer could not be built (or its store could not be written: a full disk); nothing of it was left
+    where a sandbox could use it.
 
     Attributes:
         log: What uv printed (its resolver's explanation, as a rule).

@@ -27,6 +27,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ from ._mounts import RuntimeMounts, layer_mounts
 from ._python import Interpreter, find_python
 from ._spec import RuntimeSpec
 
-__all__ = ["Layer", "LayerStore", "rollbox_home"]
+__all__ = ["Layer", "LayerStore", "publish", "rollbox_home"]
 
 _DAY_S = 86_400.0
 _ABANDONED_S = 3600.0  # a build or removal directory this old with no lock held was left by a crash
@@ -48,6 +49,28 @@ _ABANDONED_S = 3600.0  # a build or removal directory this old with no lock held
 def rollbox_home() -> Path:
     """Where rollbox keeps what it builds to last: ``ROLLBOX_HOME``, default ``~/.rollbox``."""
     return Path(os.environ.get("ROLLBOX_HOME") or Path.home() / ".rollbox")
+
+
+def publish(staging: Path, target: Path) -> None:
+    """Rename the finished directory ``staging`` to ``target``, its files and directories flushed to disk first
+    and the rename after: a power loss leaves the whole tree under ``target``, or nothing, never empty files under
+    a name that says it is complete."""
+    for base, _dirs, files in os.walk(staging):
+        for name in files:
+            path = os.path.join(base, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):  # links and fifos hold no data of their own
+                _fsync(path, os.O_RDONLY)
+        _fsync(base, os.O_RDONLY | os.O_DIRECTORY)
+    staging.rename(target)
+    _fsync(str(target.parent), os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -182,27 +205,44 @@ class LayerStore:
 
         Raises:
             PythonNotFound: the spec's Python is not installed here.
-            LayerBuildError: the build failed; its log is in the error and in ``.failed/<key>.log``.
+            LayerBuildError: the build failed (its log is in the error and in ``.failed/<key>.log``), or the store
+                could not be written (its disk full).
         """
         interpreter = find_python(spec.python)
         key = spec.key(interpreter)
-        fd = self._open_lock(key)
+        with self._failing(key):
+            fd = self._open_lock(key)
+            try:
+                delay = 0.02
+                while True:
+                    # A shared lock is enough to use a built layer, so it is asked for again while waiting: a
+                    # waiter for the exclusive lock alone would wait as long as any sandbox holds the layer.
+                    if _try_lock(fd, fcntl.LOCK_SH):
+                        if (found := self._found(key)) is not None:
+                            return found
+                        fcntl.flock(fd, fcntl.LOCK_UN)  # before asking for the exclusive one: no deadlock
+                    if _try_lock(fd, fcntl.LOCK_EX):
+                        found = self._found(key)
+                        return found if found is not None else await self._build(key, spec, interpreter)
+                    await asyncio.sleep(delay)  # a build or a removal is under way; the event loop goes on
+                    delay = min(delay * 2, 0.5)
+            finally:
+                os.close(fd)
+
+    @contextlib.contextmanager
+    def _failing(self, key: str) -> Iterator[None]:
+        """An OSError of the store's own in the block (its disk full, a file it cannot write) as a
+        LayerBuildError naming the layer: the machine's failure, never that of a grading's candidate."""
         try:
-            delay = 0.02
-            while True:
-                # A shared lock is enough to use a built layer, so it is asked for again while waiting: a waiter
-                # for the exclusive lock alone would wait as long as any sandbox holds the layer it is after.
-                if _try_lock(fd, fcntl.LOCK_SH):
-                    if (found := self._found(key)) is not None:
-                        return found
-                    fcntl.flock(fd, fcntl.LOCK_UN)  # before asking for the exclusive one: two waiters never deadlock
-                if _try_lock(fd, fcntl.LOCK_EX):
-                    found = self._found(key)
-                    return found if found is not None else await self._build(key, spec, interpreter)
-                await asyncio.sleep(delay)  # a build or a removal is under way; the event loop goes on meanwhile
-                delay = min(delay * 2, 0.5)
-        finally:
-            os.close(fd)
+            yield
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise LayerBuildError(
+                f"cannot build or use the runtime layer {key[:12]} in {self.root}: {exc.strerror or exc}{where}: "
+                "free space there ('rollbox env gc'), or check its permissions",
+                log="",
+                log_path=None,
+            ) from exc
 
     def _found(self, key: str) -> Layer | None:
         """The built layer ``key`` (its use recorded), with its lock held by the caller."""
@@ -248,7 +288,10 @@ class LayerStore:
             }
             (directory / "layer.json").write_text(json.dumps(facts, indent=2) + "\n")
             directory.chmod(0o755)
-            directory.rename(self.root / key)
+            if os.path.lexists(self.root / key):
+                # A broken layer stands there (its layer.json unreadable): no rename goes onto it, so it goes first.
+                _remove(self.root / key, self.root)
+            publish(directory, self.root / key)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         os.utime(self._lock_path(key))
@@ -305,7 +348,7 @@ class LayerStore:
 
 
 def _remove(directory: Path, root: Path) -> None:
-    """Take the layer out of its name at once (a rename), then delete it."""
+    """Take the layer (or whatever stands under its name) out of its name at once (a rename), then delete it."""
     trash = Path(tempfile.mkdtemp(prefix=f".trash-{directory.name}-", dir=root))
     directory.rename(trash / "layer")
     shutil.rmtree(trash, ignore_errors=True)
