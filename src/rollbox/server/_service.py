@@ -29,6 +29,7 @@ from ._guard import Guard, IdempotencyCache, Refused
 from ._jobs import Jobs
 from ._languages import Languages
 from ._peers import Owner, Peers
+from ._quota import Quota
 from ._registry import Registry
 from ._relay import Gauge, Received, Relay
 from ._sessions import Sessions
@@ -69,8 +70,12 @@ class Service:
         self.alerts = Alerts(self.stats, config.alerts)
         self.languages = Languages(config.language_images, ImageStore(Path(config.home) / "images"))
         self.executor = Executor(config, self.languages)
-        self.sessions = Sessions(config, run=config.run, owner=self.owner)
-        self.episodes: Registry[Episode] = Registry("episode", "episodes", idle_timeout_s=config.idle_timeout_s)
+        #: Tenants' sandboxes and episodes open at once, counted over the whole service.
+        self.quota = Quota(self.owner, peers)
+        self.sessions = Sessions(config, run=config.run, owner=self.owner, quota=self.quota)
+        self.episodes: Registry[Episode] = Registry(
+            "episode", "episodes", quota=self.quota, idle_timeout_s=config.idle_timeout_s
+        )
         self.grader = Grader(config, run=config.run)
         cursor = peers.directory / "results.seq" if peers is not None else None
         self._jobs = Jobs(config, self.grader, quotas=self._quotas(), cursor=cursor) if self.primary else None
@@ -193,6 +198,7 @@ class Service:
         else:
             self.refresh_gauges()
             self.alerts.evaluate(time.time())
+            self.quota.forget_dead()
         await self.sessions.reap(time.time())
         await self.episodes.reap(time.time())
 
