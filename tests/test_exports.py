@@ -104,6 +104,7 @@ def test_tasks_and_judge_exports() -> None:
             "Solution",
             "Verdict",
             "VerdictStatus",
+            "check_solution_path",
             "compute_reward",
             "grade",
             "grade_batch",

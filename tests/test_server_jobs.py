@@ -119,22 +119,34 @@ def test_jobs_over_http(server: Running, keys: tuple[Path, dict[str, str]]) -> N
 
 
 @pytest.mark.parametrize(
-    ("payload", "named"),
+    ("kind", "payload", "named"),
     [
-        ({"argv": "ls"}, "Program.argv"),
-        ({"argv": ["ls"], "stdin": 5}, "Program.stdin"),
-        ({"argv": ["ls"], "files": {"../x": "a"}}, "'../x'"),
-        ({"argv": ["ls"], "files": {"/etc/x": "a"}}, "'/etc/x'"),
-        ({"argv": ["ls"], "warm_python": "yes"}, "Program.warm_python"),
+        ("exec", {"argv": "ls"}, "Program.argv"),
+        ("exec", {"argv": ["ls"], "stdin": 5}, "Program.stdin"),
+        ("exec", {"argv": ["ls"], "files": {"../x": "a"}}, "'../x'"),
+        ("exec", {"argv": ["ls"], "files": {"/etc/x": "a"}}, "'/etc/x'"),
+        ("exec", {"argv": ["ls"], "warm_python": "yes"}, "Program.warm_python"),
+        ("exec", {"argv": ["ls"], "limits": {"pids": 10**9}}, "limits.pids"),
+        ("grade", {"task": "double", "files": {"../x": "a"}}, "files: '../x'"),
+        ("grade", {"task": "double", "files": {"/etc/x": "a"}}, "files: '/etc/x'"),
+        ("grade", {"task": "double", "files": {"a//b.py": "a"}}, "files: 'a//b.py'"),
+        ("grade", {"task": "double", "files": {"solution.py": 5}}, "'files'"),
+        ("grade", {"task": "double", "workspace": "/etc"}, "workspace"),
+        ("grade", {"task": "nope", "reference": True}, "no task 'nope'"),
     ],
 )
-def test_an_exec_job_that_could_never_run_is_refused_when_submitted(
-    server: Running, keys: tuple[Path, dict[str, str]], payload: dict[str, object], named: str
+def test_a_job_that_could_never_run_is_refused_when_submitted_naming_it_in_its_batch(
+    server: Running, keys: tuple[Path, dict[str, str]], kind: str, payload: dict[str, object], named: str
 ) -> None:
-    """Checked as it would run (not accepted, then run and retried as an infra error that fires the alert)."""
+    """Checked as it would run (an exec job not accepted, then run and retried as an infra error that fires the
+    alert; a grade job's file outside the workspace not graded as the candidate's error), and named by its place in
+    the batch: nothing of the batch is added."""
     with _client(server, keys[1]["b"]) as b:
-        r = b.post("/v1/jobs", json={"jobs": [{"kind": "exec", "payload": payload}], "run": "never-run"})
-        assert r.status_code == 400 and named in r.json()["detail"], r.text
+        good = {"kind": "exec", "payload": {"argv": ["true"]}}
+        jobs = [good, good, {"kind": kind, "payload": payload}]
+        r = b.post("/v1/jobs", json={"jobs": jobs, "run": "never-run"})
+        assert r.status_code in (400, 404) and r.json()["detail"].startswith("jobs[2]: "), r.text
+        assert named in r.json()["detail"], r.text
         assert b.get("/v1/jobs", params={"run": "never-run"}).json() == []
 
 

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from rollbox import telemetry
 
-from ._errors import PayloadError, SchedulerError
+from ._errors import PayloadError, SchedulerError, Unplaceable
 from ._events import RunEvents, working_on
 from ._home import rollbox_home, run_dir, store_target
 from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation, unstorable_outcome
@@ -195,12 +195,20 @@ class Scheduler:
         existing job).
 
         Raises:
-            PayloadError, Unplaceable: a job could never run (nothing is added).
+            PayloadError, Unplaceable: a job could never run (nothing is added); of a sequence, the message begins
+                with the job's place in it (``jobs[3]: ...``).
             QueueFull: the queue is at its bound (nothing is added); its ``retry_after_s`` says when to come back.
             IdempotencyConflict: a key names another job (nothing is added).
         """
-        batch = [specs] if isinstance(specs, JobSpec) else list(specs)
-        needed = [(spec, self.requirements(spec)) for spec in batch]
+        if isinstance(specs, JobSpec):
+            needed = [(specs, self.requirements(specs))]
+        else:
+            needed = []
+            for index, spec in enumerate(specs):
+                try:
+                    needed.append((spec, self.requirements(spec)))
+                except (PayloadError, Unplaceable) as exc:
+                    raise type(exc)(f"jobs[{index}]: {exc}") from exc
         with telemetry.recording(self._events):
             added = self.store.submit(needed, max_queued=self.max_queued)
         self._events.flush()
