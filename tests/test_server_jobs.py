@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,29 @@ def test_jobs_over_http(server: Running, keys: tuple[Path, dict[str, str]]) -> N
         assert 'rollbox_job_transitions_total{state="completed"}' in metrics
         assert 'rollbox_verdicts_total{status="passed",tenant="team-a"}' in metrics
         assert 'rollbox_scheduler_pool_sandboxes{pool="' in metrics  # the scheduler's warm pools, from pool.resize
+
+
+def test_each_move_of_a_job_of_the_services_run_is_in_its_events_once(
+    server: Running, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """The scheduler records its jobs' moves in their run's events.jsonl; the service's own log of that run leaves
+    them to it (written by both, rollbox report counted every job twice)."""
+    home, made = keys
+    with _client(server, made["a"]) as a:
+        ids = [j["id"] for j in a.post("/v1/jobs", json={"jobs": [_exec("print(1)")] * 2}).json()]
+        with a.stream("GET", "/v1/runs/jobs-run/results") as stream:
+            assert len([line for line in stream.iter_lines() if line]) >= 2
+    deadline = time.monotonic() + 30
+    while True:  # the scheduler writes its records out every tick
+        moves = Counter(
+            (e["job_id"], e["target"])
+            for e in map(json.loads, (home / "runs" / "jobs-run" / "events.jsonl").read_text().splitlines())
+            if e["kind"] == "job.transition" and e["job_id"] in ids
+        )
+        if {(job, "completed") for job in ids} <= set(moves) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert {(job, "completed") for job in ids} <= set(moves) and set(moves.values()) == {1}, moves
 
 
 @pytest.mark.parametrize(

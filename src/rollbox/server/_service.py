@@ -20,7 +20,8 @@ from rollbox import telemetry
 from rollbox.env import Episode
 from rollbox.sandbox import ExecResult
 from rollbox.sandbox.images import ImageStore
-from rollbox.telemetry import Alerts, JsonlSink, LiveStats, Sink
+from rollbox.scheduler import recorded_file
+from rollbox.telemetry import Alerts, Event, JsonlSink, LiveStats, Sink
 
 from ._config import ServerConfig
 from ._execute import Executor
@@ -41,6 +42,15 @@ _log = logging.getLogger("uvicorn.error")
 
 #: Whom requests come from when auth is off: every request is the machine's own user's.
 LOCAL = Tenant(name="local", admin=True, rate_per_s=1e6, burst=10**6, max_in_flight=8192, max_sandboxes=1024)
+
+
+class _RunLog(JsonlSink):
+    """The service's run's ``events.jsonl``: every event of this process but those that the service's scheduler
+    records in that file itself (a job's moves in the service's run), so that each is there once."""
+
+    def write(self, event: Event) -> None:
+        if recorded_file(event) != self.path:
+            super().write(event)
 
 
 class Service:
@@ -119,7 +129,7 @@ class Service:
 
     async def start(self) -> None:
         """Register the telemetry sinks and start the ticker (alerts, gauges, idle sandboxes)."""
-        run_log = JsonlSink(Path(self.config.home) / "runs" / self.config.run / "events.jsonl")
+        run_log = _RunLog(Path(self.config.home) / "runs" / self.config.run / "events.jsonl")
         self._closers.append(run_log)
         if self._relay is None:
             metrics = telemetry.PrometheusSink(
