@@ -104,6 +104,7 @@ def test_tasks_and_judge_exports() -> None:
             "Solution",
             "Verdict",
             "VerdictStatus",
+            "check_solution_path",
             "compute_reward",
             "grade",
             "grade_batch",
@@ -128,7 +129,8 @@ def test_scheduler_exports() -> None:
             "JobSpec", "JobState", "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements",
             "RetryPolicy", "Scheduler", "SchedulerError", "StoreError", "Transition", "Unplaceable", "Worker",
             "WorkerLost", "episode_payload", "exec_payload", "get_kind", "kind_names", "machine_capacity", "pool_key",
-            "register_kind", "rollbox_home", "run_dir", "store_path", "store_target", "validate_payload",
+            "recorded_file", "register_kind", "rollbox_home", "run_dir", "store_path", "store_target",
+            "validate_payload",
         ]
     )  # fmt: skip
     for name in rollbox.scheduler.__all__:

@@ -7,11 +7,15 @@ import asyncio
 import base64
 import dataclasses
 
-from rollbox.sandbox import Limits, Status
+import pytest
+
+from rollbox import telemetry
+from rollbox.sandbox import Limits, SandboxError, SandboxPool, Status
 from rollbox.server import ServerConfig
 from rollbox.server._execute import Executor
 from rollbox.server._languages import Languages
 from rollbox.server._models import RunCodeRequest, RunStatus
+from rollbox.telemetry import Event, LiveStats
 
 LIMITS = Limits(timeout_s=5, memory_bytes=128 * 2**20)
 
@@ -100,3 +104,37 @@ def test_the_files_fetched_back_stop_at_the_requests_budget_however_many_hard_li
     # Two links fill all but half a MiB: no other link fits, the small file does; a path named twice is one.
     assert sorted(files) == ["l0", "l1", "small"]
     assert base64.b64decode(files["small"]) == b"tail" and len(base64.b64decode(files["l1"])) == 2**20
+
+
+def test_a_sandbox_that_fails_to_start_is_one_infra_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reported by its failed sandbox.start alone: an execution's infra_error beside it counted the one failure
+    twice in the live figures, the metrics and the infra error rate."""
+
+    async def broken(pool: SandboxPool) -> SandboxPool:
+        raise SandboxError("the host failed (made by the test)")
+
+    class Sink:
+        def __init__(self) -> None:
+            self.events: list[Event] = []
+
+        def write(self, event: Event) -> None:
+            self.events.append(event)
+
+    monkeypatch.setattr(SandboxPool, "__aenter__", broken)
+    stats, events = LiveStats(), Sink()
+
+    async def main() -> RunStatus:
+        executor = Executor(ServerConfig(pool_size=1), Languages())
+        try:
+            with telemetry.recording(stats), telemetry.recording(events):
+                answer = await executor.run_code(
+                    RunCodeRequest(code="print(1)", language="python"), tenant="t", run="r"
+                )
+            return answer.status
+        finally:
+            await executor.close()
+
+    assert asyncio.run(main()) is RunStatus.SandboxError
+    assert [(e.kind, e.fields.get("ok")) for e in events.events] == [("sandbox.start", False)]
+    snapshot = stats.snapshot()
+    assert len(snapshot["failures"]) == 1 and snapshot["infra_error_rate"] == 1.0, snapshot

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,23 +119,58 @@ def test_jobs_over_http(server: Running, keys: tuple[Path, dict[str, str]]) -> N
         assert 'rollbox_scheduler_pool_sandboxes{pool="' in metrics  # the scheduler's warm pools, from pool.resize
 
 
+def test_each_move_of_a_job_of_the_services_run_is_in_its_events_once(
+    server: Running, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """The scheduler records its jobs' moves in their run's events.jsonl; the service's own log of that run leaves
+    them to it (written by both, rollbox report counted every job twice)."""
+    home, made = keys
+    with _client(server, made["a"]) as a:
+        ids = [j["id"] for j in a.post("/v1/jobs", json={"jobs": [_exec("print(1)")] * 2}).json()]
+        with a.stream("GET", "/v1/runs/jobs-run/results") as stream:
+            assert len([line for line in stream.iter_lines() if line]) >= 2
+    deadline = time.monotonic() + 30
+    while True:  # the scheduler writes its records out every tick
+        moves = Counter(
+            (e["job_id"], e["target"])
+            for e in map(json.loads, (home / "runs" / "jobs-run" / "events.jsonl").read_text().splitlines())
+            if e["kind"] == "job.transition" and e["job_id"] in ids
+        )
+        if {(job, "completed") for job in ids} <= set(moves) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert {(job, "completed") for job in ids} <= set(moves) and set(moves.values()) == {1}, moves
+
+
 @pytest.mark.parametrize(
-    ("payload", "named"),
+    ("kind", "payload", "named"),
     [
-        ({"argv": "ls"}, "Program.argv"),
-        ({"argv": ["ls"], "stdin": 5}, "Program.stdin"),
-        ({"argv": ["ls"], "files": {"../x": "a"}}, "'../x'"),
-        ({"argv": ["ls"], "files": {"/etc/x": "a"}}, "'/etc/x'"),
-        ({"argv": ["ls"], "warm_python": "yes"}, "Program.warm_python"),
+        ("exec", {"argv": "ls"}, "Program.argv"),
+        ("exec", {"argv": ["ls"], "stdin": 5}, "Program.stdin"),
+        ("exec", {"argv": ["ls"], "files": {"../x": "a"}}, "'../x'"),
+        ("exec", {"argv": ["ls"], "files": {"/etc/x": "a"}}, "'/etc/x'"),
+        ("exec", {"argv": ["ls"], "warm_python": "yes"}, "Program.warm_python"),
+        ("exec", {"argv": ["ls"], "limits": {"pids": 10**9}}, "limits.pids"),
+        ("grade", {"task": "double", "files": {"../x": "a"}}, "files: '../x'"),
+        ("grade", {"task": "double", "files": {"/etc/x": "a"}}, "files: '/etc/x'"),
+        ("grade", {"task": "double", "files": {"a//b.py": "a"}}, "files: 'a//b.py'"),
+        ("grade", {"task": "double", "files": {"solution.py": 5}}, "'files'"),
+        ("grade", {"task": "double", "workspace": "/etc"}, "workspace"),
+        ("grade", {"task": "nope", "reference": True}, "no task 'nope'"),
     ],
 )
-def test_an_exec_job_that_could_never_run_is_refused_when_submitted(
-    server: Running, keys: tuple[Path, dict[str, str]], payload: dict[str, object], named: str
+def test_a_job_that_could_never_run_is_refused_when_submitted_naming_it_in_its_batch(
+    server: Running, keys: tuple[Path, dict[str, str]], kind: str, payload: dict[str, object], named: str
 ) -> None:
-    """Checked as it would run (not accepted, then run and retried as an infra error that fires the alert)."""
+    """Checked as it would run (an exec job not accepted, then run and retried as an infra error that fires the
+    alert; a grade job's file outside the workspace not graded as the candidate's error), and named by its place in
+    the batch: nothing of the batch is added."""
     with _client(server, keys[1]["b"]) as b:
-        r = b.post("/v1/jobs", json={"jobs": [{"kind": "exec", "payload": payload}], "run": "never-run"})
-        assert r.status_code == 400 and named in r.json()["detail"], r.text
+        good = {"kind": "exec", "payload": {"argv": ["true"]}}
+        jobs = [good, good, {"kind": kind, "payload": payload}]
+        r = b.post("/v1/jobs", json={"jobs": jobs, "run": "never-run"})
+        assert r.status_code in (400, 404) and r.json()["detail"].startswith("jobs[2]: "), r.text
+        assert named in r.json()["detail"], r.text
         assert b.get("/v1/jobs", params={"run": "never-run"}).json() == []
 
 

@@ -340,6 +340,50 @@ def test_the_figures_are_the_whole_services(tmp_path: Path) -> None:
         assert 'rollbox_sandboxes_open{tenant=""} 2.0' in metrics
 
 
+def test_a_tenants_sandboxes_are_bounded_over_every_worker(tmp_path: Path) -> None:
+    """max_sandboxes=2 with two workers: two sandboxes in all (not two on each), and an episode is counted apart;
+    one closed on either worker frees a place on the other."""
+    home = tmp_path / "home"
+    home.mkdir()
+    tasks = double_task(tmp_path)
+    key = TenantStore(home / "tenants.json").add_key("team-b", max_sandboxes=2)
+    with (
+        serving_process(home, "--pool-size", "1", "--auth", "--tasks-dir", str(tasks)) as served,
+        served.pinned("0.0") as on0,
+        served.pinned("1.0") as on1,
+    ):
+        for http in (on0, on1):
+            http.headers["Authorization"] = f"Bearer {key}"
+        opened = [http.post("/v1/sandboxes", json={}) for http in (on0, on1)]
+        assert [r.status_code for r in opened] == [201, 201], [r.text for r in opened]
+        for http in (on0, on1):
+            over = http.post("/v1/sandboxes", json={})
+            assert over.status_code == 429 and "(2, max_sandboxes)" in over.json()["detail"], over.text
+        assert on1.post("/v1/episodes", json={"task": "double"}).status_code == 201  # episodes: a count of their own
+        assert on1.delete(f"/v1/sandboxes/{opened[0].json()['id']}").status_code == 204  # worker 0's, closed via 1
+        assert on1.post("/v1/sandboxes", json={}).status_code == 201
+        assert on0.post("/v1/sandboxes", json={}).status_code == 429
+
+
+def test_a_worker_that_cannot_ask_the_first_refuses_at_once(tmp_path: Path) -> None:
+    """The first worker holds the counts: while it does not answer, another worker answers 503 within seconds,
+    and opens nothing."""
+    home = tmp_path / "home"
+    home.mkdir()
+    with serving_process(home, "--pool-size", "1") as served, served.pinned("1.0") as on1:
+        first = served.workers()["0.0"]
+        os.kill(first, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            refused = on1.post("/v1/sandboxes", json={})
+            assert time.monotonic() - started < 30
+        finally:
+            os.kill(first, signal.SIGCONT)
+        assert refused.status_code == 503 and "first worker" in refused.json()["detail"], refused.text
+        assert refused.headers["retry-after"] == "1" and on1.get("/v1/sandboxes").json() == []
+        assert on1.post("/v1/sandboxes", json={}).status_code == 201  # told what worker 1 holds, then asked
+
+
 def _job_results(home: Path) -> Counter[int]:
     found: Counter[int] = Counter()
     for log in (home / "runs").glob("*/events.jsonl"):

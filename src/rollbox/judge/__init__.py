@@ -9,6 +9,7 @@ from ._batch import grade_batch
 from ._grade import Solution, grade
 from ._runtime import runtime_spec, task_image, task_sandboxes
 from ._verdict import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward
+from .integrity._workspace import check_solution_path
 
 __all__ = [
     "GradedTest",
@@ -16,6 +17,7 @@ __all__ = [
     "Solution",
     "Verdict",
     "VerdictStatus",
+    "check_solution_path",
     "compute_reward",
     "grade",
     "grade_batch",

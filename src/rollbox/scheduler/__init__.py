@@ -18,6 +18,7 @@ from ._errors import (
     StoreError,
     Unplaceable,
 )
+from ._events import recorded_file
 from ._exec_kind import exec_payload
 from ._home import RUN_ID_MAX, RUN_ID_PATTERN, rollbox_home, run_dir, store_path, store_target
 from ._kinds import JobContext, JobKind, Outcome, get_kind, kind_names, register_kind
@@ -70,6 +71,7 @@ __all__ = [
     "kind_names",
     "machine_capacity",
     "pool_key",
+    "recorded_file",
     "register_kind",
     "rollbox_home",
     "run_dir",

@@ -22,13 +22,16 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import IO
 
+from rollbox import telemetry
 from rollbox.telemetry import Event, end_torn_line
 
 from ._home import run_dir, run_file_error
 
-__all__ = ["RunEvents", "working_on"]
+__all__ = ["RunEvents", "recorded_file", "working_on"]
 
 _current_run: contextvars.ContextVar[str | None] = contextvars.ContextVar("rollbox_job_run", default=None)
+#: The RunEvents that records the events emitted in this context (inside a scheduler's work), if one does.
+_recorder: contextvars.ContextVar[RunEvents | None] = contextvars.ContextVar("rollbox_run_events", default=None)
 #: JSON as :class:`rollbox.telemetry.JsonlSink` writes it, its encoder made once.
 _ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _KEPT = "every move of every job is in the job store (rollbox jobs show JOB)"
@@ -50,6 +53,21 @@ def _line(event: Event) -> str:
         f'"attempt":{int(f["attempt"])},"source":{_text(f["source"])},"target":{_text(f["target"])},'
         f'"transition_at":{float(f["transition_at"])!r},"reason":{_text(f["reason"])}}}\n'
     )
+
+
+def _run_of(event: Event) -> str | None:
+    """The run whose file holds ``event``: the run it names, else the run of the job being worked on."""
+    run_id = event.fields.get("run_id") or _current_run.get()
+    return run_id if isinstance(run_id, str) else None
+
+
+def recorded_file(event: Event) -> Path | None:
+    """The file in which a scheduler records ``event``, emitted here inside its work (``None``: none records it). A
+    sink of the whole process that writes a run's file too leaves out the events recorded there, so that each event
+    is in its run's file once."""
+    recorder = _recorder.get()
+    run_id = _run_of(event) if recorder is not None else None
+    return run_dir(run_id, recorder.home) / "events.jsonl" if recorder is not None and run_id is not None else None
 
 
 @contextlib.contextmanager
@@ -75,9 +93,19 @@ class RunEvents:
         self._lock = threading.Lock()
         self._error: OSError | None = None  # the first a write met since the last flush
 
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Record the events emitted inside this block (and in the tasks it starts) in their runs' files."""
+        token = _recorder.set(self)
+        try:
+            with telemetry.recording(self):
+                yield
+        finally:
+            _recorder.reset(token)
+
     def write(self, event: Event) -> None:
-        run_id = event.fields.get("run_id") or _current_run.get()
-        if not isinstance(run_id, str):
+        run_id = _run_of(event)
+        if run_id is None:
             return
         line = _line(event)
         with self._lock:

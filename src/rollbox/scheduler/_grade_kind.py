@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rollbox.judge import Solution, grade, runtime_spec, task_image
-from rollbox.sandbox import Limits
+from rollbox.judge import Solution, check_solution_path, grade, runtime_spec, task_image
+from rollbox.sandbox import Limits, RollboxError
 from rollbox.sandbox.images import ImageError
 from rollbox.sandbox.runtime import RuntimeSpec
 from rollbox.tasks import Task, TaskFormatError, load_task
@@ -96,9 +96,16 @@ def _solution(task: Task, payload: Mapping[str, Any]) -> Solution:
     if isinstance(payload.get("workspace"), str):
         return Path(payload["workspace"])
     files = payload.get("files")
-    if isinstance(files, Mapping) and all(isinstance(v, str) for v in files.values()):
-        return dict(files)
-    raise PayloadError("a grade job's payload needs 'files' ({path: text}), 'workspace' (a directory) or 'reference'")
+    if not isinstance(files, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise PayloadError(
+            "a grade job's payload needs 'files' ({path: text}), 'workspace' (a directory) or 'reference'"
+        )
+    for path in files:
+        try:
+            check_solution_path(path)
+        except RollboxError as exc:  # refused when submitted, not graded as the candidate's error
+            raise PayloadError(f"invalid grade payload: files: {exc}") from None
+    return dict(files)
 
 
 class GradeKind:

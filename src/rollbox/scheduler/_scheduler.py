@@ -32,9 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rollbox import telemetry
-
-from ._errors import PayloadError, SchedulerError
+from ._errors import PayloadError, SchedulerError, Unplaceable
 from ._events import RunEvents, working_on
 from ._home import rollbox_home, run_dir, store_target
 from ._kinds import Outcome, failed_attempt, get_kind, own_cancellation, unstorable_outcome
@@ -140,7 +138,7 @@ class Scheduler:
         me = self.identity
         await self._call(self.store.register_owner, me.owner, me.host, me.pid, me.started)
         self._open = True
-        with telemetry.recording(self._events):
+        with self._events.recording():
             await self._reap()
         return self
 
@@ -153,7 +151,7 @@ class Scheduler:
         if not self._open:
             return
         self._open = False
-        with telemetry.recording(self._events):
+        with self._events.recording():
             for running in self._running.values():
                 running.abandoned = True
                 running.task.cancel()
@@ -195,13 +193,21 @@ class Scheduler:
         existing job).
 
         Raises:
-            PayloadError, Unplaceable: a job could never run (nothing is added).
+            PayloadError, Unplaceable: a job could never run (nothing is added); of a sequence, the message begins
+                with the job's place in it (``jobs[3]: ...``).
             QueueFull: the queue is at its bound (nothing is added); its ``retry_after_s`` says when to come back.
             IdempotencyConflict: a key names another job (nothing is added).
         """
-        batch = [specs] if isinstance(specs, JobSpec) else list(specs)
-        needed = [(spec, self.requirements(spec)) for spec in batch]
-        with telemetry.recording(self._events):
+        if isinstance(specs, JobSpec):
+            needed = [(specs, self.requirements(specs))]
+        else:
+            needed = []
+            for index, spec in enumerate(specs):
+                try:
+                    needed.append((spec, self.requirements(spec)))
+                except (PayloadError, Unplaceable) as exc:
+                    raise type(exc)(f"jobs[{index}]: {exc}") from exc
+        with self._events.recording():
             added = self.store.submit(needed, max_queued=self.max_queued)
         self._events.flush()
         self._on_loop(self._wake.set)
@@ -210,7 +216,7 @@ class Scheduler:
     def cancel(self, job_ids: Collection[int]) -> list[int]:
         """Cancel jobs (those already final stay as they are); returns those cancelled. Their attempts under way
         stop at once (as soon as the scheduler's loop runs, when called from another thread)."""
-        with telemetry.recording(self._events):
+        with self._events.recording():
             cancelled = self.store.cancel(job_ids)
         self._on_loop(self._abandon, *cancelled)
         self._events.flush()
@@ -238,7 +244,7 @@ class Scheduler:
         cancelled (the jobs under way then go back to the queue when the scheduler is closed)."""
         if not self._open:
             raise RuntimeError("open the scheduler first: 'async with Scheduler(...) as scheduler:'")
-        with telemetry.recording(self._events), contextlib.ExitStack() as stack:
+        with self._events.recording(), contextlib.ExitStack() as stack:
             stack.callback(self._nothing_queued)
             beat_at = renew_at = flushed_at = 0.0
             while True:

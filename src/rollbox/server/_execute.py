@@ -10,7 +10,7 @@ import functools
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 
 from rollbox import telemetry
@@ -32,9 +32,14 @@ from ._guard import Refused
 from ._languages import Languages
 from ._models import CommandRunResult, CommandRunStatus, RunCodeRequest, RunCodeResponse, RunStatus
 
-__all__ = ["Executor", "decode_b64"]
+__all__ = ["Executor", "StartFailed", "decode_b64"]
 
 _TAIL = 4000
+
+
+class StartFailed(SandboxError):
+    """No sandbox could be made for an execution, and that was reported as a failed ``sandbox.start``: the one
+    event that counts it (as the execution's infra error)."""
 
 
 def decode_b64(text: str, what: str) -> bytes:
@@ -83,25 +88,27 @@ class Executor:
     async def _open(self, config: SandboxConfig, tenant: str) -> SandboxPool:
         # The warm interpreter is the host's Python: an image has its own (or none).
         pool = SandboxPool(config, size=self.config.pool_size, warm_python=config.image is None)
-        start = time.monotonic()
-        try:
-            await pool.__aenter__()
-        except SandboxError as exc:
-            telemetry.emit(
-                "sandbox.start",
-                ok=False,
-                wall_s=time.monotonic() - start,
-                error=str(exc),
-                tenant=tenant,
-                run=self.config.run,
-                pool=True,
-            )
-            raise
-        telemetry.emit(
-            "sandbox.start", ok=True, wall_s=time.monotonic() - start, tenant=tenant, run=self.config.run, pool=True
-        )
+        await self._start(pool.__aenter__(), tenant, pool=True)
         self._pools[config] = pool
         return pool
+
+    async def _start(self, starting: Awaitable[object], tenant: str, **fields: object) -> None:
+        """Await a sandbox (or a pool of them) starting, reported as one ``sandbox.start`` event.
+
+        Raises:
+            StartFailed: it failed (reported).
+        """
+        start = time.monotonic()
+        try:
+            await starting
+        except SandboxError as exc:
+            elapsed = time.monotonic() - start
+            telemetry.emit(
+                "sandbox.start", ok=False, wall_s=elapsed, error=str(exc), tenant=tenant, run=self.config.run, **fields
+            )
+            raise StartFailed(str(exc)) from exc
+        elapsed = time.monotonic() - start
+        telemetry.emit("sandbox.start", ok=True, wall_s=elapsed, tenant=tenant, run=self.config.run, **fields)
 
     @contextlib.asynccontextmanager
     async def sandbox(self, limits: Limits, tenant: str, image: Image | None = None) -> AsyncIterator[Sandbox]:
@@ -110,7 +117,8 @@ class Executor:
 
         Raises:
             Refused: 429, ``config.max_queue`` executions already wait for a sandbox.
-            SandboxError: no sandbox could be made (reported as a ``sandbox.start`` event too).
+            StartFailed: no sandbox could be made (reported as a ``sandbox.start`` event).
+            SandboxError: a warm sandbox could not be had from its pool.
         """
         if self.waiting >= self.config.max_queue:
             raise Refused(
@@ -122,19 +130,8 @@ class Executor:
             config = SandboxConfig(limits=limits, image=image)
             pool = await self._pool(config, tenant)
             if pool is None:
-                start = time.monotonic()
                 fresh = Sandbox(config)
-                try:
-                    await fresh.__aenter__()
-                except SandboxError as exc:
-                    elapsed = time.monotonic() - start
-                    telemetry.emit(
-                        "sandbox.start", ok=False, wall_s=elapsed, error=str(exc), tenant=tenant, run=self.config.run
-                    )
-                    raise
-                telemetry.emit(
-                    "sandbox.start", ok=True, wall_s=time.monotonic() - start, tenant=tenant, run=self.config.run
-                )
+                await self._start(fresh.__aenter__(), tenant)
             async with pool.sandbox() if pool is not None else _closing(fresh) as sb:
                 self.waiting -= 1
                 waiting = False
@@ -230,6 +227,9 @@ class Executor:
         except SandboxError as exc:
             result = ExecResult.infra_error(f"no sandbox could be made: {exc}")
             response.run_result = _command(result)
+            if isinstance(exc, StartFailed):  # its sandbox.start counts it: another event would count it twice
+                response.status, response.message = _overall(None, result)
+                return response
         decisive = result or compiled
         assert decisive is not None
         response.status, response.message = _overall(compiled, result)

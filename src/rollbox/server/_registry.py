@@ -3,6 +3,7 @@ is closed when unused for the idle timeout, so that a client that went away leav
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from ._guard import Refused
+from ._quota import Quota
 from ._tenants import Tenant
 
 __all__ = ["Entry", "Registry"]
@@ -41,14 +43,22 @@ class Registry(Generic[T]):
 
     Args:
         kind, plural: What the things are, for messages ("sandbox", "sandboxes").
+        quota: Where each tenant's things open at once are counted, over the whole service.
         idle_timeout_s: Unused for this long (and not in use), a thing is closed.
         closed: Called after a thing is closed, with the entry and why ("closed", "idle", "shutdown").
     """
 
     def __init__(
-        self, kind: str, plural: str, *, idle_timeout_s: float, closed: Callable[[Entry[T], str], None] | None = None
+        self,
+        kind: str,
+        plural: str,
+        *,
+        quota: Quota,
+        idle_timeout_s: float,
+        closed: Callable[[Entry[T], str], None] | None = None,
     ) -> None:
         self.kind, self.plural = kind, plural
+        self.quota = quota
         self.idle_timeout_s = idle_timeout_s
         self._closed = closed
         self._entries: dict[str, Entry[T]] = {}
@@ -64,15 +74,26 @@ class Registry(Generic[T]):
         """Things open (of one tenant)."""
         return sum(tenant is None or e.tenant == tenant for e in self._entries.values())
 
-    def full(self, tenant: Tenant) -> None:
-        """Refuse (429) a new thing when the tenant has ``max_sandboxes`` of this kind open."""
-        if self.count(tenant.name) >= tenant.max_sandboxes:
+    @contextlib.asynccontextmanager
+    async def opening(self, tenant: Tenant) -> AsyncIterator[None]:
+        """Hold one of the tenant's ``max_sandboxes`` things of this kind (counted over every worker of the service)
+        for the thing the block opens and adds; given back when the block fails.
+
+        Raises:
+            Refused: 429, the tenant has ``max_sandboxes`` of this kind open; 503, the count could not be had.
+        """
+        if not await self.quota.take(self.kind, tenant.name, tenant.max_sandboxes):
             raise Refused(
                 429,
                 f"tenant {tenant.name!r} already has {self.plural} open up to its limit ({tenant.max_sandboxes}, "
                 f"max_sandboxes); close a {self.kind} or let an idle one expire (after {self.idle_timeout_s:g} s)",
                 retry_after_s=min(self.idle_timeout_s, 60.0),
             )
+        try:
+            yield
+        except BaseException:
+            await asyncio.shield(self.quota.give(self.kind, tenant.name))
+            raise
 
     def get(self, tenant: Tenant, entry_id: str) -> Entry[T]:
         """The tenant's thing ``entry_id``.
@@ -109,6 +130,7 @@ class Registry(Generic[T]):
     async def _close(self, entry: Entry[T], why: str) -> None:
         if self._entries.pop(entry.id, None) is None:
             return
+        await asyncio.shield(self.quota.give(self.kind, entry.tenant))
         with contextlib.suppress(Exception):  # one that fails to close is gone from the API either way
             await entry.thing.close()
         if self._closed is not None:

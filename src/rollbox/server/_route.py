@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ._forward import PeerGone, Reply, exchange, forward
 from ._guard import Refused
 from ._peers import Death, Owner, Peers, owner_of
+from ._quota import QUOTA_PATH
 from ._relay import RELAY_PATH
 from ._responses import SafeJSONResponse, error
 
@@ -166,6 +167,9 @@ class Router:
                 await send({"type": "http.response.start", "status": 204, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
                 return
+            if path == QUOTA_PATH and scope["method"] == "POST":
+                await self._quota(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         session = _SESSION.match(path)
@@ -184,6 +188,16 @@ class Router:
                 await self.app(scope, receive, send)
         except HTTPException as exc:  # the body came too slowly, or was too large, while it was read here
             await error(exc.status_code, str(exc.detail))(scope, receive, send)
+
+    async def _quota(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer another worker's question about quotas (503 where this worker does not hold the counts: it is
+        not the first)."""
+        counts, asked = self.service.quota.counts, HTTPConnection(scope).query_params
+        if counts is None:
+            await error(503, "this worker does not hold the service's quotas", retry_after_s=1.0)(scope, receive, send)
+            return
+        holder = Owner(self.service.owner.node, int(asked["slot"]), int(asked["generation"]))
+        await SafeJSONResponse(counts.answer(holder, await _body(receive)))(scope, receive, send)
 
     async def _here(self, scope: Scope, body: bytes, send: Send) -> None:
         """Serve here a request whose body was already read."""

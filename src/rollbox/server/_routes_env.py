@@ -61,27 +61,27 @@ async def create_episode(body: CreateEpisode, request: Request, tenant: TenantDe
     run = body.run or service.config.run
 
     async def call() -> tuple[int, Any]:
-        service.episodes.full(tenant)
-        episode_id = new_id("ep", service.owner)
-        try:
-            episode = make(
-                task,
-                judge_sandboxes=service.grader.sandboxes,
-                shaped_rewards=body.shaped_rewards,
-                episode_id=episode_id,
-                policy=f"remote:{tenant.name}",
-                **budget,
-            )
-        except ValueError as exc:
-            raise Refused(400, str(exc)) from None
-        async with service.guard.executing(tenant):
-            with telemetry.bound(tenant=tenant.name, run=run):
-                try:
-                    observation = await episode.reset()
-                except (RollboxError, OSError) as exc:
-                    message = f"rollbox or the host failed to start the episode: {exc}"
-                    raise Refused(503, message, retry_after_s=1.0) from None
-        entry = service.episodes.add(tenant.name, episode_id, episode, run=run)
+        async with service.episodes.opening(tenant):
+            episode_id = new_id("ep", service.owner)
+            try:
+                episode = make(
+                    task,
+                    judge_sandboxes=service.grader.sandboxes,
+                    shaped_rewards=body.shaped_rewards,
+                    episode_id=episode_id,
+                    policy=f"remote:{tenant.name}",
+                    **budget,
+                )
+            except ValueError as exc:
+                raise Refused(400, str(exc)) from None
+            async with service.guard.executing(tenant):
+                with telemetry.bound(tenant=tenant.name, run=run):
+                    try:
+                        observation = await episode.reset()
+                    except (RollboxError, OSError) as exc:
+                        message = f"rollbox or the host failed to start the episode: {exc}"
+                        raise Refused(503, message, retry_after_s=1.0) from None
+            entry = service.episodes.add(tenant.name, episode_id, episode, run=run)
         created = {
             **_summary(entry),
             "observation": observation.to_json(),

@@ -39,15 +39,14 @@ async def submit_jobs(body: SubmitJobs, request: Request, tenant: TenantDep) -> 
     """Submit jobs, durably, all or none: each is the caller's and runs until it has its one result. A job with a
     ``key`` already submitted is that job (a retry adds nothing)."""
     service = service_of(request)
-    run = body.run or service.config.run
+    run, scheduled = body.run or service.config.run, service.jobs
     specs = []
-    for job in body.jobs:
-        payload = await service.jobs.payload(job.kind, job.payload)
+    for index, job in enumerate(body.jobs):  # a refusal names the job by its place in the batch, as the scheduler's do
         try:
             specs.append(
                 JobSpec(
                     kind=job.kind,
-                    payload=payload,
+                    payload=await scheduled.payload(job.kind, job.payload),
                     key=f"{tenant.name}/{job.key}" if job.key else None,  # one tenant's keys never meet another's
                     run_id=run,
                     priority=job.priority,
@@ -56,10 +55,12 @@ async def submit_jobs(body: SubmitJobs, request: Request, tenant: TenantDep) -> 
                     deadline_s=job.deadline_s,
                 )
             )
+        except Refused as exc:
+            raise Refused(exc.status, f"jobs[{index}]: {exc.message}", retry_after_s=exc.retry_after_s) from None
         except ValueError as exc:
-            raise Refused(400, str(exc)) from None
+            raise Refused(400, f"jobs[{index}]: {exc}") from None
     try:
-        jobs = await asyncio.to_thread(service.jobs.submit, tenant, specs)
+        jobs = await asyncio.to_thread(scheduled.submit, tenant, specs)
     except (PayloadError, Unplaceable) as exc:
         raise Refused(400, str(exc)) from None
     except QueueFull as exc:

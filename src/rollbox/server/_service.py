@@ -20,7 +20,8 @@ from rollbox import telemetry
 from rollbox.env import Episode
 from rollbox.sandbox import ExecResult
 from rollbox.sandbox.images import ImageStore
-from rollbox.telemetry import Alerts, JsonlSink, LiveStats, Sink
+from rollbox.scheduler import recorded_file
+from rollbox.telemetry import Alerts, Event, JsonlSink, LiveStats, Sink
 
 from ._config import ServerConfig
 from ._execute import Executor
@@ -29,6 +30,7 @@ from ._guard import Guard, IdempotencyCache, Refused
 from ._jobs import Jobs
 from ._languages import Languages
 from ._peers import Owner, Peers
+from ._quota import Quota
 from ._registry import Registry
 from ._relay import Gauge, Received, Relay
 from ._sessions import Sessions
@@ -40,6 +42,15 @@ _log = logging.getLogger("uvicorn.error")
 
 #: Whom requests come from when auth is off: every request is the machine's own user's.
 LOCAL = Tenant(name="local", admin=True, rate_per_s=1e6, burst=10**6, max_in_flight=8192, max_sandboxes=1024)
+
+
+class _RunLog(JsonlSink):
+    """The service's run's ``events.jsonl``: every event of this process but those that the service's scheduler
+    records in that file itself (a job's moves in the service's run), so that each is there once."""
+
+    def write(self, event: Event) -> None:
+        if recorded_file(event) != self.path:
+            super().write(event)
 
 
 class Service:
@@ -69,8 +80,12 @@ class Service:
         self.alerts = Alerts(self.stats, config.alerts)
         self.languages = Languages(config.language_images, ImageStore(Path(config.home) / "images"))
         self.executor = Executor(config, self.languages)
-        self.sessions = Sessions(config, run=config.run, owner=self.owner)
-        self.episodes: Registry[Episode] = Registry("episode", "episodes", idle_timeout_s=config.idle_timeout_s)
+        #: Tenants' sandboxes and episodes open at once, counted over the whole service.
+        self.quota = Quota(self.owner, peers)
+        self.sessions = Sessions(config, run=config.run, owner=self.owner, quota=self.quota)
+        self.episodes: Registry[Episode] = Registry(
+            "episode", "episodes", quota=self.quota, idle_timeout_s=config.idle_timeout_s
+        )
         self.grader = Grader(config, run=config.run)
         cursor = peers.directory / "results.seq" if peers is not None else None
         self._jobs = Jobs(config, self.grader, quotas=self._quotas(), cursor=cursor) if self.primary else None
@@ -114,7 +129,7 @@ class Service:
 
     async def start(self) -> None:
         """Register the telemetry sinks and start the ticker (alerts, gauges, idle sandboxes)."""
-        run_log = JsonlSink(Path(self.config.home) / "runs" / self.config.run / "events.jsonl")
+        run_log = _RunLog(Path(self.config.home) / "runs" / self.config.run / "events.jsonl")
         self._closers.append(run_log)
         if self._relay is None:
             metrics = telemetry.PrometheusSink(
@@ -193,6 +208,7 @@ class Service:
         else:
             self.refresh_gauges()
             self.alerts.evaluate(time.time())
+            self.quota.forget_dead()
         await self.sessions.reap(time.time())
         await self.episodes.reap(time.time())
 

@@ -12,6 +12,7 @@ from ._config import ServerConfig
 from ._guard import Refused
 from ._models import CreateSandbox, SandboxInfo
 from ._peers import Owner, new_id
+from ._quota import Quota
 from ._registry import Entry, Registry
 from ._tenants import Tenant
 
@@ -33,8 +34,10 @@ def info(entry: Entry[Sandbox], idle_timeout_s: float) -> SandboxInfo:
 class Sessions(Registry[Sandbox]):
     """The sandboxes API's sandboxes."""
 
-    def __init__(self, config: ServerConfig, *, run: str, owner: Owner) -> None:
-        super().__init__("sandbox", "sandboxes", idle_timeout_s=config.idle_timeout_s, closed=self._report_close)
+    def __init__(self, config: ServerConfig, *, run: str, owner: Owner, quota: Quota) -> None:
+        super().__init__(
+            "sandbox", "sandboxes", quota=quota, idle_timeout_s=config.idle_timeout_s, closed=self._report_close
+        )
         self.config = config
         self.run = run
         self.owner = owner
@@ -70,19 +73,20 @@ class Sessions(Registry[Sandbox]):
         """Open a sandbox for ``tenant``.
 
         Raises:
-            Refused: 400 for limits beyond the server's, 429 when the tenant has ``max_sandboxes`` open.
+            Refused: 400 for limits beyond the server's, 429 when the tenant has ``max_sandboxes`` open (503 when
+                that cannot be known: see :meth:`Registry.opening`).
             SandboxError: the sandbox could not be made (reported as a ``sandbox.start`` event).
         """
         limits = self.limits(request)
-        self.full(tenant)
-        sandbox = Sandbox(limits=limits, network=request.network, warm_python=request.warm_python)
-        sandbox_id = new_id("sb", self.owner)
-        start = time.monotonic()
-        base = {"sandbox": sandbox_id, "tenant": tenant.name, "run": self.run}
-        try:
-            await sandbox.__aenter__()
-        except SandboxError as exc:
-            telemetry.emit("sandbox.start", ok=False, wall_s=time.monotonic() - start, error=str(exc), **base)
-            raise
-        telemetry.emit("sandbox.start", ok=True, wall_s=time.monotonic() - start, **base)
-        return self.add(tenant.name, sandbox_id, sandbox)
+        async with self.opening(tenant):
+            sandbox = Sandbox(limits=limits, network=request.network, warm_python=request.warm_python)
+            sandbox_id = new_id("sb", self.owner)
+            start = time.monotonic()
+            base = {"sandbox": sandbox_id, "tenant": tenant.name, "run": self.run}
+            try:
+                await sandbox.__aenter__()
+            except SandboxError as exc:
+                telemetry.emit("sandbox.start", ok=False, wall_s=time.monotonic() - start, error=str(exc), **base)
+                raise
+            telemetry.emit("sandbox.start", ok=True, wall_s=time.monotonic() - start, **base)
+            return self.add(tenant.name, sandbox_id, sandbox)

@@ -582,8 +582,7 @@ def _check_files(
     if len(files) > bounds.files:
         raise WorkspaceError(f"the candidate gave {len(files)} files, more than {bounds.files}; raise max_files")
     for path, data in files.items():
-        _check_relative(path)
-        _check_name_lengths(path)
+        check_solution_path(path)
         if len(data) > bounds.file_bytes:
             raise WorkspaceError(
                 f"{path!r} of the candidate is {len(data)} bytes, over the {bounds.file_bytes}-byte limit; raise "
@@ -599,6 +598,18 @@ def _check_files(
         raise WorkspaceError(
             f"the candidate's files hold {total} bytes, more than {bounds.total_bytes}, the task's disk limit"
         )
+
+
+def check_solution_path(path: str) -> None:
+    """Refuse a path of a solution's files (:data:`rollbox.judge.Solution` as a mapping) that grading could never
+    lay: one that is not a clean workspace-relative path, or one the host's filesystem cannot hold. A caller checks
+    a solution with it before grading (a job's payload when it is submitted); grading checks it again.
+
+    Raises:
+        WorkspaceError: what is wrong with the path (a :class:`rollbox.RollboxError`).
+    """
+    _check_relative(path)
+    _check_name_lengths(path)
 
 
 def _check_name_lengths(path: str) -> None:

@@ -1,0 +1,170 @@
+"""Tenant quotas counted over the whole service, whichever worker serves a request: ``max_sandboxes`` (sandboxes,
+and episodes, open at once; each kind counted apart).
+
+One process holds the counts (:class:`Counts`): the service's only worker, which counts in memory as before, or the
+first of several. Any other worker asks the first over its Unix socket (``QUOTA_PATH``) before it opens a sandbox or
+an episode, and tells it when one closes. A worker that cannot reach the first refuses (503) at once: it never
+waits, and never lets a tenant past its quota. The first worker forgets what a worker that died held, and a first
+worker that restarted learns what each other worker holds before it counts that worker's next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any
+
+from ._forward import PeerGone, forward
+from ._guard import Refused
+from ._peers import Owner, Peers
+
+__all__ = ["QUOTA_PATH", "Counts", "Quota"]
+
+#: Where the first worker answers the others' questions about quotas (only over its Unix socket).
+QUOTA_PATH = "/_rollbox/quota"
+#: The longest a worker waits for the first worker's answer before it refuses the request (503).
+_ASK_TIMEOUT_S = 5.0
+
+#: What a worker holds: how many things of each (kind, tenant).
+Held = Counter[tuple[str, str]]
+
+
+class Counts:
+    """What each worker of the service holds, by kind and tenant: where every quota is checked."""
+
+    def __init__(self) -> None:
+        self._held: dict[Owner, Held] = {}
+
+    def take(self, holder: Owner, kind: str, tenant: str, limit: int) -> bool:
+        """Count one more ``kind`` of ``tenant``'s held by ``holder``, unless the tenant holds ``limit`` already
+        (over every worker); returns whether it was counted."""
+        if sum(held[(kind, tenant)] for held in self._held.values()) >= limit:
+            return False
+        self._held.setdefault(holder, Counter())[(kind, tenant)] += 1
+        return True
+
+    def give(self, holder: Owner, kind: str, tenant: str) -> None:
+        """Count one ``kind`` of ``tenant``'s fewer for ``holder``."""
+        held = self._held.get(holder)
+        if held is not None and held[(kind, tenant)] > 0:
+            held[(kind, tenant)] -= 1
+
+    def sync(self, holder: Owner, held: Held) -> None:
+        """Take ``held`` as all that ``holder`` holds (what a worker says to a first worker that restarted)."""
+        self._held[holder] = held
+
+    def forget_dead(self, peers: Peers) -> None:
+        """Forget what the workers that died held (their sandboxes and episodes died with them)."""
+        for holder in list(self._held):
+            current = peers.current(holder.slot)
+            if peers.death(holder) is not None or (current is not None and current.generation > holder.generation):
+                del self._held[holder]
+
+    def answer(self, holder: Owner, body: bytes) -> dict[str, Any]:
+        """Answer another worker's question (:class:`Quota` asks it)."""
+        asked = json.loads(body)
+        if asked["op"] == "sync":
+            self.sync(holder, Counter({(kind, tenant): int(n) for kind, tenant, n in asked["held"]}))
+            return {}
+        if asked["op"] == "give":
+            self.give(holder, str(asked["kind"]), str(asked["tenant"]))
+            return {}
+        return {"granted": self.take(holder, str(asked["kind"]), str(asked["tenant"]), int(asked["limit"]))}
+
+
+class Quota:
+    """This worker's view of the service's quotas: its own :class:`Counts` (the only or the first worker), or the
+    first worker's, asked over its socket.
+
+    Args:
+        owner: This worker.
+        peers: The other workers (``None``: the service's only process).
+    """
+
+    def __init__(self, owner: Owner, peers: Peers | None) -> None:
+        self.owner, self.peers = owner, peers
+        #: The counts, in the process that holds them.
+        self.counts = Counts() if peers is None or owner.slot == 0 else None
+        self._held: Held = Counter()
+        #: The first worker that knows what this one holds (told once, when it is first asked).
+        self._told: Owner | None = None
+        self._telling = asyncio.Lock()
+
+    async def take(self, kind: str, tenant: str, limit: int) -> bool:
+        """Count one more ``kind`` held by ``tenant`` here, unless the tenant holds ``limit`` over the whole service;
+        returns whether it was counted.
+
+        Raises:
+            Refused: 503, the first worker could not be asked (restarting, or not answering).
+        """
+        if self.counts is not None:
+            return self.counts.take(self.owner, kind, tenant, limit)
+        first = await self._first()
+        answer = await self._ask(first, {"op": "take", "kind": kind, "tenant": tenant, "limit": limit})
+        granted = answer["granted"] is True
+        if granted:
+            self._held[(kind, tenant)] += 1
+        return granted
+
+    async def give(self, kind: str, tenant: str) -> None:
+        """Count one ``kind`` held by ``tenant`` here fewer. A first worker that cannot be told now is told what this
+        worker holds before its next question."""
+        if self.counts is not None:
+            self.counts.give(self.owner, kind, tenant)
+            return
+        try:
+            first = await self._first()
+        except Refused:
+            first = None
+        self._held[(kind, tenant)] -= 1  # after _first: what it may tell the first worker still holds this one
+        if first is None:
+            self._told = None
+            return
+        try:
+            await self._ask(first, {"op": "give", "kind": kind, "tenant": tenant})
+        except Refused:
+            self._told = None  # told again what this worker holds before its next question
+
+    def forget_dead(self) -> None:
+        """Forget what the workers that died held (the first worker of several does, every tick)."""
+        if self.counts is not None and self.peers is not None:
+            self.counts.forget_dead(self.peers)
+
+    async def _first(self) -> Owner:
+        """The first worker, once it knows what this worker holds."""
+        assert self.peers is not None
+        first = self.peers.current(0)
+        if first is None or self.peers.death(first) is not None:
+            raise _unreachable("is restarting")
+        async with self._telling:  # what is held is told before any other question, and once
+            if self._told != first:
+                held = [[kind, tenant, n] for (kind, tenant), n in self._held.items() if n > 0]
+                await self._ask(first, {"op": "sync", "held": held})
+                self._told = first
+        return first
+
+    async def _ask(self, first: Owner, question: dict[str, Any]) -> dict[str, Any]:
+        assert self.peers is not None and self.peers.me is not None
+        me = self.peers.me
+        target = f"{QUOTA_PATH}?slot={me.slot}&generation={me.generation}".encode()
+        headers = [(b"content-type", b"application/json")]
+        try:
+            async with asyncio.timeout(_ASK_TIMEOUT_S):
+                reply = await forward(self.peers.socket(first), "POST", target, headers, json.dumps(question).encode())
+        except PeerGone:
+            raise _unreachable("did not answer") from None
+        except TimeoutError:
+            raise _unreachable(f"did not answer within {_ASK_TIMEOUT_S:g} s") from None
+        if reply.status != 200:
+            raise _unreachable(f"answered {reply.status}")
+        answer: dict[str, Any] = json.loads(reply.body)
+        return answer
+
+
+def _unreachable(why: str) -> Refused:
+    return Refused(
+        503,
+        f"the service's first worker, which counts every tenant's quotas, {why}: nothing was opened; retry in a second",
+        retry_after_s=1.0,
+    )
