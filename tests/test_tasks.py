@@ -159,7 +159,7 @@ CASES: dict[str, str | bytes] = {"cases.jsonl": '{"input": "", "output": ""}\n'}
         ('[grading]\nrunner = "pytest"\n[limits]\nmemory = 1.5\n', {}, "[limits] memory: invalid size 1.5"),
         ('[grading]\nrunner = "pytest"\n[limits]\ntimeout = true\n', {}, "[limits] timeout: invalid duration True"),
         ('[grading]\nrunner = "pytest"\n[limits]\ncpu_time = inf\n', {}, "Limits.cpu_time_s must be a finite"),
-        (f'[grading]\nrunner = "pytest"\n[limits]\nmemory = "{"9" * 400}"\n', {}, "[limits] memory: '999"),
+        (f'[grading]\nrunner = "pytest"\n[limits]\nmemory = "{"9" * 400}"\n', {}, "invalid size '999999999"),
         (FUNCTION + 'cases = ""\n', {}, "runner 'function' needs cases (a file in tests/), check, or both"),
         (STDIO + 'cases = ""\n', {}, "[grading] cases: expected a file name in tests/"),
         (FUNCTION + 'cases = "/etc/passwd"\n', {}, "cases: expected a path relative to tests/ without '..', such as"),

@@ -95,7 +95,7 @@ def _read_jsonl(path: Path, run_id: str) -> _Read:
             if run is None or run == run_id:
                 events.append(Event(str(data.pop("kind")), float(data.pop("at")), data))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            skipped.append(f"{path}:{number}: {type(exc).__name__}: {exc}")
+            skipped.append(f"{path}:{number}: not an event ({type(exc).__name__}: {exc})")
     return _Read(events, str(path), skipped)
 
 
@@ -116,15 +116,18 @@ def _report(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"rollbox report needs the archive extra: pip install 'rollbox[archive]' ({exc})", file=sys.stderr)
         return 2
+    if not read.events:
+        # One line: a file that holds no event at all is most likely not an events file.
+        more = f" (and {len(read.skipped) - 1} more such lines)" if len(read.skipped) > 1 else ""
+        why = f": {read.skipped[0]}{more}" if read.skipped else ""
+        print(f"rollbox report: no events of run {args.run_id!r} were found in {read.source}{why}", file=sys.stderr)
+        return 1
     if read.skipped:
         print(
             f"rollbox report: lines skipped as not events: {len(read.skipped)} (a run killed mid-write leaves its "
             f"last line torn); the first: {read.skipped[0]}",
             file=sys.stderr,
         )
-    if not read.events:
-        print(f"rollbox report: no events of run {args.run_id!r} were found", file=sys.stderr)
-        return 1
     output = args.output or Path(f"{args.run_id}.html")
     try:
         output.write_text(render_report(args.run_id, read.events), encoding="utf-8")

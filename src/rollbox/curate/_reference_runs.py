@@ -146,7 +146,7 @@ class ReferenceRuns:
 
     def _read(self) -> None:
         every = [m.verdict for seen in self.runs.values() for m in seen]
-        cut = endings(every, every)
+        cut = endings(every)
         ended = f"; the reference's run {cut}" if cut else ""
         found = read_runs({c: [m.verdict for m in seen] for c, seen in self.runs.items()}, self.variants)
         self.flaky = found.flaky

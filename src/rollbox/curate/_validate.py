@@ -363,7 +363,7 @@ class _TaskRun:
         about the tests."""
         assert self.steady is not None
         seen = [failures(v) & self.steady for v in verdicts]
-        cut = "" if any(seen) else endings(verdicts, verdicts)
+        cut = "" if any(seen) else endings(verdicts)
         if cut:
             self.add(
                 ReasonCode.VALIDATION_ERROR,

@@ -90,9 +90,9 @@ def _ending(verdict: Verdict) -> str | None:
     return "crashed (killed by a signal, or exited) before every test reported"
 
 
-def endings(verdicts: Sequence[Verdict], among: Sequence[Verdict]) -> str:
-    """How those of ``verdicts`` that ended before every test reported ended, counted against the runs of ``among``
-    (infra errors aside): ``hit the time limit on 1 of 3 runs``; empty when none did."""
+def endings(verdicts: Sequence[Verdict]) -> str:
+    """How those of ``verdicts`` that ended before every test reported ended, counted against all of them (infra
+    errors aside): ``hit the time limit on 1 of 3 runs``; empty when none did."""
     counted = Counter(e for v in verdicts if (e := _ending(v)) is not None)
-    runs = sum(v.status is not VerdictStatus.INFRA_ERROR for v in among)
+    runs = sum(v.status is not VerdictStatus.INFRA_ERROR for v in verdicts)
     return ", ".join(f"{ending} on {count} of {runs} runs" for ending, count in counted.items())

@@ -19,6 +19,11 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
 
 
+def _shown(text: str) -> str:
+    """``text`` for an error message: digits enough to overflow a float are not worth printing all."""
+    return repr(text) if len(text) <= 40 else f"{text[:16]!r}...({len(text)} characters)"
+
+
 def parse_size(text: str | int) -> int:
     """Parse ``"256M"``, ``"1.5G"``, ``"64k"``, ``"4096"`` (bytes) into a byte count; suffixes are binary.
 
@@ -35,7 +40,7 @@ def parse_size(text: str | int) -> int:
         )
     size = float(match.group(1)) * {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}[match.group(2).lower()]
     if not math.isfinite(size):
-        raise ValueError(f"invalid size {text!r}: too large")
+        raise ValueError(f"invalid size {_shown(match.string)}: too large; give a size such as '2G'")
     return int(size)
 
 
@@ -52,7 +57,7 @@ def parse_duration(text: str | float) -> float:
         raise ValueError(f"invalid duration {text!r}: expected seconds, optionally with ms, s, m or h")
     seconds = float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[(match.group(2) or "s").lower()]
     if not math.isfinite(seconds):
-        raise ValueError(f"invalid duration {text!r}: too large")
+        raise ValueError(f"invalid duration {_shown(match.string)}: too large; give one such as '10s'")
     return seconds
 
 
