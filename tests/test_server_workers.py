@@ -467,3 +467,24 @@ def test_an_id_names_the_worker_that_made_it(kind: str, node: str | None, slot: 
 def test_any_text_is_an_id_of_some_worker_or_of_none(text: str) -> None:
     found = owner_of(text)
     assert found is None or owner_of(new_id("sb", found)) == found
+
+
+def test_a_worker_waits_a_moment_for_a_first_worker_not_ready_yet(tmp_path: Path) -> None:
+    # At start another worker may answer requests before the first has published itself: its quota question
+    # found no first worker and was refused as "restarting" (a flake of test_serve_with_two_workers). It waits now.
+    import asyncio
+
+    from rollbox.server._guard import Refused
+    from rollbox.server._peers import Peers
+    from rollbox.server._quota import Quota
+
+    first = Peers(tmp_path, workers=2, node=None, me=Owner(None, 0, 0))
+    quota = Quota(Owner(None, 1, 0), Peers(tmp_path, workers=2, node=None, me=Owner(None, 1, 0)))
+
+    async def ask() -> str:
+        asyncio.get_running_loop().call_later(0.3, first.publish)  # ready a moment later (nothing listens: no answer)
+        with pytest.raises(Refused) as refused:
+            await quota.take("sandbox", "t", 1)
+        return refused.value.message
+
+    assert "did not answer" in asyncio.run(ask())

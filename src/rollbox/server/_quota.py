@@ -25,6 +25,8 @@ __all__ = ["QUOTA_PATH", "Counts", "Quota"]
 QUOTA_PATH = "/_rollbox/quota"
 #: The longest a worker waits for the first worker's answer before it refuses the request (503).
 _ASK_TIMEOUT_S = 5.0
+#: How often a worker looks again for a first worker that is not ready yet.
+_FIRST_POLL_S = 0.05
 
 #: What a worker holds: how many things of each (kind, tenant).
 Held = Counter[tuple[str, str]]
@@ -135,6 +137,13 @@ class Quota:
         """The first worker, once it knows what this worker holds."""
         assert self.peers is not None
         first = self.peers.current(0)
+        # Not ready yet: the service is starting (another worker may answer requests first) or slot 0's next
+        # generation is starting. Worth a moment's wait; a worker known dead is not.
+        waited = 0.0
+        while first is None and waited < _ASK_TIMEOUT_S:
+            await asyncio.sleep(_FIRST_POLL_S)
+            waited += _FIRST_POLL_S
+            first = self.peers.current(0)
         if first is None or self.peers.death(first) is not None:
             raise _unreachable("is restarting")
         async with self._telling:  # what is held is told before any other question, and once
