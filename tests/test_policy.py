@@ -72,20 +72,22 @@ class Server:
                     server.in_flight += 1
                     server.most_in_flight = max(server.most_in_flight, server.in_flight)
                     status = server.failures.pop(0) if server.failures else 200
+                # In flight until its answer is written, not after: the client may send its next request as soon
+                # as the answer arrives, before this thread would get back to count this one out.
                 try:
                     time.sleep(server.delay_s)
                     if self.path != "/v1/chat/completions":
                         status = 404
                     payload = server.answer(body) if status == 200 else {"error": {"message": "scripted failure"}}
                     data = json.dumps(payload).encode()
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
                 finally:
                     with server.lock:
                         server.in_flight -= 1
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
