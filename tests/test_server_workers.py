@@ -384,6 +384,70 @@ def test_a_worker_that_cannot_ask_the_first_refuses_at_once(tmp_path: Path) -> N
         assert on1.post("/v1/sandboxes", json={}).status_code == 201  # told what worker 1 holds, then asked
 
 
+def test_a_tenants_rate_is_kept_over_every_worker(tmp_path: Path) -> None:
+    """rate_per_s and burst with two workers: one bucket for the whole service (burst 4: four requests in all,
+    whichever worker each reaches, not four on each); a list that every worker answers takes one token, not one on
+    each worker, and a client that says its request was admitted already is not believed."""
+    home = tmp_path / "home"
+    home.mkdir()
+    key = TenantStore(home / "tenants.json").add_key("team-r", rate_per_s=0.01, burst=4)  # a token back in 100 s
+    with (
+        serving_process(home, "--pool-size", "1", "--auth") as served,
+        served.pinned("0.0") as on0,
+        served.pinned("1.0") as on1,
+    ):
+        for http in (on0, on1):
+            http.headers["Authorization"] = f"Bearer {key}"
+        answers = [on1.get("/v1/sandboxes"), on0.get("/v1/sandboxes"), on0.get("/v1/languages")]
+        answers.append(on1.get("/v1/languages", headers={"X-Rollbox-Admitted": "1"}))  # said by a worker only
+        assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
+        for http in (on0, on1):
+            over = http.get("/v1/languages")
+            assert over.status_code == 429 and "rate limit" in over.json()["detail"], over.text
+            assert int(over.headers["retry-after"]) >= 90
+
+
+def test_a_tenants_executions_in_flight_are_bounded_over_every_worker(tmp_path: Path, reap: None) -> None:
+    """max_in_flight=1 with two workers: while one execution runs on one worker, one on the other is 429 (not one
+    on each), and runs once the first has ended. While the first worker (which keeps every tenant's limits) does
+    not answer, a request with a key to another worker is 503 within seconds: nothing is served past a limit."""
+    home = tmp_path / "home"
+    home.mkdir()
+    key = TenantStore(home / "tenants.json").add_key("team-f", max_in_flight=1)
+    auth = {"Authorization": f"Bearer {key}"}
+    quick = {"code": "print(1)", "language": "python"}
+    slow = {"code": "sleep 6", "language": "bash", "run_timeout": 30}
+    with (
+        serving_process(home, "--pool-size", "1", "--auth") as served,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        with served.pinned("0.0") as on0:
+            sleeping = pool.submit(on0.post, "/run_code", json=slow, headers=auth)
+            deadline = time.monotonic() + 60
+            while not _running(served.workers()["0.0"], b"sleep\x006"):
+                assert time.monotonic() < deadline and not sleeping.done(), sleeping.done() and sleeping.result().text
+                time.sleep(0.05)
+            with served.pinned("1.0") as on1:  # each connection pinned just before its use: an idle one is closed
+                busy = on1.post("/run_code", json=quick, headers=auth)
+            assert not sleeping.done()  # refused while the other worker's execution ran
+            assert busy.status_code == 429 and "in flight" in busy.json()["detail"], busy.text
+            assert sleeping.result(timeout=60).json()["status"] == "Success"
+        with served.pinned("1.0") as on1:
+            ran = on1.post("/run_code", json=quick, headers=auth)  # the other's execution, counted out as it ended
+            assert ran.status_code == 200 and ran.json()["run_result"]["stdout"] == "1\n", ran.text
+            first = served.workers()["0.0"]
+            os.kill(first, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                refused = on1.get("/v1/languages", headers=auth)
+                assert time.monotonic() - started < 30
+            finally:
+                os.kill(first, signal.SIGCONT)
+            assert refused.status_code == 503 and "first worker" in refused.json()["detail"], refused.text
+            assert refused.headers["retry-after"] == "1"
+            assert on1.get("/v1/languages", headers=auth).status_code == 200
+
+
 def _job_results(home: Path) -> Counter[int]:
     found: Counter[int] = Counter()
     for log in (home / "runs").glob("*/events.jsonl"):

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import rollbox
 
 from ._config import ServerConfig
-from ._guard import Refused
+from ._guard import ADMITTED, Refused
 from ._peers import Peers
 from ._responses import SafeJSONResponse
 from ._responses import error as _error
@@ -150,7 +150,7 @@ async def current_tenant(
     key = bearer.credentials if bearer is not None else api_key
     # SandboxFusion's clients cannot send headers: ?api_key= is taken too (it shows in access logs: prefer headers).
     key = key or request.query_params.get("api_key")
-    return service_of(request).authenticate(key)
+    return await service_of(request).authenticate(key, admit=ADMITTED not in request.headers)
 
 
 async def optional_tenant(
@@ -164,7 +164,7 @@ async def optional_tenant(
     service = service_of(request)
     if not key and service.config.auth_required:
         return None
-    return service.authenticate(key)
+    return await service.authenticate(key, admit=ADMITTED not in request.headers)
 
 
 async def idempotent(

@@ -8,14 +8,22 @@ import contextlib
 import hashlib
 import math
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._tenants import Tenant
 
-__all__ = ["Guard", "IdempotencyCache", "Refused"]
+if TYPE_CHECKING:
+    from ._quota import Quota
+
+__all__ = ["ADMITTED", "EXECUTION", "Guard", "IdempotencyCache", "Refused"]
+
+#: What :class:`Guard` counts in the service's quotas for ``max_in_flight``.
+EXECUTION = "execution"
+#: A header that marks another worker's copy of a request that the worker it reached admitted already (a list that
+#: every worker answers): its tenant's rate is taken once. The router drops it from every request from outside.
+ADMITTED = "x-rollbox-admitted"
 
 
 class Refused(Exception):
@@ -29,60 +37,56 @@ class Refused(Exception):
         self.retry_after_s = retry_after_s
 
 
-@dataclass
-class _Bucket:
-    tokens: float
-    at: float
-
-
 class Guard:
-    """Per-tenant token buckets and in-flight counts."""
+    """Each tenant's rate and executions in flight, checked in ``quota`` (over the whole service, or in this process
+    alone).
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._buckets: dict[str, _Bucket] = {}
-        self.in_flight: dict[str, int] = {}
+    Args:
+        quota: Where the tenants' token buckets and executions in flight are counted.
+    """
 
-    def admit(self, tenant: Tenant) -> None:
+    def __init__(self, quota: Quota) -> None:
+        self.quota = quota
+        #: Executions in flight in this process, by tenant (its gauges; the limit holds over ``quota``).
+        self.in_flight: Counter[str] = Counter()
+
+    async def admit(self, tenant: Tenant) -> None:
         """Take one request from the tenant's bucket.
 
         Raises:
-            Refused: 429, the tenant is over its rate; ``retry_after_s`` is when a token is back.
+            Refused: 429, the tenant is over its rate (``retry_after_s``: when a token is back); 503, the bucket
+                could not be had (the first worker of several is restarting or not answering).
         """
-        now = self._clock()
-        bucket = self._buckets.setdefault(tenant.name, _Bucket(float(tenant.burst), now))
-        bucket.tokens = min(float(tenant.burst), bucket.tokens + (now - bucket.at) * tenant.rate_per_s)
-        bucket.at = now
-        if bucket.tokens < 1:
-            wait = (1 - bucket.tokens) / tenant.rate_per_s
+        wait = await self.quota.admit(tenant.name, tenant.rate_per_s, tenant.burst)
+        if wait is not None:
             raise Refused(
                 429,
                 f"tenant {tenant.name!r} is over its rate limit of {tenant.rate_per_s:g} requests/s "
                 f"(burst {tenant.burst}); retry after {math.ceil(wait)} s",
                 retry_after_s=wait,
             )
-        bucket.tokens -= 1
 
     @contextlib.asynccontextmanager
     async def executing(self, tenant: Tenant) -> AsyncIterator[None]:
         """Count an execution in flight for the tenant while the block runs.
 
         Raises:
-            Refused: 429, the tenant already has ``max_in_flight`` executions running or waiting.
+            Refused: 429, the tenant already has ``max_in_flight`` executions running or waiting; 503, the count
+                could not be had.
         """
-        current = self.in_flight.get(tenant.name, 0)
-        if current >= tenant.max_in_flight:
+        if not await self.quota.take(EXECUTION, tenant.name, tenant.max_in_flight):
             raise Refused(
                 429,
-                f"tenant {tenant.name!r} already has {current} executions in flight (its limit); retry when some "
-                "have finished",
+                f"tenant {tenant.name!r} already has {tenant.max_in_flight} executions in flight (its limit, "
+                "max_in_flight); retry when some have finished",
                 retry_after_s=1.0,
             )
-        self.in_flight[tenant.name] = current + 1
+        self.in_flight[tenant.name] += 1
         try:
             yield
         finally:
             self.in_flight[tenant.name] -= 1
+            await asyncio.shield(self.quota.give(EXECUTION, tenant.name))
 
 
 class IdempotencyCache:

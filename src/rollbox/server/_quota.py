@@ -1,18 +1,24 @@
-"""Tenant quotas counted over the whole service, whichever worker serves a request: ``max_sandboxes`` (sandboxes,
-and episodes, open at once; each kind counted apart).
+"""Tenant limits counted over the whole service, whichever worker serves a request: ``max_sandboxes`` (sandboxes,
+and episodes, open at once; each kind counted apart), ``max_in_flight`` (executions running or waiting at once) and
+the rate (``rate_per_s``, ``burst``: one token bucket per tenant).
 
-One process holds the counts (:class:`Counts`): the service's only worker, which counts in memory as before, or the
-first of several. Any other worker asks the first over its Unix socket (``QUOTA_PATH``) before it opens a sandbox or
-an episode, and tells it when one closes. A worker that cannot reach the first refuses (503) at once: it never
-waits, and never lets a tenant past its quota. The first worker forgets what a worker that died held, and a first
-worker that restarted learns what each other worker holds before it counts that worker's next request.
+One process holds the counts and the buckets (:class:`Counts`): the service's only worker, which counts in memory
+as before, or the first of several. Any other worker asks the first over its Unix socket (``QUOTA_PATH``) before it
+serves a request with a key (its tenant's bucket), runs something or opens a sandbox or an episode, and tells it
+when one ends. A worker that cannot reach the first refuses (503) rather than let a tenant past its limits: it waits
+only for a first worker that is starting (up to the ask's timeout), never for one known dead. The first worker
+forgets what a worker that died held, and a first worker that restarted learns what each other worker holds before
+it counts that worker's next request (its buckets start full).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ._forward import PeerGone, forward
@@ -32,11 +38,36 @@ _FIRST_POLL_S = 0.05
 Held = Counter[tuple[str, str]]
 
 
-class Counts:
-    """What each worker of the service holds, by kind and tenant: where every quota is checked."""
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
 
-    def __init__(self) -> None:
+
+class Counts:
+    """What each worker of the service holds, by kind and tenant, and each tenant's token bucket: where every
+    quota is checked.
+
+    Args:
+        clock: The buckets' clock (seconds).
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._held: dict[Owner, Held] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._clock = clock
+
+    def admit(self, tenant: str, rate_per_s: float, burst: int) -> float | None:
+        """Take one request from ``tenant``'s bucket (``burst`` tokens, refilled at ``rate_per_s``); ``None`` when
+        taken, else the seconds until a token is back."""
+        now = self._clock()
+        bucket = self._buckets.setdefault(tenant, _Bucket(float(burst), now))
+        bucket.tokens = min(float(burst), bucket.tokens + (now - bucket.at) * rate_per_s)
+        bucket.at = now
+        if bucket.tokens < 1:
+            return (1 - bucket.tokens) / rate_per_s
+        bucket.tokens -= 1
+        return None
 
     def take(self, holder: Owner, kind: str, tenant: str, limit: int) -> bool:
         """Count one more ``kind`` of ``tenant``'s held by ``holder``, unless the tenant holds ``limit`` already
@@ -72,6 +103,8 @@ class Counts:
         if asked["op"] == "give":
             self.give(holder, str(asked["kind"]), str(asked["tenant"]))
             return {}
+        if asked["op"] == "admit":
+            return {"wait_s": self.admit(str(asked["tenant"]), float(asked["rate_per_s"]), int(asked["burst"]))}
         return {"granted": self.take(holder, str(asked["kind"]), str(asked["tenant"]), int(asked["limit"]))}
 
 
@@ -92,6 +125,20 @@ class Quota:
         #: The first worker that knows what this one holds (told once, when it is first asked).
         self._told: Owner | None = None
         self._telling = asyncio.Lock()
+
+    async def admit(self, tenant: str, rate_per_s: float, burst: int) -> float | None:
+        """Take one request from ``tenant``'s bucket, kept for the whole service; ``None`` when taken, else the
+        seconds until a token is back.
+
+        Raises:
+            Refused: 503, the first worker could not be asked (restarting, or not answering).
+        """
+        if self.counts is not None:
+            return self.counts.admit(tenant, rate_per_s, burst)
+        first = await self._first()
+        answer = await self._ask(first, {"op": "admit", "tenant": tenant, "rate_per_s": rate_per_s, "burst": burst})
+        wait = answer["wait_s"]
+        return None if wait is None else float(wait)
 
     async def take(self, kind: str, tenant: str, limit: int) -> bool:
         """Count one more ``kind`` held by ``tenant`` here, unless the tenant holds ``limit`` over the whole service;
@@ -174,6 +221,7 @@ class Quota:
 def _unreachable(why: str) -> Refused:
     return Refused(
         503,
-        f"the service's first worker, which counts every tenant's quotas, {why}: nothing was opened; retry in a second",
+        f"the service's first worker, which counts every tenant's limits, {why}: this request was not served; retry "
+        "in a second",
         retry_after_s=1.0,
     )

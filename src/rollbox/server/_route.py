@@ -10,7 +10,8 @@ another worker, to which it hands the request over (its Unix socket) and returns
   that a retry finds the first answer wherever its connection lands;
 - jobs and runs (the service's one scheduler), ``/metrics``, ``/v1/stats`` and ``/v1/alerts`` (the figures of
   the whole service) belong to the first worker;
-- ``GET /v1/sandboxes`` and ``GET /v1/episodes`` are answered by every worker, each listing its own.
+- ``GET /v1/sandboxes`` and ``GET /v1/episodes`` are answered by every worker, each listing its own (the
+  tenant's rate is taken once, by the worker the request reached).
 
 Everything else (``/run_code``, grading without a key, tasks, health) is served where it lands. A request that
 came from another worker is always served where it lands. On a service of several hosts, a sandbox id of
@@ -32,7 +33,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._forward import PeerGone, Reply, exchange, forward
-from ._guard import Refused
+from ._guard import ADMITTED, Refused
 from ._peers import Death, Owner, Peers, owner_of
 from ._quota import QUOTA_PATH
 from ._relay import RELAY_PATH
@@ -49,6 +50,7 @@ _KINDS = {"sandboxes": "sandbox", "episodes": "episode"}
 _KEYED = frozenset({"/run_code", "/submit", "/online_judge/submit", "/v1/grade", "/v1/sandboxes", "/v1/episodes"})
 _LISTS = frozenset({"/v1/sandboxes", "/v1/episodes"})
 _FIRST = ("/metrics", "/v1/stats", "/v1/alerts", "/v1/jobs", "/v1/runs")
+_ADMITTED = ADMITTED.encode()
 
 
 def _is_first(path: str) -> bool:
@@ -172,6 +174,8 @@ class Router:
                 return
             await self.app(scope, receive, send)
             return
+        if any(name == _ADMITTED for name, _ in scope["headers"]):  # only another worker says so
+            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != _ADMITTED]
         session = _SESSION.match(path)
         try:
             if session is not None:
@@ -245,7 +249,7 @@ class Router:
         valid key only: any other gets the 401 (or 429) the endpoint would answer, never word of this service's
         workers, how they died, or its nodes."""
         try:
-            self.service.authenticate(_key(scope))
+            await self.service.authenticate(_key(scope))
         except Refused as exc:
             answer = error(exc.status, exc.message, exc.retry_after_s)
         await answer(scope, receive, send)
@@ -290,8 +294,9 @@ class Router:
             await _send(mine, send)
             return
         items = json.loads(mine.body)
+        headers = [*scope["headers"], (_ADMITTED, b"1")]  # admitted here: the others take no more of its rate
         others = await asyncio.gather(
-            *(forward(peers.socket(o), "GET", _target(scope), scope["headers"], body) for o in peers.others()),
+            *(forward(peers.socket(o), "GET", _target(scope), headers, body) for o in peers.others()),
             return_exceptions=True,
         )
         for reply in others:

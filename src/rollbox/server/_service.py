@@ -92,7 +92,9 @@ class Service:
         #: What the other workers relayed (the first worker's), and this worker's relay to the first (the others').
         self.received = Received()
         self._relay = Relay(peers) if peers is not None and not self.primary else None
-        self.guard = Guard()
+        #: Each tenant's rate and executions in flight: over the whole service, as its sandboxes are; with auth off
+        #: the only tenant is the machine's own user (``LOCAL``), whose bounds each worker keeps for itself.
+        self.guard = Guard(self.quota if config.auth_required else Quota(self.owner, None))
         self.idempotency = IdempotencyCache()
         self.ready = False
         self._sinks: list[Sink] = []
@@ -246,11 +248,13 @@ class Service:
             fields["stderr"] = result.stderr_text[-4000:]
         telemetry.emit("sandbox.exec", **fields)
 
-    def authenticate(self, key: str | None) -> Tenant:
-        """The tenant a request comes from, admitted by its rate limit.
+    async def authenticate(self, key: str | None, *, admit: bool = True) -> Tenant:
+        """The tenant a request comes from, admitted by its rate limit (unless ``admit`` is false: a copy of a request
+        admitted already by the worker it reached).
 
         Raises:
-            Refused: 401 without a valid key (when auth is on), 429 over the rate limit.
+            Refused: 401 without a valid key (when auth is on), 429 over the rate limit, 503 when the rate could not
+                be checked (the first worker of several is restarting or not answering).
         """
         if not self.config.auth_required:
             tenant = LOCAL
@@ -264,5 +268,6 @@ class Service:
             if found is None:
                 raise Refused(401, "the API key is not valid (revoked, mistyped, or made for another server)")
             tenant = found
-        self.guard.admit(tenant)
+        if admit:
+            await self.guard.admit(tenant)
         return tenant
