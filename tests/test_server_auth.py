@@ -121,6 +121,13 @@ def test_the_alerts_firing_are_shown_to_an_admin_only(server: Running) -> None:
         assert "RollboxSandboxStartFailures" in {f["name"] for f in admin.get("/v1/stats").json()["alerts"]}
         assert a.get("/v1/alerts").json()["firing"] == [] and a.get("/v1/stats").json()["alerts"] == []
         assert a.get("/v1/alerts").json()["rules"] == admin.get("/v1/alerts").json()["rules"]
+        # In /metrics too: the alert series are an admin's; a tenant's key and a scrape without one see none.
+        fired = 'rollbox_alerts_firing{alert="RollboxSandboxStartFailures"} 1.0'
+        assert fired in admin.get("/metrics").text
+        assert 'rollbox_alerts_total{alert="RollboxSandboxStartFailures"}' in admin.get("/metrics").text
+        with client(server, None) as anonymous:
+            for text in (a.get("/metrics").text, anonymous.get("/metrics").text):
+                assert "rollbox_executions_total" in text and "rollbox_alerts" not in text
 
 
 def test_metrics_show_a_tenants_series_to_an_operator_and_to_that_tenant_only(server: Running) -> None:

@@ -1,7 +1,8 @@
 """What ``/metrics`` shows to whom. Series labelled with a tenant are an operator's: an admin key (or any caller
 when auth is off) sees every series as the service keeps them. A tenant's key sees its own series, and every other
 tenant's only as part of the service's totals; a scrape without a key sees only the totals. A total is the series
-with ``tenant=""``: a counter's (or histogram's) sum over every tenant, a gauge's own total."""
+with ``tenant=""``: a counter's (or histogram's) sum over every tenant, a gauge's own total. The alerts (those
+firing, and how often each fired) are an operator's too, as ``/v1/alerts`` shows them: left out for anyone else."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ __all__ = ["exposition"]
 
 #: Families whose samples add up across tenants (a counter's count, a histogram's buckets, count and sum).
 _ADDITIVE = frozenset({"counter", "histogram"})
+#: Families shown to an operator only: the alerts of the whole service.
+_OPERATORS = frozenset({"rollbox_alerts_firing", "rollbox_alerts"})
 
 
 class _TenantView:
@@ -24,6 +27,8 @@ class _TenantView:
 
     def collect(self) -> Iterator[Metric]:
         for family in self.registry.collect():
+            if family.name in _OPERATORS:
+                continue
             if not any("tenant" in sample.labels for sample in family.samples):
                 yield family
                 continue
