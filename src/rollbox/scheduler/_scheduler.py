@@ -98,7 +98,10 @@ class Scheduler:
         self.store = store or JobStore(store_target(home=self.home))
         self.workers = {w.name: w for w in (workers or [LocalWorker()])}
         self.placement = Placement(
-            {name: w.capacity for name, w in self.workers.items()}, quotas=quotas, default_quota=default_quota
+            {name: w.capacity for name, w in self.workers.items()},
+            quotas=quotas,
+            default_quota=default_quota,
+            ahead={name: w.ahead for name, w in self.workers.items()},
         )
         self.max_queued, self.lease_s = max_queued, lease_s
         self.retry = retry or RetryPolicy()
