@@ -28,6 +28,7 @@ from rollbox.scheduler import (
     Requirements,
     RetryPolicy,
     Scheduler,
+    SchedulerError,
     Unplaceable,
     exec_payload,
     register_kind,
@@ -118,6 +119,24 @@ async def test_a_worker_process_that_dies_is_started_again_and_its_attempt_retri
     assert f"worker process local-0 (pid {first} was killed by signal 9)" in (attempts[0].error or "")
     assert again != first and s.store.result(after.id).output["pid"] == again  # type: ignore[union-attr]
     await wait_for(lambda: not sandboxed(b"sleep"))
+
+
+@sync
+async def test_a_scheduler_whose_every_worker_is_lost_says_so_and_keeps_its_jobs(tmp_path: Path) -> None:
+    async with scheduler(tmp_path, processes=1, cpus=1) as s:
+        (worker,) = s.workers.values()
+        first = pid_of(worker)
+        assert isinstance(worker, ProcessWorker)
+        worker._settings["max_pool"] = 0  # a process that cannot open its pools: it cannot be started again
+        (job,) = s.submit(JobSpec(kind="exec", payload=exec_payload(["sh", "-c", "sleep 1; echo survived"])))
+        running = asyncio.create_task(s.run())
+        await wait_for(lambda: sandboxed(b"sleep"))
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(SchedulerError, match=r"every worker of this scheduler is lost .*could not be started"):
+            await asyncio.wait_for(running, 60)
+    assert s.store.job(job.id).state is JobState.PENDING
+    # The first attempt died with its worker process; the second could not be started anywhere.
+    assert [a.outcome for a in s.store.attempts(job.id)] == ["infra_error", "infra_error"]
 
 
 @sync

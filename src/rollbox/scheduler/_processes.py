@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from rollbox.sandbox import RollboxError, reap_orphans
+
 from ._errors import SchedulerError
 from ._kinds import Outcome
 from ._model import MIN_CPUS, Job, Requirements
@@ -63,6 +65,7 @@ class _Process:
         self.process, self.writer = process, writer
         self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ended: str | None = None
+        self._closing = False
         self._next = 0
         self._replies = asyncio.create_task(self._read_replies(reader))
 
@@ -87,6 +90,9 @@ class _Process:
             if not waiting.done():
                 waiting.set_exception(_Ended(self.ended))
         self.waiting.clear()
+        if not self._closing:  # it died: what its sandboxes leave is removed now, not by the next process to start
+            with contextlib.suppress(RollboxError, OSError):
+                await asyncio.to_thread(reap_orphans)
 
     async def call(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.ended is not None:
@@ -110,6 +116,7 @@ class _Process:
             self.writer.write(_frame(message))
 
     async def close(self) -> None:
+        self._closing = True
         self.writer.close()
         try:
             await asyncio.wait_for(self.process.wait(), _STOP_S)

@@ -122,6 +122,8 @@ class Scheduler:
         self._events = RunEvents(self.home)
         self._rng = random.Random()
         self._open = False
+        #: Why the last worker lost was lost.
+        self._lost = ""
 
     @property
     def owner(self) -> str:
@@ -252,6 +254,11 @@ class Scheduler:
             beat_at = renew_at = flushed_at = 0.0
             while True:
                 leased = await self._turn()
+                if not self.placement.workers and not (self._running or self._endings or self._moves):
+                    raise SchedulerError(
+                        f"every worker of this scheduler is lost (the last: {self._lost}); its jobs are back in the "
+                        "queue, for a scheduler with workers to run"
+                    )
                 if time.monotonic() >= beat_at:
                     renew = time.monotonic() >= renew_at  # a lease is renewed when a third of it has passed
                     await self._beat(renew=renew)
@@ -354,6 +361,7 @@ class Scheduler:
                     job_id=job.id, attempt=job.attempts, target=JobState.FAILED, error=str(exc), outcome="failed"
                 )
             except WorkerLost as exc:  # retried elsewhere; the jobs waiting for that worker go back to the queue
+                self._lost = str(exc)
                 self._lose(job.worker)
                 outcome = Outcome(status="infra_error", error=str(exc))
             except BaseException as exc:
