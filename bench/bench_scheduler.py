@@ -63,9 +63,9 @@ from rollbox.scheduler import (
     Scheduler,
     Worker,
     exec_payload,
+    process_workers,
     register_kind,
 )
-from rollbox.scheduler._processes import process_workers
 
 TARGETS = {"dispatch_per_s": 2000.0, "end_to_end_ratio": 0.90, "recovery_s": 1.0}
 LIMITS = Limits(timeout_s=10, memory_bytes=128 * 2**20)

@@ -25,16 +25,17 @@ from rollbox.scheduler import (
     JobState,
     JobStore,
     Outcome,
+    ProcessWorker,
     Requirements,
     RetryPolicy,
     Scheduler,
     SchedulerError,
     Unplaceable,
     exec_payload,
+    process_workers,
     register_kind,
 )
 from rollbox.scheduler._placement import Placement
-from rollbox.scheduler._processes import ProcessWorker, process_workers
 from rollbox.scheduler._store import Candidate
 from scheduler_helpers import sandboxed, sync, wait_for
 
@@ -164,6 +165,14 @@ def test_jobs_handed_over_ahead_reserve_nothing_and_are_bounded() -> None:
     assert not placement.full("w") and placement.start(3) and not placement.start(4)
     placement.release(0)  # the one that fit ended: its place is free here
     assert placement.reserved("w") == (0.0, 0, 0) and placement.start(4) and placement.reserved("w")[2] == 1
+
+
+def test_the_jobs_of_one_lease_spread_over_the_workers_with_room() -> None:
+    needs = Requirements(cpus=1, memory_bytes=2**20)
+    one = Capacity(cpus=1, memory_bytes=2**30)
+    placement = Placement({"a": one, "b": one, "c": one}, prefetch=8)
+    placed = placement.pick([Candidate(id=i, tenant="t", priority=0, requirements=needs) for i in range(4)])
+    assert sorted(worker for _, worker in placed[:3]) == ["a", "b", "c"]
 
 
 def test_worker_processes_end_with_their_scheduler_killed(tmp_path: Path) -> None:

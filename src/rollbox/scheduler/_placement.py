@@ -134,6 +134,8 @@ class Placement:
         self._ahead: dict[str, int] = {}
         self._early: set[int] = set()
         self._early_held: Counter[str] = Counter()
+        #: The CPUs of the jobs assigned to each worker that hold no reservation there yet (waiting, or ahead).
+        self._queued_cpus: dict[str, float] = {}
         for name, capacity in workers.items():
             self.add_worker(name, capacity, ahead=(ahead or {}).get(name, 0))
 
@@ -144,6 +146,7 @@ class Placement:
             self._used[name] = [0.0, 0.0, 0.0]
             self._resources[name] = Counter()
             self._ahead[name] = ahead
+            self._queued_cpus[name] = 0.0
 
     def remove_worker(self, name: str) -> list[int]:
         """Forget a worker (it is gone); returns the jobs assigned to it, which the caller must end."""
@@ -270,13 +273,16 @@ class Placement:
                 if not able:
                     continue
                 now = [n for n in able if self._fits_now(job.requirements, n)]
+                # The least loaded counting what it was assigned and has not started: the jobs of one lease
+                # spread over the workers with room, instead of queueing behind one.
                 worker = (
-                    min(now, key=lambda n: self._used[n][0] / max(self.workers[n].cpus, 1e-9))
+                    min(now, key=lambda n: (self._used[n][0] + self._queued_cpus[n]) / max(self.workers[n].cpus, 1e-9))
                     if now
                     else min(able, key=lambda n: self._waiting[n])
                 )
                 self._assigned[job.id] = (job.tenant, worker, job.requirements)
                 self._waiting[worker] += 1
+                self._queued_cpus[worker] += job.requirements.cpus
                 self._tenants[job.tenant] += 1
                 placed.append((job.id, worker))
         return placed
@@ -302,6 +308,7 @@ class Placement:
             if needs.resources:
                 self._resources[worker].update(needs.resources)
             self._waiting[worker] -= 1
+            self._queued_cpus[worker] -= needs.cpus
             self._started.add(job_id)
             return True
 
@@ -316,9 +323,11 @@ class Placement:
             if job_id in self._early:
                 self._early.discard(job_id)
                 self._early_held[worker] -= 1
+                self._queued_cpus[worker] -= needs.cpus
                 return
             if job_id not in self._started:
                 self._waiting[worker] -= 1
+                self._queued_cpus[worker] -= needs.cpus
                 return
             self._started.discard(job_id)
             used = self._used[worker]

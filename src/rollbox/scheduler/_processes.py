@@ -197,8 +197,8 @@ class ProcessWorker:
         try:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
-                "-m",
-                "rollbox.scheduler._processes",
+                "-c",
+                "from rollbox.scheduler._processes import main; main()",
                 str(theirs.fileno()),
                 pass_fds=[theirs.fileno()],
                 stdin=asyncio.subprocess.DEVNULL,
@@ -399,6 +399,8 @@ async def _serve(fd: int) -> None:
         await actor.sandboxes.close()
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """A worker process: ``python -c 'from rollbox.scheduler._processes import main; main()' FD``, ``FD`` its end of
+    the socket to its scheduler (not ``-m``: the package imports this module first)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the scheduler, which closes this process's end
     asyncio.run(_serve(int(sys.argv[1])))

@@ -69,7 +69,8 @@ class Scheduler:
 
     Args:
         store: The job store (default: ``$ROLLBOX_DB``, else ``$ROLLBOX_HOME/jobs.db``).
-        workers: Where jobs run (default: one :class:`LocalWorker` with this machine's budget).
+        workers: Where jobs run (default: one :class:`LocalWorker` with this machine's budget, in this process;
+            :func:`process_workers` runs them in worker processes of this scheduler's own, each with a share).
         quotas: The most jobs each tenant may hold at once; ``default_quota`` for the others.
         max_queued: The bound of the queue: a submission that would leave more jobs pending is refused with
             :class:`QueueFull`.
