@@ -48,8 +48,10 @@ def attempt_request(job: Job) -> dict[str, Any]:
 class NodeActor:
     """Lives on one node (pinned there): runs the jobs placed on that node in its own elastic warm pools."""
 
-    def __init__(self, max_pool: int, grace_s: float, *, warm_python: bool = True) -> None:
-        self.sandboxes = ElasticSandboxes(max_size=max_pool, grace_s=grace_s, warm_python=warm_python)
+    def __init__(self, max_pool: int, grace_s: float) -> None:
+        # As a LocalWorker's pools: a sandbox starts its Python zygote once a job asks for one (a zygote costs more
+        # than the programs of most jobs that never use it).
+        self.sandboxes = ElasticSandboxes(max_size=max_pool, grace_s=grace_s, warm_python=False)
         self.started = False
 
     async def ready(self) -> int:
