@@ -10,11 +10,13 @@
   tests do) on 127.0.0.1, or the database ``--postgres URL`` names (a schema of its own each round);
 - end to end at saturation, for three kinds of program: ``true``, a warm-Python program (``python3 main.py`` forked
   from the sandbox's warm interpreter) and a ~20 ms ``python3 -c`` program: the same programs through ``run_batch``
-  (raw, no scheduler) and through the scheduler (``exec`` jobs), alternating which goes first, the ratio of their
-  rates [>= 0.9 for each kind], this process's CPU per program each way (the event loop's thread, and the store's
-  in the scheduler: what the scheduler adds to each program's Python), the share of the machine's CPU time left
-  idle each way (``/proc/stat``: whether either side was held by the machine's cores or by something serial), and
-  the queue wait (submission to start) p50/p99;
+  (raw, no scheduler, in this process) and through the scheduler (``exec`` jobs) two ways: its jobs run in its own
+  process (``in_process``: one ``LocalWorker``), or in worker processes of its own, one a CPU (``processes``:
+  ``process_workers``); which side goes first turns with the rounds; each way's rate as a ratio to the raw
+  batch's [>= 0.9 for each kind], this process's CPU per program each way (the event loop's thread, and the
+  store's in the scheduler: what the scheduler adds to each program's Python; the worker processes' own not
+  counted), the share of the machine's CPU time left idle each way (``/proc/stat``: whether either side was held
+  by the machine's cores or by something serial), and the queue wait (submission to start) p50/p99;
 - crash recovery: a store of 10,000 jobs, a hundred of them leased by a scheduler whose process is gone; the time
   from opening a new scheduler to its first resumed job starting [< 1 s].
 
@@ -59,7 +61,9 @@ from rollbox.scheduler import (
     Outcome,
     Requirements,
     Scheduler,
+    Worker,
     exec_payload,
+    process_workers,
     register_kind,
 )
 
@@ -70,6 +74,8 @@ LIMITS = Limits(timeout_s=10, memory_bytes=128 * 2**20)
 #: last milliseconds (``--programs`` sets one count for every kind).
 PROGRAMS = {"true": 1600, "warm_python": 800, "python": 320}
 KINDS = tuple(PROGRAMS)
+#: How the scheduler's side runs its jobs: in its own process, or in worker processes of its own (a CPU each).
+WAYS = ("in_process", "processes")
 _schemas = itertools.count()
 
 
@@ -297,14 +303,19 @@ async def loop_cost(rounds: int, count: int, workers: int) -> dict[str, Any]:
     }
 
 
-async def scheduled(kind: str, count: int, workers: int) -> tuple[float, list[float], float, float]:
-    """The same programs as ``exec`` jobs through the scheduler, once its pool is as warm as ``run_batch``'s (a
-    first batch of ``4 * workers`` jobs, not timed); their rate, queue waits, this process's CPU milliseconds per
-    program (the event loop's and the store's threads), and the machine's idle share meanwhile."""
+async def scheduled(kind: str, count: int, workers: int, way: str) -> tuple[float, list[float], float, float]:
+    """The same programs as ``exec`` jobs through the scheduler, once its pools are as warm as ``run_batch``'s (a
+    first batch of ``4 * workers`` jobs, not timed), its jobs run in this process (``way`` ``in_process``: one
+    :class:`LocalWorker`) or in ``workers`` worker processes (``processes``: :func:`process_workers`, a CPU each);
+    their rate, queue waits, this process's CPU milliseconds per program (the event loop's and the store's
+    threads), and the machine's idle share meanwhile."""
     with tempfile.TemporaryDirectory() as home:
-        worker = LocalWorker(capacity=Capacity(cpus=workers, memory_bytes=8 * 2**30))
+        budget = Capacity(cpus=workers, memory_bytes=8 * 2**30)
+        places: list[Worker] = (
+            [LocalWorker(capacity=budget)] if way == "in_process" else list(process_workers(workers, budget))
+        )
         store = JobStore(Path(home) / "jobs.db")
-        async with Scheduler(store, workers=[worker], home=Path(home)) as scheduler:
+        async with Scheduler(store, workers=places, home=Path(home)) as scheduler:
             warm_up = 4 * workers
             specs = [
                 JobSpec(
@@ -378,9 +389,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         return await loop_cost(args.repeats, args.programs or PROGRAMS["true"], workers)
     rates: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "bare_sqlite": []}
     raws: dict[str, list[float]] = {kind: [] for kind in args.kinds}
-    ratios: dict[str, list[float]] = {kind: [] for kind in args.kinds}
-    cpus: dict[str, dict[str, list[float]]] = {kind: {"raw": [], "scheduled": []} for kind in args.kinds}
-    idles: dict[str, dict[str, list[float]]] = {kind: {"raw": [], "scheduled": []} for kind in args.kinds}
+    ratios: dict[str, dict[str, list[float]]] = {kind: {way: [] for way in WAYS} for kind in args.kinds}
+    cpus: dict[str, dict[str, list[float]]] = {kind: {way: [] for way in ("raw", *WAYS)} for kind in args.kinds}
+    idles: dict[str, dict[str, list[float]]] = {kind: {way: [] for way in ("raw", *WAYS)} for kind in args.kinds}
     waits: list[float] = []
     recoveries: list[float] = []
     loads: list[float] = []
@@ -403,25 +414,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         load = os.getloadavg()[0]
         loads.append(load)
         line = f"end-to-end round {round_ + 1} (load {load:.1f})"
-        for kind in args.kinds:  # raw first in even rounds, the scheduler first in odd ones
+        for kind in args.kinds:  # which side goes first turns with the rounds
             count = args.programs or PROGRAMS[kind]
-            if round_ % 2 == 0:
-                raw_rate, raw_cpu, raw_idle = await raw(kind, count, workers)
-                sched_rate, wait, sched_cpu, sched_idle = await scheduled(kind, count, workers)
-            else:
-                sched_rate, wait, sched_cpu, sched_idle = await scheduled(kind, count, workers)
-                raw_rate, raw_cpu, raw_idle = await raw(kind, count, workers)
-            raws[kind].append(raw_rate)
-            ratios[kind].append(sched_rate / raw_rate)
-            cpus[kind]["raw"].append(raw_cpu)
-            cpus[kind]["scheduled"].append(sched_cpu)
-            idles[kind]["raw"].append(raw_idle)
-            idles[kind]["scheduled"].append(sched_idle)
-            waits.extend(wait)
+            order = ("raw", *WAYS)[round_ % 3 :] + ("raw", *WAYS)[: round_ % 3]
+            rate: dict[str, float] = {}
+            for way in order:
+                if way == "raw":
+                    rate[way], cpu, idle = await raw(kind, count, workers)
+                else:
+                    rate[way], wait, cpu, idle = await scheduled(kind, count, workers, way)
+                    waits.extend(wait)
+                cpus[kind][way].append(cpu)
+                idles[kind][way].append(idle)
+            raws[kind].append(rate["raw"])
+            line += f"; {kind} raw {rate['raw']:.0f}/s"
+            for way in WAYS:
+                ratios[kind][way].append(rate[way] / rate["raw"])
+                line += f", {way} {rate[way]:.0f}/s ({ratios[kind][way][-1]:.2f}x)"
             line += (
-                f"; {kind} raw {raw_rate:.0f}/s scheduled {sched_rate:.0f}/s ({ratios[kind][-1]:.2f}x, "
-                f"process CPU {raw_cpu:.2f} / {sched_cpu:.2f} ms a program, machine idle {raw_idle:.0%} / "
-                f"{sched_idle:.0%})"
+                " (process CPU "
+                + " / ".join(f"{cpus[kind][way][-1]:.2f}" for way in ("raw", *WAYS))
+                + " ms a program, machine idle "
+                + " / ".join(f"{idles[kind][way][-1]:.0%}" for way in ("raw", *WAYS))
+                + ")"
             )
         recoveries.append(await recovery(args.store_jobs))
         print(f"{line}; recovery {recoveries[-1] * 1000:.0f} ms", file=sys.stderr)
@@ -437,7 +452,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
     if not args.dispatch_only:
         report["raw_per_s"] = {kind: _spread(samples) for kind, samples in raws.items()}
-        report["end_to_end_ratio"] = {kind: _spread(samples) for kind, samples in ratios.items()}
+        report["end_to_end_ratio"] = {
+            kind: {way: _spread(samples) for way, samples in by_way.items()} for kind, by_way in ratios.items()
+        }
         report["process_cpu_ms_per_program"] = {
             kind: {way: _spread(samples) for way, samples in by_way.items()} for kind, by_way in cpus.items()
         }

@@ -126,11 +126,12 @@ def test_scheduler_exports() -> None:
             "API_KEY_VARIABLE", "RUN_ID_MAX", "RUN_ID_PATTERN", "TERMINAL", "TRANSITIONS", "Attempt", "Capacity",
             "ElasticSandboxes",
             "IdempotencyConflict", "IllegalTransition", "Job", "JobContext", "JobKind", "JobNotFound", "JobResult",
-            "JobSpec", "JobState", "JobStore", "LocalWorker", "Outcome", "PayloadError", "QueueFull", "Requirements",
+            "JobSpec", "JobState", "JobStore", "LocalWorker", "Outcome", "PayloadError", "ProcessWorker", "QueueFull",
+            "Requirements",
             "RetryPolicy", "Scheduler", "SchedulerError", "StoreError", "Transition", "Unplaceable", "Worker",
             "WorkerLost", "episode_payload", "exec_payload", "get_kind", "kind_names", "machine_capacity", "pool_key",
-            "recorded_file", "register_kind", "rollbox_home", "run_dir", "store_path", "store_target",
-            "validate_payload",
+            "process_workers", "recorded_file", "register_kind", "rollbox_home", "run_dir", "store_path",
+            "store_target", "validate_payload",
         ]
     )  # fmt: skip
     for name in rollbox.scheduler.__all__:

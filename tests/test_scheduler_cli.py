@@ -76,6 +76,23 @@ def test_run_writes_one_result_per_task_and_sample_and_a_rerun_redoes_nothing(tm
     assert refused.returncode == 2 and "unknown policy 'telepathy'" in refused.stderr
 
 
+def test_run_with_worker_processes_records_every_result_and_where_it_ran(tmp_path: Path) -> None:
+    for name in ("add", "sum", "mul"):
+        make_task(tmp_path / "tasks", name)
+    home = tmp_path / "home"
+    args = ["run", str(tmp_path / "tasks"), "--samples", "2", "--run-id", "r1", "--workers", "2", "--processes", "2"]
+    done = rollbox(home, *args)
+    assert done.returncode == 0, done.stderr
+    got = lines(home, "r1")
+    assert sorted((x["task_id"], x["sample"], x["status"], x["reward"]) for x in got) == [
+        (name, sample, "passed", 1.0) for name in ("add", "mul", "sum") for sample in (0, 1)
+    ]
+    events = [json.loads(e) for e in (home / "runs" / "r1" / "events.jsonl").read_text().splitlines()]
+    assert {e.get("node") for e in events if e["kind"] == "episode.end"} == {"local-0", "local-1"}
+    refused = rollbox(home, "run", str(tmp_path / "tasks"), "--processes", "-1")
+    assert refused.returncode == 2 and "--processes: must be a whole number from 0" in refused.stderr
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_the_run_resumes_where_it_stopped(tmp_path: Path) -> None:
     make_task(tmp_path / "tasks", "add")

@@ -25,13 +25,10 @@ from rollbox.scheduler import (
     IdempotencyConflict,
     JobSpec,
     JobStore,
-    LocalWorker,
     QueueFull,
     Scheduler,
     SchedulerError,
-    Worker,
     episode_payload,
-    machine_capacity,
     rollbox_home,
     run_dir,
     store_target,
@@ -42,6 +39,7 @@ from rollbox.tasks import Task, TaskFormatError, load_tasks
 
 from ._args import positive_seconds, run_name, whole
 from ._run_summary import read_lines, summarize, write_episodes
+from ._workers import add_processes_option, workers_for
 
 _EPILOG = """\
 TASKS are task directories (with a task.toml) or folders of them. Each (task, sample) is one durable job in
@@ -107,6 +105,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--samples", type=whole(1, 1_000_000), default=1, metavar="K", help="samples per task (default 1)")
     p.add_argument("--validate", action="store_true", help="validate each task (one job per task) instead")
     p.add_argument("--workers", type=whole(1, 1024), default=None, metavar="N", help="jobs at once (default: the CPUs)")
+    add_processes_option(p)
     p.add_argument(
         "--run-id", type=run_name, default=None, metavar="ID", help="name the run, or resume it (default: a new id)"
     )
@@ -223,15 +222,6 @@ class _Progress:
             self.stream.flush()
 
 
-def _workers(args: argparse.Namespace) -> list[Worker]:
-    if args.ray is not None:
-        from rollbox.scheduler._ray import ray_workers
-
-        return list(ray_workers(args.ray))
-    cpus = args.workers if args.workers is not None else None
-    return [LocalWorker(capacity=machine_capacity(cpus=cpus))]
-
-
 def _probe(base_url: str) -> None:
     """Fail fast when the model server does not answer: any HTTP answer at all (even 401 or 404) means it is up."""
     try:
@@ -277,7 +267,7 @@ async def _run(args: argparse.Namespace, tasks: list[Task], run_id: str, progres
     results = ResultsFile(store, run_id, home)
     print(f"rollbox run: run {run_id}: {progress.total} jobs; results in {results.path}", file=sys.stderr)
     try:
-        async with Scheduler(store, workers=_workers(args), runs=[run_id], home=home) as scheduler:
+        async with Scheduler(store, workers=workers_for(args), runs=[run_id], home=home) as scheduler:
             specs = _specs(tasks, args, run_id)
             try:
                 scheduler.submit(specs)

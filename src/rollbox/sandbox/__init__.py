@@ -11,6 +11,7 @@ from ._process import InsecureBackendWarning
 from ._result import ExecResult, Status, signal_name
 from ._sandbox import Backend, Sandbox, run
 from ._scratch import make_temporary_directory, scratch_directory, temporary_directory
+from .namespaces._backend import reap_orphans
 from .pool._batch import Program, run_batch
 from .pool._openings import Openings
 from .pool._pool import FreshSandboxes, PoolExhausted, SandboxPool, SandboxSource, WarmSandboxes
@@ -42,6 +43,7 @@ __all__ = [
     "make_temporary_directory",
     "parse_duration",
     "parse_size",
+    "reap_orphans",
     "run",
     "run_batch",
     "scratch_directory",

@@ -26,6 +26,7 @@ from ._model import Attempt, Job, JobResult, JobSpec, Requirements, Transition
 from ._placement import Capacity, machine_capacity
 from ._pool_key import pool_key
 from ._pools import ElasticSandboxes
+from ._processes import ProcessWorker, process_workers
 from ._retry import RetryPolicy
 from ._scheduler import Scheduler
 from ._states import TERMINAL, TRANSITIONS, JobState
@@ -55,6 +56,7 @@ __all__ = [
     "LocalWorker",
     "Outcome",
     "PayloadError",
+    "ProcessWorker",
     "QueueFull",
     "Requirements",
     "RetryPolicy",
@@ -71,6 +73,7 @@ __all__ = [
     "kind_names",
     "machine_capacity",
     "pool_key",
+    "process_workers",
     "recorded_file",
     "register_kind",
     "rollbox_home",

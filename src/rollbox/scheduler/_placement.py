@@ -94,7 +94,10 @@ class Placement:
 
     A job is *assigned* to a worker when it is leased (``scheduled``): it waits in that worker's short queue of
     at most ``prefetch`` jobs, so that a worker never waits for the store between two jobs. It *starts* when its
-    CPU, memory and resources fit what the worker has free; they stay reserved until it ends.
+    CPU, memory and resources fit what the worker has free; they stay reserved until it ends. A worker that keeps
+    a queue of its own (``ahead``: a worker process, which starts the next job the moment one ends there, without
+    waiting for this process to hear of it) is also handed up to that many jobs beyond what fits: they reserve
+    nothing here, and the worker starts each when it fits there.
 
     Args:
         workers: Each worker's capacity, by name.
@@ -103,6 +106,7 @@ class Placement:
         prefetch: How many jobs may wait assigned to a worker, beyond those running there (default: as many as
             its capacity runs at once, at least 2, or as many as it ends in the time set by :meth:`pace`, when
             more: while half of them start, the other half is leased in one transaction).
+        ahead: How many jobs each worker named takes beyond what fits it now, to start them itself (default 0).
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class Placement:
         quotas: Mapping[str, int] | None = None,
         default_quota: int | None = None,
         prefetch: int | None = None,
+        ahead: Mapping[str, int] | None = None,
     ) -> None:
         self.quotas = dict(quotas or {})
         self.default_quota = default_quota
@@ -125,15 +130,23 @@ class Placement:
         self._resources: dict[str, Counter[str]] = {}
         self._tenants: Counter[str] = Counter()
         self._paced: dict[str, int] = {}
+        #: Jobs each worker may be handed beyond what fits there, and those handed so (reserving nothing here).
+        self._ahead: dict[str, int] = {}
+        self._early: set[int] = set()
+        self._early_held: Counter[str] = Counter()
+        #: The CPUs of the jobs assigned to each worker that hold no reservation there yet (waiting, or ahead).
+        self._queued_cpus: dict[str, float] = {}
         for name, capacity in workers.items():
-            self.add_worker(name, capacity)
+            self.add_worker(name, capacity, ahead=(ahead or {}).get(name, 0))
 
-    def add_worker(self, name: str, capacity: Capacity) -> None:
-        """A new worker to place jobs on."""
+    def add_worker(self, name: str, capacity: Capacity, *, ahead: int = 0) -> None:
+        """A new worker to place jobs on (``ahead``: as for the class)."""
         with self._lock:
             self.workers[name] = capacity
             self._used[name] = [0.0, 0.0, 0.0]
             self._resources[name] = Counter()
+            self._ahead[name] = ahead
+            self._queued_cpus[name] = 0.0
 
     def remove_worker(self, name: str) -> list[int]:
         """Forget a worker (it is gone); returns the jobs assigned to it, which the caller must end."""
@@ -228,6 +241,8 @@ class Placement:
             capacity = self.workers.get(name)
             if capacity is None:
                 return True
+            if self._early_held[name] < self._ahead[name]:
+                return False
             used = self._used[name]
             jobs_full = capacity.max_jobs is not None and used[2] >= capacity.max_jobs
             return jobs_full or capacity.cpus - used[0] + 1e-9 < MIN_CPUS
@@ -258,23 +273,34 @@ class Placement:
                 if not able:
                     continue
                 now = [n for n in able if self._fits_now(job.requirements, n)]
+                # The least loaded counting what it was assigned and has not started: the jobs of one lease
+                # spread over the workers with room, instead of queueing behind one.
                 worker = (
-                    min(now, key=lambda n: self._used[n][0] / max(self.workers[n].cpus, 1e-9))
+                    min(now, key=lambda n: (self._used[n][0] + self._queued_cpus[n]) / max(self.workers[n].cpus, 1e-9))
                     if now
                     else min(able, key=lambda n: self._waiting[n])
                 )
                 self._assigned[job.id] = (job.tenant, worker, job.requirements)
                 self._waiting[worker] += 1
+                self._queued_cpus[worker] += job.requirements.cpus
                 self._tenants[job.tenant] += 1
                 placed.append((job.id, worker))
         return placed
 
     def start(self, job_id: int) -> bool:
-        """Reserve what an assigned job needs on its worker, if it fits there now; returns whether it did."""
+        """Reserve what an assigned job needs on its worker, if it fits there now, or hand it over ahead (see the
+        class); returns whether it did either."""
         with self._lock:
             _, worker, needs = self._assigned[job_id]
-            if worker not in self.workers or not self._fits_now(needs, worker):
+            if worker not in self.workers:
                 return False
+            if not self._fits_now(needs, worker):
+                if self._early_held[worker] >= self._ahead[worker]:
+                    return False
+                self._early_held[worker] += 1
+                self._early.add(job_id)
+                self._waiting[worker] -= 1
+                return True
             used = self._used[worker]
             used[0] += needs.cpus
             used[1] += needs.memory_bytes
@@ -282,6 +308,7 @@ class Placement:
             if needs.resources:
                 self._resources[worker].update(needs.resources)
             self._waiting[worker] -= 1
+            self._queued_cpus[worker] -= needs.cpus
             self._started.add(job_id)
             return True
 
@@ -293,8 +320,14 @@ class Placement:
                 return
             tenant, worker, needs = held
             self._tenants[tenant] -= 1
+            if job_id in self._early:
+                self._early.discard(job_id)
+                self._early_held[worker] -= 1
+                self._queued_cpus[worker] -= needs.cpus
+                return
             if job_id not in self._started:
                 self._waiting[worker] -= 1
+                self._queued_cpus[worker] -= needs.cpus
                 return
             self._started.discard(job_id)
             used = self._used[worker]

@@ -12,22 +12,18 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Mapping
 from typing import Any
 
-from rollbox import telemetry
-
 from ._episode_kind import API_KEY_VARIABLE
-from ._errors import PayloadError, SchedulerError
-from ._kinds import JobContext, Outcome, failed_attempt, get_kind, kind_target, own_cancellation, register_kind
+from ._errors import SchedulerError
+from ._kinds import Outcome
 from ._model import Job
+from ._node import NodeActor, attempt_request, outcome_of
 from ._placement import Capacity
-from ._pools import ElasticSandboxes
-from ._states import JobState
 from ._workers import Moved, WorkerLost
 
-__all__ = ["NodeActor", "RayWorker", "ray_workers"]
+__all__ = ["RayWorker", "ray_workers"]
 
 #: Resources Ray reports that are not for placing jobs.
 _OWN = ("CPU", "memory", "object_store_memory", "GPU")
@@ -36,69 +32,10 @@ _OWN = ("CPU", "memory", "object_store_memory", "GPU")
 _PROBE_S = 10.0
 
 
-class _Buffer:
-    """Keeps a job's events on its node, to travel back with its outcome."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def write(self, event: telemetry.Event) -> None:
-        self.events.append(event.to_json())
-
-
-class NodeActor:
-    """Lives on one node (pinned there): runs the jobs placed on that node in its own elastic warm pools."""
-
-    def __init__(self, max_pool: int, grace_s: float) -> None:
-        self.sandboxes = ElasticSandboxes(max_size=max_pool, grace_s=grace_s)
-        self.started = False
-
-    async def ready(self) -> int:
-        """Open the pools; returns the actor's pid."""
-        if not self.started:
-            await self.sandboxes.__aenter__()
-            self.started = True
-        return os.getpid()
-
-    async def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Run one attempt; returns the outcome with the events it emitted and when grading began."""
-        buffer, graded = _Buffer(), []
-        context = JobContext(
-            job_id=job["id"],
-            attempt=job["attempt"],
-            run_id=job["run_id"],
-            sandboxes=self.sandboxes,
-            grading=lambda: graded.append(time.time()),
-        )
-        with telemetry.recording(buffer):
-            try:
-                if job.get("target") and kind_target(job["kind"]) != job["target"]:
-                    register_kind(job["kind"], job["target"])
-                outcome = await get_kind(job["kind"]).run(job["payload"], context)
-            except PayloadError as exc:
-                return {"payload_error": str(exc), "events": buffer.events}
-            except BaseException as exc:  # rollbox's failure on this node, SystemExit included: the actor lives on
-                if own_cancellation(exc):
-                    raise
-                outcome = failed_attempt(exc)
-        return {
-            "status": outcome.status,
-            "reward": outcome.reward,
-            "output": outcome.output,
-            "error": outcome.error,
-            "trajectory": outcome.trajectory,
-            "events": buffer.events,
-            "graded_at": graded[0] if graded else None,
-            "pid": os.getpid(),
-        }
-
-    def expect(self, queued: dict[str, int]) -> None:
-        """The driver's word on queued jobs per warm pool."""
-        self.sandboxes.expect(queued)
-
-
 class RayWorker:
     """One node of a Ray cluster, as the scheduler sees it."""
+
+    ahead = 0
 
     def __init__(self, name: str, capacity: Capacity, actor: Any) -> None:
         self.name, self.capacity, self.actor = name, capacity, actor
@@ -124,34 +61,12 @@ class RayWorker:
     async def run(self, job: Job, moved: Moved) -> Outcome:
         import ray
 
-        request = {
-            "id": job.id,
-            "attempt": job.attempts,
-            "run_id": job.run_id,
-            "kind": job.kind,
-            # A kind registered in the driver (rollbox.train's rollout) is registered on the node from its name.
-            "target": kind_target(job.kind),
-            "payload": job.payload,
-        }
         try:
-            reply: dict[str, Any] = await self.actor.run.remote(request)
+            reply: dict[str, Any] = await self.actor.run.remote(attempt_request(job))
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError) as exc:
             self._alive = False
             raise WorkerLost(f"Ray node {self.name} was lost: {type(exc).__name__}") from exc
-        for event in reply.pop("events"):
-            fields = {k: v for k, v in event.items() if k not in ("kind", "at")}
-            telemetry.emit(event["kind"], node=self.name, emitted_at=event["at"], **fields)
-        if "payload_error" in reply:
-            raise PayloadError(reply["payload_error"])
-        if reply["graded_at"] is not None:
-            moved(JobState.GRADING, reply["graded_at"])
-        return Outcome(
-            status=reply["status"],
-            reward=reply["reward"],
-            output={**reply["output"], "node": self.name},
-            error=reply["error"],
-            trajectory=reply["trajectory"],
-        )
+        return outcome_of(reply, self.name, moved)
 
     def expect(self, queued: Mapping[str, int]) -> None:
         if self._alive:

@@ -69,7 +69,8 @@ class Scheduler:
 
     Args:
         store: The job store (default: ``$ROLLBOX_DB``, else ``$ROLLBOX_HOME/jobs.db``).
-        workers: Where jobs run (default: one :class:`LocalWorker` with this machine's budget).
+        workers: Where jobs run (default: one :class:`LocalWorker` with this machine's budget, in this process;
+            :func:`process_workers` runs them in worker processes of this scheduler's own, each with a share).
         quotas: The most jobs each tenant may hold at once; ``default_quota`` for the others.
         max_queued: The bound of the queue: a submission that would leave more jobs pending is refused with
             :class:`QueueFull`.
@@ -98,7 +99,10 @@ class Scheduler:
         self.store = store or JobStore(store_target(home=self.home))
         self.workers = {w.name: w for w in (workers or [LocalWorker()])}
         self.placement = Placement(
-            {name: w.capacity for name, w in self.workers.items()}, quotas=quotas, default_quota=default_quota
+            {name: w.capacity for name, w in self.workers.items()},
+            quotas=quotas,
+            default_quota=default_quota,
+            ahead={name: w.ahead for name, w in self.workers.items()},
         )
         self.max_queued, self.lease_s = max_queued, lease_s
         self.retry = retry or RetryPolicy()
@@ -119,6 +123,8 @@ class Scheduler:
         self._events = RunEvents(self.home)
         self._rng = random.Random()
         self._open = False
+        #: Why the last worker lost was lost.
+        self._lost = ""
 
     @property
     def owner(self) -> str:
@@ -249,6 +255,11 @@ class Scheduler:
             beat_at = renew_at = flushed_at = 0.0
             while True:
                 leased = await self._turn()
+                if not self.placement.workers and not (self._running or self._endings or self._moves):
+                    raise SchedulerError(
+                        f"every worker of this scheduler is lost (the last: {self._lost}); its jobs are back in the "
+                        "queue, for a scheduler with workers to run"
+                    )
                 if time.monotonic() >= beat_at:
                     renew = time.monotonic() >= renew_at  # a lease is renewed when a third of it has passed
                     await self._beat(renew=renew)
@@ -351,6 +362,7 @@ class Scheduler:
                     job_id=job.id, attempt=job.attempts, target=JobState.FAILED, error=str(exc), outcome="failed"
                 )
             except WorkerLost as exc:  # retried elsewhere; the jobs waiting for that worker go back to the queue
+                self._lost = str(exc)
                 self._lose(job.worker)
                 outcome = Outcome(status="infra_error", error=str(exc))
             except BaseException as exc:

@@ -34,6 +34,9 @@ class Worker(Protocol):
 
     name: str
     capacity: Capacity
+    #: How many jobs it takes beyond what fits its capacity now, queued on its side and started there as
+    #: running ones end (0: it is handed a job only when that job fits).
+    ahead: int
 
     async def start(self) -> None:
         """Get ready to run jobs."""
@@ -71,6 +74,8 @@ class LocalWorker:
         max_pool: The most sandboxes one configuration's pool holds (default: twice the jobs that fit at once, as
             returned sandboxes are reset in the background).
     """
+
+    ahead = 0
 
     def __init__(
         self,

@@ -54,7 +54,7 @@ from ._root import SharedRoots
 from ._seccomp import build_filter
 from ._state import SANDBOX_UID, SandboxDir, StateDir
 
-__all__ = ["PATH", "NamespaceHost", "NamespaceSandbox", "image_path"]
+__all__ = ["PATH", "NamespaceHost", "NamespaceSandbox", "image_path", "reap_orphans"]
 
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _DEVICE_LINKS = (
@@ -158,6 +158,18 @@ class NamespaceHost:
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
+
+
+def reap_orphans() -> list[str]:
+    """Remove what the sandboxes of rollbox processes that died left behind (cgroups, mounts, directories), as a
+    process does the first time it makes a sandbox; returns the sandboxes' ids. For a process that saw another die
+    (a worker process of its own) and may make no sandbox itself.
+
+    Raises:
+        IsolationUnavailable: this host cannot make sandboxes (nor can have left any).
+    """
+    host = NamespaceHost.get()
+    return host.state.reap(host.cgroups)
 
 
 async def _spawn(argv: list[str], pass_fds: list[int], tree: str | None = None, *, launch: bool = False) -> Launched:
