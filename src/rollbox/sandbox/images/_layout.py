@@ -8,9 +8,12 @@ checked as it is unpacked (see ``_unpack``), since it is read once.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import platform as platform_module
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,16 @@ from typing import Any
 from ._errors import ImageError
 from ._image import ImageConfig
 
-__all__ = ["REF_NAME", "Layer", "Manifest", "blob_path", "read_manifest", "strings", "this_platform"]
+__all__ = [
+    "REF_NAME",
+    "Layer",
+    "Manifest",
+    "blob_path",
+    "read_index",
+    "read_manifest",
+    "strings",
+    "this_platform",
+]
 
 _INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
@@ -83,6 +95,36 @@ def blob_path(layout: Path, digest: object) -> Path:
     if not path.is_file():
         raise ImageError(f"{layout}: blob {digest} is missing (an incomplete layout: copy or pull the image again)")
     return path
+
+
+def read_index(layout: Path) -> bytes:
+    """The bytes of ``layout``'s index.json: a regular file of at most the JSON cap, never followed through a
+    link, never waited on (a fifo) and never read past the cap (a device), whoever made the layout.
+
+    Raises:
+        ImageError: it is missing, not a regular file, too large, or unreadable.
+    """
+    path = layout / "index.json"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        what = "a link" if exc.errno == errno.ELOOP else exc.strerror
+        raise ImageError(f"cannot read {path}: {what}: an image layout's index.json is a regular file") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_JSON_BYTES:
+            size = f"{st.st_size:,} bytes" if stat.S_ISREG(st.st_mode) else "not a regular file"
+            raise ImageError(
+                f"{path} is {size}: an image layout's index.json is a regular file of at most {_MAX_JSON_BYTES:,} "
+                "bytes; give a layout as an image tool writes it"
+            )
+        try:
+            data = f.read(_MAX_JSON_BYTES + 1)
+        except OSError as exc:
+            raise ImageError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > _MAX_JSON_BYTES:
+        raise ImageError(f"{path} grew past {_MAX_JSON_BYTES:,} bytes while read: not an image layout's index")
+    return data
 
 
 def _read_json_blob(layout: Path, digest: object, what: str) -> tuple[bytes, dict[str, Any]]:
@@ -178,15 +220,12 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         ImageError: not a layout, no image for this platform (or the one there is for another), several and none
             named, a blob missing or corrupt.
     """
-    if not (layout / "oci-layout").is_file() or not (layout / "index.json").is_file():
+    if not (layout / "oci-layout").is_file() or not os.path.lexists(layout / "index.json"):
         raise ImageError(
             f"{layout} is not an OCI image layout (no oci-layout or index.json): give a layout directory, "
             "a docker-save or OCI archive, or an image in the store"
         )
-    try:
-        index = _json_object((layout / "index.json").read_bytes()[: _MAX_JSON_BYTES + 1], f"{layout}/index.json")
-    except OSError as exc:
-        raise ImageError(f"cannot read {layout}/index.json: {exc.strerror}") from None
+    index = _json_object(read_index(layout), f"{layout}/index.json")
     where = f"{layout}/index.json"
     entry = _pick(layout, _array(index.get("manifests"), f"{where}: its manifests"), ref, where)
     named = _ref_name(entry, where)
