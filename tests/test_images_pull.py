@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from oci_images import Entry, tar_layer, write_layout
 from registry_server import PASSWORD, USER, Registry, free_port, registry, sha256
 from rollbox.sandbox.images import Credentials, ImageError, ImageStore, PullProgress, pull, pull_image
+from rollbox.sandbox.images._layout import this_platform
 from rollbox.sandbox.images._reference import Reference, parse_reference
 from rollbox.sandbox.images._registry import credentials_for, download_dir
 
@@ -162,6 +163,27 @@ def test_a_manifest_list_gives_this_machines_platform(open_registry: Registry, t
         ImageStore(tmp_path / "store").import_layout(arm.layout)  # but not to run here
     with pytest.raises(ImageError, match=r"has no image for linux/s390x \(it has linux/amd64, linux/arm64\)"):
         pull(ref, tmp_path / "none", platform="linux/s390x")
+
+
+def test_pull_image_refuses_another_platform_before_downloading_its_layers(
+    open_registry: Registry, tmp_path: Path
+) -> None:
+    store = ImageStore(tmp_path / "store")
+    open_registry.push(_two_platform_layout(tmp_path / "src"), "tests/other-arch:1", all_platforms=True)
+    ref = f"{open_registry.host}/tests/other-arch:1"
+    other = next(p for p in ("linux/amd64", "linux/arm64") if p != this_platform())
+    with pytest.raises(ImageError, match=rf"the platform {other} is not this machine's \({this_platform()}\): the"):
+        pull_image(store, ref, platform=other)  # asked for: refused before anything is downloaded
+    assert not list((download_dir(store, ref) / "blobs").rglob("*"))
+    entry = _image_for(tmp_path / "alone", other.split("/")[1])
+    (tmp_path / "alone/index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    open_registry.push(tmp_path / "alone", "tests/other-arch-alone:1")
+    ref = f"{open_registry.host}/tests/other-arch-alone:1"
+    with pytest.raises(ImageError, match=rf"is an image for {other} only, not {this_platform()}: pull one built"):
+        pull_image(store, ref)  # its configuration says so: refused before a layer is downloaded
+    kept = {p.name.removesuffix(".partial") for p in (download_dir(store, ref) / "blobs" / "sha256").iterdir()}
+    layers = {d.removeprefix("sha256:") for d in open_registry.layers("tests/other-arch-alone", "1")}
+    assert layers and not kept & layers
 
 
 def test_an_interrupted_download_resumes_where_it_stopped(open_registry: Registry, tmp_path: Path) -> None:

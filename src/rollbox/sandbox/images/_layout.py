@@ -28,6 +28,7 @@ __all__ = [
     "blob_path",
     "read_index",
     "read_manifest",
+    "same_platform",
     "strings",
     "this_platform",
 ]
@@ -50,6 +51,14 @@ def this_platform() -> str:
     """This machine's platform as images name it: ``linux/amd64``, ``linux/arm64``, ..."""
     machine = platform_module.machine()
     return f"linux/{_ARCHITECTURES.get(machine, machine)}"
+
+
+def same_platform(have: str, want: str) -> bool:
+    """Whether an image for ``have`` (``os/architecture[/variant]``) is one for ``want``: the same OS and
+    architecture, and the same variant where both name one (``linux/arm`` is never ``linux/arm64``). The one rule
+    for choosing from an index, for a pull's and for an import's check."""
+    h, w = have.split("/"), want.split("/")
+    return h[:2] == w[:2] and (len(h) < 3 or len(w) < 3 or h[2:] == w[2:])
 
 
 @dataclass(frozen=True)
@@ -196,7 +205,7 @@ def _pick(layout: Path, entries: list[Any], ref: str | None, where: str) -> dict
     for e in objects:
         _ref_name(e, where)  # every entry's shape checked, whichever is taken
         _string(e.get("mediaType"), f"{where}: an entry's mediaType")
-    candidates = [e for e in objects if not e.get("platform") or _platform_of(e, where).startswith(this_platform())]
+    candidates = [e for e in objects if not e.get("platform") or same_platform(_platform_of(e, where), this_platform())]
     if not candidates:
         found = sorted({_platform_of(e, where) for e in objects})
         raise ImageError(
@@ -252,7 +261,7 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
             f"{layout}: the manifest {digest} has {len(blobs)} layers but its configuration {len(diff_ids)} diff_ids"
         )
     platform = _platform_of({"platform": config}, config_where) if config.get("os") else this_platform()
-    if platform.split("/")[:2] != this_platform().split("/")[:2]:
+    if not same_platform(platform, this_platform()):
         raise ImageError(
             f"{layout}: the image {digest} is for {platform}, not this machine's {this_platform()}: its programs "
             f"cannot run here; import one built for {this_platform()}"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ._errors import ImageError
 from ._image import Image
-from ._layout import REF_NAME, this_platform
+from ._layout import REF_NAME, same_platform, this_platform
 from ._reference import Reference, parse_reference
 from ._registry_http import Credentials, Session, credentials_for
 from ._store import ImageStore
@@ -174,12 +174,20 @@ def pull_image(
     max_blob_bytes: int = MAX_BLOB_BYTES,
 ) -> tuple[Image, PullResult]:
     """Pull ``reference`` (see :func:`pull`) into ``store``'s downloads and import it, known by the reference as
-    given; the download's blobs are deleted once imported (the store keeps what it unpacked).
+    given; the download's blobs are deleted once imported (the store keeps what it unpacked). A ``platform`` of
+    another OS or architecture than this machine's is refused before anything is downloaded (the store imports
+    only images whose programs run here); an image whose configuration names one is refused once its configuration
+    is downloaded, before its layers are.
 
     Raises:
         ImageError: as :func:`pull`, or the import's.
     """
     ref = parse_reference(reference)
+    if platform is not None and not same_platform(platform, this_platform()):
+        raise ImageError(
+            f"{ref}: the platform {platform} is not this machine's ({this_platform()}): the store keeps only images "
+            "whose programs run here; pull it into a layout to copy elsewhere (rollbox.sandbox.images.pull)"
+        )
     layout = download_dir(store, reference)
     (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
     with _locked(layout):  # to the end: another pull of the repository must not delete what this one imports
@@ -246,9 +254,10 @@ class _Pull:
                     "the limit if the image really is that large"
                 )
         self.total = sum(size for _, size in blobs)
-        for blob_digest, size in blobs:
+        self._blob(*blobs[0])
+        self._check_platform(blobs[0][0])  # the configuration says: before a layer is downloaded
+        for blob_digest, size in blobs[1:]:
             self._blob(blob_digest, size)
-        self._check_platform(blobs[0][0])
         self._write(digest, data)
         entry = {"mediaType": media, "digest": digest, "size": len(data)}
         entry["annotations"] = {REF_NAME: str(self.ref)}
@@ -321,14 +330,13 @@ class _Pull:
             have = f"{config['os']}/{config['architecture']}"
         except (ValueError, KeyError, TypeError):
             return  # no platform stated: the import decides
-        if have.split("/")[:2] != self.platform.split("/")[:2]:
+        if not same_platform(have, self.platform):
             raise ImageError(
                 f"{self.ref} is an image for {have} only, not {self.platform}: pull one built for this platform"
             )
 
     def _pick(self, index: object) -> str:
         """The digest of the index's manifest for this platform (a variant is compared only when both name one)."""
-        want = self.platform.split("/")
         found = []
         entries = index.get("manifests") if isinstance(index, dict) else None
         for entry in entries if isinstance(entries, list) else []:
@@ -338,7 +346,7 @@ class _Pull:
             have = [str(p.get("os", "")), str(p.get("architecture", ""))]
             have += [str(p["variant"])] if p.get("variant") else []
             found.append("/".join(have))
-            if have[:2] == want[:2] and (len(have) < 3 or len(want) < 3 or have[2] == want[2]):
+            if same_platform("/".join(have), self.platform):
                 return str(entry["digest"])
         raise ImageError(
             f"{self.ref} has no image for {self.platform} (it has {', '.join(found) or 'none'}): "
