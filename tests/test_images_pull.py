@@ -493,7 +493,9 @@ def test_a_blob_the_disk_has_no_room_for_is_not_started_and_one_that_fills_it_is
 ) -> None:
     layout = small_disk / "pulled"
     _stating(hostile, b"\0" * 8192, 64 << 20)  # more than the disk holds
-    with pytest.raises(ImageError, match=r"needs 67,108,864 bytes more, and .* has [\d,]+ free: free space there"):
+    with pytest.raises(
+        ImageError, match=rf"needs {(64 << 20) + len(_CONFIG):,} bytes more, and .* has [\d,]+ free: free space"
+    ):
         pull(f"{hostile.host}/tests/big:1", layout)
     assert not list(layout.glob("blobs/sha256/*.partial"))
     layer = os.urandom(4 << 20)
@@ -511,6 +513,39 @@ def test_a_blob_the_disk_has_no_room_for_is_not_started_and_one_that_fills_it_is
     finally:
         hostile.halfway = None
     assert not list(layout.glob("blobs/sha256/*.partial"))  # a partial kept would keep the disk full
+
+
+def test_an_image_the_disk_has_no_room_for_is_refused_before_any_blob_though_each_fits_alone(
+    hostile: _HostileRegistry, small_disk: Path
+) -> None:
+    layers = [b"\1" * 8192, b"\2" * 8192]
+    manifest = json.loads(json.dumps(_VALID))
+    stated = 9 << 20  # each fits the 16 MiB disk alone, both do not
+    manifest["layers"] = [{**manifest["layers"][0], "digest": sha256(layer), "size": stated} for layer in layers]
+    hostile.manifest = json.dumps(manifest).encode()
+    hostile.blobs = {sha256(_CONFIG): _CONFIG, **{sha256(layer): layer for layer in layers}}
+    with pytest.raises(ImageError, match=rf"the image needs {2 * stated + len(_CONFIG):,} bytes more, and .* free"):
+        pull(f"{hostile.host}/tests/two-big:1", small_disk / "pulled")
+    assert not list((small_disk / "pulled/blobs/sha256").iterdir())  # not even the configuration
+
+
+def test_a_pull_whose_import_fails_deletes_what_it_downloaded(hostile: _HostileRegistry, tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "store")
+    kept = os.urandom(1 << 10)
+    _stating(hostile, kept, len(kept))  # downloaded by an earlier pull: not this one's to delete
+    pull(f"{hostile.host}/tests/refused:1", download_dir(store, f"{hostile.host}/tests/refused:1"))
+    layer = os.urandom(1 << 20)
+    manifest = json.loads(json.dumps(_VALID))
+    manifest["layers"] = [{**manifest["layers"][0], "digest": sha256(b), "size": len(b)} for b in (kept, layer)]
+    hostile.manifest = json.dumps(manifest).encode()
+    hostile.blobs = {sha256(_CONFIG): _CONFIG, sha256(kept): kept, sha256(layer): layer}
+    # Its configuration names no layer (diff_ids []): the import refuses the image, for good.
+    with pytest.raises(ImageError, match="has 2 layers but its configuration 0 diff_ids"):
+        pull_image(store, f"{hostile.host}/tests/refused:1")
+    blobs = download_dir(store, f"{hostile.host}/tests/refused:1") / "blobs" / "sha256"
+    left = {p.name for p in blobs.iterdir()}
+    assert sha256(layer).removeprefix("sha256:") not in left and sha256(kept).removeprefix("sha256:") in left
+    assert sha256(hostile.manifest).removeprefix("sha256:") not in left and not any(".partial" in n for n in left)
 
 
 def test_gc_removes_the_downloads_of_interrupted_pulls_but_not_a_recent_or_running_one(
