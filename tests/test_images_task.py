@@ -4,6 +4,7 @@ the task's grading and its episodes on that image's root, and the verdict and th
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
@@ -146,6 +147,20 @@ def test_an_index_json_that_is_no_regular_file_is_refused_at_once_never_waited_o
     assert isinstance(outcome[0], ImageError), outcome
     said = "not a regular file" if kind == "fifo" else "index.json: a link"
     assert said in str(outcome[0]) and "index.json is a regular file" in str(outcome[0]), outcome[0]
+
+
+def test_a_root_being_collected_while_a_task_looks_for_its_image_is_imported_again_not_an_oserror(
+    tmp_path: Path,
+) -> None:
+    store = ImageStore(tmp_path / "store")
+    write_layout(tmp_path / "task" / "image", [tar_layer([Entry("etc", "dir"), Entry("etc/v", data=b"1")])])
+    task = stdio_task(tmp_path / "task", "image")
+    first = task_image(task, store)
+    assert first is not None
+    with open(first.root.parent / f"{first.root_id}.lock", "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as gc holds it while it removes the root
+        again = task_image(task, store)  # the cached image cannot be held now: looked up again, never BlockingIOError
+    assert again is not None and again.digest == first.digest
 
 
 def test_a_full_disk_under_the_image_store_is_infra_error_never_the_candidates(

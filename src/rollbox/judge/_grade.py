@@ -14,7 +14,7 @@ from typing import Any
 from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status, WorkspaceChanges, scratch_directory
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
-from ._runtime import task_image, task_sandboxes
+from ._runtime import sandboxes_image, task_sandboxes
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
 from .integrity._scan import PENALIZED, scan_changes
 from .integrity._workspace import (
@@ -179,7 +179,7 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
     runner = _RUNNERS[type(task.grading)]
     try:
         source = await task_sandboxes(task, source)  # the task's runtime layer (built on first use), its variables
-        image = task_image(task)  # resolved (and imported, for a path) by task_sandboxes already
+        image = sandboxes_image(source)  # the one graded on
     except (RollboxError, OSError) as exc:
         # The task's layer and image are the machine's to make: a full disk there is never the candidate's.
         return _infra(task, start, str(exc))
