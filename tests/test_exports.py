@@ -109,6 +109,7 @@ def test_tasks_and_judge_exports() -> None:
             "grade",
             "grade_batch",
             "runtime_spec",
+            "sandboxes_image",
             "task_image",
             "task_sandboxes",
         ]

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from oci_images import Entry, tar_layer, write_layout
 from registry_server import PASSWORD, USER, Registry, free_port, registry, sha256
 from rollbox.sandbox.images import Credentials, ImageError, ImageStore, PullProgress, pull, pull_image
+from rollbox.sandbox.images._layout import this_platform
 from rollbox.sandbox.images._reference import Reference, parse_reference
 from rollbox.sandbox.images._registry import credentials_for, download_dir
 
@@ -162,6 +163,27 @@ def test_a_manifest_list_gives_this_machines_platform(open_registry: Registry, t
         ImageStore(tmp_path / "store").import_layout(arm.layout)  # but not to run here
     with pytest.raises(ImageError, match=r"has no image for linux/s390x \(it has linux/amd64, linux/arm64\)"):
         pull(ref, tmp_path / "none", platform="linux/s390x")
+
+
+def test_pull_image_refuses_another_platform_before_downloading_its_layers(
+    open_registry: Registry, tmp_path: Path
+) -> None:
+    store = ImageStore(tmp_path / "store")
+    open_registry.push(_two_platform_layout(tmp_path / "src"), "tests/other-arch:1", all_platforms=True)
+    ref = f"{open_registry.host}/tests/other-arch:1"
+    other = next(p for p in ("linux/amd64", "linux/arm64") if p != this_platform())
+    with pytest.raises(ImageError, match=rf"the platform {other} is not this machine's \({this_platform()}\): the"):
+        pull_image(store, ref, platform=other)  # asked for: refused before anything is downloaded
+    assert not list((download_dir(store, ref) / "blobs").rglob("*"))
+    entry = _image_for(tmp_path / "alone", other.split("/")[1])
+    (tmp_path / "alone/index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    open_registry.push(tmp_path / "alone", "tests/other-arch-alone:1")
+    ref = f"{open_registry.host}/tests/other-arch-alone:1"
+    with pytest.raises(ImageError, match=rf"is an image for {other} only, not {this_platform()}: pull one built"):
+        pull_image(store, ref)  # its configuration says so: refused before a layer is downloaded
+    kept = {p.name.removesuffix(".partial") for p in (download_dir(store, ref) / "blobs" / "sha256").iterdir()}
+    layers = {d.removeprefix("sha256:") for d in open_registry.layers("tests/other-arch-alone", "1")}
+    assert layers and not kept & layers
 
 
 def test_an_interrupted_download_resumes_where_it_stopped(open_registry: Registry, tmp_path: Path) -> None:
@@ -471,7 +493,9 @@ def test_a_blob_the_disk_has_no_room_for_is_not_started_and_one_that_fills_it_is
 ) -> None:
     layout = small_disk / "pulled"
     _stating(hostile, b"\0" * 8192, 64 << 20)  # more than the disk holds
-    with pytest.raises(ImageError, match=r"needs 67,108,864 bytes more, and .* has [\d,]+ free: free space there"):
+    with pytest.raises(
+        ImageError, match=rf"needs {(64 << 20) + len(_CONFIG):,} bytes more, and .* has [\d,]+ free: free space"
+    ):
         pull(f"{hostile.host}/tests/big:1", layout)
     assert not list(layout.glob("blobs/sha256/*.partial"))
     layer = os.urandom(4 << 20)
@@ -489,6 +513,39 @@ def test_a_blob_the_disk_has_no_room_for_is_not_started_and_one_that_fills_it_is
     finally:
         hostile.halfway = None
     assert not list(layout.glob("blobs/sha256/*.partial"))  # a partial kept would keep the disk full
+
+
+def test_an_image_the_disk_has_no_room_for_is_refused_before_any_blob_though_each_fits_alone(
+    hostile: _HostileRegistry, small_disk: Path
+) -> None:
+    layers = [b"\1" * 8192, b"\2" * 8192]
+    manifest = json.loads(json.dumps(_VALID))
+    stated = 9 << 20  # each fits the 16 MiB disk alone, both do not
+    manifest["layers"] = [{**manifest["layers"][0], "digest": sha256(layer), "size": stated} for layer in layers]
+    hostile.manifest = json.dumps(manifest).encode()
+    hostile.blobs = {sha256(_CONFIG): _CONFIG, **{sha256(layer): layer for layer in layers}}
+    with pytest.raises(ImageError, match=rf"the image needs {2 * stated + len(_CONFIG):,} bytes more, and .* free"):
+        pull(f"{hostile.host}/tests/two-big:1", small_disk / "pulled")
+    assert not list((small_disk / "pulled/blobs/sha256").iterdir())  # not even the configuration
+
+
+def test_a_pull_whose_import_fails_deletes_what_it_downloaded(hostile: _HostileRegistry, tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "store")
+    kept = os.urandom(1 << 10)
+    _stating(hostile, kept, len(kept))  # downloaded by an earlier pull: not this one's to delete
+    pull(f"{hostile.host}/tests/refused:1", download_dir(store, f"{hostile.host}/tests/refused:1"))
+    layer = os.urandom(1 << 20)
+    manifest = json.loads(json.dumps(_VALID))
+    manifest["layers"] = [{**manifest["layers"][0], "digest": sha256(b), "size": len(b)} for b in (kept, layer)]
+    hostile.manifest = json.dumps(manifest).encode()
+    hostile.blobs = {sha256(_CONFIG): _CONFIG, sha256(kept): kept, sha256(layer): layer}
+    # Its configuration names no layer (diff_ids []): the import refuses the image, for good.
+    with pytest.raises(ImageError, match="has 2 layers but its configuration 0 diff_ids"):
+        pull_image(store, f"{hostile.host}/tests/refused:1")
+    blobs = download_dir(store, f"{hostile.host}/tests/refused:1") / "blobs" / "sha256"
+    left = {p.name for p in blobs.iterdir()}
+    assert sha256(layer).removeprefix("sha256:") not in left and sha256(kept).removeprefix("sha256:") in left
+    assert sha256(hostile.manifest).removeprefix("sha256:") not in left and not any(".partial" in n for n in left)
 
 
 def test_gc_removes_the_downloads_of_interrupted_pulls_but_not_a_recent_or_running_one(

@@ -20,6 +20,7 @@ import pytest
 
 from oci_images import Entry, docker_archive, oci_archive, tar_layer, write_layout
 from rollbox.sandbox.images import ImageError, ImageStore
+from rollbox.sandbox.images._layout import same_platform, this_platform
 
 BASE = [
     Entry("bin", "dir", mode=0o755),
@@ -285,6 +286,20 @@ def test_an_image_of_another_platform_is_refused_at_import(tmp_path: Path) -> No
         ImageStore(tmp_path / "store").import_archive(
             oci_archive(write_layout(tmp_path / "windows", [], image_config={"os": "windows"}), tmp_path / "w.tar")
         )
+
+
+def test_a_platform_matches_by_os_architecture_and_variant_never_by_prefix(tmp_path: Path) -> None:
+    assert same_platform("linux/arm64", "linux/arm64") and same_platform("linux/arm/v7", "linux/arm")
+    assert not same_platform("linux/arm64", "linux/arm") and not same_platform("linux/arm/v6", "linux/arm/v7")
+    longer = {"os": "linux", "architecture": this_platform().split("/")[1] + "x"}  # this one's name and more
+    layout = write_layout(tmp_path / "layout", [tar_layer([Entry("etc", "dir")])])
+    index = json.loads((layout / "index.json").read_text())
+    index["manifests"][0]["platform"] = longer
+    (layout / "index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        ImageError, match=rf"has no image for {this_platform()} \(it has linux/{longer['architecture']}\)"
+    ):
+        ImageStore(tmp_path / "store").import_layout(layout)
 
 
 def test_an_absolute_name_is_contained_in_the_image(tmp_path: Path) -> None:

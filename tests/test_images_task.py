@@ -4,10 +4,13 @@ the task's grading and its episodes on that image's root, and the verdict and th
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +109,58 @@ def test_a_layout_changed_in_place_or_collected_is_imported_again(tmp_path: Path
     store.gc()  # its root is gone: the image is imported again, not handed out without one
     third = task_image(task, store)
     assert third is not None and third.digest == second.digest and third.root.is_dir()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_an_index_json_that_is_no_regular_file_is_refused_at_once_never_waited_on_or_read_whole(
+    tmp_path: Path, kind: str
+) -> None:
+    image = tmp_path / "task" / "image"
+    image.mkdir(parents=True)
+    (image / "oci-layout").write_text("{}")
+    if kind == "fifo":
+        os.mkfifo(image / "index.json")  # opened for reading as a file is, it waits for a writer for ever
+    else:
+        # A link to a file of 256 MiB (a link to /dev/zero would be read without end): never followed, never read.
+        with (tmp_path / "big").open("wb") as big:
+            big.truncate(256 << 20)
+        (image / "index.json").symlink_to(tmp_path / "big")
+    task = stdio_task(tmp_path / "task", "image")
+    outcome: list[BaseException | None] = []
+
+    def look() -> None:
+        try:
+            task_image(task, ImageStore(tmp_path / "store"))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=look, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(10)
+    if thread.is_alive() and kind == "fifo":
+        os.close(os.open(image / "index.json", os.O_WRONLY | os.O_NONBLOCK))  # the waiting reader let go
+        thread.join(10)
+    assert outcome and time.monotonic() - started < 5, "waited on index.json"
+    assert isinstance(outcome[0], ImageError), outcome
+    said = "not a regular file" if kind == "fifo" else "index.json: a link"
+    assert said in str(outcome[0]) and "index.json is a regular file" in str(outcome[0]), outcome[0]
+
+
+def test_a_root_being_collected_while_a_task_looks_for_its_image_is_imported_again_not_an_oserror(
+    tmp_path: Path,
+) -> None:
+    store = ImageStore(tmp_path / "store")
+    write_layout(tmp_path / "task" / "image", [tar_layer([Entry("etc", "dir"), Entry("etc/v", data=b"1")])])
+    task = stdio_task(tmp_path / "task", "image")
+    first = task_image(task, store)
+    assert first is not None
+    with open(first.root.parent / f"{first.root_id}.lock", "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as gc holds it while it removes the root
+        again = task_image(task, store)  # the cached image cannot be held now: looked up again, never BlockingIOError
+    assert again is not None and again.digest == first.digest
 
 
 def test_a_full_disk_under_the_image_store_is_infra_error_never_the_candidates(

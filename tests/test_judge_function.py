@@ -244,6 +244,51 @@ def test_a_tree_within_the_byte_limit_that_still_fills_the_disk_is_the_candidate
     assert [f["code"] for f in verdict.flags] == ["workspace_too_large"]
 
 
+def test_a_full_disk_under_the_hosts_scratch_is_infra_error_never_the_candidates(
+    task: Task, tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The grading tree is staged in the host's scratch (outside any sandbox's limit): that disk full is the
+    # machine's failure, whatever the candidate's tree, which fits the task's limits.
+    monkeypatch.setenv("ROLLBOX_SCRATCH_DIR", str(small_disk))
+    (small_disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - (64 << 10)))
+    verdict = grade_files(task, tmp_path, {"solution.py": CORRECT, "data.bin": "y" * (1 << 20)})
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert "No space left on device" in str(verdict.error) and not verdict.flags, verdict
+
+
+class _ProcessSandboxes:
+    """Sandboxes of the ``process`` backend, which has no disk limit of its own: its files are on the host's disk."""
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
+        async with Sandbox(config, backend="process") as sb:
+            yield sb
+
+    @contextlib.asynccontextmanager
+    async def sandboxes(
+        self, count: int, config: SandboxConfig, *, avoid: str | None = None
+    ) -> AsyncIterator[list[Sandbox]]:
+        async with contextlib.AsyncExitStack() as stack:
+            yield [await stack.enter_async_context(Sandbox(config, backend="process")) for _ in range(count)]
+
+
+@pytest.mark.filterwarnings("ignore:.*process.*:UserWarning")
+def test_the_hosts_disk_full_under_a_sandbox_with_no_limit_of_its_own_is_infra_error(
+    task: Task, tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process sandbox's /workspace is a directory on the host's disk: a write of the tree failing there for want of
+    # room is the host's full disk (the tree fits the task's limits), never the candidate's tree too large.
+    monkeypatch.setattr(tempfile, "tempdir", str(small_disk))
+    (small_disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - (256 << 10)))
+    workspace = tmp_path / "candidate"
+    workspace.mkdir()
+    (workspace / "solution.py").write_text(CORRECT)
+    (workspace / "data.bin").write_bytes(b"y" * (1 << 20))
+    verdict = asyncio.run(grade(task, workspace, sandboxes=_ProcessSandboxes()))
+    assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
+    assert "No space left on device" in str(verdict.error) and not verdict.flags, verdict
+
+
 def test_links_of_the_task_reach_the_grading_sandbox(task: Task, tmp_path: Path) -> None:
     root = tmp_path / "linked"
     (root / "workspace" / "impl").mkdir(parents=True)

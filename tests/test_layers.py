@@ -26,6 +26,7 @@ import pytest
 
 from conftest import TIME_SCALE
 from rollbox.sandbox import Limits, Sandbox, SandboxError
+from rollbox.sandbox.images import ImageError, ImageStore
 from rollbox.sandbox.runtime import Layer, LayerBuildError, LayerStore, PythonNotFound, RuntimeSpec, find_python
 
 
@@ -247,6 +248,17 @@ def test_a_full_disk_under_the_store_is_a_layer_build_error_naming_the_store(whe
     with pytest.raises(LayerBuildError) as caught:
         asyncio.run(store.ensure(RuntimeSpec(requirements=("rbx-greet",))))
     assert "No space left on device" in str(caught.value) and store.layers() == []
+    assert f"free space under {small_disk / 'layers'} ('rollbox env gc')" in str(caught.value), caught.value
+
+
+def test_a_store_error_other_than_a_full_disk_gives_no_advice_to_free_space(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(LayerBuildError) as caught:
+        asyncio.run(LayerStore(tmp_path / "file" / "layers").ensure(RuntimeSpec(requirements=("rbx-greet",))))
+    assert "Not a directory" in str(caught.value) and "free space" not in str(caught.value), caught.value
+    with pytest.raises(ImageError) as refused:
+        ImageStore(tmp_path / "file" / "images").import_layout(tmp_path)
+    assert "Not a directory" in str(refused.value) and "free space" not in str(refused.value), refused.value
 
 
 def test_source_distributions_are_refused_unless_allowed_and_their_build_code_never_runs(

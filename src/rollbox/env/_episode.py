@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbox import telemetry
-from rollbox.judge import Verdict, VerdictStatus, grade, task_image, task_sandboxes
+from rollbox.judge import Verdict, VerdictStatus, grade, sandboxes_image, task_sandboxes
 from rollbox.sandbox import (
     ExecResult,
     FreshSandboxes,
@@ -249,7 +249,7 @@ class Episode:
         ``_broken`` set, when the task's runtime cannot be had or the sandbox could not be started."""
         try:
             sandboxes = await task_sandboxes(self.task, self._sandboxes)
-            image = task_image(self.task)  # resolved by task_sandboxes already
+            image = sandboxes_image(sandboxes)  # the one the agent's sandbox runs on
         except (LayerBuildError, PythonNotFound, ImageError) as exc:
             self._broken = f"the task's runtime could not be prepared: {exc}"
             return None

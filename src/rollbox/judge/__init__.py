@@ -7,7 +7,7 @@ failures for the candidate's. Imports :mod:`rollbox.tasks` and :mod:`rollbox.san
 
 from ._batch import grade_batch
 from ._grade import Solution, grade
-from ._runtime import runtime_spec, task_image, task_sandboxes
+from ._runtime import runtime_spec, sandboxes_image, task_image, task_sandboxes
 from ._verdict import GradedTest, Outcome, Verdict, VerdictStatus, compute_reward
 from .integrity._workspace import check_solution_path
 
@@ -22,6 +22,7 @@ __all__ = [
     "grade",
     "grade_batch",
     "runtime_spec",
+    "sandboxes_image",
     "task_image",
     "task_sandboxes",
 ]

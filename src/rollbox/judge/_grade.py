@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import os
 import shutil
@@ -15,7 +14,7 @@ from typing import Any
 from rollbox.sandbox import FreshSandboxes, RollboxError, SandboxSource, Status, WorkspaceChanges, scratch_directory
 from rollbox.tasks import FunctionGrading, PytestGrading, ScriptGrading, StdioGrading, Task
 
-from ._runtime import task_image, task_sandboxes
+from ._runtime import sandboxes_image, task_sandboxes
 from ._verdict import Outcome, Verdict, VerdictStatus, compute_reward
 from .integrity._scan import PENALIZED, scan_changes
 from .integrity._workspace import (
@@ -35,7 +34,7 @@ from .runners._pytest import run_pytest
 from .runners._report import RunnerReport
 from .runners._script import run_script
 from .runners._stdio import run_stdio
-from .runners._tree import GradingTree
+from .runners._tree import GradingTree, TreeTooLarge
 
 __all__ = ["Solution", "grade"]
 
@@ -180,7 +179,7 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
     runner = _RUNNERS[type(task.grading)]
     try:
         source = await task_sandboxes(task, source)  # the task's runtime layer (built on first use), its variables
-        image = task_image(task)  # resolved (and imported, for a path) by task_sandboxes already
+        image = sandboxes_image(source)  # the one graded on
     except (RollboxError, OSError) as exc:
         # The task's layer and image are the machine's to make: a full disk there is never the candidate's.
         return _infra(task, start, str(exc))
@@ -211,12 +210,13 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
         # The candidate's tree itself is unacceptable (too many files, a huge file, unreadable): its failure,
         # never a masked infra_error it could learn to provoke.
         return _refused(task, start, "workspace_refused", str(exc))
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            return _infra(task, start, f"{type(exc).__name__}: {exc}")
-        # Only writing the candidate's tree can fill a disk here (the task's layer and image are made above, and
-        # the host's own failures are RollboxErrors): the tree fits the byte limit but not the sandbox.
+    except TreeTooLarge as exc:
+        # A write inside the grading sandbox's own disk limit found it reached: the tree fits the byte limit but
+        # not the sandbox (its blocks, its inodes).
         return _refused(task, start, "workspace_too_large", str(exc))
+    except OSError as exc:
+        # The host's own writes (the grading tree staged in its scratch, ...): a full disk there is the machine's.
+        return _infra(task, start, f"{type(exc).__name__}: {exc}")
     except RollboxError as exc:
         return _infra(task, start, str(exc))
     status = _status(report)

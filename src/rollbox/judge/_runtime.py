@@ -22,11 +22,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from rollbox.sandbox import Sandbox, SandboxConfig, SandboxSource
-from rollbox.sandbox.images import Image, ImageStore
+from rollbox.sandbox.images import Image, ImageError, ImageStore
+from rollbox.sandbox.images._layout import read_index
 from rollbox.sandbox.runtime import Layer, LayerStore, RuntimeSpec
 from rollbox.tasks import PytestGrading, Task
 
-__all__ = ["runtime_spec", "task_image", "task_sandboxes"]
+__all__ = ["runtime_spec", "sandboxes_image", "task_image", "task_sandboxes"]
 
 #: Images named by a path, imported once per process: (store, path, its content's identity) -> the image.
 _imported: dict[tuple[str, str, str], Image] = {}
@@ -55,7 +56,7 @@ def task_image(task: Task, store: ImageStore | None = None) -> Image | None:
     if image is not None:
         try:
             os.close(image.hold())
-        except FileNotFoundError:  # its root was collected since ('rollbox images gc'): imported again
+        except (FileNotFoundError, BlockingIOError):  # its root collected since, or being now: imported again
             image = None
     if image is None:
         image = _imported[key] = store.import_layout(path) if path.is_dir() else store.import_archive(path)
@@ -68,8 +69,9 @@ def _identity(path: Path, st: os.stat_result) -> str:
     if not path.is_dir():
         return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
     try:
-        return hashlib.sha256((path / "index.json").read_bytes()).hexdigest()
-    except OSError:
+        # Bounded, and never a fifo waited on or a device read without end: the task's files are anyone's.
+        return hashlib.sha256(read_index(path)).hexdigest()
+    except ImageError:
         return ""  # no index to read: the import says what is wrong
 
 
@@ -113,6 +115,12 @@ class _TaskSandboxes:
         self, count: int, config: SandboxConfig, *, avoid: str | None = None
     ) -> contextlib.AbstractAsyncContextManager[list[Sandbox]]:
         return self._inner.sandboxes(count, self._task(config), avoid=avoid)
+
+
+def sandboxes_image(source: SandboxSource) -> Image | None:
+    """The image the sandboxes of ``source`` (as :func:`task_sandboxes` returned it) run on, or None: the one they
+    were made with, never the task's image looked up again (which may name another by now)."""
+    return source._image if isinstance(source, _TaskSandboxes) else None
 
 
 async def task_sandboxes(task: Task, source: SandboxSource, store: LayerStore | None = None) -> SandboxSource:

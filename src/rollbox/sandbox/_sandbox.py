@@ -155,6 +155,12 @@ class Sandbox:
         """What every command may use (``config.limits``)."""
         return self.config.limits
 
+    def disk_full(self) -> bool:
+        """Whether the sandbox's own writable tree (/workspace, /tmp and /dev/shm) has reached its disk limit: no
+        block or no inode left. Always False on a backend with no disk limit of its own (``process``), whose files
+        are on the host's disk: a write failing there for want of room is the host's full disk, not the limit's."""
+        return self._open().disk_full()
+
     @property
     def network(self) -> Network:
         """``config.network``."""

@@ -37,7 +37,7 @@ from ._channel import ForgedChannel, read_records
 from ._drivers import driver_command, install_driver
 from ._probe import grading_env, sandbox_config
 from ._report import RunnerReport
-from ._tree import GradingTree
+from ._tree import GradingTree, candidates_room
 
 __all__ = ["run_check"]
 
@@ -128,7 +128,8 @@ async def run_check(tree: GradingTree, task: Task, grading: FunctionGrading, san
             await box.reset(fresh=True)
         box.history.add(mark)
         await tree.lay(box)
-        driver = await install_driver(box, f"/tmp/.rollbox-check-{secrets.token_hex(8)}", "_check_driver.py")
+        with candidates_room(box):  # laid after the tree, in the room it left
+            driver = await install_driver(box, f"/tmp/.rollbox-check-{secrets.token_hex(8)}", "_check_driver.py")
         imports = _imported_modules(source)
         command, warm = driver_command(box, driver, f"/workspace/{grading.module}", grading.entry_point, *imports)
         request = json.dumps({"id": run_id, "source": source})

@@ -19,7 +19,7 @@ from ._drivers import driver_command, install_driver
 from ._missing import unless_missing
 from ._probe import grading_env
 from ._report import RunnerReport, merge_reports
-from ._tree import GradingTree
+from ._tree import GradingTree, candidates_room
 
 _FRESH = FreshSandboxes()
 
@@ -82,7 +82,8 @@ async def run_function(
     if cases:
         async with tree.sandbox(sandboxes, limits=task.limits, network=task.network, forks=True) as sb:
             await tree.lay(sb)
-            driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
+            with candidates_room(sb):  # laid after the tree, in the room it left
+                driver = await install_driver(sb, _JUDGE_DIR, "_function_driver.py")
             command, warm = driver_command(sb, driver, f"/workspace/{grading.module}", grading.entry_point)
             result = await sb.exec(command, stdin=inputs, env=grading_env(), warm_python=warm)
             result = unless_missing(sb, command, result, runner="function")

@@ -51,7 +51,7 @@ from ._drivers import compiled, install_driver, sandbox_python
 from ._probe import grading_env
 from ._pytest_results import PytestRun, Sealed
 from ._report import RunnerReport
-from ._tree import GradingTree
+from ._tree import GradingTree, candidates_room
 
 _FRESH = FreshSandboxes()
 
@@ -257,7 +257,8 @@ async def run_pytest(
     judges = [f"{m.relative}::{name.split('::')[0]}" for m in modules for name in m.canaries]
     async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
         await tree.lay(sb)
-        await _install(sb, task, layout, modules)
+        with candidates_room(sb):  # the tests go over the tree (to replace what it has at their paths), in its room
+            await _install(sb, task, layout, modules)
         result = await sb.exec(
             [
                 "python3",

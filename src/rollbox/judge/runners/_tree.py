@@ -10,7 +10,8 @@ what the line costs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import errno
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,32 @@ from rollbox.sandbox import Limits, Network, Sandbox, SandboxConfig, SandboxSour
 
 from ._probe import sandbox_config
 
-__all__ = ["GradingTree"]
+__all__ = ["GradingTree", "TreeTooLarge", "candidates_room"]
+
+#: What a write that found no room says: in a grading sandbox, its disk limit reached.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class TreeTooLarge(OSError):
+    """The candidate's tree did not fit the grading sandbox's disk limit (its blocks or inodes): a write inside
+    the sandbox's own quota found no room. The candidate's failure (``workspace_too_large``), unlike a write of the
+    host's own (its scratch, its store) that found its disk full, which is the machine's (``infra_error``)."""
+
+
+@contextlib.contextmanager
+def candidates_room(sb: Sandbox) -> Iterator[None]:
+    """Writes into the grading sandbox ``sb`` once the candidate's tree is there (the tree itself, and the judge's
+    files laid over it, which fit alone): one that found no room because the sandbox's own disk limit is reached
+    is the tree's doing, raised as :class:`TreeTooLarge`; one that found the host's disk full (a backend with no
+    limit of its own writes there) stays the OSError it is, the machine's."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _NO_ROOM or isinstance(exc, TreeTooLarge) or not sb.disk_full():
+            raise
+        raise TreeTooLarge(
+            exc.errno, f"the candidate's tree does not fit the grading sandbox: {exc.strerror}", exc.filename
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -48,8 +74,10 @@ class GradingTree:
         write :attr:`files` (the candidate's changes, or the whole tree).
 
         Raises:
-            OSError: a write failed (ENOSPC and the like: the candidate's tree does not fit the sandbox).
+            TreeTooLarge: the tree does not fit the sandbox's disk limit (the candidate's doing).
+            OSError: another write failed.
         """
-        for path in self.removed:
-            await sb.remove(path)
-        await sb.write_tree(self.files)
+        with candidates_room(sb):
+            for path in self.removed:
+                await sb.remove(path)
+            await sb.write_tree(self.files)

@@ -8,9 +8,12 @@ checked as it is unpacked (see ``_unpack``), since it is read once.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import platform as platform_module
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,17 @@ from typing import Any
 from ._errors import ImageError
 from ._image import ImageConfig
 
-__all__ = ["REF_NAME", "Layer", "Manifest", "blob_path", "read_manifest", "strings", "this_platform"]
+__all__ = [
+    "REF_NAME",
+    "Layer",
+    "Manifest",
+    "blob_path",
+    "read_index",
+    "read_manifest",
+    "same_platform",
+    "strings",
+    "this_platform",
+]
 
 _INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
@@ -38,6 +51,14 @@ def this_platform() -> str:
     """This machine's platform as images name it: ``linux/amd64``, ``linux/arm64``, ..."""
     machine = platform_module.machine()
     return f"linux/{_ARCHITECTURES.get(machine, machine)}"
+
+
+def same_platform(have: str, want: str) -> bool:
+    """Whether an image for ``have`` (``os/architecture[/variant]``) is one for ``want``: the same OS and
+    architecture, and the same variant where both name one (``linux/arm`` is never ``linux/arm64``). The one rule
+    for choosing from an index, for a pull's and for an import's check."""
+    h, w = have.split("/"), want.split("/")
+    return h[:2] == w[:2] and (len(h) < 3 or len(w) < 3 or h[2:] == w[2:])
 
 
 @dataclass(frozen=True)
@@ -73,7 +94,7 @@ def _hex(digest: object, where: str) -> str:
     return value
 
 
-def blob_path(layout: Path, digest: str) -> Path:
+def blob_path(layout: Path, digest: object) -> Path:
     """Where ``digest``'s blob lies in ``layout`` (checked to be a well-formed sha256 digest).
 
     Raises:
@@ -85,7 +106,37 @@ def blob_path(layout: Path, digest: str) -> Path:
     return path
 
 
-def _read_json_blob(layout: Path, digest: str, what: str) -> tuple[bytes, dict[str, Any]]:
+def read_index(layout: Path) -> bytes:
+    """The bytes of ``layout``'s index.json: a regular file of at most the JSON cap, never followed through a
+    link, never waited on (a fifo) and never read past the cap (a device), whoever made the layout.
+
+    Raises:
+        ImageError: it is missing, not a regular file, too large, or unreadable.
+    """
+    path = layout / "index.json"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        what = "a link" if exc.errno == errno.ELOOP else exc.strerror
+        raise ImageError(f"cannot read {path}: {what}: an image layout's index.json is a regular file") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_JSON_BYTES:
+            size = f"{st.st_size:,} bytes" if stat.S_ISREG(st.st_mode) else "not a regular file"
+            raise ImageError(
+                f"{path} is {size}: an image layout's index.json is a regular file of at most {_MAX_JSON_BYTES:,} "
+                "bytes; give a layout as an image tool writes it"
+            )
+        try:
+            data = f.read(_MAX_JSON_BYTES + 1)
+        except OSError as exc:
+            raise ImageError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > _MAX_JSON_BYTES:
+        raise ImageError(f"{path} grew past {_MAX_JSON_BYTES:,} bytes while read: not an image layout's index")
+    return data
+
+
+def _read_json_blob(layout: Path, digest: object, what: str) -> tuple[bytes, dict[str, Any]]:
     path = blob_path(layout, digest)
     with path.open("rb") as f:
         data = f.read(_MAX_JSON_BYTES + 1)
@@ -97,10 +148,12 @@ def _read_json_blob(layout: Path, digest: str, what: str) -> tuple[bytes, dict[s
 
 
 def _json_object(data: bytes, where: str) -> dict[str, Any]:
+    """``data`` as a JSON object: strict UTF-8 (what the image specification says JSON documents are; another
+    encoding json.loads would guess, UTF-16 or a byte-order mark, is refused)."""
     try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ImageError(f"{where} is not JSON ({exc})") from None
+        value = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ImageError(f"{where} is not JSON in UTF-8 ({exc})") from None
     if not isinstance(value, dict):
         raise ImageError(f"{where} is not a JSON object")
     return value
@@ -115,6 +168,13 @@ def _object(value: object, where: str) -> dict[str, Any]:
     return value
 
 
+def _string(value: object, where: str) -> str | None:
+    """``value`` when it is a JSON string (an absent one, null, is None)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ImageError(f"{where} is {json.dumps(value)[:40]}, not a JSON string: a malformed image; save it again")
+
+
 def _array(value: object, where: str) -> list[Any]:
     """``value`` when it is a JSON array (an absent one, null, is empty)."""
     if value is None:
@@ -126,27 +186,37 @@ def _array(value: object, where: str) -> list[Any]:
 
 def _platform_of(entry: dict[str, Any], where: str) -> str:
     p = _object(entry.get("platform"), f"{where}: a platform")
-    name = f"{p.get('os', '?')}/{p.get('architecture', '?')}"
-    return f"{name}/{p['variant']}" if p.get("variant") else name
+    parts = [_string(p.get(k), f"{where}: a platform's {k}") for k in ("os", "architecture", "variant")]
+    name = f"{parts[0] or '?'}/{parts[1] or '?'}"
+    return f"{name}/{parts[2]}" if parts[2] else name
 
 
-def _pick(layout: Path, entries: list[dict[str, Any]], ref: str | None, where: str) -> dict[str, Any]:
+def _ref_name(entry: dict[str, Any], where: str) -> str | None:
+    """The name the entry's annotations give it (``org.opencontainers.image.ref.name``), or None."""
+    annotations = _object(entry.get("annotations"), f"{where}: an entry's annotations")
+    return _string(annotations.get(REF_NAME), f"{where}: an entry's {REF_NAME}")
+
+
+def _pick(layout: Path, entries: list[Any], ref: str | None, where: str) -> dict[str, Any]:
     """The one manifest (or index) entry of ``entries`` meant: for this platform, and named ``ref`` if several."""
     if not entries:
         raise ImageError(f"{where} lists no manifest: not an image")
-    entries = [_object(e, f"{where}: an entry of its manifests") for e in entries]
-    candidates = [e for e in entries if not e.get("platform") or _platform_of(e, where).startswith(this_platform())]
+    objects = [_object(e, f"{where}: an entry of its manifests") for e in entries]
+    for e in objects:
+        _ref_name(e, where)  # every entry's shape checked, whichever is taken
+        _string(e.get("mediaType"), f"{where}: an entry's mediaType")
+    candidates = [e for e in objects if not e.get("platform") or same_platform(_platform_of(e, where), this_platform())]
     if not candidates:
-        found = sorted({_platform_of(e, where) for e in entries})
+        found = sorted({_platform_of(e, where) for e in objects})
         raise ImageError(
             f"{where} has no image for {this_platform()} (it has {', '.join(found)}): use one built for it"
         )
     if len(candidates) > 1 and ref is not None:
         tag = ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else None
-        named = [e for e in candidates if (e.get("annotations") or {}).get(REF_NAME) in {ref, tag}]
+        named = [e for e in candidates if _ref_name(e, where) in (ref, tag)]
         candidates = named or candidates
     if len(candidates) > 1:
-        names = sorted({str((e.get("annotations") or {}).get(REF_NAME, e.get("digest"))) for e in candidates})
+        names = sorted({str(_ref_name(e, where) or e.get("digest")) for e in candidates})
         raise ImageError(f"{where} holds {len(candidates)} images ({', '.join(names)}): name one with ref=")
     return candidates[0]
 
@@ -159,32 +229,30 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
         ImageError: not a layout, no image for this platform (or the one there is for another), several and none
             named, a blob missing or corrupt.
     """
-    if not (layout / "oci-layout").is_file() or not (layout / "index.json").is_file():
+    if not (layout / "oci-layout").is_file() or not os.path.lexists(layout / "index.json"):
         raise ImageError(
             f"{layout} is not an OCI image layout (no oci-layout or index.json): give a layout directory, "
             "a docker-save or OCI archive, or an image in the store"
         )
-    try:
-        index = _json_object((layout / "index.json").read_bytes()[: _MAX_JSON_BYTES + 1], f"{layout}/index.json")
-    except OSError as exc:
-        raise ImageError(f"cannot read {layout}/index.json: {exc.strerror}") from None
+    index = _json_object(read_index(layout), f"{layout}/index.json")
     where = f"{layout}/index.json"
     entry = _pick(layout, _array(index.get("manifests"), f"{where}: its manifests"), ref, where)
-    named = (entry.get("annotations") or {}).get(REF_NAME)
+    named = _ref_name(entry, where)
     for _ in range(4):  # an index may point to an index (a manifest list); deeper nesting is not an image's
-        if entry.get("mediaType") not in _INDEX_TYPES:
+        if entry.get("mediaType") not in _INDEX_TYPES:  # a string or None: checked by _pick
             break
-        _data, nested = _read_json_blob(layout, entry.get("digest", ""), "index")
+        _data, nested = _read_json_blob(layout, entry.get("digest"), "index")
         nested_where = f"{layout}: the index {entry['digest']}"
         entry = _pick(layout, _array(nested.get("manifests"), f"{nested_where}: its manifests"), ref, nested_where)
-    digest = entry.get("digest", "")
+    digest = "sha256:" + _hex(entry.get("digest"), where)
     raw, manifest = _read_json_blob(layout, digest, "manifest")
-    if manifest.get("mediaType", entry.get("mediaType")) not in _MANIFEST_TYPES | {None}:
-        raise ImageError(f"{layout}: {digest} is a {manifest.get('mediaType')}, not an image manifest")
     where = f"{layout}: the manifest {digest}"
+    media = _string(manifest.get("mediaType"), f"{where}: its mediaType") or entry.get("mediaType")
+    if media is not None and media not in _MANIFEST_TYPES:
+        raise ImageError(f"{layout}: {digest} is a {media}, not an image manifest")
     config_entry = _object(manifest.get("config"), f"{where}: its config")
-    raw_config, config = _read_json_blob(layout, config_entry.get("digest", ""), "configuration")
-    config_where = f"{layout}: the configuration {config_entry.get('digest')}"
+    raw_config, config = _read_json_blob(layout, config_entry.get("digest"), "configuration")
+    config_where = f"{layout}: the configuration {config_entry['digest']}"
     rootfs = _object(config.get("rootfs"), f"{config_where}: its rootfs")
     diff_ids = _array(rootfs.get("diff_ids"), f"{config_where}: its diff_ids")
     blobs = [_object(b, f"{where}: a layer") for b in _array(manifest.get("layers"), f"{where}: its layers")]
@@ -193,7 +261,7 @@ def read_manifest(layout: Path, ref: str | None = None) -> Manifest:
             f"{layout}: the manifest {digest} has {len(blobs)} layers but its configuration {len(diff_ids)} diff_ids"
         )
     platform = _platform_of({"platform": config}, config_where) if config.get("os") else this_platform()
-    if platform.split("/")[:2] != this_platform().split("/")[:2]:
+    if not same_platform(platform, this_platform()):
         raise ImageError(
             f"{layout}: the image {digest} is for {platform}, not this machine's {this_platform()}: its programs "
             f"cannot run here; import one built for {this_platform()}"

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from ._errors import ImageError
 from ._image import Image
-from ._layout import REF_NAME, this_platform
+from ._layout import REF_NAME, same_platform, this_platform
 from ._reference import Reference, parse_reference
-from ._registry_http import Credentials, Session, credentials_for
+from ._registry_http import BrokenTransfer, Credentials, Session, credentials_for
 from ._store import ImageStore
 
 __all__ = [
@@ -62,6 +62,9 @@ _LOOPBACK = re.compile(r"(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?")
 #: The largest blob a pull downloads unless told otherwise: above the largest layers of CUDA and ML images, far
 #: below what a hostile registry's stated size could make it write.
 MAX_BLOB_BYTES = 16 << 30
+#: What a pull leaves free on the disk under its downloads, beyond what its blobs need: a tenth of them, at least
+#: this (the disk is the machine's: sandboxes' scratch and the import that follows need room too).
+_SPARE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -145,14 +148,17 @@ def _pull_locked(
     on_progress: Callable[[PullProgress], None] | None,
     timeout_s: float,
     max_blob_bytes: int,
+    fetched: list[Path] | None = None,
 ) -> PullResult:
-    """:func:`pull` into ``layout``, whose lock the caller holds."""
+    """:func:`pull` into ``layout``, whose lock the caller holds; the blobs it downloads whole are added to
+    ``fetched`` as they are (so that a caller can delete them when the pull fails)."""
     if plain_http is None:
         plain_http = bool(_LOOPBACK.fullmatch(ref.registry))
     with Session(ref, credentials or credentials_for(ref.registry), plain_http, timeout_s) as session:
-        return _Pull(
-            session, ref, layout, platform or this_platform(), on_progress, max_blob_bytes=max_blob_bytes
-        ).run()
+        pulling = _Pull(session, ref, layout, platform or this_platform(), on_progress, max_blob_bytes=max_blob_bytes)
+        if fetched is not None:
+            pulling.fetched = fetched
+        return pulling.run()
 
 
 def download_dir(store: ImageStore, reference: str) -> Path:
@@ -174,26 +180,45 @@ def pull_image(
     max_blob_bytes: int = MAX_BLOB_BYTES,
 ) -> tuple[Image, PullResult]:
     """Pull ``reference`` (see :func:`pull`) into ``store``'s downloads and import it, known by the reference as
-    given; the download's blobs are deleted once imported (the store keeps what it unpacked).
+    given; the download's blobs are deleted once imported (the store keeps what it unpacked). A ``platform`` of
+    another OS or architecture than this machine's is refused before anything is downloaded (the store imports
+    only images whose programs run here); an image whose configuration names one is refused once its configuration
+    is downloaded, before its layers are.
 
     Raises:
         ImageError: as :func:`pull`, or the import's.
     """
     ref = parse_reference(reference)
+    if platform is not None and not same_platform(platform, this_platform()):
+        raise ImageError(
+            f"{ref}: the platform {platform} is not this machine's ({this_platform()}): the store keeps only images "
+            "whose programs run here; pull it into a layout to copy elsewhere (rollbox.sandbox.images.pull)"
+        )
     layout = download_dir(store, reference)
     (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
     with _locked(layout):  # to the end: another pull of the repository must not delete what this one imports
-        result = _pull_locked(
-            ref,
-            layout,
-            credentials=credentials,
-            platform=platform,
-            plain_http=plain_http,
-            on_progress=on_progress,
-            timeout_s=timeout_s,
-            max_blob_bytes=max_blob_bytes,
-        )
-        image = store.import_layout(result.layout, ref=reference)
+        fetched: list[Path] = []
+        try:
+            result = _pull_locked(
+                ref,
+                layout,
+                credentials=credentials,
+                platform=platform,
+                plain_http=plain_http,
+                on_progress=on_progress,
+                timeout_s=timeout_s,
+                max_blob_bytes=max_blob_bytes,
+                fetched=fetched,
+            )
+            image = store.import_layout(result.layout, ref=reference)
+        except ImageError as exc:
+            # What it downloaded would only wait an hour for gc, taking the disk meanwhile: a pull that failed for
+            # good (an import refused, a platform, a corrupt blob, no room) deletes it now. One cut off keeps it to
+            # resume from.
+            if not isinstance(exc, BrokenTransfer):
+                for path in fetched:
+                    path.unlink(missing_ok=True)
+            raise
         for blob in (layout / "blobs" / "sha256").iterdir():
             if not blob.name.endswith(".partial"):
                 blob.unlink()
@@ -229,6 +254,8 @@ class _Pull:
         self.session, self.ref, self.layout, self.platform = session, ref, layout, platform
         self.on_progress, self.max_blob_bytes = on_progress, max_blob_bytes
         self.done = self.total = self.downloaded = self.reused = 0
+        #: The blobs this pull downloaded whole (not those it found there).
+        self.fetched: list[Path] = []
 
     def run(self) -> PullResult:
         media, data, digest = self._manifest(self.ref.target, expect=self.ref.digest)
@@ -246,9 +273,11 @@ class _Pull:
                     "the limit if the image really is that large"
                 )
         self.total = sum(size for _, size in blobs)
-        for blob_digest, size in blobs:
+        self._room_for(blobs)
+        self._blob(*blobs[0])
+        self._check_platform(blobs[0][0])  # the configuration says: before a layer is downloaded
+        for blob_digest, size in blobs[1:]:
             self._blob(blob_digest, size)
-        self._check_platform(blobs[0][0])
         self._write(digest, data)
         entry = {"mediaType": media, "digest": digest, "size": len(data)}
         entry["annotations"] = {REF_NAME: str(self.ref)}
@@ -258,6 +287,25 @@ class _Pull:
         partial.write_text(index)
         partial.rename(self.layout / "index.json")
         return PullResult(str(self.ref), digest, self.layout, self.downloaded, self.reused)
+
+    def _room_for(self, blobs: list[tuple[str, int]]) -> None:
+        """Refuse, before anything is downloaded, an image whose blobs (what is not here of them yet) the disk under
+        the layout has no room for, with a margin to spare: each blob fitting alone is not the image fitting."""
+        needed = 0
+        for digest, size in blobs:
+            path = self.layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+            if not path.exists():
+                have = 0
+                with contextlib.suppress(OSError):
+                    have = min(size, os.stat(path.with_name(path.name + ".partial")).st_size)
+                needed += size - have
+        spare = max(_SPARE_BYTES, needed // 10)
+        free = shutil.disk_usage(self.layout).free
+        if needed and needed + spare > free:
+            raise ImageError(
+                f"{self.ref}: the image needs {needed:,} bytes more, and {self.layout} has {free:,} free: free "
+                f"space there ('rollbox images gc'; a pull leaves {spare:,} bytes to spare), then pull again"
+            )
 
     def _manifest(self, target: str, *, expect: str | None) -> tuple[str, bytes, str]:
         """The manifest (or index) ``target`` names: its media type, bytes and digest (checked against ``expect``,
@@ -321,14 +369,13 @@ class _Pull:
             have = f"{config['os']}/{config['architecture']}"
         except (ValueError, KeyError, TypeError):
             return  # no platform stated: the import decides
-        if have.split("/")[:2] != self.platform.split("/")[:2]:
+        if not same_platform(have, self.platform):
             raise ImageError(
                 f"{self.ref} is an image for {have} only, not {self.platform}: pull one built for this platform"
             )
 
     def _pick(self, index: object) -> str:
         """The digest of the index's manifest for this platform (a variant is compared only when both name one)."""
-        want = self.platform.split("/")
         found = []
         entries = index.get("manifests") if isinstance(index, dict) else None
         for entry in entries if isinstance(entries, list) else []:
@@ -338,7 +385,7 @@ class _Pull:
             have = [str(p.get("os", "")), str(p.get("architecture", ""))]
             have += [str(p["variant"])] if p.get("variant") else []
             found.append("/".join(have))
-            if have[:2] == want[:2] and (len(have) < 3 or len(want) < 3 or have[2] == want[2]):
+            if same_platform("/".join(have), self.platform):
                 return str(entry["digest"])
         raise ImageError(
             f"{self.ref} has no image for {self.platform} (it has {', '.join(found) or 'none'}): "
@@ -351,6 +398,7 @@ class _Pull:
             partial = path.with_name(path.name + ".partial")
             partial.write_bytes(data)
             partial.rename(path)
+            self.fetched.append(path)
 
     def _blob(self, digest: str, size: int) -> None:
         """Download the blob ``digest`` (``size`` bytes) unless it is there, resuming a partial download; publish
@@ -406,7 +454,7 @@ class _Pull:
                     "space there ('rollbox images gc') or check its permissions, then pull again"
                 ) from exc
         if have < size:  # the registry ended early: what came is kept for the next pull to go on from
-            raise ImageError(
+            raise BrokenTransfer(
                 f"{self.ref}: blob {digest} was cut off after {have} of {size} bytes: pull again to resume"
             )
         got = "sha256:" + hasher.hexdigest()
@@ -417,6 +465,7 @@ class _Pull:
                 "refused and deleted; pull again, and if it recurs the registry's copy is corrupt (push it again)"
             )
         partial.rename(path)
+        self.fetched.append(path)
 
     def _count(self, digest: str, done: int, *, reused: int = 0) -> None:
         self.done += done + reused

@@ -66,6 +66,11 @@ def credentials_for(registry: str, docker_config: Path | None = None) -> Credent
     return None
 
 
+class BrokenTransfer(ImageError):
+    """A blob's transfer that stopped partway (the connection broke, the registry ended early): what came is kept
+    for the next pull to resume from."""
+
+
 class Session:
     """HTTP to one registry's repository, with its authentication: a bearer token fetched when challenged for one
     (and again when it expires), or basic credentials when the registry asks for those."""
@@ -100,7 +105,7 @@ class Session:
                     return
             except httpx.TransportError as exc:
                 if answered:  # the body was coming: what came of it is kept
-                    raise ImageError(
+                    raise BrokenTransfer(
                         f"the connection to registry {self.ref.registry} broke during {what} "
                         f"({type(exc).__name__}: {exc}): pull again to resume"
                     ) from exc

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollbox.sandbox.runtime._store import publish, rollbox_home
+from rollbox.sandbox.runtime._store import advice, publish, rollbox_home
 
 from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
@@ -96,8 +96,7 @@ class ImageStore:
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
             raise ImageError(
-                f"cannot {what}: {exc.strerror or exc}{where}: free space under {self.home} "
-                "('rollbox images gc'), or check its permissions"
+                f"cannot {what}: {exc.strerror or exc}{where}" + advice(exc, self.home, "rollbox images gc")
             ) from exc
 
     # Importing

@@ -40,7 +40,7 @@ from ._mounts import RuntimeMounts, layer_mounts
 from ._python import Interpreter, find_python
 from ._spec import RuntimeSpec
 
-__all__ = ["Layer", "LayerStore", "publish", "rollbox_home"]
+__all__ = ["Layer", "LayerStore", "advice", "publish", "rollbox_home"]
 
 _DAY_S = 86_400.0
 _ABANDONED_S = 3600.0  # a build or removal directory this old with no lock held was left by a crash
@@ -49,6 +49,17 @@ _ABANDONED_S = 3600.0  # a build or removal directory this old with no lock held
 def rollbox_home() -> Path:
     """Where rollbox keeps what it builds to last: ``ROLLBOX_HOME``, default ``~/.rollbox``."""
     return Path(os.environ.get("ROLLBOX_HOME") or Path.home() / ".rollbox")
+
+
+def advice(exc: OSError, where: Path, gc: str) -> str:
+    """What to do about ``exc``, an OSError of a store under ``where``, by its errno: free space (``gc`` is the
+    command that does) for a full disk, check permissions for a refusal, nothing more for anything else (a
+    program missing, a path that is not a directory), whose message says what it is."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f": free space under {where} ('{gc}')"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f": check the permissions of {where}"
+    return ""
 
 
 def publish(staging: Path, target: Path) -> None:
@@ -238,8 +249,8 @@ class LayerStore:
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
             raise LayerBuildError(
-                f"cannot build or use the runtime layer {key[:12]} in {self.root}: {exc.strerror or exc}{where}: "
-                "free space there ('rollbox env gc'), or check its permissions",
+                f"cannot build or use the runtime layer {key[:12]} in {self.root}: {exc.strerror or exc}{where}"
+                + advice(exc, self.root, "rollbox env gc"),
                 log="",
                 log_path=None,
             ) from exc
