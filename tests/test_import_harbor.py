@@ -274,6 +274,32 @@ def test_legacy_sizes_and_harbor_defaults(tmp_path: Path) -> None:
     assert task.metadata["allow_internet"] is True  # Harbor's default, recorded: rollbox gives no internet
 
 
+def test_metadata_dates_datetimes_and_times_are_kept_as_iso_text(tmp_path: Path) -> None:
+    root = harbor_task(tmp_path / "h" / "t", dockerfile="FROM python:3.12\n", solve=None)
+    (root / "task.toml").write_text(
+        "[metadata]\n"
+        "created = 2024-01-02\n"
+        "updated = 2024-01-02T03:04:05Z\n"
+        "local = 2024-01-02T03:04:05.250\n"
+        "at = 07:32:00\n"
+        "history = [2023-12-31, { reviewed = 1999-02-03T04:05:06+01:00 }]\n"
+        "[metadata.release]\n"
+        "day = 2025-06-07\n"
+    )
+    report = import_tasks("harbor", root, tmp_path / "out")
+    assert report.ok, report.refused  # was: "cannot write datetime.date(2024, 1, 2) ... as TOML"
+    task = load_task(report.imported[0].path)
+    metadata = {k: v for k, v in task.metadata.items() if k not in ("source", "agent_timeout_s", "allow_internet")}
+    assert metadata == {
+        "created": "2024-01-02",
+        "updated": "2024-01-02T03:04:05+00:00",
+        "local": "2024-01-02T03:04:05.250000",
+        "at": "07:32:00",
+        "history": ["2023-12-31", {"reviewed": "1999-02-03T04:05:06+01:00"}],
+        "release": {"day": "2025-06-07"},
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import TIME_SCALE
 from rollbox.cli import main
-from rollbox.judge import VerdictStatus, grade
+from rollbox.judge import Outcome, VerdictStatus, grade
+from rollbox.judge._runtime import task_sandboxes
+from rollbox.sandbox import FreshSandboxes, Limits, Sandbox, SandboxConfig, Status
 from rollbox.tasks import Environment, PytestGrading, Task, audit_task, import_tasks, load_task
 from rollbox.tasks._git import GitError
 from rollbox.tasks._import_swebench import read_swebench
 from rollbox.tasks._importing import Draft, run_import
+from rollbox.train import naive_check
 from test_scrub import FIXED_OPS, NEW_TESTS, OPS, CalcRepo, make_calc_repo, objects, run_git, write
 
 
@@ -130,34 +135,146 @@ def test_median_from_files():
 """
 
 
+STALE = "from calc.ops import median\n\n\ndef test_stale():\n    assert median([4, 1, 3, 2]) == 3\n"
+STALE_GONE_TEST = """
+
+def test_the_stale_tests_are_gone():
+    import pathlib
+
+    assert not (pathlib.Path(__file__).parent / "test_stale.py").exists()
+"""
+
+
 def test_a_test_patch_adds_ignored_files_and_deletes_files(tmp_path: Path, repo: CalcRepo) -> None:
-    stale = "from calc.ops import median\n\n\ndef test_stale():\n    assert median([4, 1, 3, 2]) == 3\n"
-    base, _ = commit_on(repo, repo.base, "ignoring", {".gitignore": "*.log\nbuild/\n", "tests/test_stale.py": stale})
+    base, _ = commit_on(repo, repo.base, "ignoring", {".gitignore": "*.log\nbuild/\n", "tests/test_stale.py": STALE})
     _, test_patch = commit_on(
         repo,
         base,
         "tests",
         {
-            "tests/test_ops.py": NEW_TESTS + FILES_TEST,
+            "tests/test_ops.py": NEW_TESTS + FILES_TEST + STALE_GONE_TEST,
             "tests/expected.log": "2.5\n",  # ignored by name, and by the directory below
             "tests/build/values.txt": "4 1 3 2\n",
             "tests/test_stale.py": None,  # what the fix makes wrong goes with it
         },
     )
     f2p = [*F2P, "tests/test_ops.py::test_median_from_files"]
-    record = instance(repo, base_commit=base, test_patch=test_patch, FAIL_TO_PASS=f2p)
+    p2p = [*P2P, "tests/test_ops.py::test_the_stale_tests_are_gone"]
+    record = instance(repo, base_commit=base, test_patch=test_patch, FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p)
     report = import_instances(tmp_path, repo, record)
     assert report.ok, report.refused
     task = load_task(report.imported[0].path)
     tests = sorted(p.relative_to(task.tests).as_posix() for p in task.tests.rglob("*") if p.is_file())
     assert tests == ["tests/build/values.txt", "tests/expected.log", "tests/test_ops.py"]
-    assert not (task.workspace / "tests" / "test_stale.py").exists()
+    # The agent's workspace keeps what test_patch deletes (as base_commit has it); the judge removes it.
+    assert isinstance(task.grading, PytestGrading) and task.grading.removed_by_tests == ("tests/test_stale.py",)
+    assert (task.workspace / "tests" / "test_stale.py").read_text() == STALE
     assert (task.workspace / ".gitignore").is_file() and audit_task(task).clean
     assert task.solution is not None
     passing = asyncio.run(grade(task, {"calc/ops.py": (task.solution / "calc" / "ops.py").read_bytes()}))
     assert passing.status is VerdictStatus.PASSED and passing.reward == 1.0, passing
     failing = asyncio.run(grade(task, task.workspace))
     assert failing.status is VerdictStatus.FAILED and failing.reward == 0.0, failing
+    outcomes = {t.id: t.outcome for t in failing.tests}
+    assert outcomes["tests/test_ops.py::test_the_stale_tests_are_gone"] is Outcome.PASSED  # removed by the judge
+    # A candidate that deleted the file itself (or its directory) is graded as one that left it.
+    candidate = tmp_path / "candidate"
+    shutil.copytree(task.workspace, candidate, symlinks=True)
+    shutil.copyfile(task.solution / "calc" / "ops.py", candidate / "calc" / "ops.py")
+    (candidate / "tests" / "test_stale.py").unlink()
+    deleted = asyncio.run(grade(task, candidate))
+    assert deleted.status is VerdictStatus.PASSED and deleted.reward == 1.0, deleted
+    # The naive arm's harness (as SWE-bench's) has them gone too: its check passes only without the stale tests.
+    assert naive_exit_code(task, {"calc/ops.py": (task.solution / "calc" / "ops.py").read_text()}) == 0
+
+
+def naive_exit_code(task: Task, files: dict[str, str]) -> int | None:
+    """The exit code of the naive arm's check of ``task`` with ``files`` written over its workspace, run as a
+    rollout runs it: in a sandbox of the task's over its workspace."""
+    check = naive_check(task)
+    assert check is not None
+
+    async def main() -> int | None:
+        source = await task_sandboxes(task, FreshSandboxes())
+        config = SandboxConfig(limits=task.limits, network=task.network, workspace=task.workspace)
+        async with source.sandbox(config) as sb:
+            await sb.write_files({**files, **check.staged()})
+            result = await sb.exec(["bash", "-c", check.script()])
+            assert result.status in (Status.OK, Status.NONZERO_EXIT), result
+            return result.exit_code
+
+    return asyncio.run(main())
+
+
+MORE_TESTS = "from calc.ops import median\n\n\ndef test_two():\n    assert median([1, 2]) == 1.5\n"
+
+
+def agent_view(workspace: Path, *commands: str) -> list[str]:
+    """What each git command prints in a sandbox over ``workspace``, as an episode starts the agent's (its
+    /workspace)."""
+
+    async def main() -> list[str]:
+        seen = []
+        async with Sandbox(
+            limits=Limits(timeout_s=60 * TIME_SCALE, cpu_time_s=30 * TIME_SCALE), workspace=workspace
+        ) as sb:
+            for command in commands:
+                result = await sb.exec(["sh", "-c", command])
+                assert result.status is Status.OK, (command, result)
+                seen.append(result.stdout_text)
+        return seen
+
+    return asyncio.run(main())
+
+
+def test_nothing_of_the_test_patch_shows_in_the_agents_git_state(tmp_path: Path, repo: CalcRepo) -> None:
+    base, _ = commit_on(repo, repo.base, "stale", {"tests/test_stale.py": STALE, "tests/data.txt": "4 1 3 2\n"})
+    _, test_patch = commit_on(
+        repo,
+        base,
+        "tests",
+        {
+            "tests/test_ops.py": NEW_TESTS + STALE_GONE_TEST,  # modified
+            "tests/test_more.py": MORE_TESTS,  # added
+            "tests/data.txt": "4 1 3 2 9\n",  # modified, not a test module
+            "tests/test_stale.py": None,  # deleted
+        },
+    )
+    record = instance(repo, base_commit=base, test_patch=test_patch)
+    report = import_instances(tmp_path, repo, record)
+    assert report.ok, report.refused
+    task = load_task(report.imported[0].path)
+    assert isinstance(task.grading, PytestGrading) and task.grading.removed_by_tests == ("tests/test_stale.py",)
+    # The blobs only test_patch has: its versions of the files it adds or changes.
+    hidden = {run_git(task.tests, "hash-object", str(p)) for p in task.tests.rglob("*") if p.is_file()}
+    assert len(hidden) == 3
+    tree = run_git(repo.path, "ls-tree", "-r", "--full-tree", base)
+    (status, ignored, diff, staged, log, reflog, stash, index, flags, stale, listed, reachable) = agent_view(
+        task.workspace,
+        "git status --porcelain --untracked-files=all",
+        "git status --porcelain --ignored --untracked-files=all",
+        "git diff HEAD",
+        "git diff --cached",
+        "git log --all --format=%H",
+        "git reflog --all; ls .git/logs 2>/dev/null; true",
+        "git stash list",
+        "git ls-files --stage",
+        "git ls-files -v | grep -v '^H ' || true",  # assume-unchanged, skip-worktree, ...
+        "cat tests/test_stale.py 2>&1 || true",
+        "git cat-file --batch-all-objects --batch-check='%(objectname)'",
+        "git rev-list --objects --all | cut -d' ' -f1",
+    )
+    assert status == ignored == diff == staged == reflog == stash == flags == ""
+    assert log.split() == run_git(repo.path, "log", "--format=%H", base).split()  # base_commit's history alone
+    # The index is base_commit's tree, entry for entry (the deleted file included).
+    assert [line.replace("\t", " ") for line in index.splitlines()] == [
+        f"{mode} {oid} 0 {path}"
+        for mode, _, oid, path in (e.replace("\t", " ").split(" ", 3) for e in tree.splitlines())
+    ]
+    assert stale == STALE
+    # Every object in .git is reachable from base_commit; none is test_patch's.
+    assert set(listed.split()) == set(reachable.split()) and not hidden & set(listed.split())
+    assert not hidden & objects(task.workspace)
 
 
 def test_malformed_instances_are_refused_one_by_one(tmp_path: Path, repo: CalcRepo) -> None:

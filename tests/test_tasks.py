@@ -101,6 +101,7 @@ def test_files_the_judge_runs_but_never_reads_may_be_binary(tmp_path: Path) -> N
 FUNCTION = '[grading]\nrunner = "function"\nmodule = "s.py"\nentry_point = "f"\n'
 STDIO = '[grading]\nrunner = "stdio"\ncommand = "python3 main.py"\n'
 CASES: dict[str, str | bytes] = {"cases.jsonl": '{"input": "", "output": ""}\n'}
+REPO = '[grading]\nrunner = "pytest"\ntests_in_workspace = true\nfail_to_pass = ["t.py::a"]\n'
 
 
 @pytest.mark.parametrize(
@@ -181,6 +182,16 @@ CASES: dict[str, str | bytes] = {"cases.jsonl": '{"input": "", "output": ""}\n'}
         ('[grading]\nrunner = "pytest"\n[limits]\ntimeot = "1s"\n', {}, "did you mean 'timeout'?"),
         ('[grading]\nrunner = "stdio"\ncomparator = "checker"\ncommand = "x"\n', {}, "needs checker"),
         ('[grading]\nrunner = "pytest"\nfail_to_pass = "t.py::a"\n', {}, "expected a list of test ids"),
+        (REPO + 'removed_by_tests = "old.py"\n', {}, "removed_by_tests: expected a list of workspace paths"),
+        (REPO + 'removed_by_tests = ["../task.toml"]\n', {}, "removed_by_tests: expected paths relative to workspace/"),
+        (REPO + 'removed_by_tests = ["/etc/passwd"]\n', {}, "removed_by_tests: expected paths relative to workspace/"),
+        (REPO + 'removed_by_tests = ["a/./b.py"]\n', {}, "removed_by_tests: expected paths relative to workspace/"),
+        (REPO + 'removed_by_tests = ["old.py"]\n', {}, "removed_by_tests names workspace/old.py, which does not exist"),
+        (
+            '[grading]\nrunner = "pytest"\nremoved_by_tests = ["old.py"]\n',
+            {"test_a.py": ""},
+            "removed_by_tests: only repository tests (tests_in_workspace = true)",
+        ),
     ],
 )
 def test_malformed_tasks_say_file_key_and_fix(

@@ -49,6 +49,12 @@ CASES = '{"input": "1\\n", "output": "1\\n"}\n'
             PytestGrading(fail_to_pass=("tests/test_a.py::test_x",), pass_to_pass=("t::y",), tests_in_workspace=True),
             {"tests/test_a.py": "def test_x(): pass\n"},
         ),
+        (
+            PytestGrading(
+                fail_to_pass=("t::x",), tests_in_workspace=True, removed_by_tests=("pkg/__init__.py", "s.py")
+            ),
+            {"tests/test_a.py": "def test_x(): pass\n"},
+        ),
         (PytestGrading(), {"test_b.py": "def test_y(): pass\n"}),
         (
             FunctionGrading(module="s.py", entry_point="f", check="check.py"),

@@ -189,6 +189,8 @@ async def record_calls(task: Task, reference: Reference, sandboxes: SandboxSourc
     async with source.sandbox(SandboxConfig(limits=limits, network=task.network)) as sb:
         await sb.write_tree(task.workspace)
         await sb.write_files(dict(reference.files))
+        for path in grading.removed_by_tests:  # as the judge has them: gone when the tests run
+            await sb.remove(path)
         await sb.write_tree(task.tests, "." if grading.tests_in_workspace else f"{_RUN}/tests")
         await sb.write_file(f"{_RUN}/pytest.ini", "[pytest]\npythonpath = /workspace\n")
         await sb.write_file(f"{_RUN}/plugin/rollbox_recorder.py", PLUGIN)

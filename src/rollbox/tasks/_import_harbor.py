@@ -13,7 +13,8 @@ A Harbor task is ``instruction.md``, ``task.toml``, ``environment/Dockerfile``, 
   grading, that times ``[environment] cpus`` the CPU-time limit, ``memory_mb`` (or ``memory = "2G"``) the memory
   limit, ``storage_mb`` (or ``storage``) the disk limit; 256 processes. ``[agent] timeout_sec`` bounds the
   ``solve.sh`` run and is kept in ``[metadata] agent_timeout_s``; ``[verifier] env`` is exported at the top of
-  test.sh (never to the agent); Harbor's ``[metadata]`` is kept. A prebuilt ``docker_image``, GPUs, MCP servers
+  test.sh (never to the agent); Harbor's ``[metadata]`` is kept (its dates, date-times and times as ISO 8601
+  text: ``created = 2024-01-02`` becomes ``"2024-01-02"``). A prebuilt ``docker_image``, GPUs, MCP servers
   and docker-compose environments are refused. rollbox gives no internet: ``allow_internet`` is recorded
   (``[metadata] allow_internet``), and a test.sh that downloads its tools fails.
 - A file the importer reads or carries (task.toml, instruction.md, the Dockerfile, what COPY copies, tests/,
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
 import functools
 import os
 import re
@@ -100,6 +102,18 @@ def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
+def _dates_as_text(value: Any) -> Any:
+    """``value`` (read from TOML) with each date, date-time and time, at any depth, as its ISO 8601 text: they
+    are facts about the task, kept as TOML wrote them, and task.toml's metadata holds no dates."""
+    if isinstance(value, datetime.date | datetime.time):  # datetime.datetime is a date
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _dates_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_dates_as_text(v) for v in value]
+    return value
+
+
 def _size(table: dict[str, Any], mb_key: str, legacy: str, default: int) -> int:
     if mb_key in table:
         return int(_number(table, mb_key, "[environment]", default) * _MiB)
@@ -150,7 +164,7 @@ class _Settings:
         if workdir is not None and not (isinstance(workdir, str) and workdir.startswith("/")):
             raise ImportRefused(f"task.toml [environment] workdir: expected an absolute path, got {shorten(workdir)}")
         self.workdir: str | None = workdir
-        metadata = _table(data, "metadata")
+        metadata = _dates_as_text(_table(data, "metadata"))
         self.metadata: dict[str, Any] = {
             **metadata,
             "source": "harbor",

@@ -15,8 +15,10 @@ Each instance becomes:
 - workspace/: a fresh clone at ``base_commit``, scrubbed (:mod:`rollbox.tasks._scrub`): no later commits, no
   other branches, tags, remotes, reflogs, stash, or objects only they reach;
 - tests/: the files ``test_patch`` adds or changes (git-ignored paths included), as they are after it is applied,
-  at their repository paths; the files it deletes are removed from the workspace (and its index), as SWE-bench's
-  harness has them gone when the tests run;
+  at their repository paths; the files it deletes are ``[grading] removed_by_tests``: the judge removes them
+  before the tests run, as SWE-bench's harness has them gone then, while the workspace keeps them as
+  ``base_commit`` has them (nothing of test_patch shows in the agent's git status, diff, index or objects: it is
+  applied only to a throwaway clone);
 - solution/: the files ``patch`` adds or changes, after it is applied (a patch that deletes a file, or one that
   changes a file ``test_patch`` also adds, changes or deletes, is refused: an overlay cannot say it);
 - ``[grading] runner = "pytest"``, ``fail_to_pass``, ``pass_to_pass``, ``tests_in_workspace = true`` (the tests
@@ -194,16 +196,18 @@ def _write(instance: dict[str, Any], repos: Path, root: Path, force: bool) -> Ta
         both = sorted((_files(tests) | set(obsolete)) & _files(solution))
         if both:
             raise ImportRefused(f"patch and test_patch both change {', '.join(both[:5])}; keep fix and tests apart")
-        if obsolete:
-            # The tests run as after test_patch, which SWE-bench applies whole: what it deletes is not in the
-            # workspace, nor in its index (so that the two agree).
-            git("--literal-pathspecs", "rm", "-q", "--", *obsolete, cwd=workspace)
+        # The tests run as after test_patch, which SWE-bench applies whole: the judge removes what it deletes
+        # (removed_by_tests). The workspace keeps those files, in its tree and its index, as base_commit has them:
+        # a file gone from either would show in git status, a hint of what the hidden tests do.
         size = Tree.of(workspace).bytes
         task = write_task(
             scratch / "task",
             task_id=instance["instance_id"],
             grading=PytestGrading(
-                fail_to_pass=instance["fail_to_pass"], pass_to_pass=instance["pass_to_pass"], tests_in_workspace=True
+                fail_to_pass=instance["fail_to_pass"],
+                pass_to_pass=instance["pass_to_pass"],
+                tests_in_workspace=True,
+                removed_by_tests=tuple(sorted(obsolete)),
             ),
             instruction=instance["problem_statement"],
             workspace=workspace,

@@ -37,7 +37,7 @@ T = TypeVar("T")
 
 _TOP_KEYS = {"id", "grading", "limits", "environment", "workspace", "metadata"}
 _GRADING_KEYS = {
-    "pytest": {"fail_to_pass", "pass_to_pass", "tests_in_workspace"},
+    "pytest": {"fail_to_pass", "pass_to_pass", "tests_in_workspace", "removed_by_tests"},
     "function": {"module", "entry_point", "cases", "check"},
     "stdio": {"command", "cases", "comparator", "float_tolerance", "checker"},
     "script": {"script"},
@@ -112,6 +112,24 @@ def _test_ids(file: Path, key: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _removed_by_tests(file: Path, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TaskFormatError(
+            file, f"[grading] removed_by_tests: expected a list of workspace paths (strings), got {value!r}"
+        )
+    for path in value:
+        parts = PurePosixPath(path).parts
+        if not path or "\0" in path or path.startswith("/") or ".." in parts or path != "/".join(parts):
+            raise TaskFormatError(
+                file,
+                "[grading] removed_by_tests: expected paths relative to workspace/, without '..', '.' or a "
+                f"trailing '/', such as 'tests/test_old.py', got {path!r}",
+            )
+    return tuple(sorted(set(value)))
+
+
 def _reward(file: Path, data: Mapping[str, Any], task_dir: Path) -> RewardSpec:
     reward = RewardSpec(
         kind=_convert(file, "[grading]", "reward", data.get("reward", "binary"), RewardKind),
@@ -153,7 +171,14 @@ def _grading(file: Path, data: Mapping[str, Any], task_dir: Path) -> tuple[Gradi
             tests_in_workspace=bool(
                 _get(file, "[grading]", data, "tests_in_workspace", bool, expected="true or false")
             ),
+            removed_by_tests=_removed_by_tests(file, data.get("removed_by_tests")),
         )
+        if grading.removed_by_tests and not grading.tests_in_workspace:
+            raise TaskFormatError(
+                file,
+                "[grading] removed_by_tests: only repository tests (tests_in_workspace = true) remove workspace "
+                "files; set tests_in_workspace, or drop removed_by_tests",
+            )
     elif runner == "function":
         module = _get(file, "[grading]", data, "module", str, expected="a workspace file name such as 'solution.py'")
         entry = _get(file, "[grading]", data, "entry_point", str, expected="a function name")
@@ -248,6 +273,11 @@ def _check_grading_files(file: Path, task: Task) -> None:
         )
     for key, name, read in files:
         _check_test_file(file, task.tests, key, name, read)
+    for path in grading.removed_by_tests if isinstance(grading, PytestGrading) else ():
+        if not os.path.lexists(task.workspace / path):
+            raise TaskFormatError(
+                file, f"[grading] removed_by_tests names workspace/{path}, which does not exist; drop it from the list"
+            )
 
 
 def _limits(file: Path, data: Mapping[str, Any]) -> tuple[Limits, Network]:

@@ -75,6 +75,11 @@ class PytestGrading:
     #: dropped). Test ids are then pytest node ids relative to the workspace root, as SWE-bench writes them.
     #: ``False``: tests/ stays apart, in the judge's own root, with /workspace on the path.
     tests_in_workspace: bool = False
+    #: Workspace paths the tests delete (``[grading] removed_by_tests``; with ``tests_in_workspace`` only): the
+    #: judge removes them from /workspace before it lays tests/ over it, as SWE-bench's harness has the files its
+    #: test patch deletes gone when the tests run. The agent's workspace keeps them, as the repository has them,
+    #: so that nothing of the hidden tests shows while solving. Sorted workspace-relative POSIX paths.
+    removed_by_tests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

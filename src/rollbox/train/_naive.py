@@ -105,7 +105,10 @@ def naive_check(task: Task) -> NaiveCheck | None:
         selected = " ".join(shlex.quote(i) for i in ids) if grading.fail_to_pass is not None else ""
         if not selected or len(selected) > _MAX_IDS_BYTES:
             selected = "." if grading.tests_in_workspace else "tests"
-        return NaiveCheck(files, f"python3 -m pytest -q -p no:cacheprovider -W ignore {selected}")
+        # What the tests delete is gone when they run, as in SWE-bench's harness (it applies the test patch whole).
+        removing = " ".join(shlex.quote(p) for p in grading.removed_by_tests)
+        remove = f"rm -rf -- {removing} && " if removing else ""
+        return NaiveCheck(files, f"{remove}python3 -m pytest -q -p no:cacheprovider -W ignore {selected}")
     if isinstance(grading, FunctionGrading):
         known = _humaneval_tests().get(task.id) if task.metadata.get("source") == "openai/human-eval" else None
         if known is not None:

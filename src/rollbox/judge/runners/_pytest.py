@@ -9,7 +9,8 @@ go to one of two places::
 
     /workspace/...                        (tests_in_workspace) tests/ laid over the workspace at the same paths,
                                           run with /workspace as the root and its pristine configuration; ids
-                                          read as the repository names them (SWE-bench's)
+                                          read as the repository names them (SWE-bench's); the paths of
+                                          ``removed_by_tests`` removed first
 
     /tmp/.rollbox-judge/plugin/...        the judge's plugin, loaded with -p; plugin autoload is off
     /tmp/.rollbox-judge/sealed/...        the test modules' code (below)
@@ -35,6 +36,7 @@ collection.
 from __future__ import annotations
 
 import ast
+import errno
 import json
 import re
 import warnings
@@ -215,6 +217,25 @@ def _prepare(task: Task, layout: _Layout, files: list[str]) -> list[_Module]:
     return modules
 
 
+#: Why removing a path of ``removed_by_tests`` can fail that leaves nothing to remove: it is gone, a parent is no
+#: longer a directory, or a parent is a link (the candidate's: the pristine file is not there either).
+_ALREADY_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+async def _remove_what_tests_delete(sb: Sandbox, grading: PytestGrading) -> None:
+    """Remove from /workspace what the tests delete (``removed_by_tests``), whatever the candidate made of it.
+
+    Raises:
+        OSError: a removal failed for another reason than the path's being gone.
+    """
+    for path in grading.removed_by_tests:
+        try:
+            await sb.remove(path)
+        except OSError as exc:
+            if exc.errno not in _ALREADY_GONE:
+                raise
+
+
 async def _install(sb: Sandbox, task: Task, layout: _Layout, modules: list[_Module]) -> None:
     """The hidden tests (each Python module an empty file, its code apart: the plugin holds it all before any of
     the candidate's code runs, so a directory the candidate renames and replaces changes no module), the plugin and
@@ -257,6 +278,7 @@ async def run_pytest(
     judges = [f"{m.relative}::{name.split('::')[0]}" for m in modules for name in m.canaries]
     async with tree.sandbox(sandboxes, limits=task.limits, network=task.network) as sb:
         await tree.lay(sb)
+        await _remove_what_tests_delete(sb, grading)
         with candidates_room(sb):  # the tests go over the tree (to replace what it has at their paths), in its room
             await _install(sb, task, layout, modules)
         result = await sb.exec(
