@@ -1,7 +1,8 @@
 """What the reference's runs say: only what was observed. A test that never reported in a run (the run hit a limit
-before it, or died) is neither a pass nor a failure there, so it can never make a test look order-, hash-seed- or
-date-dependent, or failing; but one that passed on other runs of that condition is flaky (the runs disagree), and a
-reference that is not steady is never admitted for want of a test to blame."""
+before it, or died before it started) is neither a pass nor a failure there, so it can never make a test look
+order-, hash-seed- or date-dependent, failing or flaky; the test a run died in (a signal, an exit) did not pass
+there, so one that passed on other runs of that condition is flaky (the runs disagree); and a reference that is not
+steady is never admitted for want of a test to blame."""
 
 from __future__ import annotations
 
@@ -21,17 +22,38 @@ from rollbox.curate._runs import BASELINE, Condition, read_runs
 from rollbox.curate._validate import _TaskRun
 from rollbox.curate._variants import Variant
 from rollbox.judge import GradedTest, Outcome, Verdict, VerdictStatus
+from rollbox.sandbox import Status
 from rollbox.tasks import load_task
 
 TESTS = ("t::a", "t::b", "t::c")
 CONDITIONS = (BASELINE, Condition(order=1), Condition(hash_seed=3), Condition(clock="+3750d"))
 
 
-def verdict(outcomes: dict[str, Outcome], status: VerdictStatus = VerdictStatus.FAILED) -> Verdict:
+#: The sandbox status of a run that ended with the verdict's status (a run that failed exited; one that died, unless
+#: told otherwise, was killed by a signal).
+RUN_STATUS = {
+    VerdictStatus.PASSED: Status.OK,
+    VerdictStatus.FAILED: Status.NONZERO_EXIT,
+    VerdictStatus.TIMEOUT: Status.TIMEOUT,
+    VerdictStatus.MEMORY_LIMIT: Status.MEMORY_LIMIT,
+}
+
+
+def verdict(
+    outcomes: dict[str, Outcome],
+    status: VerdictStatus = VerdictStatus.FAILED,
+    *,
+    run_status: Status | None = None,
+    running: str | None = None,
+) -> Verdict:
+    """A verdict as the judge gives it: a run that died in ``running`` was killed by a signal unless ``run_status``
+    says otherwise."""
     tests = tuple(GradedTest(t, o) for t, o in outcomes.items())
     if all(o is Outcome.PASSED for o in outcomes.values()):
         status = VerdictStatus.PASSED
-    return Verdict(task_id="t", status=status, reward=0.0, tests=tests)
+    if run_status is None:
+        run_status = Status.SIGNALED if running is not None and status is VerdictStatus.FAILED else RUN_STATUS[status]
+    return Verdict(task_id="t", status=status, reward=0.0, tests=tests, run_status=run_status, running=running)
 
 
 def variants() -> list[Variant]:
@@ -41,11 +63,19 @@ def variants() -> list[Variant]:
 
 def test_a_timeout_in_two_orders_is_no_order_dependence() -> None:
     # The tests' own order runs a, then b hangs and c never runs; reversed, c runs, b hangs and a never runs.
-    own = verdict({"t::a": Outcome.PASSED, "t::b": Outcome.MISSING, "t::c": Outcome.MISSING}, VerdictStatus.TIMEOUT)
-    back = verdict({"t::a": Outcome.MISSING, "t::b": Outcome.MISSING, "t::c": Outcome.PASSED}, VerdictStatus.TIMEOUT)
+    missing = {"t::a": Outcome.MISSING, "t::b": Outcome.MISSING, "t::c": Outcome.MISSING}
+    own = verdict({**missing, "t::a": Outcome.PASSED}, VerdictStatus.TIMEOUT, running="t::b")
+    back = verdict({**missing, "t::c": Outcome.PASSED}, VerdictStatus.TIMEOUT, running="t::b")
     found = read_runs({BASELINE: [own, own], Condition(order=1): [back, back]}, variants())
     assert found.dependent == {} and found.flaky == [] and found.failing == []
     assert found.missing == ["t::b", "t::c"]
+    # Every limit of the sandbox is a limit, whatever status the verdict took for it: the output limit cuts a run short
+    # as a timeout does (its verdict is failed), and the test it fell on is no finding either.
+    for limit in (Status.OUTPUT_LIMIT, Status.PIDS_LIMIT, Status.DISK_LIMIT, Status.CPU_TIME_LIMIT):
+        ok = verdict(dict.fromkeys(TESTS, Outcome.PASSED))
+        cut = verdict({**missing, "t::a": Outcome.PASSED}, run_status=limit, running="t::b")
+        found = read_runs({BASELINE: [ok, cut, ok], Condition(order=1): [cut, cut]}, variants())
+        assert found.flaky == [] and found.failing == [] and found.dependent == {}, limit
 
 
 def test_each_condition_is_named_by_what_it_changes() -> None:
@@ -77,15 +107,10 @@ def test_missing_outcomes_change_nothing_but_disagreement(runs: dict[Condition, 
         c: [verdict({t: x for t, x in o.items() if x is not Outcome.MISSING}) for o in seen] for c, seen in runs.items()
     }
     first, second = read_runs(with_missing, variants()), read_runs(observed, variants())
-    lost = {
-        t
-        for seen in runs.values()
-        for t in TESTS
-        if Outcome.MISSING in {o[t] for o in seen} and Outcome.PASSED in {o[t] for o in seen}
-    }
-    assert first.flaky == sorted({*second.flaky, *lost})
-    assert first.failing == [t for t in second.failing if t not in lost]
-    assert first.dependent == {t: c for t, c in second.dependent.items() if t not in lost}
+    # No run died in a test (each ended by itself, or between tests): the tests that never reported never ran.
+    assert first.flaky == second.flaky
+    assert first.failing == second.failing
+    assert first.dependent == second.dependent
     for test, condition in first.dependent.items():
         seen = [o[test] for o in runs[condition]]
         assert any(o in (Outcome.FAILED, Outcome.ERROR) for o in seen) and Outcome.PASSED not in seen
@@ -94,14 +119,29 @@ def test_missing_outcomes_change_nothing_but_disagreement(runs: dict[Condition, 
 def test_a_test_that_sometimes_kills_its_process_is_flaky() -> None:
     # Its run dies in it (pytest never hears of it again): failed, the test missing, every other test passed.
     ok = verdict(dict.fromkeys(TESTS, Outcome.PASSED))
-    died = verdict({**dict.fromkeys(TESTS, Outcome.PASSED), "t::c": Outcome.MISSING})
+    died = verdict({**dict.fromkeys(TESTS, Outcome.PASSED), "t::c": Outcome.MISSING}, running="t::c")
     found = read_runs({BASELINE: [ok, died, ok, died], Condition(order=1): [ok]}, variants())
     assert found.flaky == ["t::c"] and found.failing == [] and found.dependent == {}
 
 
-def reference_runs(tmp_path: Path, own: Sequence[Verdict]) -> ReferenceRuns:
-    """A pytest task's reference runs, ``own`` the verdicts of the runs in the tests' own order in turn (the other
-    conditions' runs pass)."""
+def test_the_tests_after_the_one_a_run_died_in_never_ran() -> None:
+    # a kills the run now and then, by a signal or an exit (os._exit): b and c, after it, never run in those runs.
+    ok = verdict(dict.fromkeys(TESTS, Outcome.PASSED))
+    for ending in (Status.SIGNALED, Status.NONZERO_EXIT, Status.OK):
+        died = verdict(dict.fromkeys(TESTS, Outcome.MISSING), run_status=ending, running="t::a")
+        found = read_runs({BASELINE: [ok, died, ok], Condition(order=1): [ok]}, variants())
+        assert found.flaky == ["t::a"] and found.failing == [] and found.dependent == {}, ending
+    # A run that died in it on every run of a condition: a failure there, the others no finding.
+    died = verdict(dict.fromkeys(TESTS, Outcome.MISSING), running="t::a")
+    found = read_runs({BASELINE: [ok, ok], Condition(hash_seed=3): [died, died]}, variants())
+    assert found.dependent == {"t::a": Condition(hash_seed=3)} and found.flaky == [] and found.failing == []
+    found = read_runs({BASELINE: [died, died]}, variants())
+    assert found.failing == ["t::a"] and found.missing == ["t::b", "t::c"]
+
+
+def reference_runs(tmp_path: Path, own: Sequence[Verdict], back: Sequence[Verdict] = ()) -> ReferenceRuns:
+    """A pytest task's reference runs, ``own`` the verdicts of the runs in the tests' own order in turn, ``back`` those
+    in reversed order (the other conditions' runs pass)."""
     for relative, text in {
         "workspace/calc.py": "def one():\n    return 0\n",
         "solution/calc.py": "def one():\n    return 1\n",
@@ -113,12 +153,15 @@ def reference_runs(tmp_path: Path, own: Sequence[Verdict]) -> ReferenceRuns:
     task = load_task(tmp_path)
     reference = Reference.of(task)
     assert reference is not None
-    queue = list(own)
+    queues = {"own": list(own), "reversed": list(back)}
     passing = verdict({"tests/test_calc.py::test_a": Outcome.PASSED})
 
     async def measure(items: Sequence[Item]) -> list[Measured]:
-        # The tests' own order is variant 0's task, under no variables; the others pass.
-        return [Measured(queue.pop(0) if t == "own" and env is None else passing, 0.1) for t, _, env in items]
+        # The tests' own order is variant 0's task, under no variables; the others pass once their queue is empty.
+        return [
+            Measured(queues[t].pop(0) if env is None and queues[t] else passing, 0.1)  # type: ignore[index]
+            for t, _, env in items
+        ]
 
     return ReferenceRuns(
         task=task,
@@ -137,13 +180,34 @@ def test_a_reference_that_is_not_steady_is_never_admitted_without_a_culprit(tmp_
     # Its first run in the tests' own order reported no test at all, its reruns passed: no test passed and failed,
     # none failed on every run, yet the reference did not pass steadily.
     passing = verdict({"tests/test_calc.py::test_a": Outcome.PASSED})
-    silent = Verdict(task_id="t", status=VerdictStatus.ERROR, reward=0.0, tests=())
+    silent = Verdict(task_id="t", status=VerdictStatus.ERROR, reward=0.0, tests=(), run_status=Status.NONZERO_EXIT)
     runs = reference_runs(tmp_path, [silent, passing, passing])
     asyncio.run(runs.finish(asyncio.run(runs.measure(runs.first()))))
     assert runs.steady is None
     assert [r.code for r in runs.reasons] == [ReasonCode.FLAKY], runs.reasons
     assert "passed 2 of 3 runs in the tests' own order and got error" in runs.reasons[0].detail
-    assert "crashed (killed by a signal, or exited) before every test reported on 1 of" in runs.reasons[0].detail
+    assert "exited before every test reported on 1 of" in runs.reasons[0].detail
+
+
+def test_a_run_of_another_condition_that_died_in_no_test_is_no_pass(tmp_path: Path) -> None:
+    # A run in reversed order was killed between tests (no test to blame): it was read as no finding, and the
+    # reference admitted as steady though one of its runs died.
+    passing = verdict({"tests/test_calc.py::test_a": Outcome.PASSED})
+    died = verdict({"tests/test_calc.py::test_a": Outcome.MISSING}, run_status=Status.SIGNALED)
+    runs = reference_runs(tmp_path, [], back=[died, passing, passing])
+    asyncio.run(runs.finish(asyncio.run(runs.measure(runs.first()))))
+    assert [(r.code, r.detail) for r in runs.reasons] == [
+        (
+            ReasonCode.FLAKY,
+            "the reference passed 2 of 3 runs with reversed order (seed 1); its run was killed by a signal before "
+            "every test reported on the others, in no test to blame",
+        )
+    ]
+    # Killed on every run in that order: it holds only in the tests' own order.
+    runs = reference_runs(tmp_path, [], back=[died, died, died])
+    asyncio.run(runs.finish(asyncio.run(runs.measure(runs.first()))))
+    assert [r.code for r in runs.reasons] == [ReasonCode.ORDER_DEPENDENT], runs.reasons
+    assert "in no test to blame" in runs.reasons[0].detail
 
 
 def under_pressure(tmp_path: Path, graded: list[Verdict]) -> list[tuple[ReasonCode, str]]:
@@ -163,7 +227,7 @@ def under_pressure(tmp_path: Path, graded: list[Verdict]) -> list[tuple[ReasonCo
 
 def test_runs_under_pressure_cut_short_by_a_limit_blame_no_test(tmp_path: Path) -> None:
     # A loaded machine's wall limit cut both runs under pressure after test_a: test_b never reported.
-    cut = verdict({"t::a": Outcome.PASSED, "t::b": Outcome.MISSING}, VerdictStatus.TIMEOUT)
+    cut = verdict({"t::a": Outcome.PASSED, "t::b": Outcome.MISSING}, VerdictStatus.TIMEOUT, running="t::b")
     assert under_pressure(tmp_path, [cut, cut]) == [
         (
             ReasonCode.VALIDATION_ERROR,

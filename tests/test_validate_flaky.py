@@ -99,7 +99,8 @@ def test_a_clean_task_runs_the_bound_and_no_more_and_a_flaky_one_stops_early(
     assert sum(r.reference_runs for r in caught) / len(caught) < ValidateOptions().steady_runs
 
 
-#: Kills its own process (as a segfault in a C extension would) on half the runs, after its assertion passed.
+#: Kills its own process (as a segfault in a C extension would) on half the runs, after its assertion passed. It
+#: runs first in the tests' own order: the tests after it never run when it kills the run.
 DIES = (
     "\n\ndef test_sometimes_dies():\n    assert double(1) == 2\n"
     "    if os.urandom(1)[0] < 128:\n        os.kill(os.getpid(), 9)\n"
@@ -111,22 +112,38 @@ DIES_SEALED = (
     "    if any(hasattr(m, '_rollbox_validate_sealed_off') for m in list(sys.modules.values())):\n"
     "        os.kill(os.getpid(), 9)\n"
 )
+#: Kills its own process whenever the clock is moved (the test file's time, the kernel's, stays where it was), first
+#: in the tests' own order: a run with the clock moved dies in it on every run, and the tests after it never run.
+DIES_MOVED = (
+    "\n\ndef test_dies_when_the_clock_moved():\n"
+    "    if abs(time.time() - os.stat(__file__).st_mtime) > 365 * 86400:\n"
+    "        os.kill(os.getpid(), 9)\n"
+)
+HEADER = "import os\nimport sys\nimport time\n\nfrom calc import double\n"
 
 
 def test_runs_that_die_are_no_pass_and_no_finding(tmp_path: Path) -> None:
-    header = "import os\nimport sys\n"
-    tasks = [load_task(write_task(tmp_path / "dies", header + TESTS + DIES))]
-    tasks += [load_task(write_task(tmp_path / "dies-sealed-off", header + TESTS + DIES_SEALED))]
+    tasks = [load_task(write_task(tmp_path / "dies", HEADER + DIES + TESTS))]
+    tasks += [load_task(write_task(tmp_path / "dies-sealed-off", HEADER + TESTS + DIES_SEALED))]
+    tasks += [load_task(write_task(tmp_path / "dies-moved", HEADER + DIES_MOVED + TESTS))]
     options = ValidateOptions(pressure=False, max_mutants=0, generate=False, candidates="essential")
-    dies, sealed = asyncio.run(validate(tasks, options=options, workers=2))
-    # The runs in which it died passed every test that reported: not steady, so never admitted, and flaky.
+    dies, sealed, moved = asyncio.run(validate(tasks, options=options, workers=2))
+    # The runs in which it died passed every test that reported: not steady, so never admitted, and flaky. The tests
+    # after it, which never ran in those runs, are no finding: only the test the runs died in is flaky.
     assert dies.decision is Decision.REJECT and ReasonCode.FLAKY in dies.codes(), dies.reasons
-    assert "tests/test_calc.py::test_sometimes_dies" in dies.flaky_tests
+    assert dies.flaky_tests == ("tests/test_calc.py::test_sometimes_dies",), dies.reasons
     (flaky,) = [r.detail for r in dies.reasons if r.code is ReasonCode.FLAKY]
-    assert "crashed (killed by a signal, or exited) before every test reported on" in flaky, flaky
+    assert "was killed by a signal before every test reported on" in flaky, flaky
     # Sealed off, its run died: the reference read nothing, and the check could not be made.
     assert ReasonCode.REFERENCE_READS_TESTS not in sealed.codes(), sealed.reasons
     assert [r.detail for r in sealed.reasons] == [
-        "the reference passed every ordinary run, but its run with the tests sealed off crashed (killed by a signal, "
-        "or exited) before every test reported on 1 of 1 runs: that check could not be made"
+        "the reference passed every ordinary run, but its run with the tests sealed off was killed by a signal "
+        "before every test reported on 1 of 1 runs: that check could not be made"
     ]
+    # Every run with the clock moved died in one test: a time bomb, as a failure there would be (it was read as no
+    # finding, and the task admitted). The tests after it never ran there, and are named nowhere.
+    assert moved.decision is Decision.REJECT, moved.reasons
+    assert [(r.code, r.detail.split(" passes ")[0]) for r in moved.reasons] == [
+        (ReasonCode.DATE_DEPENDENT, "tests/test_calc.py::test_dies_when_the_clock_moved")
+    ], moved.reasons
+    assert moved.flaky_tests == ()

@@ -83,6 +83,9 @@ def verdict(data: Mapping[str, Any]) -> Verdict:
         flags=tuple(data.get("flags", ())),
         duration_s=float(data.get("duration_s", 0.0)),
         error=data.get("error"),
+        image=data.get("image"),
+        run_status=Status(data["run_status"]) if data.get("run_status") is not None else None,
+        running=data.get("running"),
     )
 
 

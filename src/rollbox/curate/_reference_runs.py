@@ -26,7 +26,7 @@ from ._reasons import Reason, ReasonCode
 from ._reference import Reference
 from ._runs import BASELINE, Condition, read_runs
 from ._variants import Variant
-from ._verdicts import endings, passed
+from ._verdicts import cut_by_a_limit, endings, passed
 
 __all__ = ["STEADY_SEEDS", "ReferenceRuns", "listed"]
 
@@ -162,6 +162,8 @@ class ReferenceRuns:
         for test, condition in found.dependent.items():
             self._dependent(test, condition)
         if own and all(passed(v) for v in own) and not found.flaky:
+            if not self.reasons:
+                self._unblamed()
             self.steady = {t.id for t in own[0].tests}
             timed = [m for c, seen in self.runs.items() if not c.clock for m in seen if passed(m.verdict)]
             self.wall_s = max(m.verdict.duration_s for m in timed)
@@ -176,6 +178,27 @@ class ReferenceRuns:
                 f"the reference passed {sum(passed(v) for v in own)} of {len(own)} runs in the tests' own order and "
                 f"got {statuses} on the others{ended}",
             )
+
+    def _unblamed(self) -> None:
+        """Runs of another condition than the judge's own that died (a signal, an exit: no limit) with no test to
+        blame (between tests, or a runner that cannot tell which test it was in): the reference is not steady there
+        either, and a run that died is never read as no finding."""
+        for condition, seen in sorted(self.runs.items()):
+            verdicts = [m.verdict for m in seen if m.verdict.status is not VerdictStatus.INFRA_ERROR]
+            died = [v for v in verdicts if not passed(v) and not cut_by_a_limit(v) and endings([v])]
+            if not died:
+                continue
+            how = endings(died).rpartition(" on ")[0]
+            where = condition.describe()
+            if len(died) < len(verdicts):
+                self._add(
+                    ReasonCode.FLAKY,
+                    f"the reference passed {len(verdicts) - len(died)} of {len(verdicts)} runs with {where}; its run "
+                    f"{how} on the others, in no test to blame",
+                )
+            else:
+                self._dependent(None, condition, died=f"{how}, in no test to blame,")
+            return
 
     def _failing(self, own: list[Verdict], failing: list[str], missing: list[str]) -> None:
         status = own[0].status.value if own else "infra_error"
@@ -195,21 +218,19 @@ class ReferenceRuns:
             if p2p:
                 self._add(ReasonCode.P2P_FAILS, f"pass_to_pass {listed(p2p)} fail with the reference")
 
-    def _dependent(self, test: str, condition: Condition) -> None:
+    def _dependent(self, test: str | None, condition: Condition, died: str = "") -> None:
+        """``test`` passes on every run of the judge's own condition and fails on every run of ``condition``; or, with
+        no test to blame, every run of ``condition`` ``died`` (how, in words)."""
         where = condition.describe()
         if condition.clock:
-            self._add(
-                ReasonCode.DATE_DEPENDENT,
-                f"{test} passes today but fails on every run with {where}: a time bomb (it depends on the date)",
-            )
+            code, holds, why = ReasonCode.DATE_DEPENDENT, "today", f"with {where}: a time bomb (it depends on the date)"
         elif condition.hash_seed:
-            self._add(
-                ReasonCode.HASH_SEED_DEPENDENT,
-                f"{test} passes under the judge's hash seed but fails on every run under {where}: it depends on the "
-                "iteration order of a set or dict of strings, which a correct solution need not keep",
+            code, holds = ReasonCode.HASH_SEED_DEPENDENT, "under the judge's hash seed"
+            why = (
+                f"under {where}: it depends on the iteration order of a set or dict of strings, which a correct "
+                "solution need not keep"
             )
         else:
-            self._add(
-                ReasonCode.ORDER_DEPENDENT,
-                f"{test} passes in the tests' own order but fails on every run in {where}",
-            )
+            code, holds, why = ReasonCode.ORDER_DEPENDENT, "in the tests' own order", f"in {where}"
+        what = f"{test} passes {holds} but fails" if test else f"the reference passes {holds} but its run {died}"
+        self._add(code, f"{what} on every run {why}")

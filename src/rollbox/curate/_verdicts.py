@@ -8,6 +8,8 @@ Validation judges a task by what its tests let through, the first two aside.
 Only what a run observed counts: a test that never reported (``missing``: the run hit a limit or crashed before it)
 neither passed nor failed there. :func:`failures` are the tests a run saw fail, and :func:`endings` names the runs
 that ended before every test reported, so that a check says how they ended instead of reading them as failures.
+How a run ended is the sandbox's status of it (the verdict's ``run_status``): :func:`cut_by_a_limit` tells a run a
+limit cut short (where a limit falls moves with the machine's load) from one that died (a signal, an exit).
 """
 
 from __future__ import annotations
@@ -17,8 +19,19 @@ from collections.abc import Sequence
 
 from rollbox.judge import Outcome, Verdict, VerdictStatus
 from rollbox.judge._grade import SIGNATURE_TAMPERED
+from rollbox.sandbox import Status
 
-__all__ = ["caught_by_a_canary", "endings", "failures", "let_through", "passed", "same"]
+__all__ = ["LIMITS", "caught_by_a_canary", "cut_by_a_limit", "endings", "failures", "let_through", "passed", "same"]
+
+#: The sandbox statuses of a run a limit cut short, each with how :func:`endings` words it.
+LIMITS = {
+    Status.TIMEOUT: "hit the time limit",
+    Status.CPU_TIME_LIMIT: "hit the CPU time limit",
+    Status.MEMORY_LIMIT: "hit the memory limit",
+    Status.OUTPUT_LIMIT: "hit the output limit",
+    Status.PIDS_LIMIT: "hit the process limit",
+    Status.DISK_LIMIT: "hit the disk limit",
+}
 
 #: How the ``tampered`` flag of a passing canary begins (``rollbox.judge.runners._pytest``).
 _CANARY = "the must-fail canary"
@@ -58,11 +71,17 @@ def let_through(verdict: Verdict) -> bool:
     return _every_test_passed(verdict) and bool(causes) and all(d.startswith(SIGNATURE_TAMPERED) for d in causes)
 
 
+def cut_by_a_limit(verdict: Verdict) -> bool:
+    """Whether a limit cut the grading run short (any of the sandbox's limits: time, CPU time, memory, output,
+    processes, disk), whatever status the verdict took for it (``timeout`` and ``memory_limit`` say so of a verdict
+    that keeps no run status, read from an older JSON)."""
+    return verdict.run_status in LIMITS or verdict.status in (VerdictStatus.TIMEOUT, VerdictStatus.MEMORY_LIMIT)
+
+
 def same(first: Verdict, second: Verdict) -> bool:
     """Whether two gradings of one candidate agree: status and outcomes, or only passing when a limit was hit
     (which test a limit cuts short is a race)."""
-    racy = {VerdictStatus.TIMEOUT, VerdictStatus.MEMORY_LIMIT}
-    if first.status in racy or second.status in racy:
+    if cut_by_a_limit(first) or cut_by_a_limit(second):
         return passed(first) == passed(second)
     return first.status == second.status and _outcomes(first) == _outcomes(second)
 
@@ -82,12 +101,13 @@ def _ending(verdict: Verdict) -> str | None:
         verdict.tests and all(t.outcome is not Outcome.MISSING for t in verdict.tests)
     ):
         return None
-    if verdict.status is VerdictStatus.TIMEOUT:
-        return "hit the time limit"
-    if verdict.status is VerdictStatus.MEMORY_LIMIT:
-        return "hit the memory limit"
-    # The verdict keeps no sandbox status: a signal (a test killing its process, a segfault) and an exit read alike.
-    return "crashed (killed by a signal, or exited) before every test reported"
+    if verdict.run_status in LIMITS:
+        return LIMITS[verdict.run_status]
+    if verdict.run_status is Status.SIGNALED:
+        return "was killed by a signal before every test reported"
+    if verdict.run_status in (Status.OK, Status.NONZERO_EXIT):
+        return "exited before every test reported"
+    return "ended before every test reported"  # no run took place (the candidate's changes were refused)
 
 
 def endings(verdicts: Sequence[Verdict]) -> str:

@@ -256,4 +256,6 @@ async def grade(task: Task, solution: Solution, *, sandboxes: SandboxSource | No
         duration_s=time.monotonic() - start,
         error=report.detail if status is VerdictStatus.INFRA_ERROR else None,
         image=image.digest if image is not None else None,
+        run_status=report.run_status,
+        running=report.running,
     )

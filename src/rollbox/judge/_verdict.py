@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rollbox.sandbox import Status
 from rollbox.tasks import RewardKind, RewardSpec
 
 __all__ = ["GradedTest", "Outcome", "Verdict", "VerdictStatus", "compute_reward"]
@@ -76,6 +77,15 @@ class Verdict:
     error: str | None = None
     #: The digest of the image grading ran on (``sha256:...``), or ``None``: the host's system directories.
     image: str | None = None
+    #: How the grading run itself ended, in the sandbox's taxonomy (:class:`rollbox.sandbox.Status`): ``signaled``
+    #: for a run a signal killed (a test that kills its own process, a segfault), ``nonzero_exit`` or ``ok`` for one
+    #: that exited, a limit's status for one a limit cut short; the worst of them for a grading of several runs.
+    #: ``None`` when no run took place (the candidate's changes were refused, or rollbox failed before the run).
+    run_status: Status | None = None
+    #: The test that had started and never reported when the run ended (the one the signal, the exit or the limit
+    #: fell on); ``None`` when the run ended between tests, or the runner cannot tell (only the pytest runner can).
+    #: The other tests that never reported did not run at all.
+    running: str | None = None
 
     @property
     def passed(self) -> int:
@@ -100,6 +110,8 @@ class Verdict:
             "duration_s": round(self.duration_s, 6),
             "error": self.error,
             **({"image": self.image} if self.image is not None else {}),
+            "run_status": self.run_status.value if self.run_status is not None else None,
+            "running": self.running,
         }
 
 

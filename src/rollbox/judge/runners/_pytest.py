@@ -327,10 +327,13 @@ async def run_pytest(
     tests = tuple(
         GradedTest(i, run.outcome(i, sealed) if i in real else Outcome.MISSING) for i in dict.fromkeys(expected)
     )
+    # The test the run was in when it ended: it started, and its outcome never came.
+    running = sealed.real_id(run.running) if run.running is not None else None
     return RunnerReport(
         tests=tests,
         run_status=result.status,
         crashed=not real,
+        running=running if running in expected else None,
         tampered=tampered is not None,
         detail=tampered,
         fail_to_pass=tuple(grading.fail_to_pass or ()),

@@ -33,6 +33,9 @@ class RunnerReport:
     #: CPU seconds of the longest single run under the task's limits (each case of a stdio task runs under them
     #: alone); ``None``: ``cpu_s``, one run.
     longest_run_cpu_s: float | None = None
+    #: The expected test that had started and never reported when the run ended (``None``: the run ended between
+    #: tests, or the runner cannot tell).
+    running: str | None = None
     #: Findings of the runner itself (``{"code", "path", "detail"}``), reported with the verdict's flags.
     flags: tuple[dict[str, str], ...] = ()
 
@@ -66,6 +69,7 @@ def merge_reports(reports: Sequence[RunnerReport]) -> RunnerReport:
         detail=details[0],
         fail_to_pass=tuple(t for r in reports for t in r.fail_to_pass),
         flags=tuple(f for r in reports for f in r.flags),
+        running=next((r.running for r in reports if r.running is not None), None),
         cpu_s=sum(r.cpu_s for r in reports),
         longest_run_cpu_s=max(r.longest_cpu_s() for r in reports),
         peak_memory_bytes=max(r.peak_memory_bytes for r in reports),
