@@ -228,6 +228,37 @@ def test_remove_then_gc_frees_what_no_image_names_but_not_a_held_root(tmp_path: 
         store.remove("held:1")
 
 
+def test_an_image_record_is_on_disk_before_its_name_and_a_partial_one_is_ignored_then_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushed: set[tuple[int, int]] = set()
+    fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        st = os.fstat(fd)
+        flushed.add((st.st_dev, st.st_ino))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed)
+    store = ImageStore(tmp_path / "store")
+    image = store.import_layout(image_layout(tmp_path), ref="test/base:1")
+    store.import_layout(write_layout(tmp_path / "other", [tar_layer(BASE)]), ref="test/base:1")  # moves the ref
+    manifests = tmp_path / "store" / "manifests"
+    for path in [manifests, *manifests.iterdir()]:
+        # Each record's data, and the rename that names it, reached the disk: a power loss cannot leave it empty.
+        assert (path.stat().st_dev, path.stat().st_ino) in flushed, path.name
+    assert [p.name for p in manifests.iterdir() if p.name.startswith(".")] == []
+    # What a writer cut off by a crash left (a temporary name, partly written) is never an image, and gc removes it.
+    partials = [manifests / f".{image.digest[7:]}.json.new", manifests / f".{image.digest[7:]}.json.x1y2.new"]
+    for partial in partials:
+        partial.write_text('{"digest": ')
+        os.utime(partial, (0, 0))
+    assert {i.digest for i in store.list()} == {image.digest, store.resolve("test/base:1").digest}
+    store.gc()
+    assert not any(p.exists() for p in partials)
+    assert store.resolve(image.digest).refs == ()
+
+
 # ------------------------------------------------------------------------------------------- hostile layers
 
 

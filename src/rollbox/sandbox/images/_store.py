@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollbox.sandbox.runtime._store import advice, publish, rollbox_home
+from rollbox.sandbox.runtime._store import ABANDONED_S, advice, publish, remove_partials, rollbox_home, write_durably
 
 from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
@@ -44,7 +44,6 @@ from ._unpack import unpack_layer
 __all__ = ["ImageStore"]
 
 _HEX = frozenset("0123456789abcdef")
-_ABANDONED_S = 3600.0  # a download no pull holds and none wrote to for this long was left by an interrupted one
 
 
 def _root_id(diff_ids: list[str]) -> str:
@@ -204,7 +203,7 @@ class ImageStore:
                     "configuration names: a tampered image; fetch it again"
                 )
             staging.chmod(0o755)
-            size_file.write_text(str(unpacked.size_bytes))
+            write_durably(size_file, str(unpacked.size_bytes).encode())
             publish(staging, target)
             return unpacked.size_bytes
         finally:
@@ -213,9 +212,7 @@ class ImageStore:
     # Records
 
     def _write(self, hex_digest: str, record: dict[str, object]) -> None:
-        staging = self._manifests / f".{hex_digest}.json.new"
-        staging.write_text(json.dumps(record, indent=1) + "\n")
-        staging.rename(self._manifests / f"{hex_digest}.json")
+        write_durably(self._manifests / f"{hex_digest}.json", (json.dumps(record, indent=1) + "\n").encode())
 
     def _record(self, hex_digest: str) -> dict[str, object] | None:
         with contextlib.suppress(OSError, ValueError):
@@ -336,6 +333,8 @@ class ImageStore:
                 freed += _tree_bytes(layer)
                 _delete(layer, self._tmp)
                 (self._layers / f"{layer.name}.size").unlink(missing_ok=True)
+            remove_partials(self._manifests)
+            remove_partials(self._layers)
             for leftover in self._tmp.iterdir():
                 freed += _tree_bytes(leftover) if leftover.is_dir() else 0
                 _delete(leftover, None)
@@ -343,7 +342,7 @@ class ImageStore:
                 if not lock.exists():
                     continue  # a repository's download below another's (``a/b`` below ``a``), removed with it
                 with _unheld(lock) as free:  # else a pull is under way
-                    if free and time.time() - _newest(lock.parent) > _ABANDONED_S:
+                    if free and time.time() - _newest(lock.parent) > ABANDONED_S:
                         freed += _tree_bytes(lock.parent)
                         _delete(lock.parent, self._tmp)
                         for parent in lock.parent.parents:  # the registry's and repository's directories, if empty

@@ -40,10 +40,10 @@ from ._mounts import RuntimeMounts, layer_mounts
 from ._python import Interpreter, find_python
 from ._spec import RuntimeSpec
 
-__all__ = ["Layer", "LayerStore", "advice", "publish", "rollbox_home"]
+__all__ = ["Layer", "LayerStore", "advice", "publish", "rollbox_home", "write_durably"]
 
 _DAY_S = 86_400.0
-_ABANDONED_S = 3600.0  # a build or removal directory this old with no lock held was left by a crash
+ABANDONED_S = 3600.0  #: a build, a removal, a download or a partial write this old and unheld was left by a crash
 
 
 def rollbox_home() -> Path:
@@ -74,6 +74,35 @@ def publish(staging: Path, target: Path) -> None:
         _fsync(base, os.O_RDONLY | os.O_DIRECTORY)
     staging.rename(target)
     _fsync(str(target.parent), os.O_RDONLY | os.O_DIRECTORY)
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` as the file ``path`` whole: into a new file beside it (``.<name>.*.new``, which no reader
+    takes for a record), flushed to disk, renamed over ``path``, and the rename flushed. A power loss leaves the
+    old file or the new one under ``path``, never an empty or partial one; what it leaves under a temporary
+    name is removed by :func:`remove_partials`."""
+    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(staging, 0o644)
+        os.rename(staging, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(staging)
+        raise
+    _fsync(str(path.parent), os.O_RDONLY | os.O_DIRECTORY)
+
+
+def remove_partials(directory: Path) -> None:
+    """Remove what :func:`write_durably` left in ``directory`` when it was cut off (a crash, a power loss)
+    and no writer has touched for :data:`ABANDONED_S`."""
+    for partial in directory.glob(".*.new") if directory.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if time.time() - partial.lstat().st_mtime > ABANDONED_S:
+                partial.unlink()
 
 
 def _fsync(path: str, flags: int) -> None:
@@ -337,10 +366,10 @@ class LayerStore:
         for leftover in self.root.glob(".build-*") if self.root.is_dir() else []:
             key = leftover.name.removeprefix(".build-").split("-", 1)[0]
             with self._unheld(key) as free:
-                if free and time.time() - leftover.stat().st_mtime > _ABANDONED_S:
+                if free and time.time() - leftover.stat().st_mtime > ABANDONED_S:
                     shutil.rmtree(leftover, ignore_errors=True)
         for stale in [*self.root.glob(".trash-*"), *self.root.glob(".failed/*.log")] if self.root.is_dir() else []:
-            if stale.stat().st_mtime >= min(horizon, time.time() - _ABANDONED_S):
+            if stale.stat().st_mtime >= min(horizon, time.time() - ABANDONED_S):
                 continue
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
