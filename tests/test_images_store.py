@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -257,6 +258,46 @@ def test_an_image_record_is_on_disk_before_its_name_and_a_partial_one_is_ignored
     store.gc()
     assert not any(p.exists() for p in partials)
     assert store.resolve(image.digest).refs == ()
+
+
+_OPENED: list[str] = []  # what the audit hook below saw opened, while a test listens
+
+
+def _listen(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _OPENED and isinstance(args[0], str):
+        _OPENED.append(args[0])
+
+
+sys.addaudithook(_listen)
+
+
+def test_a_composed_root_is_published_without_opening_the_layers_files_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = [Entry(f"many/f{i}", data=f"{i}\n".encode()) for i in range(300)]
+    layout = write_layout(tmp_path / "layout", [tar_layer([*BASE, Entry("many", "dir"), *files])])
+    flushed: set[tuple[int, int]] = set()
+    fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        st = os.fstat(fd)
+        flushed.add((st.st_dev, st.st_ino))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed)
+    _OPENED[:] = ["(listening)"]
+    try:
+        image = ImageStore(tmp_path / "store").import_layout(layout)
+    finally:
+        opened, _OPENED[:] = _OPENED[1:], []
+    in_root = [p for p in opened if "/.tmp/root-" in p and "/many/" in p]
+    # Its files are hard links to the layer's, flushed when the layer was published: none is opened again.
+    assert in_root == []
+    assert len([p for p in opened if "/.tmp/layer-" in p and "/many/" in p]) >= 300  # the layer's were, once
+    for path in [image.root, image.root / "many", image.root / "etc", image.root / "etc" / "hosts"]:
+        # Its directories and the files rollbox wrote into it (not links) are flushed.
+        assert (path.stat().st_dev, path.stat().st_ino) in flushed, path
+    assert (image.root / "many" / "f299").read_text() == "299\n"
 
 
 # ------------------------------------------------------------------------------------------- hostile layers

@@ -145,7 +145,7 @@ class ImageStore:
             staging = Path(tempfile.mkdtemp(prefix="root-", dir=self._tmp))
             try:
                 compose_root([self._layers / d.removeprefix("sha256:") for d in diff_ids], staging)
-                publish(staging, root)
+                publish(staging, root, linked=True)  # its files are the layers', flushed when they were
             except OSError as exc:
                 raise ImageError(f"cannot compose the root of {manifest.digest}: {exc}") from None
             finally:

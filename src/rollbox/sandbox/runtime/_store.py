@@ -62,14 +62,20 @@ def advice(exc: OSError, where: Path, gc: str) -> str:
     return ""
 
 
-def publish(staging: Path, target: Path) -> None:
+def publish(staging: Path, target: Path, *, linked: bool = False) -> None:
     """Rename the finished directory ``staging`` to ``target``, its files and directories flushed to disk first
     and the rename after: a power loss leaves the whole tree under ``target``, or nothing, never empty files under
-    a name that says it is complete."""
+    a name that says it is complete.
+
+    ``linked`` says that the tree's files with more than one name are hard links to files already published
+    (an image's root, made of its layers' files): their data is on disk, so only its directories and its own new
+    files are flushed."""
     for base, _dirs, files in os.walk(staging):
         for name in files:
             path = os.path.join(base, name)
-            if stat.S_ISREG(os.lstat(path).st_mode):  # links and fifos hold no data of their own
+            st = os.lstat(path)
+            # Links and fifos hold no data of their own; a published file's other names share its flushed data.
+            if stat.S_ISREG(st.st_mode) and not (linked and st.st_nlink > 1):
                 _fsync(path, os.O_RDONLY)
         _fsync(base, os.O_RDONLY | os.O_DIRECTORY)
     staging.rename(target)
