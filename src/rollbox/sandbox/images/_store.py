@@ -32,7 +32,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollbox.sandbox.runtime._store import ABANDONED_S, advice, publish, remove_partials, rollbox_home, write_durably
+from rollbox.sandbox.runtime._store import (
+    ABANDONED_S,
+    advice,
+    discard,
+    publish,
+    remove_partials,
+    rollbox_home,
+    unheld,
+    write_durably,
+)
 
 from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
@@ -319,32 +328,32 @@ class ImageStore:
                 if root.name.endswith(".lock") or root.name in roots or not root.is_dir():
                     continue
                 lock = self._roots / f"{root.name}.lock"
-                with _unheld(lock) as free:  # else a sandbox runs on it
+                with unheld(lock) as free:  # else a sandbox runs on it
                     if free:
                         # Its files are hard links to the layers': only its own directories are freed.
                         freed += sum(
                             os.lstat(os.path.join(b, n)).st_blocks * 512 for b, ds, _ in os.walk(root) for n in ds
                         )
-                        _delete(root, self._tmp)
+                        discard(root, self._tmp)
                         lock.unlink(missing_ok=True)
             for layer in self._layers.iterdir():
                 if not layer.is_dir() or layer.name in layers:
                     continue
                 freed += _tree_bytes(layer)
-                _delete(layer, self._tmp)
+                discard(layer, self._tmp)
                 (self._layers / f"{layer.name}.size").unlink(missing_ok=True)
             remove_partials(self._manifests)
             remove_partials(self._layers)
-            for leftover in self._tmp.iterdir():
+            for leftover in list(self._tmp.iterdir()):
                 freed += _tree_bytes(leftover) if leftover.is_dir() else 0
-                _delete(leftover, None)
+                discard(leftover, self._tmp)
             for lock in sorted(self.downloads.rglob(".pull.lock")) if self.downloads.is_dir() else []:
                 if not lock.exists():
                     continue  # a repository's download below another's (``a/b`` below ``a``), removed with it
-                with _unheld(lock) as free:  # else a pull is under way
+                with unheld(lock) as free:  # else a pull is under way
                     if free and time.time() - _newest(lock.parent) > ABANDONED_S:
                         freed += _tree_bytes(lock.parent)
-                        _delete(lock.parent, self._tmp)
+                        discard(lock.parent, self._tmp)
                         for parent in lock.parent.parents:  # the registry's and repository's directories, if empty
                             if parent == self.downloads or any(parent.iterdir()):
                                 break
@@ -360,33 +369,6 @@ def _normal(ref: str) -> str:
     return ref if ":" in ref.rpartition("/")[2] else f"{ref}:latest"
 
 
-@contextlib.contextmanager
-def _unheld(lock: Path) -> Iterator[bool]:
-    """Whether the flock ``lock`` could be taken exclusively now (no sandbox or pull holds it), held for the block."""
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)
-
-
 def _newest(path: Path) -> float:
     """When anything in the directory ``path`` was last written (seconds since the epoch)."""
     return max([os.lstat(os.path.join(b, n)).st_mtime for b, ds, fs in os.walk(path) for n in [*ds, *fs]], default=0.0)
-
-
-def _delete(path: Path, trash_dir: Path | None) -> None:
-    """Take ``path`` out of its name at once (a rename into ``trash_dir``), then delete it."""
-    if trash_dir is not None:
-        trash = Path(tempfile.mkdtemp(prefix="trash-", dir=trash_dir))
-        path.rename(trash / "gone")
-        path = trash
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)

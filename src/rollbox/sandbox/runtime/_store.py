@@ -40,7 +40,17 @@ from ._mounts import RuntimeMounts, layer_mounts
 from ._python import Interpreter, find_python
 from ._spec import RuntimeSpec
 
-__all__ = ["Layer", "LayerStore", "advice", "publish", "rollbox_home", "write_durably"]
+__all__ = [
+    "Layer",
+    "LayerStore",
+    "advice",
+    "discard",
+    "publish",
+    "remove_partials",
+    "rollbox_home",
+    "unheld",
+    "write_durably",
+]
 
 _DAY_S = 86_400.0
 ABANDONED_S = 3600.0  #: a build, a removal, a download or a partial write this old and unheld was left by a crash
@@ -336,7 +346,7 @@ class LayerStore:
             directory.chmod(0o755)
             if os.path.lexists(self.root / key):
                 # A broken layer stands there (its layer.json unreadable): no rename goes onto it, so it goes first.
-                _remove(self.root / key, self.root)
+                discard(self.root / key, self.root)
             publish(directory, self.root / key)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -364,14 +374,14 @@ class LayerStore:
         removed: list[str] = []
         horizon = time.time() - keep_days * _DAY_S
         for directory in self._layer_dirs():
-            with self._unheld(directory.name) as free:
+            with unheld(self._lock_path(directory.name)) as free:
                 # Looked at again under the lock: a caller that found the layer meanwhile has used it now.
                 if free and self.last_used(directory.name) < horizon:
-                    _remove(directory, self.root)
+                    discard(directory, self.root)
                     removed.append(directory.name)
         for leftover in self.root.glob(".build-*") if self.root.is_dir() else []:
             key = leftover.name.removeprefix(".build-").split("-", 1)[0]
-            with self._unheld(key) as free:
+            with unheld(self._lock_path(key)) as free:
                 if free and time.time() - leftover.stat().st_mtime > ABANDONED_S:
                     shutil.rmtree(leftover, ignore_errors=True)
         for stale in [*self.root.glob(".trash-*"), *self.root.glob(".failed/*.log")] if self.root.is_dir() else []:
@@ -383,20 +393,24 @@ class LayerStore:
                 stale.unlink(missing_ok=True)
         return removed
 
-    @contextlib.contextmanager
-    def _unheld(self, key: str) -> Iterator[bool]:
-        """Whether the layer ``key`` could be locked exclusively now (no build, no user), held for the block."""
-        fd = self._open_lock(key)
-        try:
-            yield _try_lock(fd, fcntl.LOCK_EX)
-        finally:
-            os.close(fd)
+
+@contextlib.contextmanager
+def unheld(lock: Path) -> Iterator[bool]:
+    """Whether the flock ``lock`` (made if missing) could be taken exclusively now: no build, sandbox or pull
+    holds it. Held for the block."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        yield _try_lock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)
 
 
-def _remove(directory: Path, root: Path) -> None:
-    """Take the layer (or whatever stands under its name) out of its name at once (a rename), then delete it."""
-    trash = Path(tempfile.mkdtemp(prefix=f".trash-{directory.name}-", dir=root))
-    directory.rename(trash / "layer")
+def discard(path: Path, trash_dir: Path) -> None:
+    """Take ``path`` (a tree, or whatever stands under its name) out of its name at once, a rename into a new
+    ``.trash-<name>-*`` directory under ``trash_dir`` (on its filesystem; a crash may leave it there, for gc),
+    then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=f".trash-{path.name}-", dir=trash_dir))
+    path.rename(trash / path.name)
     shutil.rmtree(trash, ignore_errors=True)
 
 
