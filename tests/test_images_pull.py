@@ -548,6 +548,26 @@ def test_a_pull_whose_import_fails_deletes_what_it_downloaded(hostile: _HostileR
     assert sha256(hostile.manifest).removeprefix("sha256:") not in left and not any(".partial" in n for n in left)
 
 
+def test_gc_leaves_an_old_download_while_a_pull_of_a_repository_nested_in_it_runs(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "store")
+    outer = store.downloads / "registry.test" / "a"
+    inner = outer / "b"  # the download of registry.test/a/b, inside that of registry.test/a
+    for tree in (outer, inner):
+        (tree / "blobs" / "sha256").mkdir(parents=True)
+        (tree / "blobs" / "sha256" / "0.partial").write_bytes(b"x" * 4096)
+        (tree / ".pull.lock").touch()
+    hour_ago = time.time() - 3700
+    for base, dirs, files in os.walk(store.downloads):
+        for name in [*dirs, *files]:
+            os.utime(os.path.join(base, name), (hour_ago, hour_ago))
+    with (inner / ".pull.lock").open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a pull of registry.test/a/b under way
+        assert store.gc() == 0
+        assert (inner / "blobs" / "sha256" / "0.partial").read_bytes() == b"x" * 4096
+        assert (outer / "blobs" / "sha256" / "0.partial").is_file()
+    assert store.gc() > 0 and not (store.downloads / "registry.test").exists()  # no pull now: both go
+
+
 def test_gc_removes_the_downloads_of_interrupted_pulls_but_not_a_recent_or_running_one(
     hostile: _HostileRegistry, tmp_path: Path
 ) -> None:

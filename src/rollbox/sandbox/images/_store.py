@@ -350,8 +350,10 @@ class ImageStore:
             for lock in sorted(self.downloads.rglob(".pull.lock")) if self.downloads.is_dir() else []:
                 if not lock.exists():
                     continue  # a repository's download below another's (``a/b`` below ``a``), removed with it
-                with unheld(lock) as free:  # else a pull is under way
-                    if free and time.time() - _newest(lock.parent) > ABANDONED_S:
+                with contextlib.ExitStack() as held:
+                    # Every pull's lock in the tree: a repository's download may hold another's (``a/b`` in ``a``).
+                    free = all(held.enter_context(unheld(inner)) for inner in sorted(lock.parent.rglob(".pull.lock")))
+                    if free and time.time() - _newest(lock.parent) > ABANDONED_S:  # else a pull is under way
                         freed += _tree_bytes(lock.parent)
                         discard(lock.parent, self._tmp)
                         for parent in lock.parent.parents:  # the registry's and repository's directories, if empty
