@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from oci_images import Entry, docker_archive, oci_archive, tar_layer, write_layout
+from oci_images import ARCH, OTHER_ARCH, Entry, docker_archive, oci_archive, tar_layer, write_layout
 from rollbox.sandbox.images import ImageError, ImageStore
 from rollbox.sandbox.images._layout import same_platform, this_platform
 
@@ -348,13 +348,13 @@ def test_a_digest_valid_but_malformed_image_is_one_image_error(
 
 def test_an_image_of_another_platform_is_refused_at_import(tmp_path: Path) -> None:
     layout = write_layout(
-        tmp_path / "layout", [tar_layer([Entry("etc", "dir")])], image_config={"architecture": "arm64"}
+        tmp_path / "layout", [tar_layer([Entry("etc", "dir")])], image_config={"architecture": OTHER_ARCH}
     )
     with pytest.raises(
-        ImageError, match=r"is for linux/arm64, not this machine's linux/amd64: its programs cannot run"
+        ImageError, match=rf"is for linux/{OTHER_ARCH}, not this machine's {this_platform()}: its programs cannot run"
     ):
         ImageStore(tmp_path / "store").import_layout(layout)
-    with pytest.raises(ImageError, match=r"is for windows/amd64, not this machine's linux/amd64"):
+    with pytest.raises(ImageError, match=rf"is for windows/{ARCH}, not this machine's {this_platform()}"):
         ImageStore(tmp_path / "store").import_archive(
             oci_archive(write_layout(tmp_path / "windows", [], image_config={"os": "windows"}), tmp_path / "w.tar")
         )
