@@ -7,9 +7,11 @@ Layout (``$ROLLBOX_HOME/images``)::
     roots/<root_id>/        an image's root, composed from its layers (see ``_compose``); images of the same
                             layers share it
     roots/<root_id>.lock    flock: shared while a sandbox runs on the root, exclusive while gc removes it
-    manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references
+    manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references;
+                            written whole or not at all (``write_durably``: a ``.<hex>.json.*.new`` file flushed
+                            and renamed; one a crash left is never read, and gc removes it after an hour)
     .lock                   flock: exclusive while an import, a removal or a gc changes the store
-    .tmp/                   imports under way (or left by one that died: gc empties it)
+    .tmp/                   imports under way (or left by one that died: gc empties it), and what gc is deleting
     downloads/              what pulls download, as layouts, before they import them (``gc`` removes those no
                             pull holds and none wrote to for an hour)
 
