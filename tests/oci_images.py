@@ -19,6 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollbox.sandbox.images import Image, ImageStore
+from rollbox.sandbox.images._layout import this_platform
+
+#: This machine's architecture as images name it (``amd64``, ``arm64``, ...): the test images are built for it.
+ARCH = this_platform().split("/")[1]
+#: An architecture that is not this machine's, for images that must be refused here.
+OTHER_ARCH = "amd64" if ARCH == "arm64" else "arm64"
 
 __all__ = [
     "Entry",
@@ -174,7 +180,7 @@ def write_layout(
         media = "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if compress else "")
         entries.append({"mediaType": media, "digest": digest, "size": size})
     image_config = {
-        "architecture": "amd64",
+        "architecture": ARCH,
         "os": "linux",
         "config": config or {},
         "rootfs": {
@@ -217,7 +223,7 @@ def docker_archive(archive: Path, layers: Sequence[bytes], *, config: dict[str, 
     diff_ids = ["sha256:" + hashlib.sha256(t).hexdigest() for t in layers]
     image_config = json.dumps(
         {
-            "architecture": "amd64",
+            "architecture": ARCH,
             "os": "linux",
             "config": config or {},
             "rootfs": {"type": "layers", "diff_ids": diff_ids},

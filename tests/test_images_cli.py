@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet
 import pytest
 
-from oci_images import Entry, host_files_layer, oci_archive, tar_layer, write_layout
+from oci_images import ARCH, Entry, host_files_layer, oci_archive, tar_layer, write_layout
 from registry_server import PASSWORD, USER, Registry, free_port, registry
 
 pytestmark = pytest.mark.timeout(600)
@@ -57,7 +57,7 @@ def test_a_pulled_image_is_what_rollbox_exec_runs_on(open_registry: Registry, tm
     pulled = rollbox(tmp_path / "home", "images", "pull", ref, "--json")
     assert pulled.returncode == 0, pulled.stderr
     image = json.loads(pulled.stdout)
-    assert image["refs"] == [ref] and image["platform"] == "linux/amd64"
+    assert image["refs"] == [ref] and image["platform"] == f"linux/{ARCH}"
     ran = rollbox(tmp_path / "home", "exec", "--json", "--image", ref, "--", "cat", "/etc/os-release")
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["stdout"] == OS_RELEASE  # the image's, not the host's

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oci_images import Entry, tar_layer, write_layout
+from oci_images import ARCH, OTHER_ARCH, Entry, tar_layer, write_layout
 from registry_server import PASSWORD, USER, Registry, free_port, registry, sha256
 from rollbox.sandbox.images import Credentials, ImageError, ImageStore, PullProgress, pull, pull_image
 from rollbox.sandbox.images._layout import this_platform
@@ -133,9 +133,13 @@ def _image_for(path: Path, arch: str) -> dict[str, object]:
             "platform": {"os": "linux", "architecture": arch}}  # fmt: skip
 
 
+_TWO_PLATFORMS = sorted([ARCH, OTHER_ARCH])
+
+
 def _two_platform_layout(path: Path) -> Path:
-    """A layout whose index.json names an image index of an amd64 and an arm64 image (different files)."""
-    entries = [_image_for(path, arch) for arch in ("amd64", "arm64")]
+    """A layout whose index.json names an image index of an image for this machine and one for another (different
+    files), in the order of their architectures' names (``_TWO_PLATFORMS``)."""
+    entries = [_image_for(path, arch) for arch in _TWO_PLATFORMS]
     data = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
                        "manifests": entries}).encode()  # fmt: skip
     (path / "blobs/sha256" / sha256(data).removeprefix("sha256:")).write_bytes(data)
@@ -145,10 +149,10 @@ def _two_platform_layout(path: Path) -> Path:
 
 
 def test_an_image_of_another_platform_alone_is_refused(open_registry: Registry, tmp_path: Path) -> None:
-    entry = _image_for(tmp_path / "src", "arm64")
+    entry = _image_for(tmp_path / "src", OTHER_ARCH)
     (tmp_path / "src/index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
     open_registry.push(tmp_path / "src", "tests/arm-only:1")
-    with pytest.raises(ImageError, match="is an image for linux/arm64 only, not linux/amd64: pull one built for"):
+    with pytest.raises(ImageError, match=f"is an image for linux/{OTHER_ARCH} only, not {this_platform()}: pull one"):
         pull(f"{open_registry.host}/tests/arm-only:1", tmp_path / "pulled")
     assert not (tmp_path / "pulled/index.json").exists()
 
@@ -157,11 +161,12 @@ def test_a_manifest_list_gives_this_machines_platform(open_registry: Registry, t
     open_registry.push(_two_platform_layout(tmp_path / "src"), "tests/multi:1", all_platforms=True)
     ref = f"{open_registry.host}/tests/multi:1"
     image = ImageStore(tmp_path / "store").import_layout(pull(ref, tmp_path / "here").layout)
-    assert (image.root / "arch").read_text() == "amd64" and image.platform == "linux/amd64"
-    arm = pull(ref, tmp_path / "arm", platform="linux/arm64")  # a layout of another platform, to copy elsewhere
-    with pytest.raises(ImageError, match=r"is for linux/arm64, not this machine's linux/amd64: its programs cannot"):
-        ImageStore(tmp_path / "store").import_layout(arm.layout)  # but not to run here
-    with pytest.raises(ImageError, match=r"has no image for linux/s390x \(it has linux/amd64, linux/arm64\)"):
+    assert (image.root / "arch").read_text() == ARCH and image.platform == this_platform()
+    other = pull(ref, tmp_path / "other", platform=f"linux/{OTHER_ARCH}")  # a layout to copy elsewhere
+    with pytest.raises(ImageError, match=rf"is for linux/{OTHER_ARCH}, not this machine's {this_platform()}: its"):
+        ImageStore(tmp_path / "store").import_layout(other.layout)  # but not to run here
+    both = ", ".join(f"linux/{arch}" for arch in _TWO_PLATFORMS)
+    with pytest.raises(ImageError, match=rf"has no image for linux/s390x \(it has {both}\)"):
         pull(ref, tmp_path / "none", platform="linux/s390x")
 
 
@@ -171,7 +176,7 @@ def test_pull_image_refuses_another_platform_before_downloading_its_layers(
     store = ImageStore(tmp_path / "store")
     open_registry.push(_two_platform_layout(tmp_path / "src"), "tests/other-arch:1", all_platforms=True)
     ref = f"{open_registry.host}/tests/other-arch:1"
-    other = next(p for p in ("linux/amd64", "linux/arm64") if p != this_platform())
+    other = f"linux/{OTHER_ARCH}"
     with pytest.raises(ImageError, match=rf"the platform {other} is not this machine's \({this_platform()}\): the"):
         pull_image(store, ref, platform=other)  # asked for: refused before anything is downloaded
     assert not list((download_dir(store, ref) / "blobs").rglob("*"))
@@ -348,7 +353,7 @@ def hostile() -> Iterator[_HostileRegistry]:
     running.server.server_close()
 
 
-_CONFIG = json.dumps({"os": "linux", "architecture": "amd64", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+_CONFIG = json.dumps({"os": "linux", "architecture": ARCH, "rootfs": {"type": "layers", "diff_ids": []}}).encode()
 _VALID: dict[str, object] = {
     "schemaVersion": 2,
     "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -362,7 +367,7 @@ _VALID: dict[str, object] = {
 _INDEX: dict[str, object] = {
     "schemaVersion": 2,
     "mediaType": "application/vnd.oci.image.index.v1+json",
-    "manifests": [{"digest": sha256(b"m"), "size": 1, "platform": {"os": "linux", "architecture": "amd64"}}],
+    "manifests": [{"digest": sha256(b"m"), "size": 1, "platform": {"os": "linux", "architecture": ARCH}}],
 }
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -546,6 +551,26 @@ def test_a_pull_whose_import_fails_deletes_what_it_downloaded(hostile: _HostileR
     left = {p.name for p in blobs.iterdir()}
     assert sha256(layer).removeprefix("sha256:") not in left and sha256(kept).removeprefix("sha256:") in left
     assert sha256(hostile.manifest).removeprefix("sha256:") not in left and not any(".partial" in n for n in left)
+
+
+def test_gc_leaves_an_old_download_while_a_pull_of_a_repository_nested_in_it_runs(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "store")
+    outer = store.downloads / "registry.test" / "a"
+    inner = outer / "b"  # the download of registry.test/a/b, inside that of registry.test/a
+    for tree in (outer, inner):
+        (tree / "blobs" / "sha256").mkdir(parents=True)
+        (tree / "blobs" / "sha256" / "0.partial").write_bytes(b"x" * 4096)
+        (tree / ".pull.lock").touch()
+    hour_ago = time.time() - 3700
+    for base, dirs, files in os.walk(store.downloads):
+        for name in [*dirs, *files]:
+            os.utime(os.path.join(base, name), (hour_ago, hour_ago))
+    with (inner / ".pull.lock").open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a pull of registry.test/a/b under way
+        assert store.gc() == 0
+        assert (inner / "blobs" / "sha256" / "0.partial").read_bytes() == b"x" * 4096
+        assert (outer / "blobs" / "sha256" / "0.partial").is_file()
+    assert store.gc() > 0 and not (store.downloads / "registry.test").exists()  # no pull now: both go
 
 
 def test_gc_removes_the_downloads_of_interrupted_pulls_but_not_a_recent_or_running_one(

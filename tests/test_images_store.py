@@ -13,12 +13,13 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from oci_images import Entry, docker_archive, oci_archive, tar_layer, write_layout
+from oci_images import ARCH, OTHER_ARCH, Entry, docker_archive, oci_archive, tar_layer, write_layout
 from rollbox.sandbox.images import ImageError, ImageStore
 from rollbox.sandbox.images._layout import same_platform, this_platform
 
@@ -228,6 +229,77 @@ def test_remove_then_gc_frees_what_no_image_names_but_not_a_held_root(tmp_path: 
         store.remove("held:1")
 
 
+def test_an_image_record_is_on_disk_before_its_name_and_a_partial_one_is_ignored_then_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushed: set[tuple[int, int]] = set()
+    fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        st = os.fstat(fd)
+        flushed.add((st.st_dev, st.st_ino))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed)
+    store = ImageStore(tmp_path / "store")
+    image = store.import_layout(image_layout(tmp_path), ref="test/base:1")
+    store.import_layout(write_layout(tmp_path / "other", [tar_layer(BASE)]), ref="test/base:1")  # moves the ref
+    manifests = tmp_path / "store" / "manifests"
+    for path in [manifests, *manifests.iterdir()]:
+        # Each record's data, and the rename that names it, reached the disk: a power loss cannot leave it empty.
+        assert (path.stat().st_dev, path.stat().st_ino) in flushed, path.name
+    assert [p.name for p in manifests.iterdir() if p.name.startswith(".")] == []
+    # What a writer cut off by a crash left (a temporary name, partly written) is never an image, and gc removes it.
+    partials = [manifests / f".{image.digest[7:]}.json.new", manifests / f".{image.digest[7:]}.json.x1y2.new"]
+    for partial in partials:
+        partial.write_text('{"digest": ')
+        os.utime(partial, (0, 0))
+    assert {i.digest for i in store.list()} == {image.digest, store.resolve("test/base:1").digest}
+    store.gc()
+    assert not any(p.exists() for p in partials)
+    assert store.resolve(image.digest).refs == ()
+
+
+_OPENED: list[str] = []  # what the audit hook below saw opened, while a test listens
+
+
+def _listen(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _OPENED and isinstance(args[0], str):
+        _OPENED.append(args[0])
+
+
+sys.addaudithook(_listen)
+
+
+def test_a_composed_root_is_published_without_opening_the_layers_files_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = [Entry(f"many/f{i}", data=f"{i}\n".encode()) for i in range(300)]
+    layout = write_layout(tmp_path / "layout", [tar_layer([*BASE, Entry("many", "dir"), *files])])
+    flushed: set[tuple[int, int]] = set()
+    fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        st = os.fstat(fd)
+        flushed.add((st.st_dev, st.st_ino))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed)
+    _OPENED[:] = ["(listening)"]
+    try:
+        image = ImageStore(tmp_path / "store").import_layout(layout)
+    finally:
+        opened, _OPENED[:] = _OPENED[1:], []
+    in_root = [p for p in opened if "/.tmp/root-" in p and "/many/" in p]
+    # Its files are hard links to the layer's, flushed when the layer was published: none is opened again.
+    assert in_root == []
+    assert len([p for p in opened if "/.tmp/layer-" in p and "/many/" in p]) >= 300  # the layer's were, once
+    for path in [image.root, image.root / "many", image.root / "etc", image.root / "etc" / "hosts"]:
+        # Its directories and the files rollbox wrote into it (not links) are flushed.
+        assert (path.stat().st_dev, path.stat().st_ino) in flushed, path
+    assert (image.root / "many" / "f299").read_text() == "299\n"
+
+
 # ------------------------------------------------------------------------------------------- hostile layers
 
 
@@ -276,13 +348,13 @@ def test_a_digest_valid_but_malformed_image_is_one_image_error(
 
 def test_an_image_of_another_platform_is_refused_at_import(tmp_path: Path) -> None:
     layout = write_layout(
-        tmp_path / "layout", [tar_layer([Entry("etc", "dir")])], image_config={"architecture": "arm64"}
+        tmp_path / "layout", [tar_layer([Entry("etc", "dir")])], image_config={"architecture": OTHER_ARCH}
     )
     with pytest.raises(
-        ImageError, match=r"is for linux/arm64, not this machine's linux/amd64: its programs cannot run"
+        ImageError, match=rf"is for linux/{OTHER_ARCH}, not this machine's {this_platform()}: its programs cannot run"
     ):
         ImageStore(tmp_path / "store").import_layout(layout)
-    with pytest.raises(ImageError, match=r"is for windows/amd64, not this machine's linux/amd64"):
+    with pytest.raises(ImageError, match=rf"is for windows/{ARCH}, not this machine's {this_platform()}"):
         ImageStore(tmp_path / "store").import_archive(
             oci_archive(write_layout(tmp_path / "windows", [], image_config={"os": "windows"}), tmp_path / "w.tar")
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from oci_images import Entry, tar_layer, write_layout
+from oci_images import ARCH, Entry, tar_layer, write_layout
 from rollbox.sandbox.images import ImageError, ImageStore
 
 FILES = [
@@ -38,7 +38,7 @@ def zstd_layout(layout: Path, tar: bytes, blob: bytes, *, diff_id: str | None = 
     layout.mkdir(parents=True)
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     config = {
-        "architecture": "amd64",
+        "architecture": ARCH,
         "os": "linux",
         "config": {},
         "rootfs": {"type": "layers", "diff_ids": [diff_id or "sha256:" + hashlib.sha256(tar).hexdigest()]},

@@ -7,9 +7,11 @@ Layout (``$ROLLBOX_HOME/images``)::
     roots/<root_id>/        an image's root, composed from its layers (see ``_compose``); images of the same
                             layers share it
     roots/<root_id>.lock    flock: shared while a sandbox runs on the root, exclusive while gc removes it
-    manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references
+    manifests/<hex>.json    an image: its manifest's digest, root, layers, configuration, platform, references;
+                            written whole or not at all (``write_durably``: a ``.<hex>.json.*.new`` file flushed
+                            and renamed; one a crash left is never read, and gc removes it after an hour)
     .lock                   flock: exclusive while an import, a removal or a gc changes the store
-    .tmp/                   imports under way (or left by one that died: gc empties it)
+    .tmp/                   imports under way (or left by one that died: gc empties it), and what gc is deleting
     downloads/              what pulls download, as layouts, before they import them (``gc`` removes those no
                             pull holds and none wrote to for an hour)
 
@@ -32,7 +34,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollbox.sandbox.runtime._store import advice, publish, rollbox_home
+from rollbox.sandbox.runtime._store import (
+    ABANDONED_S,
+    advice,
+    discard,
+    publish,
+    remove_partials,
+    rollbox_home,
+    unheld,
+    write_durably,
+)
 
 from ._archive import extract_archive, layout_from_docker
 from ._compose import compose_root
@@ -44,7 +55,6 @@ from ._unpack import unpack_layer
 __all__ = ["ImageStore"]
 
 _HEX = frozenset("0123456789abcdef")
-_ABANDONED_S = 3600.0  # a download no pull holds and none wrote to for this long was left by an interrupted one
 
 
 def _root_id(diff_ids: list[str]) -> str:
@@ -146,7 +156,7 @@ class ImageStore:
             staging = Path(tempfile.mkdtemp(prefix="root-", dir=self._tmp))
             try:
                 compose_root([self._layers / d.removeprefix("sha256:") for d in diff_ids], staging)
-                publish(staging, root)
+                publish(staging, root, linked=True)  # its files are the layers', flushed when they were
             except OSError as exc:
                 raise ImageError(f"cannot compose the root of {manifest.digest}: {exc}") from None
             finally:
@@ -204,7 +214,7 @@ class ImageStore:
                     "configuration names: a tampered image; fetch it again"
                 )
             staging.chmod(0o755)
-            size_file.write_text(str(unpacked.size_bytes))
+            write_durably(size_file, str(unpacked.size_bytes).encode())
             publish(staging, target)
             return unpacked.size_bytes
         finally:
@@ -213,9 +223,7 @@ class ImageStore:
     # Records
 
     def _write(self, hex_digest: str, record: dict[str, object]) -> None:
-        staging = self._manifests / f".{hex_digest}.json.new"
-        staging.write_text(json.dumps(record, indent=1) + "\n")
-        staging.rename(self._manifests / f"{hex_digest}.json")
+        write_durably(self._manifests / f"{hex_digest}.json", (json.dumps(record, indent=1) + "\n").encode())
 
     def _record(self, hex_digest: str) -> dict[str, object] | None:
         with contextlib.suppress(OSError, ValueError):
@@ -322,30 +330,34 @@ class ImageStore:
                 if root.name.endswith(".lock") or root.name in roots or not root.is_dir():
                     continue
                 lock = self._roots / f"{root.name}.lock"
-                with _unheld(lock) as free:  # else a sandbox runs on it
+                with unheld(lock) as free:  # else a sandbox runs on it
                     if free:
                         # Its files are hard links to the layers': only its own directories are freed.
                         freed += sum(
                             os.lstat(os.path.join(b, n)).st_blocks * 512 for b, ds, _ in os.walk(root) for n in ds
                         )
-                        _delete(root, self._tmp)
+                        discard(root, self._tmp)
                         lock.unlink(missing_ok=True)
             for layer in self._layers.iterdir():
                 if not layer.is_dir() or layer.name in layers:
                     continue
                 freed += _tree_bytes(layer)
-                _delete(layer, self._tmp)
+                discard(layer, self._tmp)
                 (self._layers / f"{layer.name}.size").unlink(missing_ok=True)
-            for leftover in self._tmp.iterdir():
+            remove_partials(self._manifests)
+            remove_partials(self._layers)
+            for leftover in list(self._tmp.iterdir()):
                 freed += _tree_bytes(leftover) if leftover.is_dir() else 0
-                _delete(leftover, None)
+                discard(leftover, self._tmp)
             for lock in sorted(self.downloads.rglob(".pull.lock")) if self.downloads.is_dir() else []:
                 if not lock.exists():
                     continue  # a repository's download below another's (``a/b`` below ``a``), removed with it
-                with _unheld(lock) as free:  # else a pull is under way
-                    if free and time.time() - _newest(lock.parent) > _ABANDONED_S:
+                with contextlib.ExitStack() as held:
+                    # Every pull's lock in the tree: a repository's download may hold another's (``a/b`` in ``a``).
+                    free = all(held.enter_context(unheld(inner)) for inner in sorted(lock.parent.rglob(".pull.lock")))
+                    if free and time.time() - _newest(lock.parent) > ABANDONED_S:  # else a pull is under way
                         freed += _tree_bytes(lock.parent)
-                        _delete(lock.parent, self._tmp)
+                        discard(lock.parent, self._tmp)
                         for parent in lock.parent.parents:  # the registry's and repository's directories, if empty
                             if parent == self.downloads or any(parent.iterdir()):
                                 break
@@ -361,33 +373,6 @@ def _normal(ref: str) -> str:
     return ref if ":" in ref.rpartition("/")[2] else f"{ref}:latest"
 
 
-@contextlib.contextmanager
-def _unheld(lock: Path) -> Iterator[bool]:
-    """Whether the flock ``lock`` could be taken exclusively now (no sandbox or pull holds it), held for the block."""
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)
-
-
 def _newest(path: Path) -> float:
     """When anything in the directory ``path`` was last written (seconds since the epoch)."""
     return max([os.lstat(os.path.join(b, n)).st_mtime for b, ds, fs in os.walk(path) for n in [*ds, *fs]], default=0.0)
-
-
-def _delete(path: Path, trash_dir: Path | None) -> None:
-    """Take ``path`` out of its name at once (a rename into ``trash_dir``), then delete it."""
-    if trash_dir is not None:
-        trash = Path(tempfile.mkdtemp(prefix="trash-", dir=trash_dir))
-        path.rename(trash / "gone")
-        path = trash
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)

@@ -40,10 +40,20 @@ from ._mounts import RuntimeMounts, layer_mounts
 from ._python import Interpreter, find_python
 from ._spec import RuntimeSpec
 
-__all__ = ["Layer", "LayerStore", "advice", "publish", "rollbox_home"]
+__all__ = [
+    "Layer",
+    "LayerStore",
+    "advice",
+    "discard",
+    "publish",
+    "remove_partials",
+    "rollbox_home",
+    "unheld",
+    "write_durably",
+]
 
 _DAY_S = 86_400.0
-_ABANDONED_S = 3600.0  # a build or removal directory this old with no lock held was left by a crash
+ABANDONED_S = 3600.0  #: a build, a removal, a download or a partial write this old and unheld was left by a crash
 
 
 def rollbox_home() -> Path:
@@ -62,18 +72,53 @@ def advice(exc: OSError, where: Path, gc: str) -> str:
     return ""
 
 
-def publish(staging: Path, target: Path) -> None:
+def publish(staging: Path, target: Path, *, linked: bool = False) -> None:
     """Rename the finished directory ``staging`` to ``target``, its files and directories flushed to disk first
     and the rename after: a power loss leaves the whole tree under ``target``, or nothing, never empty files under
-    a name that says it is complete."""
+    a name that says it is complete.
+
+    ``linked`` says that the tree's files with more than one name are hard links to files already published
+    (an image's root, made of its layers' files): their data is on disk, so only its directories and its own new
+    files are flushed."""
     for base, _dirs, files in os.walk(staging):
         for name in files:
             path = os.path.join(base, name)
-            if stat.S_ISREG(os.lstat(path).st_mode):  # links and fifos hold no data of their own
+            st = os.lstat(path)
+            # Links and fifos hold no data of their own; a published file's other names share its flushed data.
+            if stat.S_ISREG(st.st_mode) and not (linked and st.st_nlink > 1):
                 _fsync(path, os.O_RDONLY)
         _fsync(base, os.O_RDONLY | os.O_DIRECTORY)
     staging.rename(target)
     _fsync(str(target.parent), os.O_RDONLY | os.O_DIRECTORY)
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` as the file ``path`` whole: into a new file beside it (``.<name>.*.new``, which no reader
+    takes for a record), flushed to disk, renamed over ``path``, and the rename flushed. A power loss leaves the
+    old file or the new one under ``path``, never an empty or partial one; what it leaves under a temporary
+    name is removed by :func:`remove_partials`."""
+    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(staging, 0o644)
+        os.rename(staging, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(staging)
+        raise
+    _fsync(str(path.parent), os.O_RDONLY | os.O_DIRECTORY)
+
+
+def remove_partials(directory: Path) -> None:
+    """Remove what :func:`write_durably` left in ``directory`` when it was cut off (a crash, a power loss)
+    and no writer has touched for :data:`ABANDONED_S`."""
+    for partial in directory.glob(".*.new") if directory.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if time.time() - partial.lstat().st_mtime > ABANDONED_S:
+                partial.unlink()
 
 
 def _fsync(path: str, flags: int) -> None:
@@ -301,7 +346,7 @@ class LayerStore:
             directory.chmod(0o755)
             if os.path.lexists(self.root / key):
                 # A broken layer stands there (its layer.json unreadable): no rename goes onto it, so it goes first.
-                _remove(self.root / key, self.root)
+                discard(self.root / key, self.root)
             publish(directory, self.root / key)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -329,18 +374,18 @@ class LayerStore:
         removed: list[str] = []
         horizon = time.time() - keep_days * _DAY_S
         for directory in self._layer_dirs():
-            with self._unheld(directory.name) as free:
+            with unheld(self._lock_path(directory.name)) as free:
                 # Looked at again under the lock: a caller that found the layer meanwhile has used it now.
                 if free and self.last_used(directory.name) < horizon:
-                    _remove(directory, self.root)
+                    discard(directory, self.root)
                     removed.append(directory.name)
         for leftover in self.root.glob(".build-*") if self.root.is_dir() else []:
             key = leftover.name.removeprefix(".build-").split("-", 1)[0]
-            with self._unheld(key) as free:
-                if free and time.time() - leftover.stat().st_mtime > _ABANDONED_S:
+            with unheld(self._lock_path(key)) as free:
+                if free and time.time() - leftover.stat().st_mtime > ABANDONED_S:
                     shutil.rmtree(leftover, ignore_errors=True)
         for stale in [*self.root.glob(".trash-*"), *self.root.glob(".failed/*.log")] if self.root.is_dir() else []:
-            if stale.stat().st_mtime >= min(horizon, time.time() - _ABANDONED_S):
+            if stale.stat().st_mtime >= min(horizon, time.time() - ABANDONED_S):
                 continue
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
@@ -348,20 +393,24 @@ class LayerStore:
                 stale.unlink(missing_ok=True)
         return removed
 
-    @contextlib.contextmanager
-    def _unheld(self, key: str) -> Iterator[bool]:
-        """Whether the layer ``key`` could be locked exclusively now (no build, no user), held for the block."""
-        fd = self._open_lock(key)
-        try:
-            yield _try_lock(fd, fcntl.LOCK_EX)
-        finally:
-            os.close(fd)
+
+@contextlib.contextmanager
+def unheld(lock: Path) -> Iterator[bool]:
+    """Whether the flock ``lock`` (made if missing) could be taken exclusively now: no build, sandbox or pull
+    holds it. Held for the block."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        yield _try_lock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)
 
 
-def _remove(directory: Path, root: Path) -> None:
-    """Take the layer (or whatever stands under its name) out of its name at once (a rename), then delete it."""
-    trash = Path(tempfile.mkdtemp(prefix=f".trash-{directory.name}-", dir=root))
-    directory.rename(trash / "layer")
+def discard(path: Path, trash_dir: Path) -> None:
+    """Take ``path`` (a tree, or whatever stands under its name) out of its name at once, a rename into a new
+    ``.trash-<name>-*`` directory under ``trash_dir`` (on its filesystem; a crash may leave it there, for gc),
+    then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=f".trash-{path.name}-", dir=trash_dir))
+    path.rename(trash / path.name)
     shutil.rmtree(trash, ignore_errors=True)
 
 
