@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 from rollbox.curate import Operator, SynthError, SynthOptions, ValidateOptions, synthesize
 from rollbox.curate._evidence import Evidence, prefer_broad
+from rollbox.curate._grader import Grader
+from rollbox.curate._mutate import mutants
 from rollbox.curate._package import Layout, declared_requirements, package_environment, read_layout
+from rollbox.curate._synth import _Package
 from rollbox.judge import VerdictStatus, grade, runtime_spec
 from rollbox.sandbox.runtime import LayerStore, RuntimeSpec, find_python
 from rollbox.tasks import load_task
@@ -183,3 +186,52 @@ def test_the_environment_pins_every_package_of_its_layer(tmp_path: Path, monkeyp
     )
     with pytest.raises(SynthError, match="runtime layer could not be built"):
         asyncio.run(package_environment(Layout(tmp_path, "", ("demo.py",), ("tests",))))
+
+
+_DYING = """import os
+
+
+def scale(x):
+    if x < 0:
+        os._exit(3)
+    if x > 1000:
+        os.abort()
+    return x * 2
+"""
+
+#: In this order: the tests after ``thousand`` (7) and ``zero`` (3) never run when it dies.
+_DYING_INPUTS = (*range(1, 9), 1000, 9, 10, 11, 0, 12, 13, 14)
+_DYING_TESTS = "from scaler import scale\n\n\n" + "\n\n".join(
+    f"def test_{ {0: 'zero', 1000: 'thousand'}.get(x, f'small_{x}') }():\n    assert scale({x}) == {2 * x}\n"
+    for x in _DYING_INPUTS
+)
+
+
+def test_a_bug_that_kills_the_test_run_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``x <= 0`` makes ``scale(0)`` call ``os._exit`` (the run exits non-zero, mid-test), ``x >= 1000`` makes
+    ``scale(1000)`` abort (a signal): the tests after it never run, few enough (at most half) that a bug would be
+    kept with them as fail_to_pass if they counted as failing. Such a run is no finding, so neither bug is kept;
+    every other mutant breaks every test, or none."""
+    monkeypatch.setenv("ROLLBOX_HOME", str(tmp_path / "home"))
+    root = tmp_path / "scaler-1.0"
+    (root / "tests").mkdir(parents=True)
+    (root / "scaler.py").write_text(_DYING)
+    (root / "tests" / "test_scaler.py").write_text(_DYING_TESTS)
+    layout = read_layout(root)
+    found = [m.description for m in mutants(_DYING)]
+    assert any("<=" in d for d in found) and any(">=" in d for d in found)
+
+    async def screen() -> tuple[int, list[tuple[str, ...]]]:
+        grader = Grader(workers=2)
+        package = _Package("scaler", tmp_path / "out", tmp_path / "scratch", grader, SynthOptions(validate=False))
+        try:
+            probe = await package._baseline(layout, await package_environment(layout))
+            bugs = await package._screen(layout, probe)
+        finally:
+            await grader.close()
+        assert sum(package.result.graded.values()) == len(found)
+        return package.result.steady_tests, [b.failing for b in bugs]
+
+    steady, kept = asyncio.run(screen())
+    assert steady == 16
+    assert kept == []

@@ -6,7 +6,9 @@ and pytest, then every package of it pinned as the tasks' ``[environment]``: see
 the tests that pass both times are the package's steady tests. Then inject bugs with the mutation operators
 (``_mutate``) and grade each mutant the same way: a bug is kept when at least one steady test fails (its
 fail_to_pass tests) while the others pass (its pass_to_pass tests), no more than ``max_failing_share`` of them
-fail, the run ended by itself (no timeout, no crash at import), and a second grading gives the same failures.
+fail, the run ended by itself with every test reported (pytest's own exit on failures: no limit, no signal, no exit
+in the code under test, no crash at import), and a second grading, which must end the same way, gives the same
+failures. Only tests a run saw fail are fail_to_pass: one that never reported is no evidence that it catches the bug.
 Bugs whose failures span several distinct tests or inputs are preferred (``_evidence``): one whose failing tests
 are fewer than ``min_evidence`` and give fewer distinct inputs (one parametrised case,
 ``test_pluralize_singular[cow-kine]``) is set aside, since a patch that special-cases those inputs passes it; the
@@ -226,6 +228,21 @@ def _snap(seconds: float) -> float:
 
 
 def _failing(verdict: Verdict) -> tuple[str, ...]:
+    """The tests a mutant's grading run saw fail, sorted; none unless the run ended by itself with failures.
+
+    That is pytest exiting on its own with failing tests: the verdict ``failed``, the run ``nonzero_exit`` (pytest
+    exits 1), no test started and never reported (an ``os._exit`` in the code under test also exits non-zero, in
+    a test), and every test reported. A run a signal killed, a limit (time, memory, output, processes, disk) cut
+    short, or an exit ended early is no finding about the tests it never reached: the bug is not kept, so no
+    fail_to_pass test is one that never ran.
+    """
+    if (
+        verdict.status is not VerdictStatus.FAILED
+        or verdict.run_status is not Status.NONZERO_EXIT
+        or verdict.running is not None
+        or any(t.outcome is Outcome.MISSING for t in verdict.tests)
+    ):
+        return ()
     return tuple(sorted(t.id for t in verdict.tests if t.outcome is not Outcome.PASSED))
 
 
@@ -319,7 +336,7 @@ class _Package:
         candidates: list[tuple[str, Mutant, tuple[str, ...]]] = []  # (module, mutant, failing tests)
         for mutant, verdict in zip(chosen, await self.grader.grade_all(items), strict=True):
             failing = _failing(verdict)
-            if verdict.status is VerdictStatus.FAILED and 0 < len(failing) <= self.options.max_failing_share * steady:
+            if 0 < len(failing) <= self.options.max_failing_share * steady:
                 candidates.append((where[id(mutant)], mutant, failing))
         again = await self.grader.grade_all([(probe, {c[0]: c[1].source.encode()}) for c in candidates])
         kept = [c for c, v in zip(candidates, again, strict=True) if _failing(v) == c[2]]
