@@ -236,3 +236,68 @@ def test_auth_is_on_by_default_off_loopback(tmp_path: Path) -> None:
     )
     key = made.stdout.strip()
     assert key.startswith("rbx_") and TenantStore(tmp_path / "tenants.json").authenticate(key) is not None
+
+
+#: Settings a tenants file may not hold, each refused when the file is read with what the message names.
+BAD_SETTINGS = [
+    ({"rate_per_s": 0}, "rate_per_s must be a finite number of requests per second above 0"),
+    ({"rate_per_s": -1.5}, "got -1.5"),
+    ({"rate_per_s": float("nan")}, "got nan"),  # Python's JSON reads NaN and Infinity
+    ({"rate_per_s": float("inf")}, "got inf"),
+    ({"rate_per_s": 5e-324}, "got 5e-324"),  # a token would take forever to come back
+    ({"rate_per_s": 10**400}, "rate_per_s must be"),  # beyond any float
+    ({"rate_per_s": True}, "got True"),
+    ({"rate_per_s": "50"}, "got '50'"),
+    ({"burst": 0}, "burst must be a positive integer (as 1 or 100), got 0"),
+    ({"burst": 2.5}, "got 2.5"),
+    ({"burst": 4.0}, "got 4.0"),  # a count is an integer, as everywhere in rollbox's own shapes
+    ({"burst": True}, "got True"),
+    ({"burst": 2**53 + 1}, "burst must be at most 2**53"),
+    ({"max_in_flight": 0}, "max_in_flight must be a positive integer (as 1 or 100), got 0"),
+    ({"max_in_flight": None}, "got None"),
+    ({"max_in_flight": False}, "got False"),
+    ({"max_sandboxes": -1}, "max_sandboxes must be a positive integer (as 1 or 100), got -1"),
+    ({"max_sandboxes": 1.5}, "got 1.5"),
+    ({"max_running_jobs": 0}, "max_running_jobs must be a positive integer or null, got 0"),
+]
+
+
+@pytest.mark.parametrize(("setting", "message"), BAD_SETTINGS, ids=[repr(s)[:40] for s, _ in BAD_SETTINGS])
+def test_a_tenants_file_with_a_setting_no_limit_can_use_is_refused_when_read(
+    setting: dict[str, object], message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps({"tenants": {"team-a": {"keys": [], **setting}}}))
+    with pytest.raises(ValueError, match=r"is not a rollbox tenants file") as refused:
+        TenantStore(path)
+    assert message in str(refused.value) and "fix it or move it away" in str(refused.value)
+    with pytest.raises(ValueError, match=re.escape(message)):  # nor made by a key's settings
+        TenantStore(tmp_path / "other.json").add_key("team-b", **setting)
+
+
+def test_the_smallest_and_largest_limits_are_kept_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "tenants.json"
+    smallest = {"rate_per_s": 1, "burst": 1, "max_in_flight": 1, "max_sandboxes": 1, "max_running_jobs": 1}
+    largest = {"rate_per_s": 1e300, "burst": 2**53, "max_in_flight": 10**30, "max_sandboxes": 10**30}
+    path.write_text(json.dumps({"tenants": {"low": {"keys": [], **smallest}, "high": {"keys": [], **largest}}}))
+    read = {t.name: t for t in TenantStore(path).tenants()}
+    for name, written in (("low", smallest), ("high", largest)):
+        for setting, value in written.items():
+            assert getattr(read[name], setting) == value and type(getattr(read[name], setting)) is type(value)
+    assert TenantStore(tmp_path / "made.json").add_key("team", rate_per_s=0.01, burst=4)  # as the tests' tenants
+
+
+def test_serve_refuses_to_start_on_a_tenant_whose_rate_is_zero(tmp_path: Path) -> None:
+    (tmp_path / "tenants.json").write_text(json.dumps({"tenants": {"team-a": {"rate_per_s": 0, "keys": []}}}))
+    env = {**os.environ, "ROLLBOX_HOME": str(tmp_path)}
+    refused = subprocess.run(
+        [sys.executable, "-m", "rollbox", "serve", "--auth", "--port", "0"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-2000:]
+    assert "tenants.json is not a rollbox tenants file" in lines[0] and "rate_per_s must be" in lines[0], lines[0]

@@ -16,9 +16,10 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -446,6 +447,62 @@ def test_a_tenants_executions_in_flight_are_bounded_over_every_worker(tmp_path: 
             assert refused.status_code == 503 and "first worker" in refused.json()["detail"], refused.text
             assert refused.headers["retry-after"] == "1"
             assert on1.get("/v1/languages", headers=auth).status_code == 200
+
+
+def test_a_question_the_first_worker_answers_too_late_leaves_no_count_behind(tmp_path: Path, reap: None) -> None:
+    """max_in_flight=1 with two workers: while the first worker is stopped (not dead), another worker's question to
+    count an execution gets no answer within its timeout (503), yet the first worker counts it when it resumes. The
+    asking worker tells the first again what it holds before its next question, so the tenant keeps its whole limit
+    (not one short for good), and no more than it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    tasks = double_task(tmp_path)
+    key = TenantStore(home / "tenants.json").add_key("team-l", max_in_flight=1)
+    auth = {"Authorization": f"Bearer {key}"}
+    quick = {"code": "print(1)", "language": "python"}
+    action = json.dumps({"action": {"name": "bash", "arguments": {"command": "true"}}}).encode()
+    send_body = threading.Event()
+
+    def body() -> Iterator[bytes]:  # the headers go first: the key is checked (its rate taken) before the body comes
+        send_body.wait(60)
+        yield action
+
+    with (
+        serving_process(home, "--pool-size", "1", "--auth", "--tasks-dir", str(tasks)) as served,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        first = served.workers()["0.0"]
+        with served.pinned("1.0") as on1:
+            made = on1.post("/v1/episodes", json={"task": "double"}, headers=auth)
+            assert made.status_code == 201 and _worker_of(made.json()["id"]) == "1.0", made.text
+            headers = {**auth, "content-type": "application/json", "content-length": str(len(action))}
+            stepping = pool.submit(on1.post, f"/v1/episodes/{made.json()['id']}/step", content=body(), headers=headers)
+            time.sleep(3)  # the step's rate taken from the first worker's bucket; its body awaited
+            os.kill(first, signal.SIGSTOP)
+            try:
+                send_body.set()  # now its execution is counted: a question the stopped first worker reads later
+                late = stepping.result(timeout=60)
+            finally:
+                os.kill(first, signal.SIGCONT)
+            assert late.status_code == 503 and "did not answer within 5 s" in late.json()["detail"], late.text
+        with served.pinned("0.0") as on0:  # resumed: it has read the late question (counted worker 1's execution)
+            assert on0.get("/healthz").status_code == 200
+        with served.pinned("1.0") as on1:
+            ran = [on1.post("/run_code", json=quick, headers=auth) for _ in range(2)]
+            assert [r.status_code for r in ran] == [200, 200], [r.text for r in ran]  # old code: 429, for good
+        slow = {"code": "sleep 4", "language": "bash", "run_timeout": 30}
+        with served.pinned("1.0") as on1:
+            sleeping = pool.submit(on1.post, "/run_code", json=slow, headers=auth)
+            deadline = time.monotonic() + 60
+            while not _running(served.workers()["1.0"], b"sleep\x004"):
+                assert time.monotonic() < deadline and not sleeping.done(), sleeping.done() and sleeping.result().text
+                time.sleep(0.05)
+            with served.pinned("0.0") as on0:  # the limit still holds over both workers: one execution in all
+                busy = on0.post("/run_code", json=quick, headers=auth)
+            assert busy.status_code == 429 and "in flight" in busy.json()["detail"], busy.text
+            assert sleeping.result(timeout=60).status_code == 200
+        with served.pinned("0.0") as on0:
+            assert on0.post("/run_code", json=quick, headers=auth).status_code == 200
 
 
 def _job_results(home: Path) -> Counter[int]:

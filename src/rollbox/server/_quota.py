@@ -8,12 +8,16 @@ serves a request with a key (its tenant's bucket), runs something or opens a san
 when one ends. A worker that cannot reach the first refuses (503) rather than let a tenant past its limits: it waits
 only for a first worker that is starting (up to the ask's timeout), never for one known dead. The first worker
 forgets what a worker that died held, and a first worker that restarted learns what each other worker holds before
-it counts that worker's next request (its buckets start full).
+it counts that worker's next request (its buckets start full). So does a first worker that failed to answer a
+question (it stalled past the ask's timeout, or its answer was lost): it may still count that question when it
+resumes, so the worker tells it again all that it holds, once the questions it has in flight are answered, before it
+asks anything else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter
@@ -122,9 +126,14 @@ class Quota:
         #: The counts, in the process that holds them.
         self.counts = Counts() if peers is None or owner.slot == 0 else None
         self._held: Held = Counter()
-        #: The first worker that knows what this one holds (told once, when it is first asked).
+        #: The first worker that knows what this one holds (told when it is first asked, and again after any
+        #: question it failed to answer).
         self._told: Owner | None = None
         self._telling = asyncio.Lock()
+        #: Questions asked and not yet answered (or failed); none while what is held is told.
+        self._asking = 0
+        self._answered = asyncio.Event()
+        self._answered.set()
 
     async def admit(self, tenant: str, rate_per_s: float, burst: int) -> float | None:
         """Take one request from ``tenant``'s bucket, kept for the whole service; ``None`` when taken, else the
@@ -170,10 +179,8 @@ class Quota:
         if first is None:
             self._told = None
             return
-        try:
+        with contextlib.suppress(Refused):  # the first worker is told what this one holds before its next question
             await self._ask(first, {"op": "give", "kind": kind, "tenant": tenant})
-        except Refused:
-            self._told = None  # told again what this worker holds before its next question
 
     def forget_dead(self) -> None:
         """Forget what the workers that died held (the first worker of several does, every tick)."""
@@ -195,25 +202,40 @@ class Quota:
             raise _unreachable("is restarting")
         async with self._telling:  # what is held is told before any other question, and once
             if self._told != first:
+                # An answer still to come changes what is held: told before it, the first worker would count it twice
+                # (a give) or not at all (a take). No question starts meanwhile: each waits here for the lock.
+                await self._answered.wait()
                 held = [[kind, tenant, n] for (kind, tenant), n in self._held.items() if n > 0]
                 await self._ask(first, {"op": "sync", "held": held})
                 self._told = first
         return first
 
     async def _ask(self, first: Owner, question: dict[str, Any]) -> dict[str, Any]:
+        """The first worker's answer to ``question``. One that fails may still be counted there (a first worker
+        that stalled past the timeout reads it when it resumes): the first worker is told again what this worker
+        holds, which replaces whatever it counted, before this worker's next question."""
         assert self.peers is not None and self.peers.me is not None
         me = self.peers.me
         target = f"{QUOTA_PATH}?slot={me.slot}&generation={me.generation}".encode()
         headers = [(b"content-type", b"application/json")]
+        self._asking += 1
+        self._answered.clear()
         try:
             async with asyncio.timeout(_ASK_TIMEOUT_S):
                 reply = await forward(self.peers.socket(first), "POST", target, headers, json.dumps(question).encode())
-        except PeerGone:
-            raise _unreachable("did not answer") from None
-        except TimeoutError:
-            raise _unreachable(f"did not answer within {_ASK_TIMEOUT_S:g} s") from None
-        if reply.status != 200:
-            raise _unreachable(f"answered {reply.status}")
+            if reply.status != 200:
+                raise _unreachable(f"answered {reply.status}")
+        except BaseException as exc:
+            self._told = None  # cancelled too: the question may have been sent
+            if isinstance(exc, PeerGone):
+                raise _unreachable("did not answer") from None
+            if isinstance(exc, TimeoutError):
+                raise _unreachable(f"did not answer within {_ASK_TIMEOUT_S:g} s") from None
+            raise
+        finally:
+            self._asking -= 1
+            if self._asking == 0:
+                self._answered.set()
         answer: dict[str, Any] = json.loads(reply.body)
         return answer
 

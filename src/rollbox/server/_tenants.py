@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -25,6 +26,8 @@ from typing import Any
 __all__ = ["Tenant", "TenantStore"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: The largest burst a token bucket (a float) holds exactly.
+_MAX_BURST = 2**53
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +48,33 @@ class Tenant:
     #: capacity bounds them (a tenant with a deep queue then takes every slot as it frees).
     max_running_jobs: int | None = None
     keys: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        if not _rate(self.rate_per_s):  # its bucket divides by it
+            raise ValueError(
+                "rate_per_s must be a finite number of requests per second above 0 (as 0.5 or 50), got "
+                f"{self.rate_per_s!r}"
+            )
+        for name in ("burst", "max_in_flight", "max_sandboxes"):
+            count = getattr(self, name)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ValueError(f"{name} must be a positive integer (as 1 or 100), got {count!r}")
+        if self.burst > _MAX_BURST:  # its bucket holds it as a float
+            raise ValueError(f"burst must be at most 2**53 ({_MAX_BURST}), got {self.burst!r}")
+        quota = self.max_running_jobs
+        if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 1):
+            raise ValueError(f"max_running_jobs must be a positive integer or null, got {quota!r}")
+
+
+def _rate(rate: object) -> bool:
+    """Whether ``rate`` is a rate a token bucket can use: a number (never a bool) above 0, finite, whose
+    reciprocal (the seconds a token takes to come back) is finite too."""
+    if not isinstance(rate, int | float) or isinstance(rate, bool):
+        return False
+    try:
+        return math.isfinite(rate) and rate > 0 and math.isfinite(1 / rate)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 def _digest(key: str) -> str:
@@ -170,7 +200,4 @@ def _fields(entry: dict[str, Any]) -> dict[str, Any]:
     unknown = set(entry) - known
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(known)}")
-    quota = entry.get("max_running_jobs")
-    if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 1):
-        raise ValueError(f"max_running_jobs must be a positive integer or null, got {quota!r}")
     return {**entry, "keys": tuple(entry.get("keys", ()))}
