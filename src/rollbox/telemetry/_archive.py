@@ -288,36 +288,55 @@ def read_archive(
     run: str | None = None,
     kind: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    skipped: list[str] | None = None,
 ) -> list[Event]:
     """Every archived event under ``url`` (of one ``run``, of one ``kind``), in the order they happened.
 
-    A file that cannot be read (damaged, or cut short by an archive of an older rollbox, which did not write under
-    a temporary name) is skipped, with one warning that counts them and names the first.
+    A file that is not an archive's Parquet (damaged, or cut short by an archive of an older rollbox, which did not
+    write under a temporary name) is skipped: added to ``skipped`` as ``PATH (why)`` where one is given, else
+    with one warning that counts them and names the first. A file the storage cannot give (no permission, not
+    reachable) is an error, never a file skipped.
 
     Raises:
         FileNotFoundError: nothing was ever archived under ``url``.
+        OSError: the storage refused or failed to list or read the archive (the message says to check the
+            credentials and that the storage is reachable).
 
     Warns:
-        RuntimeWarning: files were skipped.
+        RuntimeWarning: files were skipped, and no ``skipped`` list was given.
     """
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"), **dict(storage_options or {}))
-    if not fs.exists(root):
-        raise FileNotFoundError(
-            f"no archive at {url!r}: check the URL, or archive there first (rollbox serve --archive)"
-        )
-    pattern = f"{root}/run={_partition(run) if run is not None else '*'}/date=*/*.parquet"
-    paths = sorted(fs.glob(pattern))
+    try:
+        if not fs.exists(root):
+            raise FileNotFoundError(
+                f"no archive at {url!r}: check the URL, or archive there first (rollbox serve --archive)"
+            )
+        pattern = f"{root}/run={_partition(run) if run is not None else '*'}/date=*/*.parquet"
+        paths = sorted(fs.glob(pattern))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _storage_error(url, root, exc) from exc
     events: list[Event] = []
-    skipped: list[str] = []
+    bad: list[str] = []
     for path in paths:
         try:
-            events += _read_part(fs, path, kind)
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            skipped.append(f"{path} ({type(exc).__name__}: {exc})")
-    if skipped:
+            data = fs.cat_file(path)
+        except FileNotFoundError as exc:  # moved aside since it was listed
+            bad.append(f"{path} ({type(exc).__name__}: {exc})")
+            continue
+        except OSError as exc:
+            raise _storage_error(url, path, exc) from exc
+        try:
+            events += _read_part(data, kind)
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:  # read whole: its content
+            bad.append(f"{path} ({type(exc).__name__}: {exc})")
+    if skipped is not None:
+        skipped += bad
+    elif bad:
         warnings.warn(
-            f"read_archive skipped {len(skipped)} of the {len(paths)} files under {url!r} that could not be read "
-            f"(move them aside to silence this); the first: {skipped[0]}",
+            f"read_archive skipped {len(bad)} of the {len(paths)} files under {url!r} that could not be read "
+            f"(move them aside to silence this); the first: {bad[0]}",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -325,12 +344,21 @@ def read_archive(
     return events
 
 
-def _read_part(fs: Any, path: str, kind: str | None) -> list[Event]:
-    """The events of one Parquet file (of one ``kind``)."""
+def _storage_error(url: str, path: str, exc: OSError) -> OSError:
+    """What the storage's failure to give ``path`` means, and what to do."""
+    message = (
+        f"the storage of the archive at {url!r} failed to give {path} ({type(exc).__name__}: {exc}); check its "
+        "credentials (storage_options, or AWS_ACCESS_KEY_ID and the like for s3://) and that it is reachable"
+    )
+    return OSError(exc.errno, message) if exc.errno else OSError(message)
+
+
+def _read_part(data: bytes, kind: str | None) -> list[Event]:
+    """The events of one Parquet file's bytes (of one ``kind``): a file read whole, so that whatever fails here is
+    the file's content, never the storage."""
     # ParquetFile, not read_table: read_table's dataset scanner leaves Arrow threads that can abort the
     # interpreter at exit ("terminate called without an active exception", apache/arrow#34314).
-    with fs.open(path, "rb") as f:
-        table = pq.ParquetFile(f).read(columns=["kind", "at", "fields"], use_threads=False)
+    table = pq.ParquetFile(pa.BufferReader(data)).read(columns=["kind", "at", "fields"], use_threads=False)
     return [
         Event(row["kind"], row["at"], json.loads(row["fields"]))
         for row in table.to_pylist()
