@@ -115,20 +115,22 @@ def bound(**fields: Any) -> Iterator[None]:
 def end_torn_line(path: str | Path) -> None:
     """End the last line of the JSON Lines file at ``path`` where a writer killed mid-line left it unterminated, so
     that what is appended next (a resumed run's events) starts a line of its own instead of joining the torn one.
-    A missing file is left missing.
+    A missing file is left missing. Safe while other processes append whole lines to the file: the newline is
+    appended too, after whatever they wrote (at worst an empty line, which readers skip), never written over theirs.
 
     Raises:
         OSError: the file is there but cannot be read and written.
     """
     try:
-        file = open(path, "r+b")  # noqa: SIM115 (opened only if it exists; closed just below)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
     except FileNotFoundError:
         return
-    with file:
-        if file.seek(0, os.SEEK_END) > 0:
-            file.seek(-1, os.SEEK_END)
-            if file.read(1) != b"\n":
-                file.write(b"\n")
+    try:
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+    finally:
+        os.close(fd)
 
 
 class JsonlSink:
