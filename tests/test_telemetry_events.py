@@ -220,3 +220,28 @@ sink.close()
             torn.append(line)
     assert parsed == ["first", "other", "after"]
     assert len(torn) == 1 and torn[0].startswith(b'{"kind":"cut"') and len(torn[0]) == 40
+
+
+class Flaky:
+    """A sink that fails while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        self.failing = True
+
+    def write(self, event: Event) -> None:
+        if self.failing:
+            raise OSError("the sink's storage is gone")
+
+
+def test_a_sink_that_recovers_and_fails_again_is_logged_again(caplog: pytest.LogCaptureFixture) -> None:
+    sink = Flaky()
+    with telemetry.recording(sink):
+        telemetry.emit("sandbox.exec")
+        telemetry.emit("sandbox.exec")  # the same failure: not logged again
+        sink.failing = False
+        telemetry.emit("sandbox.exec")  # it recovered
+        sink.failing = True
+        telemetry.emit("sandbox.exec")  # days later, it fails again: logged
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "telemetry sink Flaky failed on a 'sandbox.exec' event"
+    ] * 2
