@@ -3,6 +3,7 @@ against the running service, and what it prints of a candidate's output."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -160,6 +161,56 @@ def test_the_report_reads_whichever_of_the_run_file_and_the_archive_holds_more_a
     assert report().endswith(f"(10 events, from {home / 'archive'})\n")
     missing = _rollbox("report", "r2", "--archive", "", home=home)  # the run's file only, and it holds none
     assert missing.returncode == 1 and "no events of run 'r2'" in missing.stderr
+
+
+def _without_dac_override() -> None:
+    """In the child, before it runs the command: root's power to read any file is dropped, so that a file's mode
+    refuses root as it refuses anyone (capabilities 1 and 2, CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, taken out
+    of the bounding set, which bounds what root holds after exec)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def test_the_report_says_in_one_line_that_the_archives_storage_refused_or_that_a_file_was_damaged(
+    tmp_path: Path,
+) -> None:
+    """A file the storage refuses (here: one whose mode refuses the user who reports) is the storage's failure, said
+    in one line that says what to check, never "no events" after a Python warning; a damaged file is skipped, said
+    in one line too."""
+    from rollbox.telemetry import Archive
+
+    url = tmp_path / "home" / "archive"
+    with Archive(str(url), flush_s=3600) as archive:
+        for i in range(2):
+            archive.write(Event("sandbox.exec", 1.7e9 + i, {"run": "r", "status": "ok"}))
+            archive.flush()
+    parts = sorted(url.rglob("*.parquet"))
+    (parts[0].parent / "part-torn.parquet").write_bytes(parts[0].read_bytes()[:100])
+
+    def report() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rollbox", "report", "r", "--archive", str(url), "-o", str(tmp_path / "r.html")],
+            env={**os.environ, "ROLLBOX_HOME": str(tmp_path / "home")},
+            preexec_fn=_without_dac_override if os.geteuid() == 0 else None,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    damaged = report()
+    assert damaged.returncode == 0 and "(2 events" in damaged.stdout, damaged.stderr
+    (line,) = damaged.stderr.splitlines()
+    assert line.startswith("rollbox report: archive files skipped as not Parquet: 1 (damaged") and "torn" in line
+    for part in url.rglob("*.parquet"):
+        part.chmod(0)
+    refused = report()
+    assert refused.returncode == 2, refused.stderr
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith(f"rollbox report: cannot read the events at {url} (the storage of the archive"), line
+    assert "PermissionError" in line and "check its credentials" in line and "reachable" in line
 
 
 def _card(page: str, name: str) -> str:

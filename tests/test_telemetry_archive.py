@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
+import math
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +18,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollbox import telemetry
 from rollbox.telemetry import Archive, Event, read_archive
@@ -155,7 +160,7 @@ def _no_space(*args: object) -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def test_a_file_that_fails_keeps_only_its_own_events_and_those_after_it(
+def test_a_file_that_fails_keeps_only_its_own_events_and_the_others_are_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = str(tmp_path / "archive")
@@ -173,8 +178,9 @@ def test_a_file_that_fails_keeps_only_its_own_events_and_those_after_it(
             return f
 
         _fail_writes(monkeypatch, archive, second_fails)
-        assert archive.flush() == 10 and archive.last_error is not None and "No space" in archive.last_error
-        assert archive.flush() == 2 and archive.last_error is None
+        # B's file fails; C's, after it, is written all the same.
+        assert archive.flush() == 11 and archive.last_error is not None and "No space" in archive.last_error
+        assert archive.flush() == 1 and archive.last_error is None
     finally:
         archive.close()
     assert [len(read_archive(url, run=run)) for run in "ABC"] == [10, 1, 1]  # run A's events are not written twice
@@ -221,3 +227,108 @@ def test_a_file_cut_short_is_never_seen_and_one_left_by_an_older_archive_is_skip
     (day / "part-torn.parquet").write_bytes(part.read_bytes()[:100])  # what an older rollbox could leave
     with pytest.warns(RuntimeWarning, match=r"skipped 1 of the 2 files .*part-torn\.parquet"):
         assert [e.kind for e in read_archive(str(url), run="r")] == ["sandbox.exec"]
+
+
+class _Unprintable:
+    """A field value whose ``str`` raises: no row can hold it."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this")
+
+    __repr__ = __str__
+
+
+#: Any text: lone surrogates included (a JSON ``\\udcXX`` escape decodes to one), which UTF-8 cannot hold.
+_ANY_TEXT = st.text(st.characters(codec=None, categories=None, exclude_categories=()), max_size=8)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_VALUE = _JSON | st.just(_Unprintable())
+_FIELDS = st.dictionaries(
+    st.sampled_from(["run", "run_id", "id", "job_id", "task", "task_id", "tenant", "status", "reward", "wall_s"])
+    | _ANY_TEXT,
+    _VALUE,
+    max_size=6,
+)
+_AT = st.floats(0, 4e9) | st.sampled_from([math.nan, math.inf, -math.inf, 1e300])  # the last: no date
+_EVENTS = st.lists(st.builds(Event, _ANY_TEXT, _AT, _FIELDS), max_size=6)
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, Event):
+        yield from _leaves(dict(value.fields))
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+@settings(max_examples=60, deadline=None)
+@given(_EVENTS)
+def test_no_event_holds_back_another_and_each_is_kept_exactly_or_counted(events: list[Event]) -> None:
+    """Whatever an event carries (any text, any JSON, a value whose str raises, any time), one flush writes every
+    other event: each is archived with its fields exactly, or dropped and counted; nothing is left waiting."""
+    good = Event("judge.verdict", 1.7e9, {"run": "good", "task_id": "ok", "status": "passed"})
+    with tempfile.TemporaryDirectory() as directory:
+        archive = Archive(directory, flush_s=3600)
+        try:
+            for event in [*events, good]:
+                archive.write(event)
+            archive.flush()
+            assert archive.last_error is None and len(archive._buffer) == 0
+            read = read_archive(directory)
+        finally:
+            archive.close()
+    kept = [e for e in [*events, good] if 0 <= e.at <= 4e9 and not any(isinstance(v, _Unprintable) for v in _leaves(e))]
+    assert archive.unarchivable_events == len(events) + 1 - len(kept)
+    # The kind is a column: text UTF-8 cannot hold is written as its escape there. The fields are kept exactly.
+    assert sorted(json.dumps([e.kind, e.at, e.fields], sort_keys=True) for e in read) == sorted(
+        json.dumps([e.kind.encode("utf-8", "backslashreplace").decode(), e.at, dict(e.fields)], sort_keys=True)
+        for e in kept
+    )
+
+
+def test_a_bad_event_in_the_writer_thread_leaves_it_writing(tmp_path: Path) -> None:
+    """An event whose time is no date (NaN) reaches the background writer: it is dropped and the writer goes on."""
+    url = str(tmp_path / "archive")
+    with Archive(url, flush_s=0.05) as archive:
+        archive.write(Event("sandbox.exec", math.nan, {"run": "r"}))
+        time.sleep(0.3)
+        archive.write(Event("sandbox.exec", 1.7e9, {"run": "r", "status": "ok"}))
+        deadline = time.monotonic() + 10
+        while not list(Path(url).rglob("*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert archive._thread.is_alive() and archive.unarchivable_events == 1
+    assert [e.fields["status"] for e in read_archive(url, run="r")] == ["ok"]
+
+
+def test_the_events_waiting_are_capped_the_oldest_dropped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = tmp_path / "archive"
+    archive = Archive(str(url), flush_s=3600, max_buffered=2, max_pending=3)
+    try:
+        url.rename(tmp_path / "moved")
+        url.write_text("not a directory")  # the storage is broken
+        with caplog.at_level(logging.WARNING, "rollbox.telemetry._archive"):
+            for i in range(5):
+                archive.write(Event("sandbox.exec", 1.7e9 + i, {"run": "r", "n": i}))
+            assert archive.flush() == 0 and archive.last_error is not None
+            archive.write(Event("sandbox.exec", 1.7e9 + 5, {"run": "r", "n": 5}))
+        with archive._write_lock:  # not in the middle of a flush by the background writer (max_buffered woke it)
+            assert archive.dropped_events == 3 and len(archive._buffer) == 3
+        (warning,) = [r for r in caplog.records if "dropped" in r.getMessage()]
+        assert "could not write" in warning.getMessage()
+        url.unlink()
+        (tmp_path / "moved").rename(url)  # the storage is back: the three kept are written (by whichever flush)
+    finally:
+        archive.close()
+    assert [e.fields["n"] for e in read_archive(str(url), run="r")] == [3, 4, 5]
+    with pytest.raises(ValueError, match="max_pending"):
+        Archive(str(url), max_buffered=10, max_pending=5)

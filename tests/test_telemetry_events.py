@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,117 @@ assert sink.failed_writes == 1 and sink.last_error is None
     lines = path.read_bytes().split(b"\n")
     assert json.loads(lines[0])["kind"] == "first" and lines[1].startswith(b'{"kind":"second"') and len(lines[1]) < 100
     assert json.loads(lines[2])["kind"] == "third" and lines[3:] == [b""]
+
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from rollbox.scheduler._events import RunEvents
+from rollbox.telemetry import Event, JsonlSink
+kind, home, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+path = home / "runs" / "r" / "events.jsonl"
+while not go.exists():
+    time.sleep(0.001)
+pad, n, until = kind * 300, 0, time.monotonic() + 1.0
+scheduler = RunEvents(home)
+while time.monotonic() < until:
+    if kind == "scheduler":  # a scheduler's RunEvents, flushed every tick: more than 64 KiB of lines each
+        for _ in range(300):
+            scheduler.write(Event("job.transition", 1.7e9, {"run_id": "r", "n": n, "pad": pad}))
+            n += 1
+        scheduler.flush()
+        time.sleep(0.002)
+    else:  # a service worker's JsonlSink (its _RunLog), opened again and again (each open ends a torn last line)
+        with JsonlSink(path) as sink:
+            for _ in range(20):
+                sink.write(Event("sandbox.exec", 1.7e9, {"run": "r", "n": n, "pad": pad}))
+                n += 1
+scheduler.close()
+print(n)
+"""
+
+
+def test_writers_in_two_processes_appending_to_one_run_file_leave_every_line_whole(tmp_path: Path) -> None:
+    """A scheduler's RunEvents and a service worker's sink append to the same events.jsonl at once: each line is
+    written whole in one write to a file opened to append, and ending a torn line appends, so no line of one
+    lands inside a line of the other."""
+    home, go = tmp_path / "home", tmp_path / "go"
+    (home / "runs" / "r").mkdir(parents=True)
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, kind, str(home), str(go)], stdout=subprocess.PIPE, text=True)
+        for kind in ("scheduler", "worker")
+    ]
+    time.sleep(0.5)  # both imported and waiting
+    go.touch()
+    written = [int(w.communicate(timeout=120)[0]) for w in writers]
+    assert [w.returncode for w in writers] == [0, 0]
+    lines = [line for line in (home / "runs" / "r" / "events.jsonl").read_bytes().split(b"\n") if line]
+    events = [json.loads(line) for line in lines]  # every line is one whole event
+    assert sorted(e["n"] for e in events if e["kind"] == "job.transition") == list(range(written[0]))
+    assert sorted(e["n"] for e in events if e["kind"] == "sandbox.exec") == list(range(written[1]))
+
+
+def test_a_run_file_write_cut_short_never_leaves_the_rest_of_its_line_for_a_later_write(tmp_path: Path) -> None:
+    """A flush that the file takes only in part (here: past the file size limit; a full disk alike) must not leave
+    the rest of the line it cut to a later write, after whatever other writers appended meanwhile (a service
+    worker that starts ends the torn line and appends its own): only the cut event is lost, every other line
+    whole."""
+    home = tmp_path / "home"
+    path = home / "runs" / "r" / "events.jsonl"
+    script = f"""
+import resource, signal
+from pathlib import Path
+from rollbox.scheduler._events import RunEvents
+from rollbox.telemetry import Event, JsonlSink
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+sink = RunEvents(Path({str(home)!r}))
+sink.write(Event("first", 1.0, {{"run_id": "r"}}))
+sink.flush()
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (Path({str(path)!r}).stat().st_size + 40, hard))
+sink.write(Event("cut", 2.0, {{"run_id": "r", "pad": "x" * 200}}))
+try:
+    sink.flush()
+    raise AssertionError("the flush past the file size limit did not fail")
+except OSError:
+    pass
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+with JsonlSink({str(path)!r}) as other:  # another writer of the run's file
+    other.write(Event("other", 3.0, {{"run": "r"}}))
+sink.write(Event("after", 4.0, {{"run_id": "r"}}))
+sink.close()
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    parsed, torn = [], []
+    for line in path.read_bytes().split(b"\n"):
+        try:
+            parsed.append(json.loads(line)["kind"]) if line else None
+        except ValueError:
+            torn.append(line)
+    assert parsed == ["first", "other", "after"]
+    assert len(torn) == 1 and torn[0].startswith(b'{"kind":"cut"') and len(torn[0]) == 40
+
+
+class Flaky:
+    """A sink that fails while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        self.failing = True
+
+    def write(self, event: Event) -> None:
+        if self.failing:
+            raise OSError("the sink's storage is gone")
+
+
+def test_a_sink_that_recovers_and_fails_again_is_logged_again(caplog: pytest.LogCaptureFixture) -> None:
+    sink = Flaky()
+    with telemetry.recording(sink):
+        telemetry.emit("sandbox.exec")
+        telemetry.emit("sandbox.exec")  # the same failure: not logged again
+        sink.failing = False
+        telemetry.emit("sandbox.exec")  # it recovered
+        sink.failing = True
+        telemetry.emit("sandbox.exec")  # days later, it fails again: logged
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "telemetry sink Flaky failed on a 'sandbox.exec' event"
+    ] * 2

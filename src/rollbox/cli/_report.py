@@ -54,6 +54,23 @@ class _Read:
     events: list[Event]
     source: str
     skipped: list[str] = field(default_factory=list)
+    #: What was skipped, and why such a thing is there.
+    skipped_what: str = "lines skipped as not events"
+    skipped_why: str = "a run killed mid-write leaves its last line torn"
+
+
+def _read_archive(url: str, run_id: str) -> _Read:
+    """The run's events in the archive at ``url``; its files that are not an archive's are skipped, listed.
+
+    Raises:
+        OSError: the storage refused or failed (the message says what to check).
+    """
+    from rollbox.telemetry import read_archive
+
+    skipped: list[str] = []
+    events = read_archive(url, run=run_id, skipped=skipped)
+    why = "damaged, or cut short by an older rollbox; move them aside"
+    return _Read(events, url, skipped, "archive files skipped as not Parquet", why)
 
 
 def _events(args: argparse.Namespace) -> _Read:
@@ -62,15 +79,13 @@ def _events(args: argparse.Namespace) -> _Read:
     run_file = rollbox_home() / "runs" / args.run_id / "events.jsonl"
     if args.archive == "":
         return _read_jsonl(run_file, args.run_id)
-    from rollbox.telemetry import read_archive
-
     archive = args.archive or str(rollbox_home() / "archive")
     if args.archive is not None or not os.path.lexists(run_file):  # a directory there is an error to report
-        return _Read(read_archive(archive, run=args.run_id), archive)
+        return _read_archive(archive, args.run_id)
     from_file = _read_jsonl(run_file, args.run_id)
     # The archive is written every few seconds: a run killed outright has the last of its events in its file only.
     try:
-        archived = _Read(read_archive(archive, run=args.run_id), archive)
+        archived = _read_archive(archive, args.run_id)
     except (OSError, ValueError, ImportError):
         return from_file
     return archived if len(archived.events) > len(from_file.events) else from_file
@@ -118,14 +133,14 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     if not read.events:
         # One line: a file that holds no event at all is most likely not an events file.
-        more = f" (and {len(read.skipped) - 1} more such lines)" if len(read.skipped) > 1 else ""
+        more = f" (and {len(read.skipped) - 1} more skipped)" if len(read.skipped) > 1 else ""
         why = f": {read.skipped[0]}{more}" if read.skipped else ""
         print(f"rollbox report: no events of run {args.run_id!r} were found in {read.source}{why}", file=sys.stderr)
         return 1
     if read.skipped:
         print(
-            f"rollbox report: lines skipped as not events: {len(read.skipped)} (a run killed mid-write leaves its "
-            f"last line torn); the first: {read.skipped[0]}",
+            f"rollbox report: {read.skipped_what}: {len(read.skipped)} ({read.skipped_why}); the first: "
+            f"{read.skipped[0]}",
             file=sys.stderr,
         )
     output = args.output or Path(f"{args.run_id}.html")

@@ -55,8 +55,9 @@ _context_fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.Context
     "rollbox_fields", default=types.MappingProxyType({})
 )
 _log = logging.getLogger(__name__)
-#: The (sink type, exception type) pairs already logged: a sink that fails on every event is logged once.
-_logged_failures: set[tuple[type, type]] = set()
+#: The exception types already logged of each sink failing now (by ``id``): a sink that fails on every event is
+#: logged once, and logged again if it fails after it wrote (it leaves this table when it writes).
+_failing: dict[int, set[type]] = {}
 
 
 def emit(kind: str, /, **fields: Any) -> None:
@@ -70,13 +71,18 @@ def emit(kind: str, /, **fields: Any) -> None:
         try:
             sink.write(event)
         except Exception as exc:  # one sink's failure must reach neither the caller nor the sinks after it
-            if (type(sink), type(exc)) not in _logged_failures:
-                _logged_failures.add((type(sink), type(exc)))
+            logged = _failing.setdefault(id(sink), set())
+            if type(exc) not in logged:
+                logged.add(type(exc))
                 _log.exception(
-                    "telemetry sink %s failed on a %r event (its later failures of this kind are not logged)",
+                    "telemetry sink %s failed on a %r event (its later failures of this kind are not logged until "
+                    "it writes again)",
                     type(sink).__name__,
                     kind,
                 )
+        else:
+            if _failing:  # it recovered: its next failure is news
+                _failing.pop(id(sink), None)
 
 
 def add_sink(sink: Sink) -> None:
@@ -115,20 +121,22 @@ def bound(**fields: Any) -> Iterator[None]:
 def end_torn_line(path: str | Path) -> None:
     """End the last line of the JSON Lines file at ``path`` where a writer killed mid-line left it unterminated, so
     that what is appended next (a resumed run's events) starts a line of its own instead of joining the torn one.
-    A missing file is left missing.
+    A missing file is left missing. Safe while other processes append whole lines to the file: the newline is
+    appended too, after whatever they wrote (at worst an empty line, which readers skip), never written over theirs.
 
     Raises:
         OSError: the file is there but cannot be read and written.
     """
     try:
-        file = open(path, "r+b")  # noqa: SIM115 (opened only if it exists; closed just below)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
     except FileNotFoundError:
         return
-    with file:
-        if file.seek(0, os.SEEK_END) > 0:
-            file.seek(-1, os.SEEK_END)
-            if file.read(1) != b"\n":
-                file.write(b"\n")
+    try:
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+    finally:
+        os.close(fd)
 
 
 class JsonlSink:
