@@ -6,21 +6,26 @@ and the reference's answers. :func:`record_calls` runs the task's fail_to_pass t
 runs (``sys.settrace``, call and return events only) and writes, per call: the function, the arguments and the
 outcome as Python literals (``None`` where one is no literal), whether a test called it directly, and whether the
 function called itself.
+
+The run ends one of three ways (:class:`RecordStatus`): every call recorded; more calls than the recorder keeps
+(``overflow``: many inputs); or no record at all (``no_record``: the run died, a limit cut it short, or it wrote
+nothing readable). The last is no evidence of anything, and is never read as either of the others.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from rollbox.judge import task_sandboxes
-from rollbox.sandbox import SandboxConfig, SandboxSource, Status
+from rollbox.sandbox import SandboxConfig, SandboxSource, Status, signal_name
 from rollbox.tasks import PytestGrading, Task
 
 from ._reference import Reference
 
-__all__ = ["Call", "record_calls"]
+__all__ = ["Call", "RecordStatus", "Recording", "record_calls"]
 
 _RUN = "/tmp/.rollbox-record"
 _QUIET = ("-p", "no:cacheprovider", "-q", "--tb=no", "-W", "ignore")
@@ -150,6 +155,29 @@ class Call:
     plain: bool
 
 
+class RecordStatus(str, Enum):
+    """How a recording run ended."""
+
+    #: The run finished and its record holds every call the tests made.
+    RECORDED = "recorded"
+    #: The run finished, but the tests made more calls than the recorder keeps (``_MAX_CALLS``): many inputs.
+    OVERFLOW = "overflow"
+    #: The run left no record: it died (an exit in the code under test, a signal), a limit cut it short, or it wrote
+    #: nothing readable. Nothing is known of the calls.
+    NO_RECORD = "no_record"
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What a recording run gave."""
+
+    status: RecordStatus
+    #: The calls (``recorded`` only; empty otherwise).
+    calls: tuple[Call, ...] = ()
+    #: For ``no_record``: how the run ended, to show in a reason.
+    detail: str = ""
+
+
 def _call(data: dict[str, Any]) -> Call:
     args = data["args"]
     raised = data.get("raised")
@@ -169,9 +197,8 @@ def _call(data: dict[str, Any]) -> Call:
     )
 
 
-async def record_calls(task: Task, reference: Reference, sandboxes: SandboxSource) -> list[Call] | None:
-    """The calls the task's fail_to_pass tests make with the reference in place (``None``: there were too many to
-    record, or the run gave nothing to read).
+async def record_calls(task: Task, reference: Reference, sandboxes: SandboxSource) -> Recording:
+    """The calls the task's fail_to_pass tests make with the reference in place (see :class:`RecordStatus`).
 
     Raises:
         RuntimeError: rollbox or the host failed the run.
@@ -224,7 +251,15 @@ async def record_calls(task: Task, reference: Reference, sandboxes: SandboxSourc
         try:
             data = json.loads(await sb.read_file(f"{_RUN}/calls.json", max_bytes=64 * 1024 * 1024))
         except (OSError, ValueError):
-            return None
+            data = None
+    if not isinstance(data, dict) or not isinstance(data.get("calls"), list):
+        how = result.status.value
+        if result.exit_code is not None:
+            how += f", exit code {result.exit_code}"
+        elif result.signal is not None:
+            how += f", {signal_name(result.signal)}"
+        detail = f"the recording run of the fail_to_pass tests left no record ({how}): the calls are unknown"
+        return Recording(RecordStatus.NO_RECORD, detail=detail)
     if data.get("overflow"):
-        return None
-    return [_call(c) for c in data.get("calls", [])]
+        return Recording(RecordStatus.OVERFLOW)
+    return Recording(RecordStatus.RECORDED, tuple(_call(c) for c in data["calls"]))

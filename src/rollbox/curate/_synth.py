@@ -90,7 +90,8 @@ class PackageYield:
     graded: Counter[str] = dataclasses.field(default_factory=Counter)
     kept: Counter[str] = dataclasses.field(default_factory=Counter)
     admitted: Counter[str] = dataclasses.field(default_factory=Counter)
-    #: Per operator: repeatable bugs set aside, their evidence narrower than ``min_evidence``.
+    #: Per operator: repeatable bugs set aside, their evidence narrower than ``min_evidence`` (or never recorded:
+    #: the recording run died or a limit cut it short).
     narrow: Counter[str] = dataclasses.field(default_factory=Counter)
     #: Each task written: name -> its bug's evidence (distinct failing tests, and the inputs they give).
     evidence: dict[str, Evidence] = dataclasses.field(default_factory=dict)
