@@ -12,6 +12,8 @@ from rollbox.sandbox import Limits, Sandbox, temporary_directory
 from rollbox.sandbox._doctor import diagnose
 from rollbox.tasks import load_task
 
+from ._terminal import printable
+
 _TASK = {
     "task.toml": '[grading]\nrunner = "function"\nmodule = "solution.py"\nentry_point = "add"\n'
     '[limits]\ntimeout = "3s"\n',
@@ -40,7 +42,7 @@ async def _judge() -> None:
             (root / title).mkdir()
             (root / title / "solution.py").write_text(code)
             verdict = await grade(task, root / title)
-            print(f"  {title:40s} {verdict.status.value:8s} reward {verdict.reward}")
+            print(printable(f"  {title:40s} {verdict.status.value:8s} reward {verdict.reward}"))
 
 
 _RUNS: list[tuple[str, list[str]]] = [
@@ -91,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     print("rollbox doctor:")
     checks = diagnose()
     for c in checks:
-        print(f"  [{'ok' if c.ok else 'MISSING'}] {c.name}: {c.detail}")
+        print(printable(f"  [{'ok' if c.ok else 'MISSING'}] {c.name}: {c.detail}"))
     if not all(c.ok for c in checks):
         print("Fix the missing features first (rollbox doctor says how).")
         return 1

@@ -15,6 +15,7 @@ from rollbox.sandbox.runtime import Layer, LayerBuildError, LayerStore, PythonNo
 from rollbox.tasks import TaskFormatError, load_task
 
 from ._args import non_negative_days
+from ._terminal import printable
 
 _DESCRIPTION = """\
 A task's [environment] (a Python version, pip requirements, environment/requirements.txt) runs in a runtime
@@ -105,7 +106,7 @@ def _list(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     if len(rows) == 1:
-        print(f"(no layers in {store.root})", file=sys.stderr)
+        print(printable(f"(no layers in {store.root})"), file=sys.stderr)
     return 0
 
 
@@ -115,7 +116,7 @@ def _build(args: argparse.Namespace) -> int:
         try:
             task = load_task(path)
         except TaskFormatError as exc:
-            print(f"rollbox env build: invalid task: {exc}", file=sys.stderr)
+            print(printable(f"rollbox env build: invalid task: {exc}"), file=sys.stderr)
             return 2
         spec = runtime_spec(task)
         if spec is None:
@@ -126,20 +127,24 @@ def _build(args: argparse.Namespace) -> int:
             layer = asyncio.run(store.ensure(spec))
         except (LayerBuildError, PythonNotFound) as exc:
             failed = True
-            print(f"rollbox env build: {task.id}: {exc}", file=sys.stderr)
+            print(printable(f"rollbox env build: {task.id}: {exc}"), file=sys.stderr)
             continue
         if args.json:
             print(json.dumps({"task_id": task.id, "built": layer.built, **_describe(layer, store)}))
         else:
             what = "built" if layer.built else "already built"
             packages = " ".join(f"{n}=={v}" for n, v in layer.packages)
-            print(f"{task.id}: {what}: {layer.key[:12]} (Python {layer.python.version}) {layer.path}\n  {packages}")
+            print(
+                printable(
+                    f"{task.id}: {what}: {layer.key[:12]} (Python {layer.python.version}) {layer.path}\n  {packages}"
+                )
+            )
     return 1 if failed else 0
 
 
 def _gc(args: argparse.Namespace) -> int:
     removed = LayerStore().gc(keep_days=args.keep_days)
     for key in removed:
-        print(f"removed {key}")
-    print(f"{len(removed)} layer{'s' if len(removed) != 1 else ''} removed", file=sys.stderr)
+        print(printable(f"removed {key}"))
+    print(printable(f"{len(removed)} layer{'s' if len(removed) != 1 else ''} removed"), file=sys.stderr)
     return 0

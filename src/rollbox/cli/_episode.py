@@ -14,6 +14,7 @@ from rollbox.sandbox import IsolationUnavailable, SandboxError
 from rollbox.tasks import TaskFormatError
 
 from ._args import positive_seconds, whole
+from ._terminal import printable
 
 _EPILOG = """\
 policies: reference (the task's solution/ through the tools), noop (submit at once), replay:FILE (the actions of
@@ -62,9 +63,10 @@ def _show(turn: Turn, as_json: bool) -> None:
     name = action.get("name") if isinstance(action, dict) else None
     arguments = action.get("arguments") if isinstance(action, dict) else action
     shown = json.dumps(arguments, ensure_ascii=False) if not isinstance(arguments, str) else arguments
-    print(f"--- turn {turn.turn}: {name}({shown[:200]}{'...' if len(shown) > 200 else ''})  [{turn.wall_s:.2f} s]")
+    more = "..." if len(shown) > 200 else ""
+    print(printable(f"--- turn {turn.turn}: {name}({shown[:200]}{more})  [{turn.wall_s:.2f} s]"))
     text = turn.observation.text
-    print(text if len(text) <= 2000 else text[:2000] + f"\n... ({len(text)} characters)", flush=True)
+    print(printable(text if len(text) <= 2000 else text[:2000] + f"\n... ({len(text)} characters)"), flush=True)
 
 
 async def _episode(args: argparse.Namespace) -> Trajectory:
@@ -75,7 +77,10 @@ async def _episode(args: argparse.Namespace) -> Trajectory:
     budget = {"max_turns": args.max_turns, "wall_s": args.wall_time}
     episode = make(args.task, shaped_rewards=args.shaped_rewards, **{k: v for k, v in budget.items() if v is not None})
     if not args.json:
-        print(f"task {episode.task.id}, policy {policy.name}, budget {episode.budget.max_turns} turns", flush=True)
+        print(
+            printable(f"task {episode.task.id}, policy {policy.name}, budget {episode.budget.max_turns} turns"),
+            flush=True,
+        )
     try:
         return await run_episode(episode, policy, on_turn=lambda turn: _show(turn, args.json))
     finally:
@@ -88,10 +93,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         trajectory = asyncio.run(_episode(args))
     except (TaskFormatError, ValueError) as exc:
-        print(f"rollbox episode: {exc}", file=sys.stderr)
+        print(printable(f"rollbox episode: {exc}"), file=sys.stderr)
         return 2
     except (PolicyError, SandboxError, IsolationUnavailable) as exc:
-        print(f"rollbox episode: {exc}", file=sys.stderr)
+        print(printable(f"rollbox episode: {exc}"), file=sys.stderr)
         return 1
     verdict = trajectory.verdict or {}
     if args.json:
@@ -103,17 +108,19 @@ def _run(args: argparse.Namespace) -> int:
             f"in {trajectory.wall_s:.2f} s"
         )
         for flag in verdict.get("flags") or []:
-            print(f"  flag {flag['code']}: {flag['path']} {flag['detail']}")
+            print(printable(f"  flag {flag['code']}: {flag['path']} {flag['detail']}"))
         if verdict.get("error"):
-            print(f"  error: {verdict['error']}")
+            print(printable(f"  error: {verdict['error']}"))
     if args.trajectories:
         try:
             write_trajectories(args.trajectories, [trajectory])
         except OSError as exc:
             where = "" if args.json else " (the trajectory is printed above with --json)"
             print(
-                f"rollbox episode: cannot write the trajectory to {args.trajectories} ({exc.strerror or exc}); "
-                f"choose another --trajectories FILE{where}",
+                printable(
+                    f"rollbox episode: cannot write the trajectory to {args.trajectories} ({exc.strerror or exc}); "
+                    f"choose another --trajectories FILE{where}"
+                ),
                 file=sys.stderr,
             )
             return 1

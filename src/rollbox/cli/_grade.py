@@ -13,6 +13,7 @@ from rollbox.sandbox import IsolationUnavailable
 from rollbox.tasks import TaskFormatError, load_task
 
 from ._args import whole
+from ._terminal import printable
 
 _EPILOG = """\
 The verdict: task_id, status, reward, tests [{id, outcome}], passed, total, flags, duration_s, error.
@@ -53,15 +54,15 @@ async def _grade_repeatedly(args: argparse.Namespace) -> list[Verdict]:
 
 def _run(args: argparse.Namespace) -> int:
     if not args.solution.is_dir():
-        print(f"rollbox grade: --solution {args.solution}: not a directory", file=sys.stderr)
+        print(printable(f"rollbox grade: --solution {args.solution}: not a directory"), file=sys.stderr)
         return 2
     try:
         verdicts = asyncio.run(_grade_repeatedly(args))
     except TaskFormatError as exc:
-        print(f"rollbox grade: invalid task: {exc}", file=sys.stderr)
+        print(printable(f"rollbox grade: invalid task: {exc}"), file=sys.stderr)
         return 2
     except IsolationUnavailable as exc:
-        print(f"rollbox grade: cannot grade here: {exc}", file=sys.stderr)
+        print(printable(f"rollbox grade: cannot grade here: {exc}"), file=sys.stderr)
         return 1
     first = verdicts[0]
     output = first.to_json()
@@ -76,17 +77,15 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(output))
     else:
-        print(
+        lines = [
             f"{first.task_id}: {first.status.value}, reward {first.reward}, {first.passed}/{first.total} tests passed"
             f" in {first.duration_s:.2f} s"
-        )
-        for test in first.tests:
-            if test.outcome.value != "passed":
-                print(f"  {test.outcome.value:8s} {test.id}")
-        for flag in first.flags:
-            print(f"  flag {flag['code']}: {flag['path']} {flag['detail']}")
+        ]
+        lines += [f"  {test.outcome.value:8s} {test.id}" for test in first.tests if test.outcome.value != "passed"]
+        lines += [f"  flag {flag['code']}: {flag['path']} {flag['detail']}" for flag in first.flags]
         if first.error:
-            print(f"  error: {first.error}")
+            lines.append(f"  error: {first.error}")
         if args.repeat > 1:
-            print(f"  repeat: {output['repeat']}")
+            lines.append(f"  repeat: {output['repeat']}")
+        print(printable("\n".join(lines)))
     return 1 if first.status is VerdictStatus.INFRA_ERROR else 0

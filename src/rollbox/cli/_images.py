@@ -15,6 +15,7 @@ from rollbox.sandbox.images._recipe import load_recipe, recipe_names
 from rollbox.sandbox.images._registry import MAX_BLOB_BYTES, Credentials, PullProgress, pull_image
 
 from ._args import byte_size
+from ._terminal import printable
 
 _DESCRIPTION = """\
 A sandbox runs on an image's root file system when a task names one ([environment] image = "REF") or
@@ -113,7 +114,7 @@ def describe(image: Image) -> dict[str, Any]:
 
 def _fail(args: argparse.Namespace, exc: ImageError) -> int:
     line = " ".join(str(exc).split())  # one line, whatever a lower layer's message (tarfile's has several)
-    print(f"rollbox images {args.verb}: {line}", file=sys.stderr)
+    print(printable(f"rollbox images {args.verb}: {line}"), file=sys.stderr)
     return 1
 
 
@@ -121,7 +122,11 @@ def _done(args: argparse.Namespace, image: Image, what: str) -> int:
     if args.json:
         print(json.dumps(describe(image)))
     else:
-        print(f"{what} {image.digest} as {', '.join(image.refs) or '(no reference)'} ({_size(image.size_bytes)})")
+        print(
+            printable(
+                f"{what} {image.digest} as {', '.join(image.refs) or '(no reference)'} ({_size(image.size_bytes)})"
+            )
+        )
     return 0
 
 
@@ -225,7 +230,7 @@ def _list(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     if not images:
-        print(f"(no images in {store.home}: rollbox images pull, import or build one)", file=sys.stderr)
+        print(printable(f"(no images in {store.home}: rollbox images pull, import or build one)"), file=sys.stderr)
     return 0
 
 
@@ -241,7 +246,7 @@ def _inspect(args: argparse.Namespace) -> int:
     config = described.pop("config")
     for key, value in [*described.items(), *config.items()]:
         shown = " ".join(value) if isinstance(value, list) else value
-        print(f"{key + ':':<12} {shown if shown not in (None, '') else '-'}")
+        print(printable(f"{key + ':':<12} {shown if shown not in (None, '') else '-'}"))
     return 0
 
 
@@ -252,7 +257,7 @@ def _remove(args: argparse.Namespace) -> int:
             store.remove(reference)
         except ImageError as exc:
             return _fail(args, exc)
-        print(f"removed {reference}")
+        print(printable(f"removed {reference}"))
     return 0
 
 

@@ -29,6 +29,7 @@ from . import (
     _train,
     _validate,
 )
+from ._terminal import printable
 
 _DESCRIPTION = """\
 rollbox runs untrusted code in kernel-isolated sandboxes and turns what really happened into results you
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # as a shell reports a process that SIGPIPE killed
     except (OSError, RollboxError) as exc:  # a file or a store a command did not expect to fail: one line, no trace
-        print(f"rollbox {args.command}: {_describe(exc)}", file=sys.stderr)
+        print(printable(f"rollbox {args.command}: {_describe(exc)}"), file=sys.stderr)
         return 1
     return code
 

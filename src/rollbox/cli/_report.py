@@ -12,6 +12,7 @@ from pathlib import Path
 from rollbox.telemetry import Event, render_report, rollbox_home
 
 from ._args import run_name
+from ._terminal import printable
 
 _HELP = """\
 Write the HTML report of a run: reward over time, verdict and status mix, latency distributions, the slowest
@@ -126,16 +127,22 @@ def _report(args: argparse.Namespace) -> int:
         )
         return 2
     except ValueError as exc:
-        print(f"rollbox report: cannot read the events: {exc}", file=sys.stderr)
+        print(printable(f"rollbox report: cannot read the events: {exc}"), file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(f"rollbox report needs the archive extra: pip install 'rollbox[archive]' ({exc})", file=sys.stderr)
+        print(
+            printable(f"rollbox report needs the archive extra: pip install 'rollbox[archive]' ({exc})"),
+            file=sys.stderr,
+        )
         return 2
     if not read.events:
         # One line: a file that holds no event at all is most likely not an events file.
         more = f" (and {len(read.skipped) - 1} more skipped)" if len(read.skipped) > 1 else ""
         why = f": {read.skipped[0]}{more}" if read.skipped else ""
-        print(f"rollbox report: no events of run {args.run_id!r} were found in {read.source}{why}", file=sys.stderr)
+        print(
+            printable(f"rollbox report: no events of run {args.run_id!r} were found in {read.source}{why}"),
+            file=sys.stderr,
+        )
         return 1
     if read.skipped:
         print(
@@ -147,7 +154,10 @@ def _report(args: argparse.Namespace) -> int:
     try:
         output.write_text(render_report(args.run_id, read.events), encoding="utf-8")
     except OSError as exc:
-        print(f"rollbox report: cannot write {output} ({exc.strerror or exc}): choose another -o FILE", file=sys.stderr)
+        print(
+            printable(f"rollbox report: cannot write {output} ({exc.strerror or exc}): choose another -o FILE"),
+            file=sys.stderr,
+        )
         return 2
-    print(f"wrote {output} ({len(read.events)} events, from {read.source})")
+    print(printable(f"wrote {output} ({len(read.events)} events, from {read.source})"))
     return 0

@@ -39,6 +39,7 @@ from rollbox.tasks import Task, TaskFormatError, load_tasks
 
 from ._args import positive_seconds, run_name, whole
 from ._run_summary import read_lines, summarize, write_episodes
+from ._terminal import printable
 from ._workers import add_processes_option, workers_for
 
 _EPILOG = """\
@@ -265,7 +266,7 @@ async def _run(args: argparse.Namespace, tasks: list[Task], run_id: str, progres
     home = rollbox_home()
     store = JobStore(store_target(args.db, home))  # a store that cannot be used is said before anything else
     results = ResultsFile(store, run_id, home)
-    print(f"rollbox run: run {run_id}: {progress.total} jobs; results in {results.path}", file=sys.stderr)
+    print(printable(f"rollbox run: run {run_id}: {progress.total} jobs; results in {results.path}"), file=sys.stderr)
     try:
         async with Scheduler(store, workers=workers_for(args), runs=[run_id], home=home) as scheduler:
             specs = _specs(tasks, args, run_id)
@@ -301,7 +302,7 @@ async def _run(args: argparse.Namespace, tasks: list[Task], run_id: str, progres
 def _report(run_id: str, results: Path, *, validate: bool) -> None:
     """The summary on stdout, and episodes.parquet beside the results (where pyarrow is installed)."""
     lines = read_lines(results)
-    sys.stdout.write(summarize(lines).render())
+    sys.stdout.write(printable(summarize(lines).render()))
     if validate:
         return
     try:
@@ -309,7 +310,7 @@ def _report(run_id: str, results: Path, *, validate: bool) -> None:
     except ImportError:
         print("rollbox run: no episodes.parquet: pip install 'rollbox[parquet]'", file=sys.stderr)
         return
-    print(f"episodes: {path} (one row per episode; pyarrow, DuckDB)")
+    print(printable(f"episodes: {path} (one row per episode; pyarrow, DuckDB)"))
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -338,17 +339,17 @@ def _main(args: argparse.Namespace) -> int:
             counts = asyncio.run(_go(args, tasks, run_id, progress))
         except KeyboardInterrupt:
             progress.draw(final=True)
-            print(f"rollbox run: stopped; resume with --run-id {run_id}", file=sys.stderr)
+            print(printable(f"rollbox run: stopped; resume with --run-id {run_id}"), file=sys.stderr)
             raise
         progress.draw(final=True)
         _report(run_id, where, validate=args.validate)
     except _Usage as exc:
-        print(f"rollbox run: {exc}", file=sys.stderr)
+        print(printable(f"rollbox run: {exc}"), file=sys.stderr)
         return 2
     except QueueFull as exc:
-        print(f"rollbox run: {exc}", file=sys.stderr)
+        print(printable(f"rollbox run: {exc}"), file=sys.stderr)
         return 1
     except (SchedulerError, OSError) as exc:
-        print(f"rollbox run: {exc}", file=sys.stderr)
+        print(printable(f"rollbox run: {exc}"), file=sys.stderr)
         return 1
     return 1 if counts["infra"] or counts["ended"] else 0

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ._args import PORT, positive_seconds, run_name, whole
+from ._terminal import printable
 
 _HELP = """\
 Serve rollbox over HTTP: sandboxes, grading, SandboxFusion's /run_code and /submit, /metrics, the dashboard
@@ -79,7 +80,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"rollbox serve: {message}", file=sys.stderr)
+    print(printable(f"rollbox serve: {message}"), file=sys.stderr)
     return code
 
 
@@ -119,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
             args.alert_rules.write_text(prometheus_rules())
         except OSError as exc:
             return _fail(f"cannot write --alert-rules {args.alert_rules} ({exc.strerror}): choose a writable FILE")
-        print(f"wrote {args.alert_rules}")
+        print(printable(f"wrote {args.alert_rules}"))
         return 0
     if args.add_key is not None or args.revoke is not None:  # '' too: an invalid name, never a serve
         try:
@@ -127,7 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
             if args.revoke is not None:
                 revoked = store.revoke(args.revoke)
                 when = "a service running on this home refuses them within a second"
-                print(f"revoked {revoked} keys of {args.revoke!r} ({when})")
+                print(printable(f"revoked {revoked} keys of {args.revoke!r} ({when})"))
                 return 0
             print(store.add_key(args.add_key, **({"admin": True} if args.admin else {})))
         except ValueError as exc:

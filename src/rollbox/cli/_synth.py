@@ -12,6 +12,7 @@ from rollbox.curate import ClockUnavailable, SynthOptions, synthesize
 from rollbox.sandbox import IsolationUnavailable
 
 from ._args import whole
+from ._terminal import printable
 from ._validate import ProgressBar
 
 _EPILOG = """\
@@ -77,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(synthesize(packages, Path(dest), options=options, workers=args.workers, on_progress=bar))
     except (IsolationUnavailable, ClockUnavailable) as exc:
-        print(f"rollbox tasks synth: cannot run packages' tests here: {exc}", file=sys.stderr)
+        print(printable(f"rollbox tasks synth: cannot run packages' tests here: {exc}"), file=sys.stderr)
         return 1
     finally:
         if bar is not None:
@@ -85,9 +86,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json()))
     else:
-        print(report.markdown(), end="")
+        print(printable(report.markdown()), end="")
         for package in report.packages:
             if package.error:
-                print(f"{package.name}: {package.error}", file=sys.stderr)
-        print(f"{len(report.tasks)} tasks in {dest}")
+                print(printable(f"{package.name}: {package.error}"), file=sys.stderr)
+        print(printable(f"{len(report.tasks)} tasks in {dest}"))
     return 0 if report.tasks else 1

@@ -27,6 +27,7 @@ from rollbox.tasks import (
 )
 
 from . import _synth
+from ._terminal import printable
 
 _DESCRIPTION = """\
 Tasks are directories in rollbox's native format: task.toml, instruction.md, workspace/ (what the agent starts
@@ -190,25 +191,29 @@ def _import(args: argparse.Namespace) -> int:
         print("rollbox tasks import: --image TEMPLATE is for swebench only", file=sys.stderr)
         return 2
     if args.repos is not None and not args.repos.is_dir():
-        print(f"rollbox tasks import: --repos {args.repos}: not a directory", file=sys.stderr)
+        print(printable(f"rollbox tasks import: --repos {args.repos}: not a directory"), file=sys.stderr)
         return 2
     try:
         report = import_tasks(
             args.format, args.source, args.dest, force=args.force, repos=args.repos, image=args.image, progress=progress
         )
     except ImportSourceError as exc:
-        print(f"rollbox tasks import: {exc}", file=sys.stderr)
+        print(printable(f"rollbox tasks import: {exc}"), file=sys.stderr)
         return 2
     except IsolationUnavailable as exc:
-        print(f"rollbox tasks import: cannot run reference solutions here: {exc}", file=sys.stderr)
+        print(printable(f"rollbox tasks import: cannot run reference solutions here: {exc}"), file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(report.to_json()))
     else:
         for refusal in report.refused:
-            print(f"refused {refusal}", file=sys.stderr)
+            print(printable(f"refused {refusal}"), file=sys.stderr)
         count = len(report.imported)
-        print(f"imported {count} task{'' if count == 1 else 's'} into {report.dest}, refused {len(report.refused)}")
+        print(
+            printable(
+                f"imported {count} task{'' if count == 1 else 's'} into {report.dest}, refused {len(report.refused)}"
+            )
+        )
     return 0 if report.ok else 1
 
 
@@ -254,7 +259,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     if not args.dir.is_dir():
-        print(f"rollbox tasks list: {args.dir}: not a directory", file=sys.stderr)
+        print(printable(f"rollbox tasks list: {args.dir}: not a directory"), file=sys.stderr)
         return 2
     rows, failed = [], False
     for path in _task_dirs(args.dir):
@@ -274,7 +279,7 @@ def _list(args: argparse.Namespace) -> int:
             rows.append(_row(summary))
     if not args.json:
         header = ["ID", "RUNNER", "CHECKS", "LIMITS", "RUNTIME", "WORKSPACE", "TESTS", "REFERENCE", "HASH"]
-        print(_table(header, [row + [""] * (len(header) - len(row)) for row in rows]))
+        print(printable(_table(header, [row + [""] * (len(header) - len(row)) for row in rows])))
     return 1 if failed else 0
 
 
@@ -282,13 +287,13 @@ def _show(args: argparse.Namespace) -> int:
     try:
         summary = summarize_task(load_task(args.task, verify=False))
     except TaskFormatError as exc:
-        print(f"rollbox tasks show: invalid task: {exc}", file=sys.stderr)
+        print(printable(f"rollbox tasks show: invalid task: {exc}"), file=sys.stderr)
         return 2
     data = summary.to_json()
     if args.json:
         print(json.dumps(data))
     else:
-        print(_table(["KEY", "VALUE"], [[key, _text(value)] for key, value in _flatten(data)]))
+        print(printable(_table(["KEY", "VALUE"], [[key, _text(value)] for key, value in _flatten(data)])))
     return 1 if summary.workspace_state == "changed" else 0
 
 
@@ -312,9 +317,9 @@ def _rehash(args: argparse.Namespace) -> int:
     code = 0
     for path in args.tasks:
         try:
-            print(f"{path}: workspace sha256 {rehash_task(path)}")
+            print(printable(f"{path}: workspace sha256 {rehash_task(path)}"))
         except TaskFormatError as exc:
-            print(f"rollbox tasks rehash: {exc}", file=sys.stderr)
+            print(printable(f"rollbox tasks rehash: {exc}"), file=sys.stderr)
             code = 2
     return code
 
@@ -326,16 +331,16 @@ def _scrub(args: argparse.Namespace) -> int:
         report = scrub_repository(repo)
         digest = rehash_task(args.target) if is_task else None
     except (ScrubError, GitError, TaskFormatError) as exc:
-        print(f"rollbox tasks scrub: {exc}", file=sys.stderr)
+        print(printable(f"rollbox tasks scrub: {exc}"), file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({**vars(report), "removed_refs": list(report.removed_refs), "workspace_sha256": digest}))
         return 0
-    print(f"{repo}: kept {report.commit[:12]} and its history on main")
-    print(f"removed {len(report.removed_refs)} refs: {', '.join(report.removed_refs) or '-'}")
-    print(f"objects: {report.objects_before} before, {report.objects_after} after")
+    print(printable(f"{repo}: kept {report.commit[:12]} and its history on main"))
+    print(printable(f"removed {len(report.removed_refs)} refs: {', '.join(report.removed_refs) or '-'}"))
+    print(printable(f"objects: {report.objects_before} before, {report.objects_after} after"))
     if digest:
-        print(f"{args.target}: workspace sha256 {digest}")
+        print(printable(f"{args.target}: workspace sha256 {digest}"))
     return 0
 
 
@@ -343,16 +348,16 @@ def _audit(args: argparse.Namespace) -> int:
     try:
         report = audit_task(args.task)
     except TaskFormatError as exc:
-        print(f"rollbox tasks audit: invalid task: {exc}", file=sys.stderr)
+        print(printable(f"rollbox tasks audit: invalid task: {exc}"), file=sys.stderr)
         return 2
     except GitError as exc:
-        print(f"rollbox tasks audit: {exc}", file=sys.stderr)
+        print(printable(f"rollbox tasks audit: {exc}"), file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report.to_json()))
     else:
         for finding in report.findings:
-            print(finding)
+            print(printable(str(finding)))
         needles = sum(report.sources.values())
         verdict = "clean" if report.clean else f"{len(report.findings)} findings"
         print(

@@ -32,6 +32,7 @@ from rollbox.train._report import METRICS, render_report, sparkline, summary_tab
 from rollbox.train._stream import StreamSpec, TaskStream, build_stream, refused_lines
 
 from ._args import run_name
+from ._terminal import printable
 from ._workers import add_processes_option, workers_for
 
 _EPILOG = """\
@@ -291,13 +292,13 @@ def _main(args: argparse.Namespace) -> int:
         config = _config(args, run_id)
         result, stream, wall_s = asyncio.run(_go(args, run_id, display))
     except _Usage as exc:
-        print(f"rollbox train: {exc}", file=sys.stderr)
+        print(printable(f"rollbox train: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\nrollbox train: stopped; resume with --run-id {run_id}", file=sys.stderr)
+        print(printable(f"\nrollbox train: stopped; resume with --run-id {run_id}"), file=sys.stderr)
         raise
     except (QueueFull, SchedulerError, OSError, TaskFormatError) as exc:
-        print(f"rollbox train: {exc}", file=sys.stderr)
+        print(printable(f"rollbox train: {exc}"), file=sys.stderr)
         return 1
     _write(result, stream, config, wall_s, command or "rollbox train")
     if args.json:

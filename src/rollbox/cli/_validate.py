@@ -25,6 +25,7 @@ from rollbox.sandbox import IsolationUnavailable
 from rollbox.tasks import Task, TaskFormatError, find_tasks, load_task
 
 from ._args import share, whole
+from ._terminal import printable
 
 #: The exit status when validation itself failed, which a rejection must not be mistaken for.
 _INTERNAL_ERROR = 3
@@ -134,13 +135,13 @@ def _print(reports: list[TaskReport]) -> None:
     for report in reports:
         ratio = f", kill ratio {report.kill_ratio:.0%}" if report.kill_ratio is not None else ""
         cached = " (cached)" if report.cached else ""
-        print(f"{report.decision.value:6s} {report.task_id}{ratio}{cached}")
+        print(printable(f"{report.decision.value:6s} {report.task_id}{ratio}{cached}"))
         for reason in report.reasons:
-            print(f"         {reason.code.value}: {reason.detail}")
+            print(printable(f"         {reason.code.value}: {reason.detail}"))
         if report.fixed_file:
-            print(f"         fixed: wrote {report.fixed_file} ({report.generated_cases} generated cases)")
+            print(printable(f"         fixed: wrote {report.fixed_file} ({report.generated_cases} generated cases)"))
         if report.widened_limits:
-            print(f"         fixed: [limits] {report.widened_limits}")
+            print(printable(f"         fixed: [limits] {report.widened_limits}"))
     counts = {d: sum(r.decision is d for r in reports) for d in Decision}
     print(", ".join(f"{count} {decision.value}" for decision, count in counts.items()))
 
@@ -157,12 +158,12 @@ def _run(args: argparse.Namespace) -> int:
             fix=args.fix,
         )
     except ValueError as exc:
-        print(f"rollbox validate: {exc}", file=sys.stderr)
+        print(printable(f"rollbox validate: {exc}"), file=sys.stderr)
         return 2
     try:
         tasks: list[Task] = [load_task(path) for path in find_tasks(args.tasks)]
     except TaskFormatError as exc:
-        print(f"rollbox validate: invalid task: {exc}", file=sys.stderr)
+        print(printable(f"rollbox validate: invalid task: {exc}"), file=sys.stderr)
         return 2
     bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     try:
@@ -176,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
     except (IsolationUnavailable, ClockUnavailable) as exc:
-        print(f"rollbox validate: cannot validate here: {exc}", file=sys.stderr)
+        print(printable(f"rollbox validate: cannot validate here: {exc}"), file=sys.stderr)
         return _INTERNAL_ERROR
     finally:
         if bar is not None:
