@@ -8,8 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from rollbox.env import Observation, Trajectory, Turn, write_trajectories
 from test_cli import make_function_task, rollbox
+from test_env_cli import replay_file
 from test_env_tasks import write_calc_task
 
 #: What a terminal may act on: every C0 control but tab and newline, DEL, and the C1 controls.
@@ -44,13 +44,7 @@ def test_episode_shows_a_hostile_model_inertly(tmp_path: Path) -> None:
         {"name": "write_file", "arguments": {"path": f"evil{HOSTILE}.py", "content": "def (:\n"}},
         {"name": "submit", "arguments": {}},
     ]
-    turns = [
-        Turn(turn=i + 1, action=action, observation=Observation(text=""), started_s=0.0, wall_s=0.0)
-        for i, action in enumerate(actions)
-    ]
-    recorded = write_trajectories(
-        tmp_path / "hostile.jsonl", [Trajectory(episode_id="recorded", task_id="calc", task_path="", turns=turns)]
-    )
+    recorded = replay_file(tmp_path / "hostile.jsonl", actions)
     done = rollbox("episode", str(task), "--policy", f"replay:{recorded}")
     assert done.returncode == 0, done.stderr
     assert_inert(done)

@@ -14,6 +14,15 @@ from test_env_tasks import write_calc_task
 from test_scheduler_cli import lines, rollbox
 
 
+def replay_file(path: Path, actions: list[dict[str, object]]) -> Path:
+    """A trajectory file whose turns make ``actions`` in order, for ``--policy replay:PATH``."""
+    turns = [
+        Turn(turn=i + 1, action=action, observation=Observation(text=""), started_s=0.0, wall_s=0.0)
+        for i, action in enumerate(actions)
+    ]
+    return write_trajectories(path, [Trajectory(episode_id="recorded", task_id="calc", task_path="", turns=turns)])
+
+
 @pytest.fixture(scope="module")
 def task_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_calc_task(tmp_path_factory.mktemp("calc")).path
@@ -56,13 +65,7 @@ def test_a_model_that_sends_what_crashed_step_fails_its_job_through_rollbox_run(
         {"name": "bash", "arguments": {"command": json.loads("[" * 500 + "]" * 500)}},
         {"name": "submit", "arguments": {}},
     ]
-    turns = [
-        Turn(turn=i + 1, action=action, observation=Observation(text=""), started_s=0.0, wall_s=0.0)
-        for i, action in enumerate(actions)
-    ]
-    recorded = write_trajectories(
-        tmp_path / "hostile.jsonl", [Trajectory(episode_id="recorded", task_id="calc", task_path="", turns=turns)]
-    )
+    recorded = replay_file(tmp_path / "hostile.jsonl", actions)
     home = tmp_path / "home"
     done = rollbox(home, "run", str(task_dir), "--policy", f"replay:{recorded}", "--run-id", "hostile")
     assert done.returncode == 0, done.stderr

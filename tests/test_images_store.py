@@ -229,9 +229,8 @@ def test_remove_then_gc_frees_what_no_image_names_but_not_a_held_root(tmp_path: 
         store.remove("held:1")
 
 
-def test_an_image_record_is_on_disk_before_its_name_and_a_partial_one_is_ignored_then_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _watch_fsync(monkeypatch: pytest.MonkeyPatch) -> set[tuple[int, int]]:
+    """The (device, inode) of every file and directory flushed with ``os.fsync`` from now on (flushed all the same)."""
     flushed: set[tuple[int, int]] = set()
     fsync = os.fsync
 
@@ -241,6 +240,13 @@ def test_an_image_record_is_on_disk_before_its_name_and_a_partial_one_is_ignored
         fsync(fd)
 
     monkeypatch.setattr(os, "fsync", observed)
+    return flushed
+
+
+def test_an_image_record_is_on_disk_before_its_name_and_a_partial_one_is_ignored_then_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushed = _watch_fsync(monkeypatch)
     store = ImageStore(tmp_path / "store")
     image = store.import_layout(image_layout(tmp_path), ref="test/base:1")
     store.import_layout(write_layout(tmp_path / "other", [tar_layer(BASE)]), ref="test/base:1")  # moves the ref
@@ -276,15 +282,7 @@ def test_a_composed_root_is_published_without_opening_the_layers_files_again(
 ) -> None:
     files = [Entry(f"many/f{i}", data=f"{i}\n".encode()) for i in range(300)]
     layout = write_layout(tmp_path / "layout", [tar_layer([*BASE, Entry("many", "dir"), *files])])
-    flushed: set[tuple[int, int]] = set()
-    fsync = os.fsync
-
-    def observed(fd: int) -> None:
-        st = os.fstat(fd)
-        flushed.add((st.st_dev, st.st_ino))
-        fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", observed)
+    flushed = _watch_fsync(monkeypatch)
     _OPENED[:] = ["(listening)"]
     try:
         image = ImageStore(tmp_path / "store").import_layout(layout)

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import CountingSandboxes, start_without_fds
 from rollbox.judge import Outcome, Verdict, VerdictStatus, grade, grade_batch
-from rollbox.sandbox import Limits, Sandbox, SandboxConfig, WarmSandboxes
+from rollbox.sandbox import FreshSandboxes, Limits, Sandbox, SandboxConfig, WarmSandboxes
 from rollbox.tasks import Task, TaskFormatError, load_task
 from rollbox.tasks._cases import FunctionCase, load_function_cases
 
@@ -256,35 +256,20 @@ def test_a_full_disk_under_the_hosts_scratch_is_infra_error_never_the_candidates
     assert "No space left on device" in str(verdict.error) and not verdict.flags, verdict
 
 
-class _ProcessSandboxes:
-    """Sandboxes of the ``process`` backend, which has no disk limit of its own: its files are on the host's disk."""
-
-    @contextlib.asynccontextmanager
-    async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
-        async with Sandbox(config, backend="process") as sb:
-            yield sb
-
-    @contextlib.asynccontextmanager
-    async def sandboxes(
-        self, count: int, config: SandboxConfig, *, avoid: str | None = None
-    ) -> AsyncIterator[list[Sandbox]]:
-        async with contextlib.AsyncExitStack() as stack:
-            yield [await stack.enter_async_context(Sandbox(config, backend="process")) for _ in range(count)]
-
-
 @pytest.mark.filterwarnings("ignore:.*process.*:UserWarning")
 def test_the_hosts_disk_full_under_a_sandbox_with_no_limit_of_its_own_is_infra_error(
     task: Task, tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A process sandbox's /workspace is a directory on the host's disk: a write of the tree failing there for want of
-    # room is the host's full disk (the tree fits the task's limits), never the candidate's tree too large.
+    # A process sandbox has no disk limit of its own: its /workspace is a directory on the host's disk, and a write
+    # of the tree failing there for want of room is the host's full disk (the tree fits the task's limits), never
+    # the candidate's tree too large.
     monkeypatch.setattr(tempfile, "tempdir", str(small_disk))
     (small_disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - (256 << 10)))
     workspace = tmp_path / "candidate"
     workspace.mkdir()
     (workspace / "solution.py").write_text(CORRECT)
     (workspace / "data.bin").write_bytes(b"y" * (1 << 20))
-    verdict = asyncio.run(grade(task, workspace, sandboxes=_ProcessSandboxes()))
+    verdict = asyncio.run(grade(task, workspace, sandboxes=FreshSandboxes(backend="process")))
     assert verdict.status is VerdictStatus.INFRA_ERROR and verdict.reward is None, verdict
     assert "No space left on device" in str(verdict.error) and not verdict.flags, verdict
 
@@ -346,7 +331,7 @@ def test_drivers_fork_a_zygote_only_where_one_runs_or_is_starting() -> None:
     more); a warm-Python sandbox forks its zygote (warm pools make them by default), and so does one whose zygote
     an earlier command started."""
     from rollbox.judge.runners._drivers import driver_command
-    from rollbox.sandbox import FreshSandboxes, WarmSandboxes
+    from rollbox.sandbox import WarmSandboxes
 
     async def main() -> list[tuple[list[str], bool]]:
         limits = Limits(timeout_s=5)

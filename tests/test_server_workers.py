@@ -408,6 +408,22 @@ def test_a_tenants_rate_is_kept_over_every_worker(tmp_path: Path) -> None:
             assert int(over.headers["retry-after"]) >= 90
 
 
+@contextlib.contextmanager
+def _sleeping(
+    served: Any, pool: concurrent.futures.Executor, slot: str, seconds: int, headers: dict[str, str]
+) -> Iterator[concurrent.futures.Future[Any]]:
+    """A ``sleep SECONDS`` execution sent through worker ``slot`` (its connection pinned while it runs), running
+    there when the block starts."""
+    slow = {"code": f"sleep {seconds}", "language": "bash", "run_timeout": 30}
+    with served.pinned(slot) as client:
+        sleeping = pool.submit(client.post, "/run_code", json=slow, headers=headers)
+        deadline = time.monotonic() + 60
+        while not _running(served.workers()[slot], f"sleep\0{seconds}".encode()):
+            assert time.monotonic() < deadline and not sleeping.done(), sleeping.done() and sleeping.result().text
+            time.sleep(0.05)
+        yield sleeping
+
+
 def test_a_tenants_executions_in_flight_are_bounded_over_every_worker(tmp_path: Path, reap: None) -> None:
     """max_in_flight=1 with two workers: while one execution runs on one worker, one on the other is 429 (not one
     on each), and runs once the first has ended. While the first worker (which keeps every tenant's limits) does
@@ -417,17 +433,11 @@ def test_a_tenants_executions_in_flight_are_bounded_over_every_worker(tmp_path: 
     key = TenantStore(home / "tenants.json").add_key("team-f", max_in_flight=1)
     auth = {"Authorization": f"Bearer {key}"}
     quick = {"code": "print(1)", "language": "python"}
-    slow = {"code": "sleep 6", "language": "bash", "run_timeout": 30}
     with (
         serving_process(home, "--pool-size", "1", "--auth") as served,
         concurrent.futures.ThreadPoolExecutor(1) as pool,
     ):
-        with served.pinned("0.0") as on0:
-            sleeping = pool.submit(on0.post, "/run_code", json=slow, headers=auth)
-            deadline = time.monotonic() + 60
-            while not _running(served.workers()["0.0"], b"sleep\x006"):
-                assert time.monotonic() < deadline and not sleeping.done(), sleeping.done() and sleeping.result().text
-                time.sleep(0.05)
+        with _sleeping(served, pool, "0.0", 6, auth) as sleeping:
             with served.pinned("1.0") as on1:  # each connection pinned just before its use: an idle one is closed
                 busy = on1.post("/run_code", json=quick, headers=auth)
             assert not sleeping.done()  # refused while the other worker's execution ran
@@ -490,13 +500,7 @@ def test_a_question_the_first_worker_answers_too_late_leaves_no_count_behind(tmp
         with served.pinned("1.0") as on1:
             ran = [on1.post("/run_code", json=quick, headers=auth) for _ in range(2)]
             assert [r.status_code for r in ran] == [200, 200], [r.text for r in ran]  # old code: 429, for good
-        slow = {"code": "sleep 4", "language": "bash", "run_timeout": 30}
-        with served.pinned("1.0") as on1:
-            sleeping = pool.submit(on1.post, "/run_code", json=slow, headers=auth)
-            deadline = time.monotonic() + 60
-            while not _running(served.workers()["1.0"], b"sleep\x004"):
-                assert time.monotonic() < deadline and not sleeping.done(), sleeping.done() and sleeping.result().text
-                time.sleep(0.05)
+        with _sleeping(served, pool, "1.0", 4, auth) as sleeping:
             with served.pinned("0.0") as on0:  # the limit still holds over both workers: one execution in all
                 busy = on0.post("/run_code", json=quick, headers=auth)
             assert busy.status_code == 429 and "in flight" in busy.json()["detail"], busy.text

@@ -296,12 +296,19 @@ class SandboxSource(Protocol):
 
 
 class FreshSandboxes:
-    """A new sandbox for every use, destroyed after it: the default."""
+    """A new sandbox for every use, destroyed after it: the default.
+
+    Args:
+        backend: As for :class:`Sandbox`.
+    """
+
+    def __init__(self, *, backend: Backend = "namespaces") -> None:
+        self.backend: Backend = backend
 
     @contextlib.asynccontextmanager
     async def sandbox(self, config: SandboxConfig) -> AsyncIterator[Sandbox]:
         """A new sandbox, destroyed when the block ends."""
-        async with Sandbox(config) as sb:
+        async with Sandbox(config, backend=self.backend) as sb:
             yield sb
 
     @contextlib.asynccontextmanager
@@ -310,7 +317,7 @@ class FreshSandboxes:
     ) -> AsyncIterator[list[Sandbox]]:
         """``count`` new sandboxes (with an empty history), destroyed when the block ends."""
         async with contextlib.AsyncExitStack() as stack:
-            yield [await stack.enter_async_context(Sandbox(config)) for _ in range(count)]
+            yield [await stack.enter_async_context(Sandbox(config, backend=self.backend)) for _ in range(count)]
 
 
 class WarmSandboxes:
